@@ -1,0 +1,14 @@
+"""asymspec-vl: cross-modal AsymSpec speculative decoding (a VL drafter steers a text-only verifier)."""
+
+from .api import AsymSpecVL, GenerationResult, TraceToken
+from .config import AsymSpecConfig
+from .errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError, InputError,
+                     InvalidImageError, ModelPairError, PromptTooLongError, VocabularyMismatchError)
+from .prompts import Request
+
+__all__ = [
+    "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request",
+    "AsymSpecError", "ConfigError", "InputError", "InvalidImageError", "ImageTooLargeError",
+    "EmptyQuestionError", "PromptTooLongError", "ModelPairError", "VocabularyMismatchError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,106 @@
+"""A transformers model reading one view with its own KV cache: ragged batched forwards, M-RoPE, rollback.
+
+Cache layout: one DynamicCache of S slots shared by the B rows. A slot is valid for a row when it holds one
+of that row's committed (or, until the next commit, speculative) tokens; padding and rolled-back slots stay
+in the cache as holes that the attention mask hides. Trailing slots that no row uses are cropped, so with
+batch 1 a rollback is a plain crop. Positions are explicit: the j-th token of a row (prompt included, holes
+excluded) sits at position j + rope_delta (rope_delta = 0 for text models; Qwen3-VL's M-RoPE delta after
+the image otherwise), repeated on the three M-RoPE axes for generated tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from ..sources import RowLedger
+
+
+class HFSource:
+    """One logit source: `model` on per-row `prompts`, image inputs (Qwen3-VL only) read once at prefill."""
+
+    def __init__(self, model, prompts: list[list[int]], pad_id: int, mm: dict | None = None):
+        self.model = model
+        self.device = model.device
+        self.mrope = hasattr(model, "visual") or hasattr(getattr(model, "model", None), "visual")
+        self.pad_id = pad_id
+        self.rows = [RowLedger(prompt=list(p)) for p in prompts]
+        self.cache = DynamicCache(config=model.config)
+        self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.rope_delta = [0] * len(prompts)
+        self._prefill(mm or {})
+
+    # -- the LogitSource protocol -------------------------------------------------------------
+    def pending(self, y: list[list[int]]) -> list[list[int]]:
+        return [row.pending(yr) for row, yr in zip(self.rows, y)]
+
+    def forward(self, tokens: list[list[int]]) -> torch.Tensor:
+        n = max(len(t) for t in tokens)
+        positions = []
+        for row, toks, delta in zip(self.rows, tokens, self.rope_delta):
+            start = row.n_cached + len(row.speculative)
+            positions.append([0] * (n - len(toks)) + [start + k + delta for k in range(len(toks))])
+        pos = torch.tensor(positions, device=self.device)  # [B, n]
+        if self.mrope:
+            pos = pos.unsqueeze(0).expand(3, -1, -1)  # [3, B, n]: text tokens share one index on t/h/w
+        return self._append(tokens, n, pos, extra={})
+
+    def commit(self, y: list[list[int]]) -> None:
+        for r, (row, yr) in enumerate(zip(self.rows, y)):
+            dropped = row.commit(yr)
+            if dropped:
+                self.valid[r, dropped] = False
+        used = self.valid.any(dim=0).nonzero()
+        keep = int(used[-1]) + 1 if len(used) else 0
+        if keep < self.valid.shape[1]:  # rollback of trailing slots: crop the cache
+            self.cache.crop(keep)
+            self.valid = self.valid[:, :keep]
+
+    # -- internals -----------------------------------------------------------------------------
+    @property
+    def num_slots(self) -> int:
+        return self.valid.shape[1]
+
+    def _prefill(self, mm: dict) -> None:
+        """Read every prompt token but the last (the first forward reads it and yields the first logits)."""
+        heads = [row.prompt[:-1] for row in self.rows]
+        n = max(len(h) for h in heads)
+        if self.mrope:
+            pos = torch.zeros(3, len(heads), n, dtype=torch.long, device=self.device)  # [3, B, n]
+            for r, row in enumerate(self.rows):
+                full_pos, self.rope_delta[r] = self._mrope_positions(row.prompt, mm, r)
+                pos[:, r, n - len(heads[r]):] = full_pos[:, :-1]
+        else:
+            pos = torch.tensor([[0] * (n - len(h)) + list(range(len(h))) for h in heads], device=self.device)
+        self._append(heads, n, pos, extra=mm, logits_to_keep=1)
+        for row in self.rows:
+            row.n_cached, row.speculative = len(row.prompt) - 1, []
+
+    def _mrope_positions(self, prompt: list[int], mm: dict, r: int) -> tuple[torch.Tensor, int]:
+        """Qwen3-VL 3-D positions [3, P] of one row's prompt and its rope delta, by transformers' own rule."""
+        ids = torch.tensor([prompt], device=self.device)
+        grid = mm.get("row_image_grid_thw", [None] * len(self.rows))[r]
+        if grid is None:
+            return torch.arange(len(prompt), device=self.device).expand(3, -1), 0
+        inner = self.model.model if hasattr(self.model, "model") else self.model
+        pos, delta = inner.get_rope_index(ids, grid.to(self.device), None, torch.ones_like(ids))
+        return pos[:, 0], int(delta.item())
+
+    @torch.no_grad()
+    def _append(self, tokens: list[list[int]], n: int, pos: torch.Tensor, extra: dict,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        B, S = len(tokens), self.num_slots
+        ids = torch.full((B, n), self.pad_id, dtype=torch.long, device=self.device)
+        new_valid = torch.zeros(B, n, dtype=torch.bool, device=self.device)
+        for r, toks in enumerate(tokens):
+            if toks:
+                ids[r, n - len(toks):] = torch.tensor(toks, device=self.device)
+                new_valid[r, n - len(toks):] = True
+                self.rows[r].speculative.extend((S + n - len(toks) + k, t) for k, t in enumerate(toks))
+        self.valid = torch.cat([self.valid, new_valid], dim=1)
+        kwargs = {k: v for k, v in extra.items() if not k.startswith("row_")}
+        out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=pos,
+                         past_key_values=self.cache, use_cache=True,
+                         cache_position=torch.arange(S, S + n, device=self.device),
+                         logits_to_keep=logits_to_keep, **kwargs)
+        return out.logits  # [B, n, V] (or [B, 1, V] at prefill)

@@ -1,0 +1,85 @@
+"""AsymSpecConfig: the decoding hyper-parameters (K, beta, gamma, gate, delta source, bonus rule), validated."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+GATES = ("cda", "fixed", "lambda", "kl")
+DELTA_SOURCES = ("contrastive", "raw", "scd")
+BONUS_RULES = ("verifier", "fused")
+METHODS = ("asymspec", "floor", "drafter", "sd", "scd")
+
+
+@dataclass(frozen=True)
+class AsymSpecConfig:
+    """Hyper-parameters of one decoding run.
+
+    gate:   "cda"    gamma_eff = gamma * exp(-JSD(a || b))       (the paper's CDA gate)
+            "fixed"  gamma_eff = gamma
+            "lambda" gamma_eff = gamma * exp(-lam * Delta),  Delta = log p_a(d) - log p_b(d)
+            "kl"     gamma_eff = gamma * exp(-KL(a || b))
+    delta_source: "contrastive" delta = a - b (the paper), "raw" delta = a, "scd" delta = t - b
+    bonus:  "verifier" argmax(t_{K+1}) (the paper), "fused" argmax(t_{K+1} + beta * delta_{K+1})
+    scd_alpha, beta: the SCD baseline's plausibility cut and contrast weight (Appendix B).
+    """
+
+    K: int = 2
+    beta: float = 1.0
+    gamma: float = 0.5
+    gate: str = "cda"
+    lam: float = 0.1
+    delta_source: str = "contrastive"
+    bonus: str = "verifier"
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
+    scd_alpha: float = 0.5  # Appendix B: alpha = 0.5, beta = 1.0
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 16,
+               "K", self.K, "an integer in [1, 16]")
+        _check(_real(self.beta) and 0.0 <= self.beta <= 10.0, "beta", self.beta, "a number in [0, 10]")
+        _check(_real(self.gamma) and 0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a number in (0, 1]")
+        _check(self.gate in GATES, "gate", self.gate, f"one of {GATES}")
+        _check(_real(self.lam) and 0.0 <= self.lam <= 100.0, "lam", self.lam, "a number in [0, 100]")
+        _check(self.delta_source in DELTA_SOURCES, "delta_source", self.delta_source,
+               f"one of {DELTA_SOURCES}")
+        _check(self.bonus in BONUS_RULES, "bonus", self.bonus, f"one of {BONUS_RULES}")
+        _check(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
+               and 1 <= self.max_new_tokens <= 1_000_000,
+               "max_new_tokens", self.max_new_tokens, "an integer in [1, 1000000]")
+        _check(_real(self.scd_alpha) and 0.0 < self.scd_alpha <= 1.0, "scd_alpha", self.scd_alpha,
+               "a number in (0, 1]")
+        if self.stop_token_ids is not None:
+            ids = tuple(self.stop_token_ids)
+            _check(all(isinstance(i, int) and i >= 0 for i in ids), "stop_token_ids",
+                   self.stop_token_ids, "a sequence of non-negative token ids")
+            object.__setattr__(self, "stop_token_ids", ids)
+
+    def replace(self, **changes) -> "AsymSpecConfig":
+        """A copy with some fields changed (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown AsymSpecConfig field(s): {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check(ok: bool, name: str, value, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"AsymSpecConfig.{name}={value!r} is invalid: expected {allowed}")
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ConfigError(f"method={method!r} is invalid: expected one of {METHODS}")
+    return method

@@ -1,0 +1,89 @@
+"""Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import warnings
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from .errors import ImageTooLargeError, InvalidImageError
+
+MAX_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
+MAX_FILE_BYTES = 50 * 1024 * 1024
+
+
+def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
+    """Return a fully decoded RGB copy of `image`; raise InvalidImageError / ImageTooLargeError."""
+    if image is None:
+        raise InvalidImageError("no image was given")
+    if isinstance(image, Image.Image):
+        return _checked(image, max_pixels, "the PIL image")
+    if _is_array(image):
+        try:
+            pil = Image.fromarray(image)
+        except (TypeError, ValueError) as e:
+            raise InvalidImageError(f"the array cannot be read as an image: {e}") from e
+        return _checked(pil, max_pixels, "the array")
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        data, name = bytes(image), "the image bytes"
+    elif isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        if not path.is_file():
+            raise InvalidImageError(f"image file not found: {path}")
+        if path.stat().st_size > max_bytes:
+            raise ImageTooLargeError(f"{path} is {path.stat().st_size} bytes; the limit is {max_bytes}")
+        data, name = path.read_bytes(), str(path)
+    else:
+        raise InvalidImageError(f"unsupported image type {type(image).__name__}: "
+                                "give a path, bytes, a PIL image or a numpy array")
+    if len(data) > max_bytes:
+        raise ImageTooLargeError(f"{name} is {len(data)} bytes; the limit is {max_bytes}")
+    return _decode(data, max_pixels, name)
+
+
+def image_digest(image: Image.Image) -> str:
+    """Content hash of the decoded pixels (size + mode + bytes), stable across file formats."""
+    h = hashlib.sha256(f"{image.mode}:{image.size}".encode())
+    h.update(image.tobytes())
+    return h.hexdigest()
+
+
+def _is_array(x) -> bool:
+    return type(x).__module__ == "numpy" and hasattr(x, "shape")
+
+
+def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as probe:
+                _check_size(probe.size, max_pixels, name)  # before any pixel is decoded
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+                return _checked(img, max_pixels, name)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise ImageTooLargeError(f"{name} is too large to decode safely: {e}") from e
+    except UnidentifiedImageError as e:
+        raise InvalidImageError(f"{name} is not an image file PIL can read") from e
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InvalidImageError(f"{name} is corrupt or truncated: {e}") from e
+
+
+def _check_size(size: tuple[int, int], max_pixels: int, name: str) -> None:
+    w, h = size
+    if w <= 0 or h <= 0:
+        raise InvalidImageError(f"{name} has no pixels ({w}x{h})")
+    if w * h > max_pixels:
+        raise ImageTooLargeError(f"{name} has {w}x{h} = {w * h} pixels; the limit is {max_pixels}")
+
+
+def _checked(img: Image.Image, max_pixels: int, name: str) -> Image.Image:
+    _check_size(img.size, max_pixels, name)
+    try:
+        return img.convert("RGB")
+    except (OSError, ValueError) as e:
+        raise InvalidImageError(f"{name} cannot be converted to RGB: {e}") from e
