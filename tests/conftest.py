@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny random Qwen3 / Qwen3-VL models written once per session, and stand-in images."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """Paths of tiny verifier/, text_drafter/, vl_drafter/ folders (shared tokenizer), built locally."""
+    from asymspec_vl.tiny import write_tiny_models
+
+    return write_tiny_models(tmp_path_factory.mktemp("tiny-models"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_vl(tiny_models):
+    """An AsymSpecVL pipeline on the tiny models (transformers backend, CPU, float32)."""
+    from asymspec_vl import AsymSpecVL
+
+    return AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]),
+                                      verifier=str(tiny_models["verifier"]),
+                                      text_drafter=str(tiny_models["text_drafter"]), device="cpu")

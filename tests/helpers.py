@@ -1,0 +1,33 @@
+"""Test helpers: stand-in images and requests (no real image data is available offline)."""
+
+import numpy as np
+from PIL import Image
+
+
+def random_image(seed: int, min_side: int = 32, max_side: int = 200) -> Image.Image:
+    """A random RGB image of random size (a stand-in: no real image data is available offline)."""
+    rs = np.random.RandomState(seed)
+    h, w = rs.randint(min_side, max_side, 2)
+    return Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
+
+
+QUESTIONS = [
+    "What is the value of the largest bar?",
+    "How many circles are shown in the figure?",
+    "Which color is the triangle on the left?",
+    "What is the sum of the two numbers in the picture?",
+    "Find the measure of angle A. Choices: (A) 30 (B) 45 (C) 60 (D) 90",
+    "What is the title of the chart?",
+    "Is the line increasing? Answer yes or no.",
+    "What percent of the area is shaded?",
+]
+
+
+def random_request(seed: int):
+    """An image + question + caption + OCR request with seed-dependent sizes and lengths."""
+    from asymspec_vl import Request
+
+    rs = np.random.RandomState(1000 + seed)
+    caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 4)))
+    ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 6))))
+    return Request(QUESTIONS[seed % len(QUESTIONS)], random_image(seed), caption=caption, ocr=ocr)
