@@ -54,9 +54,13 @@ class AsymSpecVL:
     def from_pretrained(cls, drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
                         backend: str = "hf", text_drafter: str | None = None, device: str | None = None,
                         dtype="auto", trust_remote_code: bool = False, **backend_kwargs) -> "AsymSpecVL":
-        """Load by hub id or local path. backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path)."""
+        """Load by hub id or local path ("embedded": the offline default pair).
+        backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path)."""
+        from .defaults import resolve
         from .errors import ConfigError
 
+        drafter, verifier = resolve("drafter", drafter), resolve("verifier", verifier)
+        text_drafter = resolve("text_drafter", text_drafter)
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
         pair = ModelPair.load(drafter, verifier, text_drafter, trust_remote_code)

@@ -12,8 +12,10 @@ def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verif
     from .api import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     g = p.add_argument_group("models")
-    g.add_argument("--drafter", default=drafter or DEFAULT_DRAFTER, help="VL drafter: hub id or local path")
-    g.add_argument("--verifier", default=verifier or DEFAULT_VERIFIER, help="text-only verifier: hub id or path")
+    g.add_argument("--drafter", default=drafter or DEFAULT_DRAFTER,
+                   help="VL drafter: hub id, local path, or 'embedded' (the offline default pair)")
+    g.add_argument("--verifier", default=verifier or DEFAULT_VERIFIER,
+                   help="text-only verifier: hub id, local path, or 'embedded'")
     g.add_argument("--text-drafter", default=None, help="SD's text drafter (default: the VL drafter on text)")
     g.add_argument("--backend", default="hf", choices=BACKENDS)
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
@@ -66,7 +68,7 @@ def register(sub) -> None:
     p.add_argument("--ocr", default="", help="text read from the image, for the verifier")
     p.add_argument("--methods", type=parse_methods, default=["asymspec"], help=f"comma list of {METHODS}")
     p.add_argument("--json", action="store_true", help="print one JSON object per method")
-    add_model_args(p)
+    add_model_args(p, drafter="embedded", verifier="embedded")
     add_config_args(p)
     p.set_defaults(func=_generate)
 

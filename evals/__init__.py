@@ -1,0 +1,1 @@
+"""Evaluations (MathVista, the toy world) and benchmark scripts; installed as asymspec_vl.evals."""
