@@ -12,6 +12,7 @@ from .errors import AsymSpecError
 # Each module defines register(subparsers); its handlers import heavy libraries lazily.
 COMMAND_MODULES = [
     "asymspec_vl.commands",
+    "asymspec_vl.demo.cli",
 ]
 
 

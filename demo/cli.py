@@ -1,0 +1,45 @@
+"""`asymspec-vl demo`: serve the Gradio demo on the embedded models (CPU) or on real models (--drafter ...)."""
+
+from __future__ import annotations
+
+import argparse
+
+from asymspec_vl.commands import add_config_args, add_model_args, config_from_args, load_from_args
+
+
+def _positive(kind):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not positive")
+        return value
+    return parse
+
+
+def register(sub) -> None:
+    from .service import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
+
+    p = sub.add_parser("demo", help="serve the Gradio demo: upload an image, ask a question, see where "
+                                    "each token of the answer came from")
+    add_model_args(p, drafter="embedded", verifier="embedded")
+    add_config_args(p, K=2, max_new_tokens=64)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    g.add_argument("--port", type=int, default=7860)
+    g.add_argument("--max-upload-mb", type=_positive(float), default=DEFAULT_MAX_FILE_BYTES / 2**20,
+                   help="largest image file accepted, in MiB")
+    g.add_argument("--max-image-pixels", type=_positive(int), default=DEFAULT_MAX_IMAGE_PIXELS,
+                   help="largest image accepted, in pixels (width x height)")
+    p.set_defaults(func=_demo)
+
+
+def _demo(args) -> int:
+    from .app import build_demo, launch
+    from .service import DemoService
+
+    cfg = config_from_args(args)  # validated before the models load
+    vl = load_from_args(args)
+    max_bytes = int(args.max_upload_mb * 2**20)
+    service = DemoService(vl, cfg, describe=None, max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
+    launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+    return 0

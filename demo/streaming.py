@@ -1,0 +1,67 @@
+"""Stream one generation: AsymSpecVL.generate runs in a worker thread, its per-step rows come back as snapshots."""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from asymspec_vl.trace import Stats
+
+
+@dataclass
+class Snapshot:
+    """The answer so far: token ids with their trace sources, the counters, and the wall time since start."""
+
+    token_ids: list[int]
+    sources: list[str]
+    stats: Stats
+    elapsed_s: float
+
+
+class Cancelled(Exception):
+    """Raised inside on_step when the consumer stopped listening (the page's Stop button, a closed tab)."""
+
+
+def stream_generate(vl, lock: threading.Lock, cancel: threading.Event | None = None, **generate_kwargs
+                    ) -> Iterator[Snapshot | object]:
+    """Yield Snapshots while `vl.generate(**generate_kwargs)` decodes, then its GenerationResult.
+    Errors of the generation are re-raised here. Snapshots that arrive faster than the consumer takes
+    them are coalesced into the latest one. Closing the iterator stops the decoding at its next step."""
+    cancel = cancel or threading.Event()
+    events: queue.Queue = queue.Queue()
+    start = time.perf_counter()
+
+    def on_step(rows) -> None:  # rows: list[loop.RowOutput], one row here
+        if cancel.is_set():
+            raise Cancelled()
+        r = rows[0]
+        events.put(("step", Snapshot(list(r.token_ids), list(r.sources), copy.deepcopy(r.stats),
+                                     time.perf_counter() - start)))
+
+    def work() -> None:
+        try:
+            with lock:  # one generation at a time on the shared models
+                if cancel.is_set():
+                    raise Cancelled()
+                events.put(("done", vl.generate(on_step=on_step, **generate_kwargs)))
+        except BaseException as e:  # handed to the consumer, which re-raises it
+            events.put(("error", e))
+
+    worker = threading.Thread(target=work, name="asymspec-demo-generate", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, payload = events.get()
+            while kind == "step" and not events.empty():  # coalesce: only the newest state matters
+                kind, payload = events.get_nowait()
+            if kind == "error":
+                raise payload
+            yield payload
+            if kind == "done":
+                return
+    finally:
+        cancel.set()  # a consumer that stops early ends the decoding at its next step
