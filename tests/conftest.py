@@ -1,10 +1,13 @@
 """Shared fixtures: tiny random Qwen3 / Qwen3-VL models written once per session, and stand-in images."""
 
 import os
+import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+if shutil.which("nvidia-smi") is None:  # no GPU: Triton kernels run in triton's interpreter (set before import)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
 
