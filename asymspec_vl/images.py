@@ -65,6 +65,8 @@ def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
             with Image.open(io.BytesIO(data)) as img:
                 img.load()
                 return _checked(img, max_pixels, name)
+    except InvalidImageError:  # our own size checks (ImageTooLargeError is a ValueError): keep their type
+        raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageTooLargeError(f"{name} is too large to decode safely: {e}") from e
     except UnidentifiedImageError as e:
