@@ -39,12 +39,13 @@ class ImageInput(gr.Image):
         suffix = Path(payload.orig_name or payload.path or "").suffix.lower()
         if not is_data_url and suffix not in IMAGE_SUFFIXES:
             raise gr.Error(_escape(f"unsupported file type '{suffix or '(none)'}': upload an image "
-                                   f"({', '.join(IMAGE_SUFFIXES)})"), title="InvalidImageError")
+                                   f"({', '.join(IMAGE_SUFFIXES)})"), title="InvalidImageError",
+                           print_exception=False)
         try:
             return super().preprocess(payload)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             raise gr.Error(_escape(f"the upload is not a readable image ({type(e).__name__})"),
-                           title="InvalidImageError") from e
+                           title="InvalidImageError", print_exception=False) from e
 
 
 def _escape(text: str) -> str:
@@ -57,7 +58,7 @@ def _message(e: Exception) -> gr.Error:
     if isinstance(e, gr.Error):
         return e
     if isinstance(e, AsymSpecError):
-        return gr.Error(_escape(str(e)), title=type(e).__name__)
+        return gr.Error(_escape(str(e)), title=type(e).__name__, print_exception=False)
     log.exception("demo: unexpected error")
     return gr.Error(_escape(f"the request failed ({type(e).__name__}); see the server log"),
                     title="Internal error")
