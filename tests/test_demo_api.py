@@ -1,0 +1,157 @@
+"""The demo's API endpoints through gradio_client: streamed answers equal the Python API's, errors are messages."""
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from asymspec_vl import AsymSpecConfig
+
+from test_demo_units import spans
+
+CHART = Path(__file__).resolve().parents[1] / "demo" / "examples" / "chart.png"
+QUESTION, CAPTION, OCR = "What is the value of the tallest bar?", "A bar chart of sales per year.", "12 30 21 17"
+MAX_PIXELS, MAX_BYTES = 100_000, 64 * 1024  # the chart: 256 x 192 = 49,152 pixels, 7 KB
+SETTINGS = dict(K=3, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=10)
+
+
+def describe(image):
+    """A stand-in captioner: proves the uploaded pixels reached it."""
+    return f"an image of {image.width}x{image.height} pixels", f"top-left pixel {image.getpixel((0, 0))}"
+
+
+@pytest.fixture(scope="module")
+def app(tiny_vl):
+    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.service import DemoService
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    service = DemoService(tiny_vl, AsymSpecConfig(), describe=describe, max_image_pixels=MAX_PIXELS,
+                          max_file_bytes=MAX_BYTES)
+    demo = launch(build_demo(service), host="127.0.0.1", port=port, max_file_bytes=MAX_BYTES, block=False,
+                  quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(app):
+    from gradio_client import Client
+
+    return Client(app, verbose=False)
+
+
+def ask(client, image=CHART, question=QUESTION, baselines=("floor", "drafter"), **over):
+    from gradio_client import handle_file
+
+    s = {**SETTINGS, **over}
+    job = client.submit(handle_file(str(image)), question, CAPTION, OCR, s["K"], s["beta"], s["gamma"], s["gate"],
+                        s["max_new_tokens"], list(baselines), api_name="/answer")
+    job.result()
+    return job.outputs()
+
+
+@pytest.fixture(scope="module")
+def streamed(client):
+    return ask(client)
+
+
+def test_streamed_answers_equal_the_python_api(streamed, tiny_vl):
+    asym, floor, drafter, table, results = streamed[-1]
+    cfg = AsymSpecConfig(**SETTINGS)
+    for method, markup in (("asymspec", asym), ("floor", floor), ("drafter", drafter)):
+        ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, ocr=OCR, method=method, config=cfg)
+        assert [(c, t) for c, _, t in spans(markup)] == [(f"tok tok-{t.source}", t.text) for t in ref.trace]
+        assert results[method]["text"] == ref.text and results[method]["token_ids"] == ref.token_ids
+        assert f"done ({ref.finish_reason})" in markup
+        row = table.split(f'<tr class="stats-{method}">')[1].split("</tr>")[0]
+        cells = [c.split("</td>")[0] for c in row.split("<td>")[1:]]
+        assert cells[1:4] == [str(ref.stats.emitted), str(ref.stats.steps),
+                              f"{ref.stats.acceptance_rate:.2f}" if method == "asymspec" else "–"]
+        assert cells[4] == f"{ref.stats.mean_accepted_length:.2f}"
+        assert cells[5] == str(sum(t.source == "fused" for t in ref.trace))
+    assert {s for c, _, _ in spans(asym) for s in [c.split("tok-")[1]]} <= {"draft", "fused", "bonus"}
+    assert results["asymspec"]["prompts"]["x_comp"].count(CAPTION) == 1  # the verifier read the caption
+
+
+def test_answers_stream_token_by_token(streamed):
+    counts = [(len(spans(a)), len(spans(f)), len(spans(d))) for a, f, d, _, _ in streamed]
+    assert len(streamed) > 3 and counts[0] == (0, 0, 0)
+    assert counts == sorted(counts), "a panel shrank while streaming"
+    final = [t for _, _, t in spans(streamed[-1][0])]
+    for a, *_ in streamed:  # every partial AsymSpec answer is a prefix of the final one
+        partial = [t for _, _, t in spans(a)]
+        assert partial == final[:len(partial)]
+    assert any("decoding…" in a for a, *_ in streamed[1:-1])
+
+
+def test_baselines_can_be_left_out(client):
+    asym, floor, drafter, table, results = ask(client, baselines=(), max_new_tokens=3)[-1]
+    assert list(results) == ["asymspec"] and len(spans(asym)) >= 1
+    assert "not run" in floor and "not run" in drafter and "stats-floor" not in table
+    json.dumps(results)  # the results output is plain JSON
+
+
+def test_describe_prefills_the_verifiers_view(client):
+    from gradio_client import handle_file
+
+    caption, ocr = client.predict(handle_file(str(CHART)), api_name="/describe")
+    assert caption == "an image of 256x192 pixels"
+    assert ocr == "top-left pixel (255, 255, 255)"
+
+
+def _error(client, **kw):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError) as e:
+        ask(client, **kw)
+    return e.value
+
+
+def test_bad_uploads_are_messages(client, tmp_path):
+    from PIL import Image
+
+    fake = tmp_path / "fake.png"
+    fake.write_bytes(b"this is not a picture")
+    err = _error(client, image=fake)
+    assert "not a readable image" in err.message and err.title == "InvalidImageError"
+
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert "unsupported file type '.txt'" in _error(client, image=text).message
+
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (400, 300), "white").save(wide)  # 120,000 pixels, a 1 KB file
+    err = _error(client, image=wide)
+    assert err.title == "ImageTooLargeError" and "400x300 = 120000 pixels; the limit is 100000" in err.message
+
+
+def test_uploads_over_the_size_limit_are_refused(client, app, tmp_path):
+    import httpx
+
+    big = tmp_path / "big.png"
+    big.write_bytes(b"\x89PNG" + bytes(MAX_BYTES + 10))
+    with pytest.raises(ValueError, match="exceeds the maximum file size"):  # the client checks first ...
+        ask(client, image=big)
+    with big.open("rb") as f:  # ... and the server refuses it too
+        r = httpx.post(app + "gradio_api/upload", files={"files": ("big.png", f, "image/png")}, timeout=30)
+    assert r.status_code == 413 and "maximum allowed size" in r.text
+
+
+@pytest.mark.parametrize("over, title, match", [
+    (dict(question="  "), "EmptyQuestionError", "the question is empty"),
+    (dict(K=2.5), "ConfigError", "K=2.5 is invalid"),
+    (dict(gamma=0.001), "Error", "less than minimum value"),  # the slider's own range check
+    (dict(gate="nope"), "Error", "not in the list of choices"),
+])
+def test_bad_settings_are_messages(client, over, title, match):
+    err = _error(client, **over)
+    assert err.title == title and match in err.message
+
+
+def test_page_works_after_errors(client):
+    _, _, _, _, results = ask(client, baselines=("floor",), max_new_tokens=2)[-1]
+    assert set(results) == {"asymspec", "floor"}
