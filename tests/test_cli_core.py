@@ -1,0 +1,52 @@
+"""`asymspec-vl tiny-models` writes loadable offline folders; `generate` answers and reports errors cleanly."""
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers import random_image
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "asymspec_vl.cli", *args], capture_output=True, text=True,
+                          env=ENV, timeout=600, **kw)
+
+
+def test_tiny_models_command_writes_loadable_folders(tmp_path):
+    out = cli("tiny-models", str(tmp_path / "m"))
+    assert out.returncode == 0, out.stderr
+    from transformers import AutoModelForCausalLM, AutoProcessor, AutoTokenizer, Qwen3VLForConditionalGeneration
+
+    for f in ["config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json",
+              "tokenizer_config.json", "chat_template.jinja"]:
+        assert (tmp_path / "m" / "vl_drafter" / f).is_file(), f
+    proc = AutoProcessor.from_pretrained(tmp_path / "m" / "vl_drafter")
+    assert type(proc).__name__ == "Qwen3VLProcessor"
+    assert type(Qwen3VLForConditionalGeneration.from_pretrained(tmp_path / "m" / "vl_drafter")).__name__ == \
+        "Qwen3VLForConditionalGeneration"
+    tok = AutoTokenizer.from_pretrained(tmp_path / "m" / "verifier")
+    assert tok.get_vocab() == proc.tokenizer.get_vocab()
+    for name in ["<|im_start|>", "<|im_end|>", "<|image_pad|>", "<|vision_start|>", "<|endoftext|>"]:
+        assert name in tok.get_vocab()
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "m" / "text_drafter").config.num_hidden_layers == 1
+
+
+def test_generate_command(tiny_models, tmp_path):
+    image = tmp_path / "img.png"
+    random_image(3).save(image)
+    out = cli("generate", "--image", str(image), "--question", "What is shown?", "--caption", "a chart",
+              "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]),
+              "--methods", "floor,asymspec", "--max-new-tokens", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["method"] for r in rows] == ["floor", "asymspec"]
+    assert all(len(r["token_ids"]) == 5 and r["stats"]["emitted"] == 5 for r in rows)
+    bad = cli("generate", "--image", str(tmp_path / "none.png"), "--question", "What?",
+              "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]))
+    assert bad.returncode == 2 and "image file not found" in bad.stderr and "Traceback" not in bad.stderr
+    bad = cli("generate", "--image", str(image), "--question", "What?", "-K", "0",
+              "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]))
+    assert bad.returncode == 2 and "AsymSpecConfig.K=0" in bad.stderr
