@@ -13,6 +13,8 @@ from .errors import AsymSpecError
 COMMAND_MODULES = [
     "asymspec_vl.commands",
     "asymspec_vl.demo.cli",
+    "asymspec_vl.captioners.cli",
+    "asymspec_vl.evals.cli",
 ]
 
 

@@ -1,0 +1,74 @@
+"""A cache around any captioner, keyed by the image's content hash, so each caption / OCR result is made once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from asymspec_vl.images import image_digest, load_image
+
+from .base import Captioner, ImageText
+
+
+class CachedCaptioner:
+    """Wraps a captioner: the first describe() of an image computes, later ones (same pixels) read the cache.
+
+    The key is sha256(captioner name + hash of the decoded pixels), so the same pixels hit whatever the file
+    name or lossless format, while another captioner or other settings (part of its name) miss. directory=None keeps
+    the cache in memory only; with a directory, entries are JSON files written atomically, shared between
+    runs. Calls without an image (key-only lookups) pass straight through.
+    """
+
+    def __init__(self, inner: Captioner, directory: str | Path | None = None):
+        self.inner = inner
+        self.name = inner.name
+        self.directory = Path(directory) if directory is not None else None
+        self._memory: dict[str, ImageText] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def cache_key(self, image) -> str:
+        """sha256 of the captioner's name and the decoded image's pixel hash."""
+        digest = image_digest(load_image(image))
+        return hashlib.sha256(f"{self.inner.name}\n{digest}".encode()).hexdigest()
+
+    def describe(self, image=None, key: str | None = None) -> ImageText:
+        if image is None:
+            return self.inner.describe(None, key)
+        img = load_image(image)
+        ck = self.cache_key(img)
+        found = self._memory.get(ck) or self._read(ck)
+        if found is not None:
+            self.hits += 1
+            self._memory[ck] = found
+            return found
+        self.misses += 1
+        result = self.inner.describe(img, key)
+        self._memory[ck] = result
+        self._write(ck, result)
+        return result
+
+    def _path(self, ck: str) -> Path | None:
+        return self.directory / ck[:2] / f"{ck}.json" if self.directory is not None else None
+
+    def _read(self, ck: str) -> ImageText | None:
+        path = self._path(ck)
+        if path is None or not path.is_file():
+            return None
+        try:
+            return ImageText.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # a damaged entry is recomputed and overwritten
+
+    def _write(self, ck: str, result: ImageText) -> None:
+        path = self._path(ck)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(result.to_dict(), f)
+        os.replace(tmp, path)

@@ -1,0 +1,63 @@
+"""`asymspec-vl eval ...`: one sub-subcommand per eval module (EVAL_MODULES), and `eval score` to re-score
+saved results.
+
+To add an eval (e.g. `eval toy`), write a module with register(eval_subparsers) and list it here. To take
+part in `eval score`, the module also defines BENCHMARK (the "benchmark" field of its result records),
+add_score_args(parser) (options must not clash with other modules') and
+rescore(records, args, methods, out, sources) -> the Markdown table (writing outputs under `out` if given).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+EVAL_MODULES = [
+    "asymspec_vl.evals.mathvista.cli",
+]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="run an evaluation (MathVista, ...) or re-score saved results")
+    esub = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
+    modules = [importlib.import_module(name) for name in EVAL_MODULES]
+    for module in modules:
+        module.register(esub)
+    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs")
+    s.add_argument("results", nargs="+", help="results.jsonl file(s); with several, rows are labelled "
+                                              "<folder>/<method>")
+    s.add_argument("--out", default=None, help="write the re-scored JSONL, table and charts here")
+    for module in modules:
+        if hasattr(module, "add_score_args"):
+            module.add_score_args(s)
+    s.set_defaults(func=lambda args: _score(args, modules))
+
+
+def _labels(paths: list[Path]) -> list[str]:
+    names = [p.parent.name or p.stem for p in paths]
+    return names if len(set(names)) == len(names) else [str(p.parent) for p in paths]
+
+
+def _score(args, modules) -> int:
+    from asymspec_vl.errors import InputError
+
+    from .runner import read_records
+
+    paths = [Path(x) for x in args.results]
+    records = []
+    for path, label in zip(paths, _labels(paths)):
+        for rec in read_records(path):
+            records.append({**rec, "method": f"{label}/{rec['method']}"} if len(paths) > 1 else rec)
+    if not records:
+        raise InputError(f"no result records in {', '.join(map(str, paths))}")
+    scorers = {getattr(m, "BENCHMARK", None): m for m in modules if hasattr(m, "rescore")}
+    benchmarks = list(dict.fromkeys(r.get("benchmark") for r in records))
+    unknown = [b for b in benchmarks if b not in scorers]
+    if unknown:
+        raise InputError(f"no scorer for benchmark(s) {unknown}; known: {sorted(k for k in scorers if k)}")
+    for bench in benchmarks:
+        mine = [r for r in records if r.get("benchmark") == bench]
+        methods = list(dict.fromkeys(r["method"] for r in mine))
+        out = None if args.out is None else Path(args.out) / (bench if len(benchmarks) > 1 else "")
+        print(scorers[bench].rescore(mine, args, methods, out, paths))
+    return 0

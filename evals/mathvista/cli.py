@@ -1,0 +1,122 @@
+"""`asymspec-vl eval mathvista ...` and MathVista's part of `asymspec-vl eval score` (re-extract, re-score)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+BENCHMARK = "mathvista"
+DEFAULT_METHODS = "floor,sd,drafter,asymspec"
+
+
+def _pids(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def register(esub) -> None:
+    from asymspec_vl.commands import add_config_args, add_model_args, parse_methods
+
+    from .protocol import COT_SUFFIX, PAPER_DECODING
+
+    p = esub.add_parser("mathvista", help="MathVista testmini (the paper's Table 3 protocol by default)",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--methods", type=parse_methods, default=parse_methods(DEFAULT_METHODS),
+                   help="comma list of floor, sd, drafter, asymspec, scd")
+    p.add_argument("--out", default="runs/mathvista", help="output folder (rerun the same command to resume)")
+    p.add_argument("--images", default=None,
+                   help="a folder of testmini images (or of a parquet copy of the split), or 'hub'; default: "
+                        "~/.cache/asymspec-vl/mathvista if it exists, else the hub")
+    p.add_argument("--tasks", default="GPS,VQA,FQA", help="comma list of GPS, VQA, FQA, MWP, TQA, or 'all'")
+    p.add_argument("--all-problems", action="store_true",
+                   help="keep problems without a Bard caption too (with --tasks all: the full testmini, 1,000)")
+    p.add_argument("--limit", type=int, default=None, help="the first N selected problems (pid order)")
+    p.add_argument("--pids", type=_pids, default=None, help="comma list of pids to run (within the selection)")
+    p.add_argument("--extract", choices=("rule", "llm"), default="rule",
+                   help="answer extraction: rules, or MathVista's LLM prompt on the verifier")
+    p.add_argument("--captions", default=None, help="captions JSON (default: the official Bard captions)")
+    p.add_argument("--ocrs", default=None, help="OCR JSON (default: the official EasyOCR texts)")
+    p.add_argument("--caption-chars", type=int, default=1600, help="the verifier's caption is cut to this")
+    p.add_argument("--ocr-chars", type=int, default=800, help="the verifier's OCR text is cut to this")
+    p.add_argument("--cot-suffix", default=COT_SUFFIX, help="appended to the official query on a new line")
+    p.add_argument("--save-trace", action="store_true", help="store each token's id and source in the JSONL")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_args(p)
+    add_config_args(p, K=PAPER_DECODING["K"], max_new_tokens=PAPER_DECODING["max_new_tokens"])
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from asymspec_vl.commands import config_from_args
+
+    from .protocol import EvalProtocol, parse_tasks
+    from .run import run_eval
+
+    protocol = EvalProtocol(tasks=parse_tasks(args.tasks), require_caption=not args.all_problems,
+                            caption_chars=args.caption_chars, ocr_chars=args.ocr_chars, cot_suffix=args.cot_suffix)
+    return run_eval(args, config_from_args(args), protocol)
+
+
+def add_score_args(p) -> None:
+    g = p.add_argument_group("mathvista")
+    g.add_argument("--extract", choices=("keep", "rule", "llm"), default="rule",
+                   help="keep the stored extractions (re-normalize only), or extract again by rules / LLM")
+    g.add_argument("--verifier", default=None,
+                   help="--extract llm: the extraction model (default: the verifier in the run's manifest.json)")
+    g.add_argument("--device", default=None)
+    g.add_argument("--dtype", default="auto")
+
+
+def rescore(records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]) -> str:
+    """Re-extract (per --extract) and re-score `records`; returns the Markdown table; with `out`, writes
+    rescored.jsonl, the table, charts and breakdown there."""
+    import json
+
+    from ..report import markdown_table
+    from .protocol import TASKS
+    from .run import table, write_outputs
+    from .scoring import score
+
+    extractor = _score_extractor(args, sources)
+    fresh = []
+    for rec in records:
+        rec = dict(rec)
+        if not rec.get("error") and "response" in rec:
+            if extractor is not None:
+                rec["extraction"] = extractor.extract(rec["response"], rec, rec.get("query") or rec["question"])
+                rec["extractor"] = extractor.name
+            rec["prediction"], rec["correct"] = score(rec.get("extraction", ""), rec)
+        fresh.append(rec)
+    tasks = tuple(t for t in TASKS if any(r.get("task") == t for r in fresh))
+    if out is None:
+        return markdown_table(*table(fresh, methods, tasks))
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "rescored.jsonl").open("w", encoding="utf-8") as f:
+        f.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for rec in fresh)
+    return write_outputs(out, fresh, methods, tasks, "MathVista (re-scored)")[0]
+
+
+def _score_extractor(args, sources: list[Path]):
+    if args.extract == "keep":
+        return None
+    if args.extract == "rule":
+        from .extraction import RuleExtractor
+
+        return RuleExtractor()
+    from asymspec_vl.errors import ConfigError
+
+    from .llm_extract import LLMExtractor
+
+    verifier = args.verifier or _manifest_verifier(sources)
+    if not verifier:
+        raise ConfigError("--extract llm needs --verifier (no manifest.json beside the results names one)")
+    return LLMExtractor.from_pretrained(verifier, device=args.device, dtype=args.dtype)
+
+
+def _manifest_verifier(sources: list[Path]) -> str | None:
+    import json
+
+    for src in sources:
+        path = Path(src).parent / "manifest.json"
+        if path.is_file():
+            return json.loads(path.read_text()).get("models", {}).get("verifier")
+    return None

@@ -1,0 +1,139 @@
+"""`asymspec-vl eval mathvista`: the protocol's problems x methods through the resumable runner, then the
+Table 3 layout (accuracy per task and overall, tokens/s, acceptance), charts, the official breakdown, a manifest.
+
+Output folder: results.jsonl (one line per problem and method, written as each finishes),
+results.fingerprint.json (the settings a resume must match), table.md / .csv / .json, table.png and
+table_<task>.png, breakdown.json (official per-category accuracy, per method), manifest.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..manifest import build_manifest, write_manifest
+from ..runner import Job, ResultsLog, run_jobs
+from ..summary import SPEED_COLUMNS, summarize, write_summary
+from .data import data_files, load_problems, sha256_file
+from .images import check_images, open_images
+from .protocol import EvalProtocol, build_request, select, task_of
+from .scoring import breakdown, score
+
+METHOD_NAMES = {"drafter": "VL drafter alone", "floor": "Floor", "sd": "SD", "asymspec": "AsymSpec", "scd": "SCD"}
+RESULTS = "results.jsonl"
+
+
+@dataclass
+class Setup:
+    """The selected problems and where their images and verifier texts come from (no model loaded)."""
+
+    problems: list
+    store: object
+    captioner: object
+    protocol: EvalProtocol
+    text_files: dict[str, Path]
+
+
+def load_setup(images, protocol: EvalProtocol, limit: int | None = None, pids: list[str] | None = None,
+               captions: str | None = None, ocrs: str | None = None) -> Setup:
+    """Annotations, captions / OCR texts, the selection, and a check that every selected image exists."""
+    from asymspec_vl.captioners import PrecomputedCaptioner
+
+    records, store = open_images(images)
+    problems = load_problems(records)
+    text_files = {"captions": Path(captions or data_files()["captions"]), "ocrs": Path(ocrs or data_files()["ocrs"])}
+    captioner = PrecomputedCaptioner.from_json(text_files["captions"], text_files["ocrs"])
+    selected = select(problems, protocol, captioner.has_caption, limit, pids)
+    check_images(store, selected)
+    return Setup(selected, store, captioner, protocol, text_files)
+
+
+def result_record(problem, res, extraction: str, extractor: str, save_trace: bool = False) -> dict:
+    """The JSONL line of one problem and method (the runner adds id and method)."""
+    facts = problem.facts()
+    prediction, correct = score(extraction, facts)
+    rec = {"benchmark": "mathvista", "task": task_of(problem), "query": problem.query, **facts,
+           "response": res.text, "extraction": extraction, "extractor": extractor, "prediction": prediction,
+           "correct": correct, "finish_reason": res.finish_reason, "stats": res.stats.to_dict()}
+    if save_trace:
+        rec["trace"] = [[t.token_id, t.source] for t in res.trace]
+    return rec
+
+
+def make_work(vl, setup: Setup, cfg, extractor, save_trace: bool = False):
+    """work(job) for the runner: build the request, decode with job.method, extract, score."""
+    def work(job: Job) -> dict:
+        problem = job.payload
+        request = build_request(problem, setup.store.get(problem), setup.captioner, setup.protocol)
+        res = vl.generate_batch([request], job.method, cfg)[0]
+        extraction = extractor.extract(res.text, problem.facts(), problem.query)
+        return result_record(problem, res, extraction, extractor.name, save_trace)
+    return work
+
+
+def table(records: list[dict], methods: list[str], tasks: tuple[str, ...]) -> tuple[list[dict], list[str]]:
+    """Rows in Table 3's layout: per-task accuracy, Overall, n, errors, tokens/s, acceptance, MAL."""
+    groups = {t: (lambda r, t=t: r.get("task") == t) for t in tasks}
+    rows = summarize(records, groups, methods, METHOD_NAMES)
+    return rows, ["method", *tasks, "Overall", "n", "errors", *SPEED_COLUMNS]
+
+
+def write_outputs(out: Path, records: list[dict], methods: list[str], tasks: tuple[str, ...],
+                  title: str = "MathVista") -> tuple[str, dict]:
+    """Table (md, csv, json), charts and breakdown.json; returns the Markdown table and the paths."""
+    rows, columns = table(records, methods, tasks)
+    paths = write_summary(rows, columns, out, "table", title, [*tasks, "Overall"])
+    per_method = {METHOD_NAMES.get(m, m): breakdown([r for r in records if r["method"] == m]) for m in methods}
+    paths["breakdown"] = out / "breakdown.json"
+    paths["breakdown"].write_text(json.dumps(per_method, indent=2))
+    return paths["md"].read_text(), paths
+
+
+def fingerprint(args, cfg, protocol: EvalProtocol, setup: Setup) -> dict:
+    """The settings that make results comparable: a resume must match them (methods and --limit may grow)."""
+    return {"benchmark": "mathvista", "drafter": args.drafter, "verifier": args.verifier,
+            "text_drafter": args.text_drafter, "backend": args.backend, "dtype": args.dtype,
+            "config": cfg.to_dict(), "protocol": protocol.to_dict(), "extract": args.extract,
+            "texts": {k: sha256_file(p) for k, p in setup.text_files.items()}}
+
+
+def run_eval(args, cfg, protocol: EvalProtocol) -> int:
+    from asymspec_vl.commands import load_from_args
+
+    out = Path(args.out)
+    setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
+    log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
+    jobs = [Job(p.pid, m, p) for p in setup.problems for m in args.methods]
+    done = log.load()
+    vl = extractor = None
+    if any(j.key not in done for j in jobs):  # models load only when something is left to do
+        vl = load_from_args(args)
+        extractor = _extractor(args, vl)
+    records = run_jobs(jobs, make_work(vl, setup, cfg, extractor, args.save_trace), log, desc="mathvista",
+                       progress=not args.no_progress)
+    markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
+    models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
+                                         "text_drafter": args.text_drafter, "backend": args.backend}
+    data = {**{p.name: sha256_file(p) for p in data_files().values()},
+            **{f"{k} (used)": sha256_file(p) for k, p in setup.text_files.items()},
+            "images": setup.store.describe(setup.problems)}
+    write_manifest(out / "manifest.json", build_manifest(
+        "mathvista", models, cfg.to_dict(), data,
+        {"protocol": protocol.to_dict(), "methods": args.methods, "extract": args.extract,
+         "n_problems": len(setup.problems), "pids": [p.pid for p in setup.problems],
+         "dtype": args.dtype, "device": args.device}))
+    print(markdown)
+    print(f"results: {out / RESULTS}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
+          f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
+    return 0
+
+
+def _extractor(args, vl):
+    if args.extract == "llm":
+        from .llm_extract import LLMExtractor
+
+        return LLMExtractor.from_pipeline(vl)
+    from .extraction import RuleExtractor
+
+    return RuleExtractor()

@@ -1,0 +1,207 @@
+"""A resumable eval runner: (item id, method) jobs, one JSON line per finished job, rerun = resume.
+
+API (shared by every eval: MathVista, the toy world, ...)
+    Job(id, method, payload=None)
+        one unit of work; its key (id, method) is unique within a run.
+    ResultsLog(path, fingerprint=None)
+        the JSONL file of finished jobs. fingerprint: a JSON-able dict of the settings that make results
+        comparable (models, decoding config, protocol); it is stored beside the log as
+        <stem>.fingerprint.json, and reopening the log with a different one raises ResumeMismatchError.
+        .load() -> {(id, method): record}: every complete line; a torn last line (a crash mid-write) is cut
+        off the file; a broken line anywhere else raises ResultsFileError.
+        .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL.
+    run_jobs(jobs, work, log, desc="eval", progress=True) -> [record, ...] in job order
+        runs work(job) -> dict for every job whose key is not in the log yet, appending each record as
+        soon as it is done; jobs already in the log are not recomputed. The runner adds "id" and "method".
+        Record fields it reads: "correct" (bool, or None when not scored) for the running accuracy and
+        "stats" {"emitted", "elapsed_s", ...} for tokens/s, both shown on a tqdm bar.
+        A typed error (asymspec_vl.errors.AsymSpecError) raised by work() is recorded as
+        {"error": {"type", "message"}, "correct": False} and the run goes on; any other exception stops
+        the run (a bug) with every finished job already on disk. One process writes a log at a time
+        (an flock on .<stem>.lock).
+    read_records(path) -> [record, ...] (complete lines, for re-scoring; the file is not modified).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from asymspec_vl.errors import AsymSpecError
+
+
+class ResultsFileError(AsymSpecError):
+    """A results file is corrupt (a broken line before the end) or is being written by another run."""
+
+
+class ResumeMismatchError(AsymSpecError):
+    """The results in an output folder were made with other settings than the current run's."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    method: str
+    payload: Any = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (str(self.id), str(self.method))
+
+
+def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], int]:
+    """The complete records, and the byte length of the prefix they fill (a torn last line is left out)."""
+    records, pos = [], 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        raw = data[pos:end]
+        if raw.strip():
+            try:
+                rec = json.loads(raw)
+                if not isinstance(rec, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                if end >= len(data):  # the last line, torn by a crash mid-write: leave it out
+                    return records, pos
+                line = data.count(b"\n", 0, pos) + 1
+                raise ResultsFileError(f"{path}: line {line} is not a JSON record ({e}); the file is corrupt: "
+                                       "fix or remove that line") from e
+            records.append(rec)
+        pos = end
+    return records, pos
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The complete records of a JSONL results file (a torn last line is ignored, the file untouched)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ResultsFileError(f"results file not found: {p}")
+    return _parse_lines(p.read_bytes(), p)[0]
+
+
+class ResultsLog:
+    """Append-only JSONL of finished jobs, keyed by (id, method)."""
+
+    def __init__(self, path: str | Path, fingerprint: dict | None = None):
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        self.fingerprint_path = self.path.with_name(self.path.stem + ".fingerprint.json")
+
+    def load(self) -> dict[tuple[str, str], dict]:
+        self._check_fingerprint()
+        if not self.path.is_file():
+            return {}
+        data = self.path.read_bytes()
+        records, good = _parse_lines(data, self.path)
+        if good < len(data):  # cut the torn tail so the next append starts on a fresh line
+            with self.path.open("r+b") as f:
+                f.truncate(good)
+        elif data and not data.endswith(b"\n"):
+            with self.path.open("ab") as f:
+                f.write(b"\n")
+        done: dict[tuple[str, str], dict] = {}
+        for rec in records:
+            done.setdefault((str(rec.get("id")), str(rec.get("method"))), rec)
+        return done
+
+    def append(self, record: dict) -> None:
+        line = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold an exclusive lock on .<stem>.lock while this process writes the log."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.with_name(f".{self.path.stem}.lock").open("w") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as e:
+                raise ResultsFileError(f"another run is writing {self.path}; wait for it or use another "
+                                       "output folder") from e
+            try:
+                yield self
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _check_fingerprint(self) -> None:
+        if self.fingerprint is None:
+            return
+        wanted = json.loads(json.dumps(self.fingerprint))
+        if self.fingerprint_path.is_file():
+            stored = json.loads(self.fingerprint_path.read_text(encoding="utf-8"))
+            if stored != wanted:
+                diff = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+                raise ResumeMismatchError(
+                    f"{self.path} holds results made with other settings (differing: {', '.join(diff)}); "
+                    "use another output folder, or delete it to start over")
+        elif self.path.is_file() and self.path.stat().st_size > 0:
+            raise ResumeMismatchError(f"{self.path} has results but no {self.fingerprint_path.name}; "
+                                      "cannot tell which settings made them: use another output folder")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fingerprint_path.write_text(json.dumps(wanted, indent=2, sort_keys=True))
+
+
+class _Progress:
+    """Running accuracy over all finished jobs and decoding tokens/s of this session, on a tqdm bar."""
+
+    def __init__(self, total: int, done: list[dict], desc: str, enabled: bool):
+        from tqdm.auto import tqdm
+
+        self.correct = sum(1 for r in done if r.get("correct") is True)
+        self.scored = sum(1 for r in done if r.get("correct") is not None)
+        self.tokens, self.seconds = 0, 0.0
+        self.bar = tqdm(total=total, initial=len(done), desc=desc, disable=not enabled, dynamic_ncols=True)
+
+    def update(self, rec: dict) -> None:
+        if rec.get("correct") is not None:
+            self.scored += 1
+            self.correct += rec["correct"] is True
+        stats = rec.get("stats") or {}
+        self.tokens += int(stats.get("emitted", 0))
+        self.seconds += float(stats.get("elapsed_s", 0.0))
+        acc = 100.0 * self.correct / self.scored if self.scored else 0.0
+        tps = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        self.bar.set_postfix_str(f"acc={acc:.1f}% tok/s={tps:.1f}", refresh=False)
+        self.bar.update(1)
+
+
+def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, desc: str = "eval",
+             progress: bool = True) -> list[dict]:
+    """Run the jobs not yet in `log`, appending each record when done; return all records in job order."""
+    jobs = list(jobs)
+    keys = [j.key for j in jobs]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})[:5]
+        raise ValueError(f"duplicate jobs {dup}: each (id, method) must be unique")
+    with log.locked():
+        done = log.load()
+        records = {k: done[k] for k in keys if k in done}
+        bar = _Progress(len(jobs), list(records.values()), desc, progress)
+        try:
+            for job in jobs:
+                if job.key in records:
+                    continue
+                start = time.perf_counter()
+                try:
+                    fields = dict(work(job))
+                except AsymSpecError as e:
+                    fields = {"error": {"type": type(e).__name__, "message": str(e)}, "correct": False}
+                fields.setdefault("wall_s", time.perf_counter() - start)
+                rec = {"id": job.key[0], "method": job.key[1], **fields}
+                log.append(rec)
+                records[job.key] = rec
+                bar.update(rec)
+        finally:
+            bar.bar.close()
+    return [records[k] for k in keys]
