@@ -6,6 +6,8 @@ The models compute their own positions (Qwen3-VL: transformers' M-RoPE from the 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from .config import AsymSpecConfig
@@ -26,8 +28,10 @@ def logits_after(model, view: EncodedView, extra: list[int], n: int) -> torch.Te
 
 
 def naive_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, cfg: AsymSpecConfig,
-                   banned: torch.Tensor | None, stop_ids: set[int], max_new: int) -> list[int]:
-    """Generated token ids of one request by Algorithm 1 with every forward recomputed."""
+                   banned: torch.Tensor | None, stop_ids: set[int], max_new: int,
+                   on_step: Callable[[list[int]], None] | None = None) -> list[int]:
+    """Generated token ids of one request by Algorithm 1 with every forward recomputed.
+    on_step(y) is called after every speculation step (for timing)."""
     y: list[int] = []
     K = cfg.K
     while True:
@@ -47,3 +51,5 @@ def naive_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, cfg:
             y.append(tok)
             if tok in stop_ids or len(y) >= max_new:
                 return y
+        if on_step:
+            on_step(y)
