@@ -27,12 +27,14 @@ THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                           font_mono=["ui-monospace", "monospace"])
 
 
-class ImageInput(gr.Image):
-    """gr.Image whose server-side check turns a wrong file type or an unreadable upload into a message."""
+def checked_image_input(**kwargs) -> gr.Image:
+    """A gr.Image (type filepath) whose server-side check turns a wrong file type or an unreadable upload
+    into a message. The check wraps this instance's preprocess (a gr.Image subclass would make Gradio write
+    a .pyi stub next to this module)."""
+    component = gr.Image(type="filepath", image_mode=None, format="png", **kwargs)
+    preprocess = component.preprocess
 
-    is_template = True  # rendered by gr.Image's front end
-
-    def preprocess(self, payload):
+    def checked(payload):
         if payload is None:
             return None
         is_data_url = bool(payload.url and payload.url.startswith("data:"))
@@ -42,10 +44,13 @@ class ImageInput(gr.Image):
                                    f"({', '.join(IMAGE_SUFFIXES)})"), title="InvalidImageError",
                            print_exception=False)
         try:
-            return super().preprocess(payload)
+            return preprocess(payload)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             raise gr.Error(_escape(f"the upload is not a readable image ({type(e).__name__})"),
                            title="InvalidImageError", print_exception=False) from e
+
+    component.preprocess = checked
+    return component
 
 
 def _escape(text: str) -> str:
@@ -100,12 +105,11 @@ def build_demo(service: DemoService) -> gr.Blocks:
                     f"backend `{names.get('backend')}`")
         with gr.Row():
             with gr.Column(scale=1):
-                image = ImageInput(label="Image", type="filepath", image_mode=None, format="png",
-                                   sources=["upload", "clipboard"], elem_id="image")
+                image = checked_image_input(label="Image", sources=["upload", "clipboard"], elem_id="image")
                 question = gr.Textbox(label="Question", lines=2, elem_id="question",
                                       placeholder="What is the value of the tallest bar?")
                 with gr.Accordion("The verifier's view (editable)", open=True):
-                    hint = "filled by the captioner on upload" if service.describe else "type it"
+                    hint = "filled by the captioner on upload" if service.captioner else "type it"
                     caption = gr.Textbox(label="Caption", lines=3, elem_id="caption",
                                          placeholder=f"A description of the image ({hint})")
                     ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr",

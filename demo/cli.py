@@ -23,6 +23,15 @@ def register(sub) -> None:
                                     "each token of the answer came from")
     add_model_args(p, drafter="embedded", verifier="embedded")
     add_config_args(p, K=2, max_new_tokens=64)
+    g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
+    g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
+                   help="OCR that fills the OCR box on upload (EasyOCR runs offline on the CPU)")
+    g.add_argument("--caption-model", default="none",
+                   help="VLM that fills the caption box on upload: 'none' (type it), 'drafter' (reuse the loaded "
+                        "VL drafter), 'embedded', a hub id or a local path")
+    g.add_argument("--caption-cache", default=None,
+                   help="folder caching captions / OCR by image content (default: ~/.cache/asymspec-vl/captions)")
+    g.add_argument("--no-caption-cache", action="store_true", help="keep the caption cache in memory only")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     g.add_argument("--port", type=int, default=7860)
@@ -33,6 +42,27 @@ def register(sub) -> None:
     p.set_defaults(func=_demo)
 
 
+def build_captioner(args, vl):
+    """The captioners the flags ask for, each behind a content-hash cache; None when both are off."""
+    from asymspec_vl.captioners import CachedCaptioner, CombinedCaptioner
+    from asymspec_vl.defaults import cache_dir
+
+    directory = None if args.no_caption_cache else (args.caption_cache or cache_dir() / "captions")
+    caption = ocr = None
+    if args.caption_model != "none":
+        from asymspec_vl.captioners import VLMCaptioner
+
+        kw = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+        vlm = (VLMCaptioner.from_pipeline(vl) if args.caption_model == "drafter"
+               else VLMCaptioner(args.caption_model, **kw))
+        caption = CachedCaptioner(vlm, directory)
+    if args.ocr == "easyocr":
+        from asymspec_vl.captioners import EasyOCRCaptioner
+
+        ocr = CachedCaptioner(EasyOCRCaptioner(), directory)
+    return None if caption is None and ocr is None else CombinedCaptioner(caption, ocr)
+
+
 def _demo(args) -> int:
     from .app import build_demo, launch
     from .service import DemoService
@@ -40,6 +70,7 @@ def _demo(args) -> int:
     cfg = config_from_args(args)  # validated before the models load
     vl = load_from_args(args)
     max_bytes = int(args.max_upload_mb * 2**20)
-    service = DemoService(vl, cfg, describe=None, max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
+    service = DemoService(vl, cfg, captioner=build_captioner(args, vl), max_image_pixels=args.max_image_pixels,
+                          max_file_bytes=max_bytes)
     launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator
+from typing import Iterator
 
 from PIL import Image
 
@@ -14,8 +14,6 @@ from asymspec_vl.images import load_image
 from . import render
 from .streaming import Snapshot, stream_generate
 
-# describe(image) -> (caption, ocr): what prefills the verifier's view when an image is uploaded.
-Describe = Callable[[Image.Image], tuple[str, str]]
 BASELINES = ("floor", "drafter")
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -26,9 +24,11 @@ Outputs = tuple[str, str, str, str, dict]
 class DemoService:
     """The models and limits behind the page. One generation at a time (the models are shared)."""
 
-    def __init__(self, vl, base_config: AsymSpecConfig | None = None, describe: Describe | None = None,
+    def __init__(self, vl, base_config: AsymSpecConfig | None = None, captioner=None,
                  max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
-        self.vl, self.base_config, self.describe = vl, base_config or AsymSpecConfig(), describe
+        """captioner: an asymspec_vl.captioners.Captioner (describe(image) -> ImageText with .caption, .ocr)
+        that prefills the verifier's view on upload; None leaves the view for the user to type."""
+        self.vl, self.base_config, self.captioner = vl, base_config or AsymSpecConfig(), captioner
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
         self.lock = threading.Lock()
         self._pieces: dict[int, str] = {}
@@ -46,12 +46,12 @@ class DemoService:
 
     def describe_image(self, image) -> tuple[str, str]:
         """Caption and OCR text for the verifier's view; empty (for the user to type) without a captioner."""
-        if self.describe is None:
+        if self.captioner is None:
             return "", ""
         img = self.load(image)
-        with self.lock:
-            caption, ocr = self.describe(img)
-        return caption or "", ocr or ""
+        with self.lock:  # a VLM captioner may share the device with the drafter
+            text = self.captioner.describe(img)
+        return text.caption or "", text.ocr or ""
 
     def piece(self, token_id: int) -> str:
         """The text of one token, as the API's trace decodes it (cached: streaming re-renders every step)."""

@@ -3,6 +3,7 @@
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,9 +17,14 @@ MAX_PIXELS, MAX_BYTES = 100_000, 64 * 1024  # the chart: 256 x 192 = 49,152 pixe
 SETTINGS = dict(K=3, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=10)
 
 
-def describe(image):
-    """A stand-in captioner: proves the uploaded pixels reached it."""
-    return f"an image of {image.width}x{image.height} pixels", f"top-left pixel {image.getpixel((0, 0))}"
+class PixelCaptioner:
+    """A stand-in captioner (the captioners protocol): proves the uploaded pixels reached it."""
+
+    name = "pixels"
+
+    def describe(self, image=None, key=None):
+        return SimpleNamespace(caption=f"an image of {image.width}x{image.height} pixels",
+                               ocr=f"top-left pixel {image.getpixel((0, 0))}")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,7 @@ def app(tiny_vl):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    service = DemoService(tiny_vl, AsymSpecConfig(), describe=describe, max_image_pixels=MAX_PIXELS,
+    service = DemoService(tiny_vl, AsymSpecConfig(), captioner=PixelCaptioner(), max_image_pixels=MAX_PIXELS,
                           max_file_bytes=MAX_BYTES)
     demo = launch(build_demo(service), host="127.0.0.1", port=port, max_file_bytes=MAX_BYTES, block=False,
                   quiet=True)
