@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
 from .config import AsymSpecConfig
@@ -92,14 +89,11 @@ def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str
 
 
 def _generation_eos(path: str) -> set[int]:
-    f = Path(path) / "generation_config.json"
-    if f.is_file():
-        return _as_set(json.loads(f.read_text()).get("eos_token_id"))
-    try:
-        from transformers import GenerationConfig
+    from transformers import GenerationConfig
 
+    try:
         return _as_set(GenerationConfig.from_pretrained(path).eos_token_id)
-    except (OSError, ValueError):
+    except OSError:  # no generation_config.json: the model config's eos applies
         return set()
 
 
