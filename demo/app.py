@@ -109,11 +109,13 @@ def build_demo(service: DemoService) -> gr.Blocks:
                 question = gr.Textbox(label="Question", lines=2, elem_id="question",
                                       placeholder="What is the value of the tallest bar?")
                 with gr.Accordion("The verifier's view (editable)", open=True):
-                    hint = "filled by the captioner on upload" if service.captioner else "type it"
+                    source = getattr(service.captioner, "name", None)
+                    gr.Markdown(f"Prefilled on upload by `{source}`; edit freely." if source else
+                                "No captioner is running: type what the verifier should read.")
                     caption = gr.Textbox(label="Caption", lines=3, elem_id="caption",
-                                         placeholder=f"A description of the image ({hint})")
+                                         placeholder="A description of the image for the verifier")
                     ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr",
-                                     placeholder=f"Text written in the image ({hint})")
+                                     placeholder="Text written in the image")
                 with gr.Accordion("Decoding controls", open=False):
                     k = gr.Slider(1, 16, value=cfg.K, step=1, label="K (draft tokens per step)", elem_id="k")
                     beta = gr.Slider(0, 10, value=cfg.beta, step=0.1, label="β (δ-fusion weight)", elem_id="beta")
