@@ -1,0 +1,28 @@
+"""Idempotent attribute patching: each patched function remembers the original it wraps."""
+
+from __future__ import annotations
+
+import functools
+
+_MARK = "__asymspec_original__"
+
+
+def is_patched(fn) -> bool:
+    return hasattr(fn, _MARK)
+
+
+def original(owner, name: str):
+    fn = owner.__dict__[name]
+    return getattr(fn, _MARK, fn)
+
+
+def wrap(owner, name: str, make):
+    """owner.name = make(orig) unless already patched; `make` returns the replacement."""
+    current = owner.__dict__.get(name)
+    if current is not None and is_patched(current):
+        return
+    orig = getattr(owner, name)
+    new = make(orig)
+    functools.update_wrapper(new, orig)
+    setattr(new, _MARK, orig)
+    setattr(owner, name, new)

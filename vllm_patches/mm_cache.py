@@ -1,0 +1,52 @@
+"""Patches (1) and (2): per-request image inputs, and the vision tower run once per request.
+
+(1) pixel_values / image_grid_thw arrive in SamplingParams.extra_args; they are moved to the device once
+    and kept per request id until it finishes.
+(2) The first time a request's x_full prefill needs them, the drafter's `embed_multimodal` runs the vision
+    tower and the patch merger; its output (per image [tokens, hidden * (1 + DeepStack levels)]: the merged
+    embedding and the multiscale DeepStack features the stock model injects into early decoder layers) is
+    cached, so no later step reruns the tower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class _Entry:
+    pixel_values: torch.Tensor  # [num_patches, patch_dim]
+    image_grid_thw: torch.Tensor  # [num_images, 3]
+    embeddings: tuple[torch.Tensor, ...] | None = None  # per image [tokens, hidden * (1 + levels)]
+
+
+class ImageCache:
+    def __init__(self, model, device: torch.device):
+        self.model = model
+        self.device = device
+        self.entries: dict[str, _Entry] = {}
+        self.vision_tower_calls = 0  # forwards of the vision tower, counted by a hook
+        self.model.visual.register_forward_pre_hook(self._count)
+
+    def _count(self, module, args) -> None:
+        self.vision_tower_calls += 1
+
+    def put(self, req_id: str, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> None:
+        self.entries[req_id] = _Entry(pixel_values.to(self.device, self.model.visual.dtype),
+                                      image_grid_thw.to(self.device))
+
+    def has(self, req_id: str) -> bool:
+        return req_id in self.entries
+
+    def embeddings(self, req_id: str) -> tuple[torch.Tensor, ...]:
+        e = self.entries[req_id]
+        if e.embeddings is None:
+            e.embeddings = tuple(self.model.embed_multimodal(pixel_values=e.pixel_values,
+                                                             image_grid_thw=e.image_grid_thw))
+            e.pixel_values = e.pixel_values[:0]  # the pixels are not needed any more
+        return e.embeddings
+
+    def drop(self, req_id: str) -> None:
+        self.entries.pop(req_id, None)

@@ -1,0 +1,275 @@
+"""AsymSpecProposer: the drafter of speculative method "asymspec", one set of weights reading two views.
+
+  x_comp view  the verifier's token stream, in the KV blocks vLLM allocates for the drafter's layers on the
+               verifier's block table. `score_comp_view` runs the drafter on exactly the tokens the verifier
+               runs on, in the same step and with the same attention metadata, so the logits b at the K+1
+               verified positions come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft
+               from this view too.
+  x_full view  the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
+               incrementally: each step feeds the newly committed tokens, then drafts K greedily (logits a).
+The gate/fusion math does not live here (sampler.py calls the project's gate).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
+
+from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.gate import greedy
+from asymspec_vl.sources import RowLedger
+
+from . import switches
+from .drafter_pass import PassRow, run_pass
+from .kv_pool import FullViewPool
+from .mm_cache import ImageCache
+from .mrope import generated_positions, prompt_positions, view_positions
+from .request_args import EngineFacts, RequestArgsError, has_request_args, parse_request_args
+from .rows import PRIME_KEY, RowState
+
+FULL_VIEW_TOKENS_ENV = "ASYMSPEC_FULL_VIEW_TOKENS"
+_VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+
+
+@dataclass
+class DraftPlan:
+    full_rows: list[tuple[str, RowState, list[int]]]  # (req_id, state, x_full tokens to feed first)
+    comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
+
+
+class AsymSpecProposer(DraftModelProposer):
+    def __init__(self, vllm_config, device: torch.device, runner=None):
+        # pass_hidden_states_to_model=True keeps the base class from reserving 1-D-position draft slots
+        # (and from refusing an M-RoPE drafter): this proposer runs its own passes.
+        SpecDecodeBaseProposer.__init__(self, vllm_config, device, True, runner)
+        self.pass_hidden_states_to_model = False
+        self._raise_if_draft_tp_mismatch()
+        self.runner = runner
+        self.K = self.num_speculative_tokens
+        self.rows: dict[str, RowState] = {}
+        self.errors: dict[str, str] = {}
+        self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def load_model(self, target_model) -> None:
+        super().load_model(target_model)
+        ctx = self.vllm_config.compilation_config.static_forward_context
+        self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
+        self.uses_mrope = bool(self.draft_model_config.uses_mrope)
+        hf = self.draft_model_config.hf_config
+        vision = getattr(hf, "vision_config", None) if hasattr(self.model, "visual") else None
+        self.images = ImageCache(self.model, self.device) if vision is not None else None
+        self.facts = EngineFacts(
+            K=self.K, vocab_size=self.draft_model_config.get_vocab_size(), max_model_len=self.max_model_len,
+            image_token_id=getattr(hf, "image_token_id", None) if vision is not None else None,
+            patch_dim=(vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+                       if vision is not None else None),
+            merge_size=getattr(vision, "spatial_merge_size", 1))
+        self.default_banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
+
+    def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes=None) -> None:
+        super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
+        sched = self.vllm_config.scheduler_config
+        tokens = int(os.environ.get(FULL_VIEW_TOKENS_ENV, 0)) or sched.max_num_seqs * self.max_model_len
+        block = self.draft_attn_groups[0].get_metadata_builder().kv_cache_spec.block_size
+        self.pool = FullViewPool(self.draft_attn_groups, math.ceil(tokens / block) + 1,
+                                 self.vllm_config.cache_config.cache_dtype, self.device)
+
+    # -- per-request state ----------------------------------------------------------------------
+    def row(self, req_id: str) -> RowState:
+        st = self.rows.get(req_id)
+        if st is None:
+            st = self.rows[req_id] = self._new_row(req_id)
+        return st
+
+    def _new_row(self, req_id: str) -> RowState:
+        req = self.runner.requests[req_id]
+        sp = req.sampling_params
+        extra = (sp.extra_args if sp is not None else None) or {}
+        st = RowState(None, prime=extra.get(PRIME_KEY))
+        if not has_request_args(extra):
+            return st
+        try:
+            st.args = parse_request_args(extra, self.facts)
+            _check_greedy(sp)
+            st.banned_ids = tuple(sorted(st.args.banned or self.default_banned))
+            st.banned = self._banned_mask(st.banned_ids)
+            if st.args.mode == "asymspec":
+                self._open_full_view(req_id, st, list(req.prompt_token_ids) + [st.prime])
+        except (AsymSpecError, ValueError, TypeError, RuntimeError) as e:
+            self.fail(req_id, st, e)
+        return st
+
+    def _open_full_view(self, req_id: str, st: RowState, x_comp: list[int]) -> None:
+        ids, grid, pixels = st.args.x_full, st.args.image_grid_thw, st.args.pixel_values
+        if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
+            ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
+        st.full = RowLedger(prompt=list(ids))
+        st.full_positions, st.delta = prompt_positions(self.model, ids, grid, self.facts.image_token_id,
+                                                       self.uses_mrope)
+        if pixels is not None:
+            self.images.put(req_id, pixels, grid)  # patch (1)
+            st.sees_image = True
+
+    def _banned_mask(self, ids) -> torch.Tensor:
+        mask = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)  # [V]
+        mask[list(ids)] = True
+        return mask
+
+    def fail(self, req_id: str, st: RowState, err: Exception) -> None:
+        st.failed = f"{type(err).__name__}: {err}"
+        self.errors[req_id] = st.failed
+        self._release(req_id)
+
+    def take_errors(self) -> dict[str, str]:
+        errors, self.errors = self.errors, {}
+        return errors
+
+    def forget(self, req_ids) -> None:
+        for req_id in req_ids:
+            self.rows.pop(req_id, None)
+            self._release(req_id)
+
+    def _release(self, req_id: str) -> None:
+        if hasattr(self, "pool"):
+            self.pool.release(req_id)
+        if self.images is not None:
+            self.images.drop(req_id)
+
+    # -- the x_comp view: logits b on the verifier's tokens ---------------------------------------
+    def score_comp_view(self, input_ids: torch.Tensor, positions: torch.Tensor) -> None:
+        """Run the drafter on the verifier's step inputs (called inside the verifier's forward context)."""
+        from vllm.forward_context import get_forward_context, set_forward_context
+
+        ctx = get_forward_context()
+        if self.uses_mrope and positions.dim() == 1:
+            positions = positions.unsqueeze(0).expand(3, -1).contiguous()  # text: t = h = w
+        with set_forward_context(ctx.attn_metadata, self.vllm_config, num_tokens=input_ids.shape[0],
+                                 slot_mapping=ctx.slot_mapping):
+            self.comp_hidden = self.model(input_ids=input_ids, positions=positions, inputs_embeds=None)
+
+    def comp_logits(self, token_indices: torch.Tensor) -> torch.Tensor:
+        """b at the given token indices of this step's verifier inputs. [n] -> [n, V]."""
+        return self.model.compute_logits(self.comp_hidden[token_indices])
+
+    # -- drafting -------------------------------------------------------------------------------
+    def plan(self, req_ids: list[str], sampled: list[list[int]]) -> DraftPlan:
+        """Commit this step's tokens into each row's x_full ledger; list what each view feeds next."""
+        plan = DraftPlan([], [])
+        for i, (req_id, new) in enumerate(zip(req_ids, sampled)):
+            st = self.row(req_id)
+            if not new or st.failed:
+                continue  # a prefill chunk (nothing committed) or a request about to be finished
+            if st.mode == "asymspec":
+                y = st.committed(self.runner.requests[req_id].output_token_ids)
+                st.full.commit(y)
+                plan.full_rows.append((req_id, st, st.full.pending(y)))
+            else:
+                plan.comp_rows.append((i, req_id, st))
+        return plan
+
+    def mm_embed_inputs(self, plan: DraftPlan) -> tuple[list[torch.Tensor], torch.Tensor] | None:
+        """Patch (4) input: the cached image embeddings of rows whose x_full prefill is in the first pass,
+        and the mask of their image_pad tokens among that pass's tokens ([N] bool)."""
+        embeds, masks, kept = [], [], []
+        for req_id, st, feed in plan.full_rows:
+            mask = torch.zeros(len(feed), dtype=torch.bool)
+            if st.sees_image and self.facts.image_token_id in feed:
+                try:
+                    embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
+                except (RuntimeError, ValueError) as e:
+                    self.fail(req_id, st, e)
+                    continue
+                mask = torch.tensor(feed) == self.facts.image_token_id
+            masks.append(mask)
+            kept.append((req_id, st, feed))
+        plan.full_rows = kept
+        return (embeds, torch.cat(masks).to(self.device)) if embeds else None
+
+    def propose(self, plan: DraftPlan, mm_embed_inputs=None) -> dict[str, list[int]]:
+        """Draft K tokens per row: asymspec rows from x_full (with the image embeddings on their first
+        pass), the others from x_comp. Returns req_id -> drafts."""
+        drafts = {}
+        if plan.full_rows:
+            drafts.update(self._draft_full_view(plan, mm_embed_inputs))
+        if plan.comp_rows:
+            drafts.update(self._draft_comp_view(plan.comp_rows))
+        return drafts
+
+    def _draft_full_view(self, plan: DraftPlan, mm) -> dict[str, list[int]]:
+        rows = self._reserve(plan)
+        feeds = [feed for _, _, feed in rows]
+        passes = [self.K + (st.args.cfg.bonus == "fused") for _, st, _ in rows]  # a_{K+1} for a fused bonus
+        embeds = None
+        if mm is not None:
+            ids = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
+            embeds = self.model.embed_input_ids(ids, multimodal_embeddings=mm[0], is_multimodal=mm[1])
+        logits = [[] for _ in rows]
+        for k in range(max(passes, default=0)):
+            live = [r for r in range(len(rows)) if k < passes[r]]
+            batch = [self._full_pass_row(rows[r][0], rows[r][1], feeds[r]) for r in live]
+            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors, embeds)
+            embeds = None
+            lg = self.model.compute_logits(hidden[last])  # [len(live), V]
+            d = greedy(lg, torch.stack([rows[r][1].banned for r in live]))
+            for j, r in enumerate(live):
+                logits[r].append(lg[j])
+                feeds[r] = [int(d[j])]
+        out = {}
+        for (req_id, st, _), lg in zip(rows, logits):
+            st.a = torch.stack(lg)  # [K (+1), V]
+            st.drafts = [int(x) for x in greedy(st.a[:self.K], st.banned)]
+            out[req_id] = st.drafts
+        return out
+
+    def _reserve(self, plan: DraftPlan):
+        kept = []
+        for req_id, st, feed in plan.full_rows:
+            try:
+                self.pool.reserve(req_id, st.full.n_cached + len(feed) + self.K + 1)
+                kept.append((req_id, st, feed))
+            except AsymSpecError as e:
+                self.fail(req_id, st, e)
+        return kept
+
+    def _full_pass_row(self, req_id: str, st: RowState, tokens: list[int]) -> PassRow:
+        ledger = st.full
+        start = ledger.n_cached + len(ledger.speculative)
+        ledger.speculative.extend((start + k, t) for k, t in enumerate(tokens))
+        pos = view_positions(st.full_positions, st.delta, start, len(tokens), self.uses_mrope)
+        return PassRow(tokens, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
+
+    def _draft_comp_view(self, rows) -> dict[str, list[int]]:
+        """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves."""
+        table = self.runner.input_batch.block_table[self.kv_cache_gid]
+        blocks = table.get_device_tensor(self.runner.input_batch.num_reqs)
+        reqs = [self.runner.requests[req_id] for _, req_id, _ in rows]
+        tokens = [r.output_token_ids[-1] for r in reqs]
+        starts = [r.num_tokens - 1 for r in reqs]
+        banned = torch.stack([st.banned if st.banned is not None else
+                              torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
+                              for _, _, st in rows])
+        drafts = [[] for _ in rows]
+        for k in range(self.K):
+            batch = [PassRow([tok], s + k, generated_positions(s + k, 1, 0, self.uses_mrope), blocks[i])
+                     for (i, _, _), tok, s in zip(rows, tokens, starts)]
+            hidden, last = run_pass(self, batch, table.block_size)
+            tokens = greedy(self.model.compute_logits(hidden[last]), banned).tolist()
+            for r, t in enumerate(tokens):
+                drafts[r].append(t)
+        return {req_id: d for (_, req_id, _), d in zip(rows, drafts)}
+
+
+def _check_greedy(sp) -> None:
+    """AsymSpec decodes greedily: refuse sampling settings the gate would silently ignore."""
+    plain = (sp.temperature < 1e-5 and sp.logprobs is None and not sp.logit_bias and not sp.bad_words
+             and not sp.allowed_token_ids and sp.presence_penalty == 0 and sp.frequency_penalty == 0
+             and sp.repetition_penalty == 1 and not sp.min_tokens)
+    if not plain:
+        raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no logprobs, "
+                               "penalties, logit_bias, bad_words, allowed_token_ids or min_tokens")

@@ -1,0 +1,170 @@
+"""The per-request AsymSpec inputs carried by SamplingParams.extra_args["asymspec"]: build and validate.
+
+Schema (all but `mode` optional):
+  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "sd" (drafter on x_comp, greedy
+                  verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
+  config          AsymSpecConfig fields (K must equal the engine's num_speculative_tokens)
+  x_full          the drafter's full prompt, token ids (mode "asymspec": required)
+  pixel_values    [num_patches, C*T*P*P] float, the drafter's image inputs (Qwen-VL processor output)
+  image_grid_thw  [num_images, 3] int
+  banned          token ids no argmax may pick (structural specials)
+The verifier's prompt x_comp is the request's own prompt. Requests without the key are ordinary
+speculative decoding. Every violation raises a typed error naming the field; the engine turns it into an
+error finish of that request alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from asymspec_vl.config import AsymSpecConfig
+from asymspec_vl.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
+
+from .mrope import image_runs
+
+KEY = "asymspec"
+MODES = ("asymspec", "sd", "scd")
+FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
+
+
+class RequestArgsError(InputError):
+    """extra_args["asymspec"] is malformed (a missing field, a wrong type or shape)."""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What validation needs to know about the engine's models."""
+
+    K: int
+    vocab_size: int
+    max_model_len: int
+    image_token_id: int | None = None  # None: the drafter reads no images
+    patch_dim: int | None = None  # C * temporal_patch * patch * patch
+    merge_size: int = 1
+
+
+@dataclass
+class AsymSpecArgs:
+    mode: str
+    cfg: AsymSpecConfig
+    x_full: list[int] | None = None
+    pixel_values: torch.Tensor | None = None  # [num_patches, patch_dim]
+    image_grid_thw: torch.Tensor | None = None  # [num_images, 3] int64
+    banned: tuple[int, ...] = ()
+
+
+def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=None, image_grid_thw=None,
+                    banned=None) -> dict:
+    """The extra_args dict for one request (client side)."""
+    args: dict = {"mode": mode, "config": {k: v for k, v in cfg.to_dict().items()
+                                           if k not in ("max_new_tokens", "stop_token_ids")}}
+    if x_full is not None:
+        args["x_full"] = list(x_full)
+    if pixel_values is not None:
+        args["pixel_values"], args["image_grid_thw"] = pixel_values, image_grid_thw
+    if banned is not None:
+        args["banned"] = sorted(int(b) for b in banned)
+    return {KEY: args}
+
+
+def has_request_args(extra_args) -> bool:
+    return isinstance(extra_args, dict) and KEY in extra_args
+
+
+def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecArgs:
+    raw = extra_args[KEY]
+    if not isinstance(raw, dict):
+        raise RequestArgsError(f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}')
+    unknown = set(raw) - set(FIELDS)
+    if unknown:
+        raise RequestArgsError(f'extra_args["{KEY}"] has unknown field(s) {sorted(unknown)}; known: {FIELDS}')
+    mode = raw.get("mode")
+    if mode not in MODES:
+        raise RequestArgsError(f'extra_args["{KEY}"]["mode"]={mode!r} must be one of {MODES}')
+    cfg = _config(raw.get("config", {}), facts)
+    banned = tuple(_token_ids(raw.get("banned", []), "banned", facts.vocab_size))
+    x_full = raw.get("x_full")
+    if mode == "asymspec" and x_full is None:
+        raise RequestArgsError('mode "asymspec" needs extra_args["asymspec"]["x_full"] (the drafter prompt)')
+    if x_full is not None:
+        x_full = _token_ids(x_full, "x_full", facts.vocab_size)
+        if not x_full:
+            raise RequestArgsError("x_full is empty")
+        if len(x_full) >= facts.max_model_len:
+            raise PromptTooLongError(f"x_full has {len(x_full)} tokens; the engine's max_model_len is "
+                                     f"{facts.max_model_len}")
+    pixel_values, grid = _image_inputs(raw, x_full, facts)
+    return AsymSpecArgs(mode, cfg, x_full, pixel_values, grid, banned)
+
+
+def _config(raw, facts: EngineFacts) -> AsymSpecConfig:
+    if not isinstance(raw, dict):
+        raise RequestArgsError(f"config must be a dict of AsymSpecConfig fields, got {type(raw).__name__}")
+    unknown = set(raw) - _CONFIG_FIELDS
+    if unknown:
+        raise ConfigError(f"unknown AsymSpecConfig field(s) {sorted(unknown)}")
+    try:
+        cfg = AsymSpecConfig(**{"K": facts.K, **raw})
+    except TypeError as e:  # e.g. a list where a number belongs
+        raise ConfigError(f"invalid AsymSpecConfig: {e}") from e
+    if cfg.K != facts.K:
+        raise ConfigError(f"config K={cfg.K} differs from the engine's num_speculative_tokens={facts.K}")
+    return cfg
+
+
+def _token_ids(ids, name: str, vocab_size: int) -> list[int]:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     for i in ids):
+        raise RequestArgsError(f"{name} must be a list of token ids")
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise RequestArgsError(f"{name} holds token ids outside [0, {vocab_size}): {bad[:5]}")
+    return list(ids)
+
+
+def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
+    """Validate pixel_values against image_grid_thw and the image_pad runs of x_full."""
+    pv, grid = raw.get("pixel_values"), raw.get("image_grid_thw")
+    n_pad = x_full.count(facts.image_token_id) if (x_full and facts.image_token_id is not None) else 0
+    if pv is None and grid is None:
+        if n_pad:
+            raise InvalidImageError(f"x_full holds {n_pad} image tokens but no pixel_values were given")
+        return None, None
+    if pv is None or grid is None:
+        raise RequestArgsError("pixel_values and image_grid_thw must be given together")
+    if facts.image_token_id is None:
+        raise InvalidImageError("the engine's drafter is a text model: it cannot read pixel_values")
+    if x_full is None:
+        raise RequestArgsError("pixel_values need x_full, the drafter prompt that places the image")
+    try:
+        pv, grid = torch.as_tensor(pv), torch.as_tensor(grid)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidImageError(f"pixel_values / image_grid_thw are not tensors: {e}") from e
+    if not pv.is_floating_point() or pv.dim() != 2 or pv.shape[1] != facts.patch_dim:
+        raise InvalidImageError(f"pixel_values must be float [num_patches, {facts.patch_dim}], got "
+                                f"{pv.dtype} {list(pv.shape)}")
+    if grid.dim() != 2 or grid.shape[1] != 3 or grid.is_floating_point() or len(grid) == 0:
+        raise InvalidImageError(f"image_grid_thw must be int [num_images, 3], got {grid.dtype} {list(grid.shape)}")
+    grid = grid.long()
+    m = facts.merge_size
+    if (grid <= 0).any() or (grid[:, 0] != 1).any() or (grid[:, 1:] % m != 0).any():
+        raise InvalidImageError(f"image_grid_thw {grid.tolist()} is not a grid of images (t = 1, h and w "
+                                f"positive multiples of {m})")
+    if int(grid.prod(-1).sum()) != pv.shape[0]:
+        raise InvalidImageError(f"image_grid_thw {grid.tolist()} covers {int(grid.prod(-1).sum())} patches; "
+                                f"pixel_values has {pv.shape[0]}")
+    if not torch.isfinite(pv).all():
+        raise InvalidImageError("pixel_values hold NaN or infinite values")
+    per_image = (grid.prod(-1) // (m * m)).tolist()
+    runs = [n for _, n in image_runs(x_full, facts.image_token_id)]
+    if runs != per_image:
+        raise InvalidImageError(f"x_full's image token runs {runs} do not match image_grid_thw, which needs "
+                                f"{per_image}")
+    return pv, grid
+

@@ -1,0 +1,122 @@
+"""GPUModelRunner (and so CPUModelRunner) hooks for speculative method "asymspec". Each hook is a no-op
+wrapper for every other configuration.
+
+  __init__                 the runner builds an AsymSpecProposer where it would build a DraftModelProposer
+  _update_states           the proposer forgets finished requests (their caches and blocks)
+  _prepare_inputs          keeps this step's logits_indices (the token index of every logits row)
+  _model_forward           after the verifier's forward, the drafter's x_comp-view pass on the same inputs
+  _sample                  sampler.sample: the gate in place of the rejection sampler
+  propose_draft_token_ids  commit, route the cached image embeddings (patch 4), draft
+  sample_tokens            requests that failed this step ride out on the ModelRunnerOutput
+"""
+
+from __future__ import annotations
+
+import copy
+
+from . import sampler, switches
+from ._patching import wrap
+from .config_patch import is_asymspec
+
+ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
+
+
+def patch_model_runner() -> None:
+    from vllm.v1.worker import gpu_model_runner as gmr
+
+    cls = gmr.GPUModelRunner
+
+    def make_init(orig):
+        def __init__(self, vllm_config, device):
+            if not is_asymspec(vllm_config):
+                return orig(self, vllm_config, device)
+            from .proposer import AsymSpecProposer
+
+            stock = gmr.DraftModelProposer
+            gmr.DraftModelProposer = AsymSpecProposer  # the class the runner instantiates for draft models
+            try:
+                orig(self, vllm_config, device)
+            finally:
+                gmr.DraftModelProposer = stock
+            self._asymspec_live = False  # True inside execute_model (not in dummy / profiling runs)
+            self._asymspec_logits_indices = None
+        return __init__
+
+    def make_update_states(orig):
+        def _update_states(self, scheduler_output):
+            if is_asymspec(self.vllm_config):
+                self.drafter.forget(scheduler_output.finished_req_ids)
+            return orig(self, scheduler_output)
+        return _update_states
+
+    def make_execute_model(orig):
+        def execute_model(self, scheduler_output, intermediate_tensors=None):
+            if not is_asymspec(self.vllm_config):
+                return orig(self, scheduler_output, intermediate_tensors)
+            self._asymspec_live = True
+            try:
+                return orig(self, scheduler_output, intermediate_tensors)
+            finally:
+                self._asymspec_live = False
+        return execute_model
+
+    def make_prepare_inputs(orig):
+        def _prepare_inputs(self, *args, **kwargs):
+            result = orig(self, *args, **kwargs)
+            if is_asymspec(self.vllm_config):
+                self._asymspec_logits_indices = result[0]
+            return result
+        return _prepare_inputs
+
+    def make_model_forward(orig):
+        def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None,
+                           inputs_embeds=None, **model_kwargs):
+            out = orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+            if is_asymspec(self.vllm_config) and self._asymspec_live:
+                if input_ids is None:
+                    raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
+                self.drafter.score_comp_view(input_ids, positions)
+            return out
+        return _model_forward
+
+    def make_sample(orig):
+        def _sample(self, logits, spec_decode_metadata):
+            if not is_asymspec(self.vllm_config):
+                return orig(self, logits, spec_decode_metadata)
+            self.input_batch.update_async_output_token_ids()
+            return sampler.sample(self, logits, spec_decode_metadata, self._asymspec_logits_indices,
+                                  lambda lg, meta: orig(self, lg, meta))
+        return _sample
+
+    def make_propose(orig):
+        def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
+            if not is_asymspec(self.vllm_config):
+                return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+            req_ids = list(self.input_batch.req_ids)
+            plan = self.drafter.plan(req_ids, sampled_token_ids)
+            mm = self.drafter.mm_embed_inputs(plan)
+            if not switches.enabled("mm_embeds"):
+                mm = None  # patch (4) off: the drafter's prefill embeds the image_pad tokens as text
+            drafts = self.drafter.propose(plan, mm_embed_inputs=mm)
+            return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
+        return propose_draft_token_ids
+
+    def make_sample_tokens(orig):
+        def sample_tokens(self, grammar_output):
+            output = orig(self, grammar_output)
+            if is_asymspec(self.vllm_config) and output is not None and hasattr(output, "req_ids"):
+                errors = self.drafter.take_errors()
+                if errors:
+                    output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
+                    setattr(output, ERRORS_ATTR, errors)
+            return output
+        return sample_tokens
+
+    wrap(cls, "__init__", make_init)
+    wrap(cls, "_update_states", make_update_states)
+    wrap(cls, "execute_model", make_execute_model)
+    wrap(cls, "_prepare_inputs", make_prepare_inputs)
+    wrap(cls, "_model_forward", make_model_forward)
+    wrap(cls, "_sample", make_sample)
+    wrap(cls, "propose_draft_token_ids", make_propose)
+    wrap(cls, "sample_tokens", make_sample_tokens)

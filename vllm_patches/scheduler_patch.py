@@ -1,0 +1,136 @@
+"""Scheduler hooks for speculative method "asymspec" (engine-core process).
+
+  add_request         primes a request that carries extra_args["asymspec"]: its prompt's last token
+                      (x_comp's last) moves to the output side, so the first step prefills x_comp minus that
+                      token and the next verifies [that token, d_1..d_K] -- the first emitted token then goes
+                      through the gate like every other (Algorithm 1 drafts from y = []), not through a plain
+                      prefill sample. The client never sees the moved token.
+  update_from_output  counts acceptance per request, hides the moved token, returns the statistics with
+                      the finished output, and finishes with an error the requests the worker could not
+                      serve (bad image inputs, malformed extra_args) -- the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ._patching import wrap
+from .config_patch import is_asymspec
+from .request_args import KEY, has_request_args
+from .rows import PRIME_KEY
+from .runner_patch import ERRORS_ATTR
+from .stats import OUTPUT_KEY, EngineStats
+
+STATE_ATTR = "asymspec_state"
+
+
+class _RequestState:
+    def __init__(self, K: int, mode: str, prime_pending: bool):
+        self.stats = EngineStats(K, mode)
+        self.prime_pending = prime_pending
+
+
+def patch_scheduler() -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    def make_add_request(orig):
+        def add_request(self, request):
+            sp = request.sampling_params
+            if is_asymspec(self.vllm_config) and sp is not None and has_request_args(sp.extra_args):
+                raw = sp.extra_args[KEY]
+                mode = raw.get("mode", "asymspec") if isinstance(raw, dict) else "asymspec"
+                primed = _prime(request)
+                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, str(mode), primed))
+            return orig(self, request)
+        return add_request
+
+    def make_update_from_output(orig):
+        def update_from_output(self, scheduler_output, model_runner_output):
+            if not is_asymspec(self.vllm_config):
+                return orig(self, scheduler_output, model_runner_output)
+            reqs = {rid: self.requests.get(rid) for rid in scheduler_output.num_scheduled_tokens}
+            failed = _finish_failed(self, getattr(model_runner_output, ERRORS_ATTR, None) or {})
+            steps = _steps(scheduler_output, model_runner_output)
+            outputs = orig(self, scheduler_output, model_runner_output)
+            for eco in outputs.values():
+                eco.outputs = [o for o in eco.outputs if _account(o, reqs.get(o.request_id), steps)]
+            _add_error_outputs(outputs, failed)
+            return outputs
+        return update_from_output
+
+    wrap(Scheduler, "add_request", make_add_request)
+    wrap(Scheduler, "update_from_output", make_update_from_output)
+
+
+def _prime(request) -> bool:
+    """Move the prompt's last token to the output side (see the module docstring)."""
+    ids = request.prompt_token_ids
+    if ids is None or len(ids) < 2 or request.num_computed_tokens:
+        return False
+    sp = copy.copy(request.sampling_params)  # in-process engines share the client's object: leave it alone
+    sp.extra_args = {**sp.extra_args, PRIME_KEY: int(ids[-1])}
+    if sp.max_tokens is not None:
+        sp.max_tokens += 1
+    if sp.min_tokens:
+        sp.min_tokens += 1
+    request.sampling_params = sp
+    request.prompt_token_ids = list(ids[:-1])
+    request._all_token_ids.pop()
+    request.num_prompt_tokens -= 1
+    request.max_tokens += 1
+    request.block_hashes = []
+    request.update_block_hashes()
+    return True
+
+
+def _steps(scheduler_output, runner_output) -> dict[str, tuple[int, int]]:
+    """req_id -> (drafts verified, tokens committed) of this step, before any stop cut."""
+    steps = {}
+    sampled = runner_output.sampled_token_ids or []
+    for req_id, idx in runner_output.req_id_to_index.items():
+        generated = sampled[idx] if idx < len(sampled) else []
+        if generated:
+            steps[req_id] = (len(scheduler_output.scheduled_spec_decode_tokens.get(req_id) or ()), len(generated))
+    return steps
+
+
+def _account(out, request, steps) -> bool:
+    """Update the request's statistics from one EngineCoreOutput; False drops an output left empty."""
+    state = getattr(request, STATE_ATTR, None) if request is not None else None
+    if state is None:
+        return True
+    tokens = list(out.new_token_ids)
+    step = steps.get(out.request_id)
+    if state.prime_pending and tokens:
+        tokens, step, state.prime_pending = tokens[1:], None, False  # the moved prompt token
+    out.new_token_ids = tokens
+    if step is not None:
+        state.stats.record(step[0], step[1], len(tokens))
+    if out.finish_reason is not None:
+        out.kv_transfer_params = {**(out.kv_transfer_params or {}), OUTPUT_KEY: state.stats.to_dict()}
+        return True
+    return bool(tokens) or out.new_prompt_logprobs_tensors is not None
+
+
+def _finish_failed(scheduler, errors: dict[str, str]) -> list:
+    from vllm.v1.request import RequestStatus
+
+    failed = []
+    for req_id, message in errors.items():
+        request = scheduler.requests.get(req_id)
+        if request is None or request.is_finished():
+            continue
+        state = getattr(request, STATE_ATTR, None)
+        stats = state.stats.to_dict() if state is not None else {}
+        failed.append((request.client_index, req_id, {**stats, "error": message}))
+        scheduler.finish_requests(req_id, RequestStatus.FINISHED_ERROR)
+    return failed
+
+
+def _add_error_outputs(outputs: dict, failed: list) -> None:
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
+
+    for client, req_id, info in failed:
+        eco = outputs.setdefault(client, EngineCoreOutputs())
+        eco.outputs.append(EngineCoreOutput(request_id=req_id, new_token_ids=[], finish_reason=FinishReason.ERROR,
+                                            kv_transfer_params={OUTPUT_KEY: info}))
