@@ -1,0 +1,173 @@
+"""The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
+
+  floor     the verifier alone on x_comp (plain engine, greedy, banned tokens masked)
+  drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
+            engine's own vision tower)
+  asymspec  the verifier on x_comp with speculative method "asymspec": the drafter reads x_full (image
+            included) and x_comp, the project's gate decides (vllm_patches)
+  sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
+Engines start lazily and are cached per (model, drafter, K): starting one takes seconds to tens of
+seconds. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
+engine's max_model_len as the context) and statistics match the transformers backend.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Callable
+
+from .. import loop
+from .. import trace as T
+from ..config import AsymSpecConfig
+from ..errors import AsymSpecError, PromptTooLongError
+from ..prompts import EncodedRequest
+from ..vocab import ModelPair
+from .vllm_engine import EngineSpec, build_engine, configure_environment, generate
+
+FINISH = {"stop": "stop", "length": "length"}
+
+
+class EngineRequestError(AsymSpecError, RuntimeError):
+    """The engine finished a request with an error (the message says why)."""
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None, dtype,
+                 tensor_parallel_size: int, engine_kwargs: dict):
+        self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
+        self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
+        self.engines: dict[EngineSpec, object] = {}
+
+    @classmethod
+    def load(cls, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None = None, dtype="auto",
+             tensor_parallel_size: int = 1, **engine_kwargs) -> "VLLMBackend":
+        configure_environment()
+        return cls(pair, drafter, verifier, text_drafter, dtype, tensor_parallel_size, engine_kwargs)
+
+    def engine(self, spec: EngineSpec):
+        if spec not in self.engines:
+            self.engines[spec] = build_engine(spec, self.dtype, self.tp, self.engine_kwargs)
+        return self.engines[spec]
+
+    def engine_for(self, method: str, K: int) -> tuple[EngineSpec, str]:
+        """The engine a method runs on, and the per-request mode for speculative engines."""
+        if method == "floor":
+            return EngineSpec(self.verifier), "plain"
+        if method == "drafter":
+            return EngineSpec(self.drafter, images=True), "plain"
+        drafter = self.text_drafter if (method == "sd" and self.text_drafter) else self.drafter
+        return EngineSpec(self.verifier, drafter=drafter, K=K), method
+
+    # -- the token budget ------------------------------------------------------------------------
+    def max_model_len(self, spec: EngineSpec) -> int:
+        return int(self.engine(spec).llm_engine.vllm_config.model_config.max_model_len)
+
+    def room(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> int:
+        """Tokens a request may generate before its longest view fills the engine's context."""
+        spec, _ = self.engine_for(method, cfg.K)
+        return self.max_model_len(spec) - max(len(v.ids) for v in _views(r, method)) - cfg.K - 1
+
+    def check_fits(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig) -> None:
+        for i, r in enumerate(reqs):
+            if self.room(r, method, cfg) < 1:
+                spec, _ = self.engine_for(method, cfg.K)
+                longest = max(len(v.ids) for v in _views(r, method))
+                raise PromptTooLongError(f"request {i}: a {longest}-token prompt does not fit the engine's "
+                                         f"context of {self.max_model_len(spec)} tokens (with K={cfg.K})")
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
+            on_step: Callable | None = None) -> list[loop.RowOutput]:
+        spec, mode = self.engine_for(method, cfg.K)
+        llm = self.engine(spec)
+        self.check_fits(reqs, method, cfg)
+        prompts = [self._prompt(llm, r, method) for r in reqs]
+        params = [self._params(r, method, mode, cfg) for r in reqs]
+        rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
+                for _ in reqs]
+        label = T.DRAFTER if method == "drafter" else T.VERIFIER
+        start = time.perf_counter()
+        finals = generate(llm, prompts, params, partial(self._progress, rows, label, on_step) if on_step else None)
+        elapsed = time.perf_counter() - start
+        return [self._row(o, mode, label, elapsed) for o in finals]
+
+    def _prompt(self, llm, r: EncodedRequest, method: str) -> dict:
+        if method != "drafter":
+            return {"prompt_token_ids": list(r.comp.ids)}
+        prompt = {"prompt_token_ids": list(r.question.ids)}
+        if r.question.pixel_values is not None:
+            # vLLM's processor expands each image's single placeholder token itself
+            prompt["prompt_token_ids"] = _collapse_runs(r.question.ids, self.pair.tokenizer.convert_tokens_to_ids(
+                "<|image_pad|>"))
+            embeds = llm.apply_model(partial(_image_embeddings, r.question.pixel_values,
+                                             r.question.image_grid_thw))[0]
+            prompt["multi_modal_data"] = {"image": {"image_embeds": embeds, "image_grid_thw": r.question.image_grid_thw}}
+        return prompt
+
+    def _params(self, r: EncodedRequest, method: str, mode: str, cfg: AsymSpecConfig):
+        from vllm import SamplingParams
+
+        import vllm_patches
+
+        banned = self.pair.banned_ids()
+        kw = dict(temperature=0.0, max_tokens=min(cfg.max_new_tokens, self.room(r, method, cfg)),
+                  ignore_eos=True, stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=False)
+        if mode == "plain":
+            return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
+        x_full = r.full if mode == "asymspec" else None
+        extra = vllm_patches.make_extra_args(
+            mode, cfg, x_full=x_full.ids if x_full else None,
+            pixel_values=x_full.pixel_values if x_full else None,
+            image_grid_thw=x_full.image_grid_thw if x_full else None, banned=banned)
+        return SamplingParams(**kw, extra_args=extra)
+
+    @staticmethod
+    def _progress(rows, label, on_step, step_outputs: dict) -> None:
+        for i, o in step_outputs.items():
+            toks = list(o.outputs[0].token_ids)
+            rows[i].token_ids, rows[i].sources = toks, rows[i].sources[:len(toks)]
+            rows[i].sources += [label] * (len(toks) - len(rows[i].sources))  # exact labels come at the end
+        on_step(rows)
+
+    @staticmethod
+    def _row(o, mode: str, label: str, elapsed: float) -> loop.RowOutput:
+        from vllm_patches.stats import from_output
+
+        comp = o.outputs[0]
+        tokens = list(comp.token_ids)
+        if comp.finish_reason not in FINISH:
+            _, _, error = from_output(o.kv_transfer_params)
+            raise EngineRequestError(f"the engine finished a request with '{comp.finish_reason}': "
+                                     f"{error or 'no detail'}")
+        if mode == "plain":
+            stats = T.Stats(steps=len(tokens), emitted=len(tokens))
+            sources = [label] * len(tokens)
+        else:
+            stats, sources, _ = from_output(o.kv_transfer_params)
+        stats.elapsed_s = elapsed
+        return loop.RowOutput(tokens, sources, stats, FINISH[comp.finish_reason])
+
+
+def _views(r: EncodedRequest, method: str):
+    if method == "drafter":
+        return [r.question]
+    return [r.comp, r.full] if method == "asymspec" else [r.comp]
+
+
+def _collapse_runs(ids: list[int], token: int) -> list[int]:
+    """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
+    return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
+
+
+def _image_embeddings(pixel_values, image_grid_thw, model):
+    """Runs in the drafter engine's worker: its vision tower on one image -> [tokens, hidden*(1+levels)]."""
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        out = model.embed_multimodal(pixel_values=pixel_values.to(device, model.visual.dtype),
+                                     image_grid_thw=image_grid_thw.to(device))
+    return torch.cat(list(out)).cpu()
