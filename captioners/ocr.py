@@ -46,9 +46,11 @@ def get_reader(languages: tuple[str, ...] = ("en",), gpu: bool = False, model_di
 
                 user_dir = cache_dir() / "easyocr" / "user_network"
                 user_dir.mkdir(parents=True, exist_ok=True)
-                _READERS[key] = easyocr.Reader(list(languages), gpu=gpu, model_storage_directory=str(folder),
-                                               user_network_directory=str(user_dir), download_enabled=False,
-                                               verbose=False)
+                with warnings.catch_warnings():  # EasyOCR quantizes with torch's deprecated quantize_dynamic
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    _READERS[key] = easyocr.Reader(list(languages), gpu=gpu, model_storage_directory=str(folder),
+                                                   user_network_directory=str(user_dir), download_enabled=False,
+                                                   verbose=False)
             except (FileNotFoundError, ValueError, RuntimeError) as e:
                 raise CaptionerError(f"EasyOCR could not start with languages {list(languages)} and weights "
                                      f"in {folder}: {e}") from e

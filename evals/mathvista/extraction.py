@@ -12,7 +12,8 @@ extract(response, facts) tries, in order:
        must be the whole line; then the span itself (scoring maps it to the nearest choice); then the last
        "(X)" of the response;
      integer / float -> a number from the span (after its last "="; \\frac{a}{b} and a/b evaluated;
-       "1,234" -> "1234"), else the first number of the last line, else the last number of the response;
+       "1,234" -> "1234"; exponents and subscripts skipped), else the last number of the last line, else of
+       the whole response;
      list -> the last [...] literal of the span, else of the response, printed like Python's str(list);
   4. "" when nothing is found (scored as the official rules score an empty extraction).
 """
@@ -22,7 +23,7 @@ from __future__ import annotations
 import ast
 import re
 
-NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+"
+NUMBER = r"(?<![\^_\w.])(?:-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+)"  # not an exponent / subscript
 _FRAC = re.compile(r"(-?)\\[dt]?frac\{\s*(-?[\d.]+)\s*\}\{\s*(-?[\d.]+)\s*\}")
 _SLASH = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
 
@@ -161,7 +162,7 @@ def extract(response: str, facts: dict) -> str:
         return span or option_letter(response, len(choices), strict=True) or ""
     if facts["answer_type"] in ("integer", "float"):
         found = number_in(span) if span else None
-        return found or number_in(last_line) or number_in(response, last=True) or ""
+        return found or number_in(last_line, last=True) or number_in(response, last=True) or ""
     if facts["answer_type"] == "list":
         return list_in(span or "") or list_in(response) or ""
     return span or last_line

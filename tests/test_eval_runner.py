@@ -1,0 +1,178 @@
+"""The generic resumable eval runner: one fsynced JSON line per job, resume without recomputing or duplicating
+(also after a SIGKILL and a torn last line), typed errors recorded, settings checked; and the summary step."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from asymspec_vl.errors import InputError
+from asymspec_vl.evals.runner import Job, ResultsFileError, ResultsLog, ResumeMismatchError, read_records, run_jobs
+from asymspec_vl.evals.summary import accuracy, speed, summarize, write_summary
+
+
+def jobs(n=3, methods=("a", "b")):
+    return [Job(str(i), m, i) for i in range(n) for m in methods]
+
+
+def work(job):
+    return {"correct": job.payload % 2 == 0, "stats": {"emitted": 10, "elapsed_s": 2.0, "steps": 5,
+                                                      "drafted": 8 if job.method == "b" else 0, "accepted": 4}}
+
+
+def lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_runs_every_job_once_and_writes_a_line_each(tmp_path):
+    log = ResultsLog(tmp_path / "r.jsonl")
+    recs = run_jobs(jobs(), work, log, progress=False)
+    assert [(r["id"], r["method"]) for r in recs] == [j.key for j in jobs()]
+    on_disk = lines(tmp_path / "r.jsonl")
+    assert [(r["id"], r["method"]) for r in on_disk] == [j.key for j in jobs()]
+    assert all(r["correct"] == (int(r["id"]) % 2 == 0) and "wall_s" in r for r in on_disk)
+
+
+def test_rerun_resumes_without_recomputing_or_duplicating(tmp_path):
+    log = ResultsLog(tmp_path / "r.jsonl")
+    run_jobs(jobs(2), work, log, progress=False)
+    calls = []
+
+    def counting(job):
+        calls.append(job.key)
+        return work(job)
+
+    recs = run_jobs(jobs(3), counting, log, progress=False)  # the run grows by one problem
+    assert calls == [("2", "a"), ("2", "b")]
+    assert len(recs) == 6 and len(lines(tmp_path / "r.jsonl")) == 6
+    assert run_jobs(jobs(3), lambda j: pytest.fail("recomputed"), log, progress=False) == recs
+
+
+def test_torn_last_line_is_cut_and_the_job_redone(tmp_path):
+    path = tmp_path / "r.jsonl"
+    run_jobs(jobs(1), work, ResultsLog(path), progress=False)
+    with path.open("ab") as f:
+        f.write(b'{"id": "1", "method": "a", "corr')  # a crash mid-write
+    assert len(read_records(path)) == 2  # reading ignores the torn tail and leaves the file alone
+    assert path.read_bytes().endswith(b'"corr')
+    recs = run_jobs(jobs(2), work, ResultsLog(path), progress=False)
+    assert [(r["id"], r["method"]) for r in lines(path)] == [j.key for j in jobs(2)]
+    assert len(recs) == 4
+
+
+def test_complete_last_line_without_newline_is_kept(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"id": "0", "method": "a", "correct": True}))
+    calls = []
+    run_jobs(jobs(1), lambda j: calls.append(j.key) or work(j), ResultsLog(path), progress=False)
+    assert calls == [("0", "b")]
+    assert [(r["id"], r["method"]) for r in lines(path)] == [("0", "a"), ("0", "b")]
+
+
+def test_corrupt_line_before_the_end_is_an_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"id": "0", "method": "a"}\nnot json\n{"id": "1", "method": "a"}\n')
+    with pytest.raises(ResultsFileError, match="line 2"):
+        ResultsLog(path).load()
+    with pytest.raises(ResultsFileError, match="not found"):
+        read_records(tmp_path / "missing.jsonl")
+
+
+def test_typed_errors_are_recorded_and_other_errors_stop_the_run(tmp_path):
+    def failing(job):
+        if job.key == ("1", "a"):
+            raise InputError("the image is broken")
+        if job.key == ("2", "a"):
+            raise RuntimeError("a bug")
+        return work(job)
+
+    path = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_jobs(jobs(3), failing, ResultsLog(path), progress=False)
+    done = lines(path)
+    assert [(r["id"], r["method"]) for r in done] == [("0", "a"), ("0", "b"), ("1", "a"), ("1", "b")]
+    assert done[2]["error"] == {"type": "InputError", "message": "the image is broken"}
+    assert done[2]["correct"] is False
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "r.jsonl"
+    run_jobs(jobs(1), work, ResultsLog(path, {"K": 4}), progress=False)
+    assert json.loads((tmp_path / "r.fingerprint.json").read_text()) == {"K": 4}
+    run_jobs(jobs(1), work, ResultsLog(path, {"K": 4}), progress=False)
+    with pytest.raises(ResumeMismatchError, match="differing: K"):
+        ResultsLog(path, {"K": 2}).load()
+    other = tmp_path / "o.jsonl"
+    run_jobs(jobs(1), work, ResultsLog(other), progress=False)  # results made without a fingerprint
+    with pytest.raises(ResumeMismatchError, match="no o.fingerprint.json"):
+        ResultsLog(other, {"K": 4}).load()
+
+
+def test_duplicate_jobs_and_concurrent_writers_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="duplicate"):
+        run_jobs([Job("1", "a"), Job("1", "a")], work, ResultsLog(tmp_path / "r.jsonl"), progress=False)
+    log = ResultsLog(tmp_path / "r.jsonl")
+    with log.locked():
+        with pytest.raises(ResultsFileError, match="another run"):
+            run_jobs(jobs(1), work, ResultsLog(tmp_path / "r.jsonl"), progress=False)
+
+
+SCRIPT = textwrap.dedent("""
+    import pathlib, sys, time
+    from asymspec_vl.evals.runner import Job, ResultsLog, run_jobs
+    out = pathlib.Path(sys.argv[1])
+    def work(job):
+        if job.key == ("3", "b") and not (out / "resumed").exists():
+            (out / "ready").write_text("x")   # the parent SIGKILLs us while we wait here
+            while True:
+                time.sleep(1)
+        return {"correct": int(job.id) % 3 == 0, "stats": {"emitted": 1, "elapsed_s": 1.0}}
+    jobs = [Job(str(i), m) for i in range(6) for m in ("a", "b")]
+    run_jobs(jobs, work, ResultsLog(out / "r.jsonl", {"run": 1}), progress=False)
+""")
+
+
+def test_sigkill_midway_then_rerun_gives_one_record_per_job(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
+    try:
+        while not (tmp_path / "ready").exists():
+            assert proc.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert len(lines(tmp_path / "r.jsonl")) == 7  # jobs 0a .. 3a
+    (tmp_path / "resumed").write_text("x")
+    subprocess.run([sys.executable, str(script), str(tmp_path)], env=env, check=True)
+    keys = [(r["id"], r["method"]) for r in lines(tmp_path / "r.jsonl")]
+    assert sorted(keys) == sorted((str(i), m) for i in range(6) for m in ("a", "b")) and len(set(keys)) == 12
+
+
+def test_summary_rows_and_outputs(tmp_path):
+    recs = run_jobs(jobs(4), work, ResultsLog(tmp_path / "r.jsonl"), progress=False)
+    recs.append({"id": "9", "method": "b", "correct": False, "error": {"type": "InputError", "message": "x"}})
+    groups = {"even": lambda r: int(r["id"]) % 2 == 0, "low": lambda r: int(r["id"]) < 2}
+    rows = summarize(recs, groups, ["b", "a"], names={"a": "Method A"})
+    assert [r["method"] for r in rows] == ["b", "Method A"]
+    a = rows[1]
+    assert (a["even"], a["low"], a["Overall"], a["n"], a["errors"]) == (100.0, 50.0, 50.0, 4, 0)
+    assert a["tokens/s"] == 5.0 and a["acceptance rate"] is None and a["mean accepted length"] == 2.0
+    b = rows[0]
+    assert b["Overall"] == 40.0 and b["errors"] == 1 and b["acceptance rate"] == 0.5
+    assert accuracy([{"correct": None}]) is None
+    assert speed([])["tokens/s"] is None
+    paths = write_summary(rows, ["method", "even", "low", "Overall", "tokens/s"], tmp_path, "t", "T", ["even", "Overall"])
+    assert paths["md"].read_text().startswith("# T\n\n| method | even | low | Overall | tokens/s |")
+    for key in ("csv", "json", "png", "png:even", "png:Overall"):
+        assert paths[key].is_file() and paths[key].stat().st_size > 0
+    assert paths["png:Overall"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
