@@ -54,6 +54,7 @@ class AsymSpecProposer(DraftModelProposer):
         self.rows: dict[str, RowState] = {}
         self.errors: dict[str, str] = {}
         self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
+        self.capture: dict | None = None  # probe.capture_full_view_logits: first proposals by request
 
     # -- set-up ---------------------------------------------------------------------------------
     def load_model(self, target_model) -> None:
@@ -225,6 +226,9 @@ class AsymSpecProposer(DraftModelProposer):
             st.a = torch.stack(lg)  # [K (+1), V]
             st.drafts = [int(x) for x in greedy(st.a[:self.K], st.banned)]
             out[req_id] = st.drafts
+            if self.capture is not None and req_id not in self.capture:
+                self.capture[req_id] = {"x_full": tuple(st.args.x_full), "view": tuple(st.full.prompt),
+                                        "drafts": list(st.drafts), "a": st.a[:self.K].float().cpu()}
         return out
 
     def _reserve(self, plan: DraftPlan):
