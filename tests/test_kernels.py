@@ -4,6 +4,10 @@ Without a GPU the kernels run in triton's interpreter (TRITON_INTERPRET=1, set i
 machine the same tests run the compiled kernels."""
 
 import itertools
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -236,3 +240,12 @@ def test_bad_inputs_raise_typed_errors():
         asymspec_sample(fa, fb, ft, ids, cu.flip(0), s, cfg)
     with pytest.raises(InputError, match="max_spec_len"):
         asymspec_sample(fa, fb, ft, ids, cu, 1, cfg)
+
+
+def test_every_kernel_variant_compiles_for_a_cuda_gpu():
+    """The interpreter is lenient: the kernels must also compile (Triton -> PTX -> cubin) for sm_90."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", "asymspec_vl.kernels.compile_check", "--arch", "90"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(r"compiled \d+ kernel variants for sm_90", proc.stdout)
