@@ -72,7 +72,7 @@ def rescore(records: list[dict], args, methods: list[str], out: Path | None, sou
     import json
 
     from ..report import markdown_table
-    from .protocol import TASKS
+    from .protocol import PAPER_TASKS, TASKS
     from .run import table, write_outputs
     from .scoring import score
 
@@ -86,7 +86,8 @@ def rescore(records: list[dict], args, methods: list[str], out: Path | None, sou
                 rec["extractor"] = extractor.name
             rec["prediction"], rec["correct"] = score(rec.get("extraction", ""), rec)
         fresh.append(rec)
-    tasks = tuple(t for t in TASKS if any(r.get("task") == t for r in fresh))
+    present = {r.get("task") for r in fresh}
+    tasks = tuple(t for t in TASKS if t in PAPER_TASKS or t in present)  # Table 3's columns, plus any other
     if out is None:
         return markdown_table(*table(fresh, methods, tasks))
     out.mkdir(parents=True, exist_ok=True)

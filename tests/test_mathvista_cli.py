@@ -1,0 +1,178 @@
+"""`asymspec-vl eval mathvista` end to end on CPU with the tiny models and STAND-IN images (rendered locally):
+every artefact, resume after SIGKILL with the same table, settings checks, and `eval score`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from asymspec_vl.cli import main
+from asymspec_vl.evals.mathvista.scoring import score
+from test_mathvista_data import render_standins
+
+PIDS = ["2", "3", "5", "6", "8", "9"]  # the first 6 problems of the paper's selection
+METHODS = ["floor", "sd", "drafter", "asymspec"]
+TIMING = {"tokens/s"}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("standin-mathvista")
+    render_standins(root / "images", PIDS)
+    return root
+
+
+def eval_args(tiny_models, images, out, *extra):
+    return ["eval", "mathvista", "--limit", "6", "--images", str(images), "--out", str(out),
+            "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]),
+            "--text-drafter", str(tiny_models["text_drafter"]), "--device", "cpu", "--max-new-tokens", "4",
+            "--no-progress", *extra]
+
+
+def command(args):
+    return [sys.executable, "-m", "asymspec_vl.cli", *args]
+
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def full_run(tiny_models, images, tmp_path_factory):
+    """One uninterrupted run of all four methods (the reference for the resume test)."""
+    out = tmp_path_factory.mktemp("run") / "full"
+    proc = subprocess.run(command(eval_args(tiny_models, images, out)), capture_output=True, text=True, env=ENV,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+@pytest.mark.slow
+def test_limit_6_runs_all_four_methods_and_writes_every_artefact(full_run):
+    out, stdout = full_run
+    recs = records(out)
+    assert sorted((r["id"], r["method"]) for r in recs) == sorted((p, m) for p in PIDS for m in METHODS)
+    for name in ("results.jsonl", "results.fingerprint.json", "table.md", "table.csv", "table.json", "table.png",
+                 "table_GPS.png", "table_VQA.png", "table_FQA.png", "table_Overall.png", "breakdown.json",
+                 "manifest.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    table = json.loads((out / "table.json").read_text())
+    assert table["columns"] == ["method", "GPS", "VQA", "FQA", "Overall", "n", "errors", "tokens/s",
+                                "acceptance rate", "mean accepted length"]
+    rows = {r["method"]: r for r in table["rows"]}
+    assert list(rows) == ["Floor", "SD", "VL drafter alone", "AsymSpec"]
+    assert all(r["n"] == 6 and r["errors"] == 0 and r["tokens/s"] > 0 for r in rows.values())
+    assert rows["Floor"]["acceptance rate"] is None and rows["AsymSpec"]["acceptance rate"] is not None
+    assert "| Floor |" in stdout and (out / "table.md").read_text().split("\n", 2)[2] in stdout
+    for r in recs:
+        assert r["benchmark"] == "mathvista" and r["task"] in ("GPS", "VQA", "FQA")
+        assert 1 <= r["stats"]["emitted"] <= 4 and r["extractor"] == "rule"
+        assert (r["prediction"], r["correct"]) == score(r["extraction"], r)
+    by_key = {(r["id"], r["method"]): r for r in recs}
+    assert all(by_key[(p, "sd")]["response"] == by_key[(p, "floor")]["response"] for p in PIDS)  # SD == floor
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["models"]["verifier"].endswith("verifier") and manifest["config"]["K"] == 4
+    assert manifest["config"]["beta"] == 1.0 and manifest["config"]["gamma"] == 0.5
+    assert manifest["protocol"]["caption_chars"] == 1600 and manifest["protocol"]["ocr_chars"] == 800
+    assert manifest["data"]["testmini.json"] == \
+        "69b11b93718d6dceb450d786c2dac3b904e6f8e8aa856aec375d3dea7ba3677f"
+    assert manifest["data"]["images"]["source"] == "folder" and manifest["pids"] == PIDS
+    assert {"torch", "transformers"} <= set(manifest["versions"]) and len(manifest["git"]["commit"]) == 40
+    breakdown = json.loads((out / "breakdown.json").read_text())
+    assert breakdown["Floor"]["average"]["total"] == 6
+
+
+def same_table(a: Path, b: Path) -> None:
+    ra, rb = (json.loads((x / "table.json").read_text())["rows"] for x in (a, b))
+    strip = [[{k: v for k, v in row.items() if k not in TIMING} for row in rows] for rows in (ra, rb)]
+    assert strip[0] == strip[1]
+
+
+@pytest.mark.slow
+def test_sigkill_midway_then_rerun_gives_one_line_each_and_the_same_table(full_run, tiny_models, images,
+                                                                           tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(command(eval_args(tiny_models, images, out)), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    results = out / "results.jsonl"
+    try:
+        while not (results.is_file() and results.read_bytes().count(b"\n") >= 3):
+            assert proc.poll() is None, "the eval ended before it could be killed"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert 3 <= results.read_bytes().count(b"\n") < len(PIDS) * len(METHODS)
+    again = subprocess.run(command(eval_args(tiny_models, images, out)), capture_output=True, text=True, env=ENV,
+                           timeout=900)
+    assert again.returncode == 0, again.stderr
+    keys = [(r["id"], r["method"]) for r in records(out)]
+    assert len(keys) == len(set(keys)) == len(PIDS) * len(METHODS)
+    same_table(full_run[0], out)
+    full = {(r["id"], r["method"]): r["response"] for r in records(full_run[0])}
+    assert {(r["id"], r["method"]): r["response"] for r in records(out)} == full
+
+
+def test_rerun_of_a_finished_run_changes_nothing_and_other_settings_are_refused(full_run, tiny_models, images,
+                                                                                 capsys, monkeypatch):
+    import asymspec_vl.commands
+
+    out = full_run[0]
+    before = (out / "results.jsonl").read_bytes()
+    with monkeypatch.context() as m:  # everything is done: no model may even be loaded
+        m.setattr(asymspec_vl.commands, "load_from_args", lambda args: pytest.fail("models loaded"))
+        assert main(eval_args(tiny_models, images, out)) == 0
+    assert (out / "results.jsonl").read_bytes() == before
+    assert "| AsymSpec |" in capsys.readouterr().out
+    assert main(eval_args(tiny_models, images, out, "-K", "2")) == 2
+    assert "other settings (differing: config)" in capsys.readouterr().err
+    assert main(eval_args(tiny_models, images, out, "--limit", "8")) == 2  # pids 10 and 12 have no image
+    err = capsys.readouterr().err
+    assert "images are missing for 2 of 8" in err and "--images" in err
+
+
+def test_eval_score_rescores_and_compares(full_run, tiny_models, tmp_path, capsys):
+    out = full_run[0]
+    assert main(["eval", "score", str(out / "results.jsonl"), "--out", str(tmp_path / "s")]) == 0
+    printed = capsys.readouterr().out
+    rescored = [json.loads(x) for x in (tmp_path / "s" / "rescored.jsonl").read_text().splitlines()]
+    original = records(out)
+    assert [(r["id"], r["method"], r["correct"]) for r in rescored] == \
+        [(r["id"], r["method"], r["correct"]) for r in original]
+    same_table(out, tmp_path / "s")
+    assert "| VL drafter alone |" in printed and (tmp_path / "s" / "table_Overall.png").is_file()
+    # a changed saved response is re-extracted and re-scored
+    edited = tmp_path / "edited" / "results.jsonl"
+    edited.parent.mkdir()
+    first = dict(original[0], response=f"Reasoning...\nThe final answer is {original[0]['answer']}.")
+    edited.write_text("\n".join(json.dumps(r) for r in [first, *original[1:]]) + "\n")
+    assert main(["eval", "score", str(edited), "--out", str(tmp_path / "e")]) == 0
+    capsys.readouterr()
+    row0 = json.loads((tmp_path / "e" / "rescored.jsonl").read_text().splitlines()[0])
+    assert row0["correct"] is True and row0["prediction"] == original[0]["answer"]
+    # two runs side by side: rows labelled by folder
+    assert main(["eval", "score", str(out / "results.jsonl"), str(edited), "--extract", "keep"]) == 0
+    table = capsys.readouterr().out
+    assert "| full/floor |" in table and "| edited/asymspec |" in table
+
+
+def test_eval_score_with_llm_extraction_plumbing(full_run, tiny_models, tmp_path, capsys):
+    few = tmp_path / "few" / "results.jsonl"
+    few.parent.mkdir()
+    few.write_text("".join(line + "\n" for line in (full_run[0] / "results.jsonl").read_text().splitlines()[:2]))
+    assert main(["eval", "score", str(few), "--extract", "llm"]) == 2
+    assert "needs --verifier" in capsys.readouterr().err
+    assert main(["eval", "score", str(few), "--extract", "llm", "--verifier", str(tiny_models["verifier"]),
+                 "--device", "cpu", "--out", str(tmp_path / "llm")]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "llm" / "rescored.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["extractor"].startswith("llm:") for r in rows)
+    assert all((r["prediction"], r["correct"]) == score(r["extraction"], r) for r in rows)
