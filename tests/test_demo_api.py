@@ -2,6 +2,7 @@
 
 import json
 import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,15 +28,39 @@ class PixelCaptioner:
                                ocr=f"top-left pixel {image.getpixel((0, 0))}")
 
 
+class Recorder:
+    """The pipeline, recording how each generate call ended ("done" or the exception's name)."""
+
+    def __init__(self, vl):
+        self.vl, self.outcomes = vl, []
+
+    def __getattr__(self, name):
+        return getattr(self.vl, name)
+
+    def generate(self, **kwargs):
+        try:
+            result = self.vl.generate(**kwargs)
+        except BaseException as e:
+            self.outcomes.append(type(e).__name__)
+            raise
+        self.outcomes.append("done")
+        return result
+
+
 @pytest.fixture(scope="module")
-def app(tiny_vl):
+def recorder(tiny_vl):
+    return Recorder(tiny_vl)
+
+
+@pytest.fixture(scope="module")
+def app(recorder):
     from asymspec_vl.demo.app import build_demo, launch
     from asymspec_vl.demo.service import DemoService
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    service = DemoService(tiny_vl, AsymSpecConfig(), captioner=PixelCaptioner(), max_image_pixels=MAX_PIXELS,
+    service = DemoService(recorder, AsymSpecConfig(), captioner=PixelCaptioner(), max_image_pixels=MAX_PIXELS,
                           max_file_bytes=MAX_BYTES)
     demo = launch(build_demo(service), host="127.0.0.1", port=port, max_file_bytes=MAX_BYTES, block=False,
                   quiet=True)
@@ -156,6 +181,23 @@ def test_uploads_over_the_size_limit_are_refused(client, app, tmp_path):
 def test_bad_settings_are_messages(client, over, title, match):
     err = _error(client, **over)
     assert err.title == title and match in err.message
+
+
+def test_cancelling_stops_the_decoding(client, recorder):
+    from gradio_client import handle_file
+
+    before = len(recorder.outcomes)
+    job = client.submit(handle_file(str(CHART)), QUESTION, CAPTION, OCR, 2, 1.0, 0.5, "cda", 1024, [],
+                        api_name="/answer")
+    deadline = time.monotonic() + 120
+    while len(job.outputs()) < 3:  # decoding has started
+        assert time.monotonic() < deadline and not job.done(), "no streamed output"
+        time.sleep(0.05)
+    job.cancel()
+    while len(recorder.outcomes) == before:
+        assert time.monotonic() < deadline + 120, "the decoding did not end"
+        time.sleep(0.1)
+    assert recorder.outcomes[before:] == ["Cancelled"]  # stopped mid-way, not run to its 1024-token budget
 
 
 def test_page_works_after_errors(client):
