@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +70,8 @@ class EasyOCRCaptioner:
             raise CaptionerError(f"min_confidence={min_confidence!r} is invalid: expected a number in [0, 1]")
         self.languages, self.gpu, self.model_dir = tuple(languages), gpu, model_dir
         self.min_confidence = min_confidence
-        import easyocr
-
-        self.name = f"easyocr-{easyocr.__version__}:{','.join(self.languages)}:min_conf={min_confidence}"
+        version = metadata.version("easyocr")  # the reader itself is built on first use
+        self.name = f"easyocr-{version}:{','.join(self.languages)}:min_conf={min_confidence}"
 
     @property
     def reader(self):

@@ -6,6 +6,7 @@ import hashlib
 
 import torch
 
+from asymspec_vl.errors import InvalidImageError
 from asymspec_vl.images import load_image
 from asymspec_vl.vocab import STRUCTURAL_TOKENS
 
@@ -18,8 +19,9 @@ DEFAULT_PROMPT = ("Describe this image in detail for someone who cannot see it: 
 class VLMCaptioner:
     """Greedy caption from a transformers vision-language model (e.g. Qwen3-VL) given image + prompt.
 
-    model: hub id, local path or "embedded" (the offline default drafter). Or build it around models already
-    in memory with VLMCaptioner.from_pipeline(vl) (reuses the pipeline's drafter, no second copy).
+    model: hub id, local path or "embedded" (the offline default drafter); its config is checked at once,
+    its weights load on the first describe() (a cache hit never loads them). Or build it around models
+    already in memory with VLMCaptioner.from_pipeline(vl) (reuses the pipeline's drafter, no second copy).
     """
 
     def __init__(self, model: str = "embedded", device: str | None = None, dtype="auto",
@@ -30,16 +32,15 @@ class VLMCaptioner:
         if not isinstance(prompt, str) or not prompt.strip():
             raise CaptionerError("the caption prompt is empty")
         self.max_new_tokens, self.prompt = max_new_tokens, prompt.strip()
+        self._load_args = (device, dtype, trust_remote_code)
         if _loaded is not None:
-            self.model_name, self.processor, self.model = _loaded
+            self.model_name, self._processor, self._model = _loaded
+            self._path = None
         else:
-            self.model_name, self.processor, self.model = _load(model, device, dtype, trust_remote_code)
+            self.model_name, self._processor, self._model = str(model), None, None
+            self._path = _vl_path(model, trust_remote_code)
         digest = hashlib.sha256(f"{self.prompt}\n{max_new_tokens}".encode()).hexdigest()[:12]
         self.name = f"vlm:{self.model_name}:{digest}"
-        tok = getattr(self.processor, "tokenizer", self.processor)
-        vocab = tok.get_vocab()
-        # structural vision tokens must never be generated: the next forward would expect image features
-        self._suppress = [vocab[t] for t in STRUCTURAL_TOKENS if t in vocab]
 
     @classmethod
     def from_pipeline(cls, vl, **kwargs) -> "VLMCaptioner":
@@ -49,32 +50,51 @@ class VLMCaptioner:
             return cls(_loaded=(str(vl.names["drafter"]), vl.pair.processor, model), **kwargs)
         return cls(model=str(vl.names["drafter"]), **kwargs)
 
+    @property
+    def model(self):
+        if self._model is None:
+            from transformers import AutoProcessor
+
+            from asymspec_vl.backends.hf import load_causal_lm, resolve_device_dtype
+
+            device, dtype, trust = self._load_args
+            dev, dt = resolve_device_dtype(device, dtype)
+            self._processor = AutoProcessor.from_pretrained(self._path, trust_remote_code=trust)
+            self._model = load_causal_lm(self._path, dev, dt, trust)
+        return self._model
+
+    @property
+    def processor(self):
+        self.model  # noqa: B018 - loads the processor with the model
+        return self._processor
+
     @torch.inference_mode()
     def describe(self, image=None, key: str | None = None) -> ImageText:
         img = load_image(image)
+        model, processor = self.model, self.processor
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": self.prompt}]}]
-        text = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         try:
-            inputs = self.processor(text=[text], images=[img], return_tensors="pt", add_special_tokens=False)
+            inputs = processor(text=[text], images=[img], return_tensors="pt", add_special_tokens=False)
         except ValueError as e:
-            from asymspec_vl.errors import InvalidImageError
-
             raise InvalidImageError(f"the image processor refused the image: {e}") from e
-        inputs = {k: v.to(self.model.device) for k, v in inputs.items()}
+        inputs = {k: v.to(model.device) for k, v in inputs.items()}
         if "pixel_values" in inputs:
-            inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)
-        out = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                  suppress_tokens=self._suppress or None, top_p=None, top_k=None,
-                                  temperature=None)  # [1, prompt + new]
+            inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+        vocab = getattr(processor, "tokenizer", processor).get_vocab()
+        # structural vision tokens must never be generated: the next forward would expect image features
+        suppress = [vocab[t] for t in STRUCTURAL_TOKENS if t in vocab] or None
+        out = model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=False,
+                             suppress_tokens=suppress, top_p=None, top_k=None, temperature=None)  # [1, prompt + new]
         new = out[0, inputs["input_ids"].shape[1]:]
-        caption = self.processor.batch_decode([new], skip_special_tokens=True)[0].strip()
+        caption = processor.batch_decode([new], skip_special_tokens=True)[0].strip()
         return ImageText(caption=caption, source=self.name)
 
 
-def _load(model: str, device, dtype, trust_remote_code: bool):
-    from transformers import AutoConfig, AutoProcessor
+def _vl_path(model: str, trust_remote_code: bool) -> str:
+    """The local path or hub id of `model` ("embedded" resolved), after checking it is vision-language."""
+    from transformers import AutoConfig
 
-    from asymspec_vl.backends.hf import load_causal_lm, resolve_device_dtype
     from asymspec_vl.defaults import resolve
 
     path = resolve("drafter", model)
@@ -84,6 +104,4 @@ def _load(model: str, device, dtype, trust_remote_code: bool):
         raise CaptionerError(f"cannot load the captioning model {model!r}: {e}") from e
     if not hasattr(config, "vision_config"):
         raise CaptionerError(f"{model!r} is not a vision-language model (its config has no vision_config)")
-    dev, dt = resolve_device_dtype(device, dtype)
-    processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return str(model), processor, load_causal_lm(path, dev, dt, trust_remote_code)
+    return path

@@ -56,7 +56,7 @@ def write_summary(rows: list[dict], columns: list[str], out_dir: str | Path, ste
     """stem.md / .csv / .json, one bar chart per chart column (stem_<column>.png) and one with all of them
     (stem.png); returns the paths by name."""
     out = Path(out_dir)
-    paths = {k: v for k, v in write_table(rows, columns, out, stem, title).items()}
+    paths = dict(write_table(rows, columns, out, stem, title))
     for col in chart_columns:
         safe = "".join(ch if ch.isalnum() else "_" for ch in col)
         paths[f"png:{col}"] = plot_bars(rows, "method", [col], out / f"{stem}_{safe}.png", title=f"{title}: {col}")

@@ -184,7 +184,7 @@ def test_vlm_captioner_plumbing_with_the_tiny_drafter(tiny_vl, tiny_models, text
     assert combined.caption == first.caption and combined.ocr == "2023"
 
 
-def test_caption_command(tiny_models, text_image, tmp_path, capsys):
+def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch):
     out = subprocess.run([sys.executable, "-m", "asymspec_vl.cli", "caption", str(text_image), "--model",
                           str(tiny_models["vl_drafter"]), "--max-new-tokens", "4", "--cache-dir",
                           str(tmp_path / "c"), "--device", "cpu"], capture_output=True, text=True,
@@ -192,11 +192,18 @@ def test_caption_command(tiny_models, text_image, tmp_path, capsys):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Caption:\n") and f"OCR text:\n{KNOWN_TEXT}\n" in out.stdout
     assert len(list((tmp_path / "c").rglob("*.json"))) == 2  # the caption and the OCR result, cached
+    import asymspec_vl.backends.hf
+    import asymspec_vl.captioners.ocr
     from asymspec_vl.cli import main
 
-    assert main(["caption", str(text_image), "--no-caption", "--json", "--cache-dir", str(tmp_path / "c")]) == 0
-    data = json.loads(capsys.readouterr().out)  # served from the cache the first command filled
-    assert data["ocr"] == KNOWN_TEXT and data["caption"] == "" and len(data["ocr_boxes"]) == 3
+    with monkeypatch.context() as m:  # served from the cache the first command filled: no model, no OCR reader
+        m.setattr(asymspec_vl.backends.hf, "load_causal_lm", lambda *a, **k: pytest.fail("VLM loaded"))
+        m.setattr(asymspec_vl.captioners.ocr, "get_reader", lambda *a, **k: pytest.fail("OCR reader built"))
+        assert main(["caption", str(text_image), "--model", str(tiny_models["vl_drafter"]), "--max-new-tokens",
+                     "4", "--json", "--cache-dir", str(tmp_path / "c")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ocr"] == KNOWN_TEXT and len(data["ocr_boxes"]) == 3
+    assert out.stdout.startswith(f"Caption:\n{data['caption']}\n")
     assert main(["caption", str(tmp_path / "missing.png"), "--no-caption"]) == 2
     assert "image file not found" in capsys.readouterr().err
     assert main(["caption", str(text_image), "--no-caption", "--no-ocr"]) == 2

@@ -97,6 +97,11 @@ class LLMExtractor:
             resp_ids = resp_ids[len(ids) - budget + 8:]  # keep the end, where the answer is
             response = "..." + self.tokenizer.decode(resp_ids)
             ids = self._encode(query, response)
+        if len(ids) > budget:
+            from asymspec_vl.errors import PromptTooLongError
+
+            raise PromptTooLongError(f"the extraction prompt has {len(ids)} tokens without the response; the "
+                                     f"extraction model's budget is {budget}")
         return ids
 
     def _encode(self, query: str, response: str) -> list[int]:
