@@ -52,6 +52,16 @@ class VLLMBackend:
             self.engines[spec] = build_engine(spec, self.dtype, self.tp, self.engine_kwargs)
         return self.engines[spec]
 
+    def close(self, spec: EngineSpec | None = None) -> None:
+        """Shut down one cached engine (or all) and free its KV cache."""
+        import gc
+
+        for s in [spec] if spec is not None else list(self.engines):
+            llm = self.engines.pop(s, None)
+            if llm is not None:
+                llm.llm_engine.engine_core.shutdown()
+        gc.collect()
+
     def engine_for(self, method: str, K: int) -> tuple[EngineSpec, str]:
         """The engine a method runs on, and the per-request mode for speculative engines."""
         if method == "floor":

@@ -1,0 +1,199 @@
+"""The patched vLLM path end to end on the tiny models (CPU build): token equality with the transformers
+backend, what patches (4) and (5) are needed for, the vision tower once per request, per-request errors.
+
+Engines are expensive (10-20 s each to start on 2 cores): each is built once per module and shut down as
+soon as its tests are done."""
+
+import copy
+
+import pytest
+import torch
+
+from helpers import random_image, random_request
+
+pytestmark = pytest.mark.vllm
+
+N_REQUESTS = 10
+
+
+@pytest.fixture(scope="module")
+def vl(tiny_models):
+    from asymspec_vl import AsymSpecVL
+
+    pipe = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                      text_drafter=str(tiny_models["text_drafter"]), backend="vllm")
+    yield pipe
+    pipe.backend.close()
+
+
+def _close(vl, method, K):
+    vl.backend.close(vl.backend.engine_for(method, K)[0])
+
+
+def _summary(results):
+    return [(r.token_ids, [t.source for t in r.trace], r.finish_reason, r.stats.steps, r.stats.drafted,
+             r.stats.accepted, r.stats.emitted, r.stats.accepted_at) for r in results]
+
+
+def _requests():
+    from asymspec_vl import Request
+
+    reqs = [random_request(s) for s in range(N_REQUESTS)]
+    reqs.append(Request("What is the answer?", full_context="The answer is 42, said the table.",
+                        compressed_context="a table"))  # text-only AsymSpec: x_full without an image
+    return reqs
+
+
+@pytest.mark.parametrize("K, cfg_kwargs", [(2, {}), (4, {"gamma": 0.2}),
+                                           (2, {"bonus": "fused", "gate": "lambda", "beta": 0.5})])
+def test_asymspec_tokens_equal_transformers_one_by_one_and_batched(vl, tiny_vl, K, cfg_kwargs):
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=K, max_new_tokens=24, **cfg_kwargs)
+    reqs = _requests()
+    expected = _summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    batched = _summary(vl.generate_batch(reqs, "asymspec", cfg))
+    single = _summary([vl.generate_batch([r], "asymspec", cfg)[0] for r in reqs])
+    assert batched == expected
+    assert single == expected
+    sources = {s for row in expected for s in row[1]}
+    assert {"draft", "fused"} <= sources  # both gate outcomes were exercised
+    if K == 4:
+        _close(vl, "asymspec", K)
+
+
+@pytest.mark.parametrize("method", ["sd", "scd", "floor", "drafter"])
+def test_other_methods_equal_transformers(vl, tiny_vl, method):
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=16)
+    reqs = [random_request(s) for s in range(4)]
+    assert _summary(vl.generate_batch(reqs, method, cfg)) == _summary(tiny_vl.generate_batch(reqs, method, cfg))
+    if method in ("sd", "floor", "drafter"):
+        _close(vl, method, 2)
+
+
+# -- what patches (4) and (5) are for ------------------------------------------------------------
+def _hf_drafter_logits(hf_drafter, full, drafts, K, deepstack=True):
+    """The transformers Qwen3-VL drafter on x_full + d_1..d_{K-1}: logits at the K draft positions."""
+    ids = torch.tensor([full.ids + drafts[:K - 1]])
+    lm = hf_drafter.model.language_model
+    saved = lm._deepstack_process
+    if not deepstack:
+        lm._deepstack_process = lambda hidden, *args, **kwargs: hidden
+    try:
+        with torch.no_grad():
+            out = hf_drafter(input_ids=ids, pixel_values=full.pixel_values, image_grid_thw=full.image_grid_thw,
+                             attention_mask=torch.ones_like(ids))
+    finally:
+        lm._deepstack_process = saved
+    return out.logits[0, -K:].float()
+
+
+def _captured_vs_hf(vl, tiny_vl, reqs, cfg, deepstack=True):
+    """Per request: (|x_full| <= |x_comp|, max |vLLM drafter logits - transformers drafter logits|)."""
+    from vllm_patches import probe
+
+    from asymspec_vl.prompts import encode_request
+
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", cfg.K)[0])
+    probe.capture_full_view_logits(llm)
+    vl.generate_batch(reqs, "asymspec", cfg)
+    captured = {c["x_full"]: c for c in probe.captured_full_view_logits(llm).values()}
+    probe.capture_full_view_logits(llm, on=False)
+    rows = []
+    for r in reqs:
+        enc = encode_request(r, vl.pair.processor, vl.pair.tokenizer)
+        c = captured[tuple(enc.full.ids)]
+        ref = _hf_drafter_logits(tiny_vl.backend.drafter, enc.full, c["drafts"], cfg.K, deepstack)
+        rows.append((len(enc.full.ids) <= len(enc.comp.ids), float((c["a"] - ref).abs().max())))
+    return rows
+
+
+def _gate_requests():
+    """Images from 32x32 (one image token: x_full shorter than x_comp) to 128x128 (x_full longer)."""
+    from asymspec_vl import Request
+
+    sizes = [32, 32, 128, 96]
+    return [Request(f"What is shown in picture {i}?", random_image(100 + i, s, s + 1), caption="a chart of sales",
+                    ocr="12 34") for i, s in enumerate(sizes)]
+
+
+def test_drafter_logits_match_transformers_only_with_patches_4_and_5(vl, tiny_vl):
+    from vllm_patches import switches
+
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=4)
+    reqs = _gate_requests()
+    on = _captured_vs_hf(vl, tiny_vl, reqs, cfg)
+    assert any(short for short, _ in on) and not all(short for short, _ in on)
+    assert max(d for _, d in on) < 1e-3  # the drafter reads the image, DeepStack features included
+    no_deepstack = _captured_vs_hf(vl, tiny_vl, reqs, cfg, deepstack=False)
+    assert min(d for _, d in no_deepstack) > 1e-2  # ... and DeepStack matters for these logits
+    with switches.disabled("mm_embeds"):
+        off4 = _captured_vs_hf(vl, tiny_vl, reqs, cfg)
+    assert min(d for _, d in off4) > 1e-2  # patch (4) off: image_pad tokens read as text
+    with switches.disabled("no_length_gate"):
+        off5 = _captured_vs_hf(vl, tiny_vl, reqs, cfg)
+    for (short, d_on), (_, d_off) in zip(on, off5):
+        if short:
+            assert d_off > 1e-2  # patch (5) off: x_full not longer -> the drafter reads x_comp
+        else:
+            assert d_off < 1e-3
+
+
+def test_vision_tower_runs_once_per_request(vl):
+    from vllm_patches import probe
+
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=30)
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    reqs = [random_request(s) for s in range(5)]
+    before = probe.counters(llm)["vision_tower_calls"]
+    results = vl.generate_batch(reqs, "asymspec", cfg) + [vl.generate(**_kw(reqs[0]), method="asymspec", config=cfg)]
+    assert all(r.stats.steps >= 5 for r in results)
+    assert probe.counters(llm)["vision_tower_calls"] - before == len(results)
+    c = probe.counters(llm)  # the runner hears of a finish at the next step: only the last request is left
+    assert c["live_requests"] <= 1 and c["full_view_blocks"] - c["free_full_view_blocks"] <= 2
+
+
+def _kw(r):
+    return dict(image=r.image, question=r.question, caption=r.caption, ocr=r.ocr)
+
+
+def test_bad_request_fails_alone(vl):
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm_engine import generate
+    from asymspec_vl.prompts import encode_request
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    b = vl.backend
+    llm = b.engine(b.engine_for("asymspec", 2)[0])
+    encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in range(5)]
+    prompts = [b._prompt(llm, e, "asymspec") for e in encs]
+    params = [b._params(e, "asymspec", "asymspec", cfg) for e in encs]
+    alone = [generate(llm, [p], [q])[0].outputs[0].token_ids for p, q in zip(prompts[::2], params[::2])]
+
+    def broken(i, **fields):
+        p = params[i].clone()
+        p.extra_args = copy.deepcopy(params[i].extra_args)
+        p.extra_args["asymspec"].update(fields)
+        return p
+
+    nan = params[3].extra_args["asymspec"]["pixel_values"].clone()
+    nan[0, 0] = float("nan")
+    mixed = [params[0], broken(1, pixel_values=torch.zeros(3, 7)), params[2], broken(3, pixel_values=nan),
+             params[4]]
+    outs = generate(llm, prompts, mixed)
+    assert [o.outputs[0].token_ids for o in outs[::2]] == alone
+    for o, words in ((outs[1], "InvalidImageError: pixel_values must be float"),
+                     (outs[3], "InvalidImageError: pixel_values hold NaN")):
+        assert o.outputs[0].finish_reason == "error" and o.outputs[0].token_ids == []
+        assert o.kv_transfer_params["asymspec"]["error"].startswith(words)
+    wrong_type = params[0].clone()
+    wrong_type.extra_args = {"asymspec": ["x_full"]}
+    out = generate(llm, prompts[:1], [wrong_type])[0]
+    assert out.outputs[0].finish_reason == "error" and "must be a dict" in out.kv_transfer_params["asymspec"]["error"]
+    assert generate(llm, prompts[:1], params[:1])[0].outputs[0].token_ids == alone[0]  # the engine goes on
