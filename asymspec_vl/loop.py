@@ -20,7 +20,8 @@ import torch
 
 from . import trace as T
 from .config import AsymSpecConfig
-from .gate import StepOutcome, asymspec_step, greedy, greedy_verify, scd_scores
+from .gate import StepOutcome, greedy, greedy_verify, scd_scores
+from .kernels.dispatch import asymspec_step  # Triton on CUDA, gate.asymspec_step elsewhere
 from .sources import LogitSource
 
 # decide(draft_logits [B, K or K+1, V] | None, scores: list of [B, K+1, V], drafts [B, K]) -> StepOutcome
