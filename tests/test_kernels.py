@@ -24,6 +24,15 @@ NEG = float("-inf")
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")  # interpreter
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """On 2 shared cores OpenMP threads spin against other processes (a tiny forward: 300 ms, not 8 ms)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def triton_path(monkeypatch):
     monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", "triton")

@@ -26,7 +26,6 @@ import triton.language as tl
 GATE_IDS = {"cda": 0, "fixed": 1, "lambda": 2, "kl": 3}
 DELTA_IDS = {"contrastive": 0, "raw": 1, "scd": 2}
 NF = 8  # float partials per (row, chunk): max/sumexp of a, b, t; best fused value; best t value
-NEG = float("-inf")
 IDX_MAX = tl.constexpr(2**31 - 1)  # "no index" in argmax partials
 
 
