@@ -98,7 +98,8 @@ def load_examples() -> list[list[str]]:
 def build_demo(service: DemoService) -> gr.Blocks:
     """The page and its API: /describe (image -> caption, OCR) and /answer (streams the answers)."""
     cfg, names = service.base_config, service.vl.names
-    with gr.Blocks(title="AsymSpec-VL demo", analytics_enabled=False) as demo:
+    # uploads older than an hour are deleted every hour (Gradio's cache would otherwise grow without bound)
+    with gr.Blocks(title="AsymSpec-VL demo", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown("# AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only "
                     "the caption and OCR text below. Every token of the answer is coloured by where it came from.\n\n"
                     f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}` · "
@@ -119,11 +120,11 @@ def build_demo(service: DemoService) -> gr.Blocks:
                 with gr.Accordion("Decoding controls", open=False):
                     k = gr.Slider(1, 16, value=cfg.K, step=1, label="K (draft tokens per step)", elem_id="k")
                     beta = gr.Slider(0, 10, value=cfg.beta, step=0.1, label="β (δ-fusion weight)", elem_id="beta")
-                    gamma = gr.Slider(0.01, 1, value=cfg.gamma, step=0.01, label="γ (acceptance threshold)",
-                                      elem_id="gamma")
+                    gamma = gr.Slider(min(0.01, cfg.gamma), 1, value=cfg.gamma, step=0.01,
+                                      label="γ (acceptance threshold)", elem_id="gamma")
                     gate = gr.Radio(list(GATES), value=cfg.gate, label="gate", elem_id="gate")
-                    max_tokens = gr.Slider(1, 1024, value=cfg.max_new_tokens, step=1, label="max new tokens",
-                                           elem_id="max-tokens")
+                    max_tokens = gr.Slider(1, max(1024, cfg.max_new_tokens), value=cfg.max_new_tokens, step=1,
+                                           label="max new tokens", elem_id="max-tokens")
                     baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
                                                  value=list(BASELINES), label="also run", elem_id="baselines")
                 with gr.Row():

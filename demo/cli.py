@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from asymspec_vl.commands import add_config_args, add_model_args, config_from_args, load_from_args
 
@@ -10,8 +11,8 @@ from asymspec_vl.commands import add_config_args, add_model_args, config_from_ar
 def _positive(kind):
     def parse(text: str):
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} is not positive")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not a positive number")
         return value
     return parse
 
@@ -64,6 +65,8 @@ def build_captioner(args, vl):
 
 
 def _demo(args) -> int:
+    from asymspec_vl.errors import ConfigError
+
     from .app import build_demo, launch
     from .service import DemoService
 
@@ -72,5 +75,8 @@ def _demo(args) -> int:
     max_bytes = int(args.max_upload_mb * 2**20)
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), max_image_pixels=args.max_image_pixels,
                           max_file_bytes=max_bytes)
-    launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+    try:
+        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+    except OSError as e:  # e.g. the port is taken
+        raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e}") from e
     return 0
