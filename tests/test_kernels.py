@@ -4,6 +4,7 @@ Without a GPU the kernels run in triton's interpreter (TRITON_INTERPRET=1, set i
 machine the same tests run the compiled kernels."""
 
 import itertools
+import math
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from asymspec_vl import gate
-from asymspec_vl.config import AsymSpecConfig
+from asymspec_vl.config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
 from asymspec_vl.errors import ConfigError, InputError
 from asymspec_vl.kernels import PLACEHOLDER_TOKEN_ID, asymspec_sample, asymspec_step, backend_for
 from asymspec_vl.kernels.triton_gate import run_gate
@@ -170,6 +171,38 @@ def test_infinite_logits_follow_the_reference_rules():
         out = run_padded(a, b, t, drafts, cfg, None, None)
         assert int(ref.token) == expected
         assert_same(out, ref)
+    # lambda gate, Delta = log p_a(d) - log p_b(d) = +-inf: clipped to the float32 range like nan_to_num,
+    # so lam = 0 leaves gamma (0 * inf would be NaN and reject)
+    b[0, 0, 1], t[0, 0, 1] = NEG, 0.0  # p_b(1) = 0 < p_t(1): Delta = +inf, accepted by every lam
+    a[0, 0, 2] = NEG  # p_a(2) = 0 < p_b(2): Delta = -inf, rejected unless lam = 0
+    for draft, lam, accepted in ((1, 0.0, 1), (1, 1.0, 1), (2, 0.0, 1), (2, 0.5, 0)):
+        cfg = AsymSpecConfig(K=1, gate="lambda", lam=lam, gamma=1e-3)
+        d = torch.tensor([[draft]], device=DEVICE)
+        ref = gate.asymspec_step(a, b, t, d, cfg)
+        assert int(ref.num_accepted) == accepted
+        assert_same(run_padded(a, b, t, d, cfg, None, None), ref)
+
+
+def test_hand_computed_five_token_cases_and_an_exact_threshold_tie(triton_path):
+    """The 5-token case of test_gate.py (every gate, delta source, bonus rule) and p_t(d) = gamma * p_b(d)."""
+    p_a, p_b = [0.7, 0.1, 0.1, 0.05, 0.05], [0.2] * 5
+    p_t, p_t_bonus = [0.09, 0.6, 0.11, 0.1, 0.1], [0.1, 0.1, 0.1, 0.6, 0.1]
+    logp = lambda *rows: torch.tensor([[math.log(x) for x in r] for r in rows], device=DEVICE)[None]  # noqa: E731
+    a, b, t = logp(p_a, p_a), logp(p_b, p_b), logp(p_t, p_t_bonus)
+    drafts = torch.tensor([[0]], device=DEVICE)
+    outcomes = set()
+    for i, (gate_name, source, bonus) in enumerate(itertools.product(GATES, DELTA_SOURCES, BONUS_RULES)):
+        cfg = AsymSpecConfig(K=1, gate=gate_name, delta_source=source, bonus=bonus, beta=(0.5, 1.0, 2.0)[i % 3],
+                             lam=1.0)
+        out = asymspec_step(a, b, t, drafts, cfg)
+        assert_same(out, gate.asymspec_step(a, b, t, drafts, cfg))
+        outcomes.add((int(out.num_accepted), int(out.token)))
+    assert len(outcomes) >= 3  # accepted + bonus 3 or 0, rejected + fused 0 or 1
+    zeros = torch.zeros(1, 2, 5, device=DEVICE)  # p_t(4) = p_b(4) and gamma = 1: 0.2 > 0.2 is false
+    cfg = AsymSpecConfig(K=1, gate="fixed", gamma=1.0)
+    for banned, token in ((None, 0), (torch.tensor([True, True, False, False, False], device=DEVICE), 2)):
+        out = asymspec_step(zeros, zeros, zeros, torch.tensor([[4]], device=DEVICE), cfg, banned)
+        assert (int(out.num_accepted), int(out.token)) == (0, token)
 
 
 def flat_case(seed, n_drafts, V, dtype):

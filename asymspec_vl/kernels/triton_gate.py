@@ -27,6 +27,7 @@ GATE_IDS = {"cda": 0, "fixed": 1, "lambda": 2, "kl": 3}
 DELTA_IDS = {"contrastive": 0, "raw": 1, "scd": 2}
 NF = 8  # float partials per (row, chunk): max/sumexp of a, b, t; best fused value; best t value
 IDX_MAX = tl.constexpr(2**31 - 1)  # "no index" in argmax partials
+FLT_MAX = tl.constexpr(3.4028234663852886e38)  # torch.nan_to_num's replacement of +-inf in float32
 
 
 @triton.jit
@@ -188,7 +189,8 @@ def _decide_kernel(a_ptr, b_ptr, t_ptr, drafts_ptr, n_ptr, fpart_ptr, ipart_ptr,
                               tl.load(parts + 1, mask=pmask, other=0.0), 1)
         a_d = tl.load(a_ptr + rb * sa0 + rp * sa1 + d, mask=ok, other=float("-inf")).to(tl.float32)
         dl = (a_d - lse_a) - lb_d
-        lg = log_gamma - lam * tl.where(dl != dl, 0.0, dl)
+        dl = tl.where(dl != dl, 0.0, tl.minimum(tl.maximum(dl, -FLT_MAX), FLT_MAX))  # as torch.nan_to_num
+        lg = log_gamma - lam * dl
     else:  # cda (JSD) or kl: log gamma_eff = log gamma - D
         lg = log_gamma - D
     accept = (lt_d > lg + lb_d) & is_draft  # Eq. 4 in log space; False past the drafts
@@ -244,6 +246,7 @@ def _launch(a, b, t, drafts, counts, cfg, banned, flat, num_reqs, out_len, with_
        token [num_reqs] int32 (the emitted one), divergence [rows] float32 or None."""
     a, b, t = (x if x.stride(-1) == 1 else x.contiguous() for x in (a, b, t))
     drafts = drafts.contiguous()
+    counts = counts.contiguous() if counts is not None else None
     dev, V = t.device, t.shape[-1]
     P, R = t.shape[-2], math.prod(t.shape[:-1])
     K = 0 if flat else drafts.shape[1]
