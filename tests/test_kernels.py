@@ -291,3 +291,13 @@ def test_every_kernel_variant_compiles_for_a_cuda_gpu():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"compiled \d+ kernel variants for sm_90", proc.stdout)
+
+
+def test_gate_benchmark_prints_and_writes_its_table(capsys, tmp_path):
+    from asymspec_vl.evals.benchmarks import bench_gate
+
+    bench_gate.main(["--device", DEVICE, "--vocab", "512", "--shapes", "1x2", "--repeat", "1",
+                     "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "copy bandwidth" in out and "| torch | 1 | 2 |" in out and "| triton" in out
+    assert {p.name for p in tmp_path.iterdir()} == {"bench_gate.md", "bench_gate.csv", "bench_gate.json"}

@@ -215,13 +215,14 @@ def _interpreted(x: torch.Tensor) -> bool:
 def plan_blocks(V: int, rows: int, device: torch.device, block: int | None = None,
                 chunks: int | None = None) -> tuple[int, int, int, int]:
     """(BLOCK, chunk, NC, num_warps): each row splits into NC chunks of `chunk` columns (a multiple of
-    BLOCK) so that rows * NC programs fill the GPU; the interpreter prefers few, wide programs."""
+    BLOCK): at most 16 blocks each, and enough of them for 8 programs per SM (small batches); the
+    interpreter prefers few, wide programs."""
     interp = device.type != "cuda"
     BLOCK = block or min(16384 if interp else 2048, triton.next_power_of_2(V))
     blocks = triton.cdiv(V, BLOCK)
     if chunks is None:
         sms = 1 if interp else torch.cuda.get_device_properties(device).multi_processor_count
-        chunks = 1 if interp else triton.cdiv(4 * sms, max(rows, 1))
+        chunks = 1 if interp else max(triton.cdiv(blocks, 16), triton.cdiv(8 * sms, max(rows, 1)))
     chunk = triton.cdiv(blocks, max(1, min(chunks, blocks))) * BLOCK
     return BLOCK, chunk, triton.cdiv(V, chunk), 8 if BLOCK >= 2048 else 4
 

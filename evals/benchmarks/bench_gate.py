@@ -112,14 +112,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--interpret-max-rows", type=int, default=5,
                     help="on CPU, run the interpreted kernel only when B*(K+1) is at most this")
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--out", help="also write bench_gate.md/.csv/.json here")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     shapes = args.shapes or ("1x2,1x4,8x4,64x8" if device.type == "cuda" else "1x2,1x4,8x4")
     pairs = [tuple(int(x) for x in s.lower().split("x")) for s in shapes.split(",")]
     largest = max(3 * B * (K + 1) * args.vocab * torch.finfo(getattr(torch, args.dtype)).bits // 8 for B, K in pairs)
     copy_bw = copy_bandwidth(largest, device, args.repeat)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    name += f", {torch.get_num_threads()} torch threads" if device.type == "cpu" else ""
     print(f"device: {name}; copy bandwidth (read + write) {copy_bw / 1e9:.1f} GB/s over {largest / 1e6:.0f} MB; "
           f"gate={args.gate}, V={args.vocab}")
     rows = [r for B, K in pairs for r in bench_shape(B, K, args, device, copy_bw)]
