@@ -256,7 +256,11 @@ def test_dispatch_picks_by_device(monkeypatch):
     if torch.cuda.is_available():
         assert backend_for(torch.zeros(1, device="cuda")) == "triton"
     monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # only the env var is read here (triton is imported already)
     assert backend_for(torch.zeros(1)) == "triton"
+    monkeypatch.delenv("TRITON_INTERPRET")  # the compiled kernels cannot read CPU memory
+    with pytest.raises(ConfigError, match="TRITON_INTERPRET"):
+        backend_for(torch.zeros(1))
     monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", "cuda")
     with pytest.raises(ConfigError, match="ASYMSPEC_GATE_BACKEND"):
         backend_for(torch.zeros(1))

@@ -28,6 +28,9 @@ def backend_for(x: torch.Tensor) -> str:
     forced = os.environ.get("ASYMSPEC_GATE_BACKEND", "auto")
     if forced not in BACKENDS:
         raise ConfigError(f"ASYMSPEC_GATE_BACKEND={forced!r} is invalid: expected one of {BACKENDS}")
+    if forced == "triton" and not x.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("ASYMSPEC_GATE_BACKEND=triton on CPU tensors needs TRITON_INTERPRET=1 "
+                          "(set before triton is first imported)")
     if forced != "auto":
         return forced
     return "triton" if x.is_cuda and _triton_importable() else "torch"
