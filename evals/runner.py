@@ -10,9 +10,10 @@ API (shared by every eval: MathVista, the toy world, ...)
         .load() -> {(id, method): record}: every complete line; a torn last line (a crash mid-write) is cut
         off the file; a broken line anywhere else raises ResultsFileError.
         .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL.
-    run_jobs(jobs, work, log, desc="eval", progress=True) -> [record, ...] in job order
+    run_jobs(jobs, work, log, desc="eval", progress=True, base=None) -> [record, ...] in job order
         runs work(job) -> dict for every job whose key is not in the log yet, appending each record as
-        soon as it is done; jobs already in the log are not recomputed. The runner adds "id" and "method".
+        soon as it is done; jobs already in the log are not recomputed. A record is "id", "method", then
+        base(job) (fields known before the work runs, kept in error records too), then work's fields.
         Record fields it reads: "correct" (bool, or None when not scored) for the running accuracy and
         "stats" {"emitted", "elapsed_s", ...} for tokens/s, both shown on a tqdm bar.
         A typed error (asymspec_vl.errors.AsymSpecError) raised by work() is recorded as
@@ -177,8 +178,9 @@ class _Progress:
 
 
 def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, desc: str = "eval",
-             progress: bool = True) -> list[dict]:
-    """Run the jobs not yet in `log`, appending each record when done; return all records in job order."""
+             progress: bool = True, base: Callable[[Job], dict] | None = None) -> list[dict]:
+    """Run the jobs not yet in `log`, appending each record when done; return all records in job order.
+    base(job) -> fields every record of the job carries, an error record too (e.g. its task, its answer)."""
     jobs = list(jobs)
     keys = [j.key for j in jobs]
     if len(set(keys)) != len(keys):
@@ -198,7 +200,7 @@ def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, 
                 except AsymSpecError as e:
                     fields = {"error": {"type": type(e).__name__, "message": str(e)}, "correct": False}
                 fields.setdefault("wall_s", time.perf_counter() - start)
-                rec = {"id": job.key[0], "method": job.key[1], **fields}
+                rec = {"id": job.key[0], "method": job.key[1], **(base(job) if base else {}), **fields}
                 log.append(rec)
                 records[job.key] = rec
                 bar.update(rec)

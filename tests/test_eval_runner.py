@@ -94,11 +94,12 @@ def test_typed_errors_are_recorded_and_other_errors_stop_the_run(tmp_path):
 
     path = tmp_path / "r.jsonl"
     with pytest.raises(RuntimeError, match="a bug"):
-        run_jobs(jobs(3), failing, ResultsLog(path), progress=False)
+        run_jobs(jobs(3), failing, ResultsLog(path), progress=False, base=lambda j: {"group": j.payload % 2})
     done = lines(path)
     assert [(r["id"], r["method"]) for r in done] == [("0", "a"), ("0", "b"), ("1", "a"), ("1", "b")]
     assert done[2]["error"] == {"type": "InputError", "message": "the image is broken"}
-    assert done[2]["correct"] is False
+    assert done[2]["correct"] is False and done[2]["group"] == 1  # base fields reach error records too
+    assert done[0]["group"] == 0 and done[0]["stats"]["emitted"] == 10
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):

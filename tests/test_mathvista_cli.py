@@ -176,3 +176,18 @@ def test_eval_score_with_llm_extraction_plumbing(full_run, tiny_models, tmp_path
     rows = [json.loads(x) for x in (tmp_path / "llm" / "rescored.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["extractor"].startswith("llm:") for r in rows)
     assert all((r["prediction"], r["correct"]) == score(r["extraction"], r) for r in rows)
+
+
+def test_a_broken_image_is_recorded_as_a_typed_error_and_the_run_goes_on(tiny_models, tmp_path, capsys):
+    render_standins(tmp_path / "mv" / "images", ["2", "3"])
+    (tmp_path / "mv" / "images" / "3.png").write_bytes(b"not an image")
+    assert main(eval_args(tiny_models, tmp_path / "mv", tmp_path / "out", "--limit", "2", "--methods",
+                          "floor")) == 0
+    capsys.readouterr()
+    good, bad = records(tmp_path / "out")
+    assert good["id"] == "2" and "error" not in good
+    assert bad["id"] == "3" and bad["error"]["type"] == "InvalidImageError" and bad["correct"] is False
+    assert bad["task"] == "GPS" and bad["answer"] and bad["benchmark"] == "mathvista"  # still scorable
+    row = json.loads((tmp_path / "out" / "table.json").read_text())["rows"][0]
+    assert (row["errors"], row["GPS"], row["n"]) == (1, 0.0, 2)
+    assert main(["eval", "score", str(tmp_path / "out" / "results.jsonl")]) == 0

@@ -49,12 +49,16 @@ def load_setup(images, protocol: EvalProtocol, limit: int | None = None, pids: l
     return Setup(selected, store, captioner, protocol, text_files)
 
 
+def problem_fields(job: Job) -> dict:
+    """What every line of a problem carries, an error line too: the facts scoring and re-scoring need."""
+    problem = job.payload
+    return {"benchmark": "mathvista", "task": task_of(problem), "query": problem.query, **problem.facts()}
+
+
 def result_record(problem, res, extraction: str, extractor: str, save_trace: bool = False) -> dict:
-    """The JSONL line of one problem and method (the runner adds id and method)."""
-    facts = problem.facts()
-    prediction, correct = score(extraction, facts)
-    rec = {"benchmark": "mathvista", "task": task_of(problem), "query": problem.query, **facts,
-           "response": res.text, "extraction": extraction, "extractor": extractor, "prediction": prediction,
+    """The outcome fields of one problem and method (the runner adds id, method and problem_fields)."""
+    prediction, correct = score(extraction, problem.facts())
+    rec = {"response": res.text, "extraction": extraction, "extractor": extractor, "prediction": prediction,
            "correct": correct, "finish_reason": res.finish_reason, "stats": res.stats.to_dict()}
     if save_trace:
         rec["trace"] = [[t.token_id, t.source] for t in res.trace]
@@ -111,7 +115,7 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
         vl = load_from_args(args)
         extractor = _extractor(args, vl)
     records = run_jobs(jobs, make_work(vl, setup, cfg, extractor, args.save_trace), log, desc="mathvista",
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, base=problem_fields)
     markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
     models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
                                          "text_drafter": args.text_drafter, "backend": args.backend}
