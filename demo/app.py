@@ -21,7 +21,8 @@ from .service import BASELINES, DemoService
 log = logging.getLogger(__name__)
 EXAMPLES_DIR = Path(__file__).parent / "examples"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
-CSS = ".answer{min-height:3em} .answer-status{color:#666;font-size:0.85em} table.stats td,table.stats th{padding:2px 6px}"
+CSS = (".answer{min-height:3em} .answer-status{color:#666;font-size:0.85em} "
+       "table.stats td,table.stats th{padding:2px 6px}")
 # System fonts only: the page must not fetch anything from the internet.
 THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                           font_mono=["ui-monospace", "monospace"])
