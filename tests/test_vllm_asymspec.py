@@ -167,6 +167,7 @@ def test_bad_request_fails_alone(vl):
     from asymspec_vl import AsymSpecConfig
     from asymspec_vl.backends.vllm_engine import generate
     from asymspec_vl.prompts import encode_request
+    from vllm_patches.request_args import pack_tensor, unpack_tensor
 
     cfg = AsymSpecConfig(K=2, max_new_tokens=10)
     b = vl.backend
@@ -182,10 +183,10 @@ def test_bad_request_fails_alone(vl):
         p.extra_args["asymspec"].update(fields)
         return p
 
-    nan = params[3].extra_args["asymspec"]["pixel_values"].clone()
+    nan = unpack_tensor(params[3].extra_args["asymspec"]["pixel_values"], "pixel_values").clone()
     nan[0, 0] = float("nan")
-    mixed = [params[0], broken(1, pixel_values=torch.zeros(3, 7)), params[2], broken(3, pixel_values=nan),
-             params[4]]
+    mixed = [params[0], broken(1, pixel_values=pack_tensor(torch.zeros(3, 7))), params[2],
+             broken(3, pixel_values=pack_tensor(nan)), params[4]]
     outs = generate(llm, prompts, mixed)
     assert [o.outputs[0].token_ids for o in outs[::2]] == alone
     for o, words in ((outs[1], "InvalidImageError: pixel_values must be float"),
@@ -197,3 +198,50 @@ def test_bad_request_fails_alone(vl):
     out = generate(llm, prompts[:1], [wrong_type])[0]
     assert out.outputs[0].finish_reason == "error" and "must be a dict" in out.kv_transfer_params["asymspec"]["error"]
     assert generate(llm, prompts[:1], params[:1])[0].outputs[0].token_ids == alone[0]  # the engine goes on
+
+
+MULTIPROC_SCRIPT = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from helpers import random_request
+from vllm import LLM, SamplingParams  # vllm_patches is not imported here: the plugin entry point loads it
+from asymspec_vl import AsymSpecConfig
+from asymspec_vl.prompts import encode_request
+from asymspec_vl.vocab import ModelPair
+from vllm_patches.request_args import make_extra_args
+if __name__ == "__main__":
+    pair = ModelPair.load({drafter!r}, {verifier!r})
+    llm = LLM(model={verifier!r}, enforce_eager=True, max_model_len=4096, max_num_seqs=8, dtype="float32",
+              speculative_config={{"method": "asymspec", "model": {drafter!r}, "num_speculative_tokens": 2}})
+    cfg = AsymSpecConfig(K=2, max_new_tokens=12)
+    encs = [encode_request(random_request(s), pair.processor, pair.tokenizer) for s in range(3)]
+    params = [SamplingParams(max_tokens=12, temperature=0, ignore_eos=True, stop_token_ids=sorted(pair.stop_ids(cfg)),
+                             extra_args=make_extra_args("asymspec", cfg, e.full.ids, e.full.pixel_values,
+                                                        e.full.image_grid_thw, pair.banned_ids()))
+              for e in encs]
+    outs = llm.generate([{{"prompt_token_ids": e.comp.ids}} for e in encs], params, use_tqdm=False)
+    print("RESULT " + json.dumps([list(o.outputs[0].token_ids) for o in outs]))
+"""
+
+
+def test_plugin_entry_point_patches_a_multiprocess_engine(vl, tiny_models, tmp_path):
+    """A fresh interpreter, engine core in its own process, no explicit `import vllm_patches`."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from asymspec_vl import AsymSpecConfig
+
+    script = tmp_path / "multiproc.py"
+    script.write_text(MULTIPROC_SCRIPT.format(tests=str(Path(__file__).parent), drafter=str(tiny_models["vl_drafter"]),
+                                              verifier=str(tiny_models["verifier"])))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, run.stdout[-3000:] + run.stderr[-3000:]
+    expected = [r.token_ids for r in vl.generate_batch([random_request(s) for s in range(3)], "asymspec",
+                                                       AsymSpecConfig(K=2, max_new_tokens=12))]
+    assert json.loads(line[0][len("RESULT "):]) == expected

@@ -7,6 +7,8 @@ Schema (all but `mode` optional):
   x_full          the drafter's full prompt, token ids (mode "asymspec": required)
   pixel_values    [num_patches, C*T*P*P] float, the drafter's image inputs (Qwen-VL processor output)
   image_grid_thw  [num_images, 3] int
+                  (tensors travel packed as {"dtype", "shape", "data": bytes}, which survives vLLM's
+                  msgpack transport to the engine process; tensors, arrays and nested lists are accepted)
   banned          token ids no argmax may pick (structural specials)
 The verifier's prompt x_comp is the request's own prompt. Requests without the key are ordinary
 speculative decoding. Every violation raises a typed error naming the field; the engine turns it into an
@@ -65,10 +67,31 @@ def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=No
     if x_full is not None:
         args["x_full"] = list(x_full)
     if pixel_values is not None:
-        args["pixel_values"], args["image_grid_thw"] = pixel_values, image_grid_thw
+        args["pixel_values"], args["image_grid_thw"] = pack_tensor(pixel_values), pack_tensor(image_grid_thw)
     if banned is not None:
         args["banned"] = sorted(int(b) for b in banned)
     return {KEY: args}
+
+
+def pack_tensor(t) -> dict:
+    t = torch.as_tensor(t).detach().cpu().contiguous()
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+            "data": t.view(torch.uint8).numpy().tobytes()}
+
+
+def unpack_tensor(value, name: str) -> torch.Tensor:
+    """A tensor from a packed dict, a tensor, an array or nested lists."""
+    if isinstance(value, dict):
+        try:
+            dtype, shape = getattr(torch, value["dtype"]), [int(n) for n in value["shape"]]
+            flat = torch.frombuffer(bytearray(value["data"]), dtype=torch.uint8)
+            return flat.view(dtype).reshape(shape)
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+            raise InvalidImageError(f"{name} is not a packed tensor ({{dtype, shape, data}}): {e}") from e
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidImageError(f"{name} is not a tensor: {e}") from e
 
 
 def has_request_args(extra_args) -> bool:
@@ -142,10 +165,7 @@ def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
         raise InvalidImageError("the engine's drafter is a text model: it cannot read pixel_values")
     if x_full is None:
         raise RequestArgsError("pixel_values need x_full, the drafter prompt that places the image")
-    try:
-        pv, grid = torch.as_tensor(pv), torch.as_tensor(grid)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise InvalidImageError(f"pixel_values / image_grid_thw are not tensors: {e}") from e
+    pv, grid = unpack_tensor(pv, "pixel_values"), unpack_tensor(grid, "image_grid_thw")
     if not pv.is_floating_point() or pv.dim() != 2 or pv.shape[1] != facts.patch_dim:
         raise InvalidImageError(f"pixel_values must be float [num_patches, {facts.patch_dim}], got "
                                 f"{pv.dtype} {list(pv.shape)}")
