@@ -9,6 +9,7 @@ API (shared by every eval: MathVista, the toy world, ...)
         <stem>.fingerprint.json, and reopening the log with a different one raises ResumeMismatchError.
         .load() -> {(id, method): record}: every complete line; a torn last line (a crash mid-write) is cut
         off the file; a broken line anywhere else raises ResultsFileError.
+        .done_keys() -> {(id, method)}: the same, read only (nothing is repaired).
         .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL.
     run_jobs(jobs, work, log, desc="eval", progress=True, base=None) -> [record, ...] in job order
         runs work(job) -> dict for every job whose key is not in the log yet, appending each record as
@@ -112,8 +113,15 @@ class ResultsLog:
             done.setdefault((str(rec.get("id")), str(rec.get("method"))), rec)
         return done
 
+    def done_keys(self) -> set[tuple[str, str]]:
+        """Keys of the finished jobs, read without changing the file (the fingerprint is checked)."""
+        self._check_fingerprint()
+        if not self.path.is_file():
+            return set()
+        return {(str(r.get("id")), str(r.get("method"))) for r in _parse_lines(self.path.read_bytes(), self.path)[0]}
+
     def append(self, record: dict) -> None:
-        line = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+        line = json.dumps(record, allow_nan=False) + "\n"  # ASCII: any text survives any file encoding
         with self.path.open("a", encoding="utf-8") as f:
             f.write(line)
             f.flush()

@@ -172,7 +172,8 @@ def test_summary_rows_and_outputs(tmp_path):
     assert b["Overall"] == 40.0 and b["errors"] == 1 and b["acceptance rate"] == 0.5
     assert accuracy([{"correct": None}]) is None
     assert speed([])["tokens/s"] is None
-    paths = write_summary(rows, ["method", "even", "low", "Overall", "tokens/s"], tmp_path, "t", "T", ["even", "Overall"])
+    columns = ["method", "even", "low", "Overall", "tokens/s"]
+    paths = write_summary(rows, columns, tmp_path, "t", "T", ["even", "Overall"])
     assert paths["md"].read_text().startswith("# T\n\n| method | even | low | Overall | tokens/s |")
     for key in ("csv", "json", "png", "png:even", "png:Overall"):
         assert paths[key].is_file() and paths[key].stat().st_size > 0

@@ -134,7 +134,8 @@ def test_every_answer_and_its_letter_score_correct_on_testmini(problems):
 
 def test_breakdown_counts_multi_label_skills():
     recs = [{"correct": True, "question_type": "free_form", "answer_type": "integer",
-             "metadata": {"task": "geometry problem solving", "skills": ["algebraic reasoning", "arithmetic reasoning"]}},
+             "metadata": {"task": "geometry problem solving",
+                          "skills": ["algebraic reasoning", "arithmetic reasoning"]}},
             {"correct": False, "question_type": "free_form", "answer_type": "integer",
              "metadata": {"task": "geometry problem solving", "skills": ["arithmetic reasoning"]}}]
     b = breakdown(recs)

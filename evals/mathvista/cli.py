@@ -92,7 +92,7 @@ def rescore(records: list[dict], args, methods: list[str], out: Path | None, sou
         return markdown_table(*table(fresh, methods, tasks))
     out.mkdir(parents=True, exist_ok=True)
     with (out / "rescored.jsonl").open("w", encoding="utf-8") as f:
-        f.writelines(json.dumps(rec, ensure_ascii=False) + "\n" for rec in fresh)
+        f.writelines(json.dumps(rec) + "\n" for rec in fresh)
     return write_outputs(out, fresh, methods, tasks, "MathVista (re-scored)")[0]
 
 

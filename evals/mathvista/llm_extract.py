@@ -11,7 +11,8 @@ INSTRUCTION = ("Each example below shows a question, a model's response to it, a
                "of that response, written in the form the question's hint asks for. Do the same for the last "
                "response: write only its extracted answer.")
 
-_INT = "Hint: Please answer the question requiring an integer answer and provide the final value, e.g., 1, 2, 3, at the end."
+_INT = ("Hint: Please answer the question requiring an integer answer and provide the final value, e.g., 1, 2, 3, "
+        "at the end.")
 _FLOAT1 = ("Hint: Please answer the question requiring a floating-point number with one decimal place and provide "
            "the final value, e.g., 1.2, 1.3, 1.4, at the end.")
 _FLOAT2 = ("Hint: Please answer the question requiring a floating-point number with two decimal places and provide "

@@ -109,7 +109,7 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
     jobs = [Job(p.pid, m, p) for p in setup.problems for m in args.methods]
-    done = log.load()
+    done = log.done_keys()
     vl = extractor = None
     if any(j.key not in done for j in jobs):  # models load only when something is left to do
         vl = load_from_args(args)
