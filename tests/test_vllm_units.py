@@ -206,3 +206,21 @@ def test_switches():
     assert switches.enabled("mm_embeds")
     with pytest.raises(KeyError):
         switches.enabled("nope")
+
+
+def test_server_json_form_round_trips(facts):
+    """Through the OpenAI server, vllm_xargs values are flat: the args travel as one JSON string."""
+    import json
+
+    from asymspec_vl import AsymSpecConfig
+    from vllm_patches.request_args import (RequestArgsError, make_extra_args, parse_request_args, request_mode,
+                                           serve_xargs)
+
+    pixels = torch.randn(8, 12)
+    xargs = serve_xargs(make_extra_args("asymspec", AsymSpecConfig(K=2), [1, 7, 7], pixels, torch.tensor([[1, 2, 4]])))
+    assert isinstance(xargs["asymspec"], str) and json.loads(xargs["asymspec"])["mode"] == "asymspec"
+    args = parse_request_args(xargs, facts)
+    assert torch.equal(args.pixel_values, pixels) and args.image_grid_thw.tolist() == [[1, 2, 4]]
+    assert request_mode(xargs) == "asymspec" and request_mode({"asymspec": "{"}) == "invalid"
+    with pytest.raises(RequestArgsError, match="not JSON"):
+        parse_request_args({"asymspec": "{"}, facts)

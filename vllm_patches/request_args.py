@@ -9,6 +9,8 @@ Schema (all but `mode` optional):
   image_grid_thw  [num_images, 3] int
                   (tensors travel packed as {"dtype", "shape", "data": bytes}, which survives vLLM's
                   msgpack transport to the engine process; tensors, arrays and nested lists are accepted)
+Through the OpenAI-compatible server, whose `vllm_xargs` values are flat, the same dict travels as a JSON
+string (`serve_xargs`), packed tensor data base64-encoded.
   banned          token ids no argmax may pick (structural specials)
 The verifier's prompt x_comp is the request's own prompt. Requests without the key are ordinary
 speculative decoding. Every violation raises a typed error naming the field; the engine turns it into an
@@ -17,7 +19,9 @@ error finish of that request alone.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 from dataclasses import dataclass
 
 import torch
@@ -73,6 +77,36 @@ def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=No
     return {KEY: args}
 
 
+def serve_xargs(extra_args: dict) -> dict:
+    """extra_args as the OpenAI server's `vllm_xargs` accepts them: {"asymspec": "<json>"}."""
+    def encode(v):
+        if isinstance(v, dict):
+            return {k: encode(x) for k, x in v.items()}
+        return base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v
+    return {KEY: json.dumps(encode(extra_args[KEY]))}
+
+
+def raw_args(extra_args: dict):
+    """extra_args["asymspec"] as a dict (decoding the server's JSON-string form)."""
+    raw = extra_args[KEY]
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as e:
+            raise RequestArgsError(f'extra_args["{KEY}"] is a string but not JSON: {e}') from e
+    if not isinstance(raw, dict):
+        raise RequestArgsError(f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}')
+    return raw
+
+
+def request_mode(extra_args: dict) -> str:
+    """The request's mode, or "invalid" (the worker reports why)."""
+    try:
+        return str(raw_args(extra_args).get("mode"))
+    except RequestArgsError:
+        return "invalid"
+
+
 def pack_tensor(t) -> dict:
     t = torch.as_tensor(t).detach().cpu().contiguous()
     return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
@@ -83,10 +117,11 @@ def unpack_tensor(value, name: str) -> torch.Tensor:
     """A tensor from a packed dict, a tensor, an array or nested lists."""
     if isinstance(value, dict):
         try:
-            dtype, shape = getattr(torch, value["dtype"]), [int(n) for n in value["shape"]]
-            flat = torch.frombuffer(bytearray(value["data"]), dtype=torch.uint8)
+            dtype, shape, data = getattr(torch, value["dtype"]), [int(n) for n in value["shape"]], value["data"]
+            data = base64.b64decode(data) if isinstance(data, str) else data
+            flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             return flat.view(dtype).reshape(shape)
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:  # binascii.Error is a ValueError
             raise InvalidImageError(f"{name} is not a packed tensor ({{dtype, shape, data}}): {e}") from e
     try:
         return torch.as_tensor(value)
@@ -99,9 +134,7 @@ def has_request_args(extra_args) -> bool:
 
 
 def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecArgs:
-    raw = extra_args[KEY]
-    if not isinstance(raw, dict):
-        raise RequestArgsError(f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}')
+    raw = raw_args(extra_args)
     unknown = set(raw) - set(FIELDS)
     if unknown:
         raise RequestArgsError(f'extra_args["{KEY}"] has unknown field(s) {sorted(unknown)}; known: {FIELDS}')

@@ -16,7 +16,7 @@ import copy
 
 from ._patching import wrap
 from .config_patch import is_asymspec
-from .request_args import KEY, has_request_args
+from .request_args import has_request_args, request_mode
 from .rows import PRIME_KEY
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
@@ -37,10 +37,9 @@ def patch_scheduler() -> None:
         def add_request(self, request):
             sp = request.sampling_params
             if is_asymspec(self.vllm_config) and sp is not None and has_request_args(sp.extra_args):
-                raw = sp.extra_args[KEY]
-                mode = raw.get("mode", "asymspec") if isinstance(raw, dict) else "asymspec"
                 primed = _prime(request)
-                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, str(mode), primed))
+                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, request_mode(sp.extra_args),
+                                                           primed))
             return orig(self, request)
         return add_request
 
