@@ -47,12 +47,14 @@ class RowLedger:
         return self.prompt[j] if j < len(self.prompt) else y[j - len(self.prompt)]
 
     def commit(self, y: list[int]) -> list[int]:
-        """Confirm the speculative tokens that y agrees with; return the slots to invalidate."""
+        """Confirm the speculative tokens that y agrees with; return the slots to invalidate.
+        The last committed token is never confirmed: it stays pending, so the next forward has at least one
+        token and yields the logits that follow it (a fused token can equal the draft it replaced)."""
         total = len(self.prompt) + len(y)
         kept = 0
         for _, tok in self.speculative:
             j = self.n_cached + kept
-            if j >= total or self.token_at(j, y) != tok:
+            if j >= total - 1 or self.token_at(j, y) != tok:
                 break
             kept += 1
         dropped = [slot for slot, _ in self.speculative[kept:]]
