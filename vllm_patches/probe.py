@@ -27,6 +27,31 @@ def _captured(worker) -> dict:
     return dict(_proposer(worker).capture or {})
 
 
+def _set_timing(worker, on: bool) -> None:
+    from .timing import PhaseTimer
+
+    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+    runner._asymspec_timer = PhaseTimer() if on else None
+
+
+def _timing(worker) -> dict | None:
+    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
+    timer = getattr(runner, "_asymspec_timer", None)
+    return timer.report() if timer is not None else None
+
+
+def start_timing(llm) -> None:
+    """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see timing.py)."""
+    llm.collective_rpc(_set_timing, args=(True,))
+
+
+def stop_timing(llm) -> dict | None:
+    """{"steps": engine steps, "seconds": {phase: total seconds}} since start_timing; timing off again."""
+    report = llm.collective_rpc(_timing)[0]
+    llm.collective_rpc(_set_timing, args=(False,))
+    return report
+
+
 def counters(llm) -> dict:
     """vision_tower_calls (cumulative), live_requests, free / total x_full KV blocks."""
     return llm.collective_rpc(_counters)[0]

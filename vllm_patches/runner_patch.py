@@ -17,6 +17,7 @@ import copy
 from . import sampler, switches
 from ._patching import wrap
 from .config_patch import is_asymspec
+from .timing import timed
 
 ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
 
@@ -71,10 +72,13 @@ def patch_model_runner() -> None:
     def make_model_forward(orig):
         def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None,
                            inputs_embeds=None, **model_kwargs):
-            out = orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
-            if is_asymspec(self.vllm_config) and self._asymspec_live:
-                if input_ids is None:
-                    raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
+            if not (is_asymspec(self.vllm_config) and self._asymspec_live):
+                return orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+            if input_ids is None:
+                raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
+            with timed(self, "verifier"):
+                out = orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+            with timed(self, "base_pass"):
                 self.drafter.score_comp_view(input_ids, positions)
             return out
         return _model_forward
@@ -84,8 +88,12 @@ def patch_model_runner() -> None:
             if not is_asymspec(self.vllm_config):
                 return orig(self, logits, spec_decode_metadata)
             self.input_batch.update_async_output_token_ids()
-            return sampler.sample(self, logits, spec_decode_metadata, self._asymspec_logits_indices,
-                                  lambda lg, meta: orig(self, lg, meta))
+            timer = getattr(self, "_asymspec_timer", None)
+            if timer is not None:
+                timer.steps += 1
+            with timed(self, "gate"):
+                return sampler.sample(self, logits, spec_decode_metadata, self._asymspec_logits_indices,
+                                      lambda lg, meta: orig(self, lg, meta))
         return _sample
 
     def make_propose(orig):
@@ -93,11 +101,12 @@ def patch_model_runner() -> None:
             if not is_asymspec(self.vllm_config):
                 return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
             req_ids = list(self.input_batch.req_ids)
-            plan = self.drafter.plan(req_ids, sampled_token_ids)
-            mm = self.drafter.mm_embed_inputs(plan)
-            if not switches.enabled("mm_embeds"):
-                mm = None  # patch (4) off: the drafter's prefill embeds the image_pad tokens as text
-            drafts = self.drafter.propose(plan, mm_embed_inputs=mm)
+            with timed(self, "draft"):
+                plan = self.drafter.plan(req_ids, sampled_token_ids)
+                mm = self.drafter.mm_embed_inputs(plan)
+                if not switches.enabled("mm_embeds"):
+                    mm = None  # patch (4) off: the drafter's prefill embeds the image_pad tokens as text
+                drafts = self.drafter.propose(plan, mm_embed_inputs=mm)
             return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
         return propose_draft_token_ids
 
