@@ -245,3 +245,41 @@ def test_plugin_entry_point_patches_a_multiprocess_engine(vl, tiny_models, tmp_p
     expected = [r.token_ids for r in vl.generate_batch([random_request(s) for s in range(3)], "asymspec",
                                                        AsymSpecConfig(K=2, max_new_tokens=12))]
     assert json.loads(line[0][len("RESULT "):]) == expected
+
+
+def test_benchmark_reports_tokens_and_phase_times(vl):
+    """bench_vllm on the tiny models (one method, a short run): figures are printed, not asserted."""
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.evals.benchmarks.bench_vllm import bench, requests
+
+    row = bench(vl, "asymspec", requests(2, 64), AsymSpecConfig(K=2, max_new_tokens=6, stop_token_ids=()))
+    assert row["tokens"] == 12 and row["tokens_per_s"] > 0
+    assert all(row[f"{p}_ms_per_step"] > 0 for p in ("verifier", "base_pass", "gate", "draft"))
+    assert 0 <= row["acceptance_rate"] <= 1 and row["mean_accepted_length"] >= 1
+
+
+def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
+    """An x_full pool with room for two requests at a time: a batch of six still completes, each request
+    with the tokens it gets alone (admission control, not pool exhaustion errors)."""
+    from vllm_patches import probe
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm import VLLMBackend
+    from asymspec_vl.prompts import encode_request
+
+    b = vl.backend
+    small = VLLMBackend(b.pair, b.drafter, b.verifier, None, b.dtype, b.tp, {"max_num_seqs": 8})
+    cfg = AsymSpecConfig(K=2, max_new_tokens=20)
+    monkeypatch.setenv("ASYMSPEC_FULL_VIEW_TOKENS", "256")
+    llm = small.engine(small.engine_for("asymspec", 2)[0])
+    monkeypatch.delenv("ASYMSPEC_FULL_VIEW_TOKENS")
+    try:
+        assert probe.counters(llm)["full_view_blocks"] * llm.llm_engine.vllm_config.cache_config.block_size <= 256
+        reqs = [random_request(s) for s in range(6)]
+        rows = small.run([encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs], "asymspec", cfg)
+        assert [r.token_ids for r in rows] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec", cfg)]
+        scheduler = llm.llm_engine.engine_core.engine_core.scheduler  # in-process engine core
+        capacity = scheduler._asymspec_capacity[0]
+        assert scheduler._asymspec_peak <= capacity < 6  # at most `capacity` requests at once: the rest waited
+    finally:
+        small.close()

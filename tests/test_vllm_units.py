@@ -224,3 +224,17 @@ def test_server_json_form_round_trips(facts):
     assert request_mode(xargs) == "asymspec" and request_mode({"asymspec": "{"}) == "invalid"
     with pytest.raises(RequestArgsError, match="not JSON"):
         parse_request_args({"asymspec": "{"}, facts)
+
+
+def test_sized_benchmark_models_have_the_published_shapes(tmp_path):
+    from transformers import AutoConfig
+
+    from asymspec_vl.evals.benchmarks.bench_vllm import VOCAB, write_sized_models
+
+    paths = write_sized_models(tmp_path, "32b", "2b")
+    v, d = AutoConfig.from_pretrained(paths["verifier"]), AutoConfig.from_pretrained(paths["drafter"])
+    assert (v.hidden_size, v.num_hidden_layers, v.num_attention_heads, v.num_key_value_heads) == (5120, 64, 64, 8)
+    t = d.text_config
+    assert (t.hidden_size, t.num_hidden_layers, t.num_key_value_heads, t.vocab_size) == (2048, 28, 8, VOCAB)
+    assert d.vision_config.deepstack_visual_indexes == [5, 11, 17] and d.vision_config.out_hidden_size == 2048
+    assert v.vocab_size == VOCAB and not list(paths["verifier"].glob("*.safetensors"))  # weights: dummy loader

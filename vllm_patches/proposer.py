@@ -12,8 +12,6 @@ The gate/fusion math does not live here (sampler.py calls the project's gate).
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +30,6 @@ from .mrope import generated_positions, prompt_positions, view_positions
 from .request_args import EngineFacts, RequestArgsError, has_request_args, parse_request_args
 from .rows import PRIME_KEY, RowState
 
-FULL_VIEW_TOKENS_ENV = "ASYMSPEC_FULL_VIEW_TOKENS"
 _VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
 
@@ -72,14 +69,8 @@ class AsymSpecProposer(DraftModelProposer):
                        if vision is not None else None),
             merge_size=getattr(vision, "spatial_merge_size", 1))
         self.default_banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
-
-    def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes=None) -> None:
-        super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
-        sched = self.vllm_config.scheduler_config
-        tokens = int(os.environ.get(FULL_VIEW_TOKENS_ENV, 0)) or sched.max_num_seqs * self.max_model_len
-        block = self.draft_attn_groups[0].get_metadata_builder().kv_cache_spec.block_size
-        self.pool = FullViewPool(self.draft_attn_groups, math.ceil(tokens / block) + 1,
-                                 self.vllm_config.cache_config.cache_dtype, self.device)
+        # allocated now, before vLLM measures the memory left for its KV cache
+        self.pool = FullViewPool(self.attn_layers, self.vllm_config, self.device)
 
     # -- per-request state ----------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:

@@ -5,6 +5,9 @@
                       token and the next verifies [that token, d_1..d_K] -- the first emitted token then goes
                       through the gate like every other (Algorithm 1 drafts from y = []), not through a plain
                       prefill sample. The client never sees the moved token.
+  schedule            admission control for the drafter's x_full KV pool (kv_pool): a new asymspec
+                      request waits while the pool cannot hold its whole x_full view
+  _free_request       returns a finished (or aborted) request's share of that pool
   update_from_output  counts acceptance per request, hides the moved token, returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not
                       serve (bad image inputs, malformed extra_args) -- the rest of the batch goes on.
@@ -16,7 +19,8 @@ import copy
 
 from ._patching import wrap
 from .config_patch import is_asymspec
-from .request_args import has_request_args, request_mode
+from .kv_pool import blocks_for, full_view_capacity
+from .request_args import RequestArgsError, has_request_args, raw_args, request_mode
 from .rows import PRIME_KEY
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
@@ -25,23 +29,70 @@ STATE_ATTR = "asymspec_state"
 
 
 class _RequestState:
-    def __init__(self, K: int, mode: str, prime_pending: bool):
+    def __init__(self, K: int, mode: str, prime_pending: bool, full_view_blocks: int):
         self.stats = EngineStats(K, mode)
         self.prime_pending = prime_pending
+        self.full_view_blocks = full_view_blocks  # x_full pool blocks the request may come to hold
 
 
 def patch_scheduler() -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
 
+    def make_init(orig):
+        def __init__(self, *args, **kwargs):
+            orig(self, *args, **kwargs)
+            if is_asymspec(self.vllm_config):  # read once, as the workers read it once
+                self._asymspec_capacity = full_view_capacity(self.vllm_config)
+                self._asymspec_reserved = {}
+                self._asymspec_peak = 0
+        return __init__
+
     def make_add_request(orig):
         def add_request(self, request):
             sp = request.sampling_params
             if is_asymspec(self.vllm_config) and sp is not None and has_request_args(sp.extra_args):
+                mode = request_mode(sp.extra_args)
+                blocks = _full_view_blocks(request, mode, self.num_spec_tokens, self._asymspec_capacity[1])
                 primed = _prime(request)
-                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, request_mode(sp.extra_args),
-                                                           primed))
+                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, mode, primed, blocks))
             return orig(self, request)
         return add_request
+
+    def make_schedule(orig):
+        def schedule(self):
+            if not is_asymspec(self.vllm_config):
+                return orig(self)
+            reserved, capacity = self._asymspec_reserved, self._asymspec_capacity[0]
+            free = capacity - sum(reserved.values())
+            held = []
+            for request in self.waiting:
+                need = getattr(getattr(request, STATE_ATTR, None), "full_view_blocks", 0)
+                if request.request_id in reserved or not need:
+                    continue
+                if need <= free or need > capacity:
+                    free -= need  # too large for the pool at all: admitted, the worker reports the error
+                else:
+                    held.append(request)
+            if held:
+                self.waiting.remove_requests(held)
+            try:
+                out = orig(self)
+            finally:
+                for request in reversed(held):
+                    self.waiting.prepend_request(request)
+            for new in out.scheduled_new_reqs:
+                state = getattr(self.requests.get(new.req_id), STATE_ATTR, None)
+                if state is not None and state.full_view_blocks:
+                    reserved[new.req_id] = state.full_view_blocks
+            self._asymspec_peak = max(self._asymspec_peak, sum(reserved.values()))  # high-water mark (blocks)
+            return out
+        return schedule
+
+    def make_free_request(orig):
+        def _free_request(self, request, delay_free_blocks: bool = False):
+            getattr(self, "_asymspec_reserved", {}).pop(request.request_id, None)
+            return orig(self, request, delay_free_blocks)
+        return _free_request
 
     def make_update_from_output(orig):
         def update_from_output(self, scheduler_output, model_runner_output):
@@ -57,8 +108,23 @@ def patch_scheduler() -> None:
             return outputs
         return update_from_output
 
+    wrap(Scheduler, "__init__", make_init)
     wrap(Scheduler, "add_request", make_add_request)
+    wrap(Scheduler, "schedule", make_schedule)
+    wrap(Scheduler, "_free_request", make_free_request)
     wrap(Scheduler, "update_from_output", make_update_from_output)
+
+
+def _full_view_blocks(request, mode: str, K: int, block_size: int) -> int:
+    """Pool blocks an asymspec request's x_full view can grow to: prompt + max_tokens + K + 1."""
+    if mode != "asymspec":
+        return 0
+    try:
+        x_full = raw_args(request.sampling_params.extra_args).get("x_full")
+        length = max(len(x_full), len(request.prompt_token_ids or ()))  # x_comp when the length gate is off
+    except (RequestArgsError, TypeError):
+        return 0  # malformed: the worker reports it
+    return blocks_for(length + request.max_tokens + K + 1, block_size)
 
 
 def _prime(request) -> bool:
