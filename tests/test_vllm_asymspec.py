@@ -20,8 +20,10 @@ N_REQUESTS = 10
 def vl(tiny_models):
     from asymspec_vl import AsymSpecVL
 
+    # 16-token blocks (the CPU default is 128): prompts and x_full views span several blocks, and the
+    # one-by-one runs after a batch hit vLLM's prefix cache (verifier and drafter KV blocks alike)
     pipe = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                      text_drafter=str(tiny_models["text_drafter"]), backend="vllm")
+                                      text_drafter=str(tiny_models["text_drafter"]), backend="vllm", block_size=16)
     yield pipe
     pipe.backend.close()
 
