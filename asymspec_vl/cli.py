@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "asymspec_vl.demo.cli",
     "asymspec_vl.captioners.cli",
     "asymspec_vl.evals.cli",
+    "asymspec_vl.toy.cli",
 ]
 
 

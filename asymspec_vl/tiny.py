@@ -71,13 +71,24 @@ class TinySizes:
     image_max_pixels: int = 128 * 128
 
 
-def train_tokenizer(corpus: list[str], vocab_size: int = 1024):
-    """A byte-level BPE tokenizer with Qwen's special tokens, wrapped as Qwen2TokenizerFast."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# Qwen2/Qwen3's pre-tokenization pattern: every digit is its own piece (so numbers are digit sequences).
+QWEN_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                      r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_tokenizer(corpus: list[str], vocab_size: int = 1024, qwen_split: bool = False):
+    """A byte-level BPE tokenizer with Qwen's special tokens, wrapped as Qwen2TokenizerFast.
+    qwen_split: pre-tokenize with Qwen's own pattern (single-digit number tokens) instead of GPT-2's."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if qwen_split:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=QWEN_SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -107,23 +118,29 @@ def _text_config(tokenizer, s: TinySizes, **extra) -> dict:
                 pad_token_id=tokenizer.pad_token_id, **extra)
 
 
-def write_text_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0) -> Path:
-    """A random Qwen3ForCausalLM folder (the verifier, or a text drafter)."""
+def text_model(tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, wide_init: bool = True):
+    """A random Qwen3ForCausalLM (wide_init=False: transformers' own initialisation, for training)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(Qwen3Config(**_text_config(tokenizer, sizes), dtype="float32"))
-    _init_weights(model, seed)
+    if wide_init:
+        _init_weights(model, seed)
+    return model
+
+
+def write_text_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, model=None) -> Path:
+    """A Qwen3ForCausalLM folder (the verifier, or a text drafter): random, or `model` (e.g. trained)."""
+    model = model if model is not None else text_model(tokenizer, sizes, seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def write_vl_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0) -> Path:
-    """A random Qwen3VLForConditionalGeneration folder with processor files (the drafter)."""
-    from transformers import (Qwen2VLImageProcessorFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
-                              Qwen3VLProcessor, Qwen3VLVideoProcessor)
+def vl_model(tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, wide_init: bool = True):
+    """A random Qwen3VLForConditionalGeneration (wide_init=False: transformers' own initialisation)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     ids = tokenizer.convert_tokens_to_ids
     half = sizes.head_dim // 2  # mrope sections (t, h, w) sum to head_dim / 2, interleaved as in Qwen3-VL
@@ -139,7 +156,16 @@ def write_vl_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: i
                            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True, dtype="float32")
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config)
-    _init_weights(model, seed)
+    if wide_init:
+        _init_weights(model, seed)
+    return model
+
+
+def write_vl_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, model=None) -> Path:
+    """A Qwen3VLForConditionalGeneration folder with processor files (the drafter): random, or `model`."""
+    from transformers import Qwen2VLImageProcessorFast, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    model = model if model is not None else vl_model(tokenizer, sizes, seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 EVAL_MODULES = [
     "asymspec_vl.evals.mathvista.cli",
+    "asymspec_vl.toy.eval_cli",
 ]
 
 

@@ -1,0 +1,1 @@
+"""The toy world: a procedurally generated image-QA task and the trained tiny drafter/verifier pair for it."""

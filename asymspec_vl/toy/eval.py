@@ -1,0 +1,112 @@
+"""The toy world's Table-3-style evaluation: every method variant on the held-out set, accuracy per question
+type (read / sum / mult) and overall, acceptance rate, mean accepted length, share of delta-fused tokens
+and tokens/s; through the shared resumable runner (evals/runner.py) and summary writers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import AsymSpecConfig
+from ..evals.runner import Job, ResultsLog, run_jobs
+from ..evals.summary import SPEED_COLUMNS, summarize, write_summary
+from ..prompts import Request
+from ..trace import FUSED
+from . import world
+
+BENCHMARK = "toy"
+BASE = AsymSpecConfig(K=2, beta=1.0, gamma=0.5, max_new_tokens=48)  # answers are under 25 tokens
+FUSED_COLUMN = "fused %"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the table: a method and its decoding settings."""
+
+    key: str  # the runner's method label
+    label: str  # the table's row label
+    method: str  # AsymSpecVL method
+    changes: dict = field(default_factory=dict)  # AsymSpecConfig fields changed from BASE
+
+    def config(self, base: AsymSpecConfig = BASE) -> AsymSpecConfig:
+        return base.replace(**self.changes)
+
+
+def variants() -> list[Variant]:
+    """The table's rows: the baselines, AsymSpec at K = 2, 4 and beta = 0, 1, and the fused bonus."""
+    rows = [Variant("drafter", "VL drafter alone", "drafter"), Variant("floor", "Floor", "floor"),
+            Variant("sd", "SD (K=2)", "sd"), Variant("scd", "SCD (K=2, β=1)", "scd")]
+    for K in (2, 4):
+        for beta in (0.0, 1.0):
+            rows.append(Variant(f"asymspec-K{K}-b{beta:g}", f"AsymSpec K={K} β={beta:g}", "asymspec",
+                                {"K": K, "beta": beta}))
+    for K in (2, 4):
+        rows.append(Variant(f"asymspec-K{K}-b1-fused", f"AsymSpec K={K} β=1 fused bonus", "asymspec",
+                            {"K": K, "beta": 1.0, "bonus": "fused"}))
+    return rows
+
+
+VARIANTS = {v.key: v for v in variants()}
+
+
+def request_of(ex: world.ToyExample) -> Request:
+    """The pipeline's request: the drafter gets the image, the verifier the caption (no OCR: the digits
+    are the only text in the image, and reading them is the drafter's job)."""
+    return Request(ex.question, ex.image(), caption=ex.caption)
+
+
+def record_of(ex: world.ToyExample, res) -> dict:
+    """The runner record of one example and method (the runner adds id and method)."""
+    prediction = world.extract_answer(res.text)
+    return {"benchmark": BENCHMARK, "qtype": ex.qtype, "question": ex.question, "target": ex.target,
+            "response": res.text, "prediction": prediction, "correct": prediction == ex.target,
+            "finish_reason": res.finish_reason, "fused": sum(t.source == FUSED for t in res.trace),
+            "token_ids": res.token_ids, "stats": res.stats.to_dict()}
+
+
+def make_work(vl, base: AsymSpecConfig = BASE):
+    def work(job: Job) -> dict:
+        v = VARIANTS[job.method]
+        return record_of(job.payload, vl.generate_batch([request_of(job.payload)], v.method, v.config(base))[0])
+    return work
+
+
+def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog,
+             base: AsymSpecConfig = BASE, progress: bool = True) -> list[dict]:
+    """Run (or resume) every example x variant; return the records, variant by variant."""
+    jobs = [Job(ex.uid, key, ex) for key in keys for ex in examples]
+    return run_jobs(jobs, make_work(vl, base), log, desc="toy", progress=progress)
+
+
+def table(records: list[dict], keys: list[str]) -> tuple[list[dict], list[str]]:
+    """Rows: accuracy per question type and overall, n, errors, speed, acceptance, fused share."""
+    groups = {q: (lambda r, q=q: r.get("qtype") == q) for q in world.QTYPES}
+    rows = summarize(records, groups, keys, {k: VARIANTS[k].label if k in VARIANTS else k for k in keys})
+    for row, key in zip(rows, keys):
+        mine = [r for r in records if r["method"] == key]
+        emitted = sum(r["stats"]["emitted"] for r in mine)
+        row[FUSED_COLUMN] = 100.0 * sum(r.get("fused", 0) for r in mine) / emitted if emitted else None
+    return rows, ["method", *world.QTYPES, "Overall", "n", "errors", *SPEED_COLUMNS, FUSED_COLUMN]
+
+
+def write_outputs(out: Path, records: list[dict], keys: list[str]) -> tuple[str, dict]:
+    rows, columns = table(records, keys)
+    paths = write_summary(rows, columns, out, "table", "Toy world (held-out)", [*world.QTYPES, "Overall"])
+    return paths["md"].read_text(), paths
+
+
+def quick_heldout(drafter: str | Path, verifier: str | Path, n: int,
+                  keys: tuple[str, ...] = ("drafter", "floor", "asymspec-K2-b1", "asymspec-K2-b1-fused")) -> dict:
+    """Held-out accuracy of a freshly trained pair (for the training manifest): {variant: {qtype: %}}."""
+    import tempfile
+
+    from ..api import AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32")
+    with tempfile.TemporaryDirectory() as tmp:
+        records = evaluate(vl, world.heldout(n), list(keys), ResultsLog(Path(tmp) / "results.jsonl"),
+                           progress=False)
+    rows, _ = table(records, list(keys))
+    return {key: {c: (round(row[c], 1) if row[c] is not None else None)
+                  for c in (*world.QTYPES, "Overall", "acceptance rate", FUSED_COLUMN)}
+            for key, row in zip(keys, rows)}

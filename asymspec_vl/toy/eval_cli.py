@@ -1,0 +1,97 @@
+"""`asymspec-vl eval toy`: the toy world's Table-3-style table on the held-out set, and its part of
+`asymspec-vl eval score` (re-extract the final numbers of saved responses)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .eval import BENCHMARK
+
+DEFAULT_N = 300
+
+
+def _keys(text: str) -> list[str]:
+    from .eval import VARIANTS
+
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in keys if k not in VARIANTS]
+    if bad or not keys:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}")
+    return keys
+
+
+def register(esub) -> None:
+    from asymspec_vl.commands import add_model_args
+
+    from .eval import variants
+
+    p = esub.add_parser("toy", help="the toy world (embedded pair): drafter alone, Floor, SD, SCD, AsymSpec",
+                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--n", type=int, default=DEFAULT_N, help="held-out questions (read / sum / mult in turn)")
+    p.add_argument("--variants", type=_keys, default=",".join(v.key for v in variants()),
+                   help="comma list of table rows")
+    p.add_argument("--out", default="runs/toy", help="output folder (rerun the same command to resume)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_model_args(p, drafter="embedded", verifier="embedded")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    from asymspec_vl.commands import load_from_args
+    from asymspec_vl.errors import ConfigError
+
+    from ..evals.manifest import build_manifest, write_manifest
+    from ..evals.runner import ResultsLog
+    from . import world
+    from .eval import BASE, VARIANTS, evaluate, write_outputs
+
+    if args.n < 1:
+        raise ConfigError(f"--n={args.n}: expected a positive number of held-out questions")
+    out = Path(args.out)
+    vl = load_from_args(args)
+    fingerprint = {"benchmark": BENCHMARK, "models": {k: v for k, v in vl.names.items()},
+                   "weights": _weights(vl.names), "dtype": args.dtype, "base": BASE.to_dict(),
+                   "variants": {k: VARIANTS[k].changes | {"method": VARIANTS[k].method} for k in args.variants}}
+    log = ResultsLog(out / "results.jsonl", fingerprint)
+    records = evaluate(vl, world.heldout(args.n), args.variants, log, progress=not args.no_progress)
+    markdown, paths = write_outputs(out, records, args.variants)
+    write_manifest(out / "manifest.json", build_manifest(
+        BENCHMARK, dict(vl.names), BASE.to_dict(), {"heldout": f"world.heldout({args.n})"},
+        {"variants": args.variants, "weights": fingerprint["weights"]}))
+    print(markdown)
+    print(f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
+          f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
+    return 0
+
+
+def _weights(names: dict) -> dict:
+    """sha256 of the drafter's and verifier's weight files (local folders), so a resume matches the models."""
+    import hashlib
+
+    out = {}
+    for role in ("drafter", "verifier"):
+        folder = Path(str(names.get(role)))
+        files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+        out[role] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files} or None
+    return out
+
+
+def rescore(records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]) -> str:
+    """Re-extract the final number of every saved response and re-score; returns the Markdown table
+    (with `out`: also rescored.jsonl, the table files and the charts there)."""
+    import json
+
+    from ..evals.report import markdown_table
+    from . import world
+    from .eval import table, write_outputs
+
+    fresh = []
+    for r in records:
+        prediction = world.extract_answer(r.get("response") or "")
+        fresh.append({**r, "prediction": prediction, "correct": prediction == r.get("target")})
+    if out is None:
+        return markdown_table(*table(fresh, methods))
+    (out / "rescored.jsonl").parent.mkdir(parents=True, exist_ok=True)
+    (out / "rescored.jsonl").write_text("".join(json.dumps(r) + "\n" for r in fresh))
+    return write_outputs(out, fresh, methods)[0]
