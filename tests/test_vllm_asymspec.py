@@ -285,3 +285,38 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         assert scheduler._asymspec_peak <= capacity < 6  # at most `capacity` requests at once: the rest waited
     finally:
         small.close()
+
+
+def test_stop_tokens_cut_like_transformers(vl, tiny_vl):
+    """Stop tokens that fall among accepted drafts, fused or bonus tokens end a request exactly where the
+    decoding loop ends it (tokens, sources and counts)."""
+    from asymspec_vl import AsymSpecConfig
+
+    reqs = [random_request(s) for s in range(6)]
+    free = tiny_vl.generate_batch(reqs, "asymspec", AsymSpecConfig(K=2, max_new_tokens=24))
+    stops = tuple(sorted({r.token_ids[4] for r in free} | {r.token_ids[9] for r in free}))
+    cfg = AsymSpecConfig(K=2, max_new_tokens=24, stop_token_ids=stops)
+    expected = _summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    assert _summary(vl.generate_batch(reqs, "asymspec", cfg)) == expected
+    assert {row[2] for row in expected} >= {"stop"}
+
+
+def test_requests_without_extra_args_are_ordinary_speculative_decoding(vl, tiny_vl):
+    """No extra_args: the drafter drafts on the verifier's prompt, greedy verification: the verifier's own
+    greedy output (lossless), with vLLM's first token from the prefill."""
+    from vllm import SamplingParams
+
+    from asymspec_vl.backends.vllm_engine import generate
+    from asymspec_vl.prompts import encode_request
+
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in range(3)]
+    outs = generate(llm, [{"prompt_token_ids": e.comp.ids} for e in encs],
+                    [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True) for _ in encs])
+    verifier = tiny_vl.backend.verifier
+    for e, o in zip(encs, outs):
+        ids = torch.tensor([e.comp.ids])
+        ref = verifier.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+                                eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
+        assert list(o.outputs[0].token_ids) == ref
+        assert o.kv_transfer_params is None  # no asymspec statistics for plain requests

@@ -103,9 +103,8 @@ def patch_model_runner() -> None:
             req_ids = list(self.input_batch.req_ids)
             with timed(self, "draft"):
                 plan = self.drafter.plan(req_ids, sampled_token_ids)
-                mm = self.drafter.mm_embed_inputs(plan)
-                if not switches.enabled("mm_embeds"):
-                    mm = None  # patch (4) off: the drafter's prefill embeds the image_pad tokens as text
+                # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
+                mm = self.drafter.mm_embed_inputs(plan) if switches.enabled("mm_embeds") else None
                 drafts = self.drafter.propose(plan, mm_embed_inputs=mm)
             return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
         return propose_draft_token_ids

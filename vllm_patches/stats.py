@@ -10,11 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from asymspec_vl import loop
 from asymspec_vl import trace as T
+from asymspec_vl.config import AsymSpecConfig
 
 OUTPUT_KEY = "asymspec"
-LABELS = {"asymspec": (T.DRAFT, T.FUSED, T.BONUS), "sd": (T.DRAFT, T.VERIFIER, T.BONUS),
-          "scd": (T.DRAFT, T.CONTRASTIVE, T.CONTRASTIVE), "plain": (T.DRAFT, T.VERIFIER, T.BONUS)}
+
+
+def labels(mode: str) -> tuple[str, str, str]:
+    """(accepted draft, token at a rejection, token after all passed) as the decoding loop's plans label them;
+    plain speculative decoding labels like SD."""
+    cfg = AsymSpecConfig()
+    if mode == "asymspec":
+        return loop.plan_asymspec(cfg, None, None, None, None).labels
+    if mode == "scd":
+        return loop.plan_scd(cfg, None, None, None).labels
+    return loop.plan_sd(cfg, None, None, None).labels
 
 
 @dataclass
@@ -34,7 +45,6 @@ class EngineStats:
     def record(self, num_drafts: int, num_generated: int, num_emitted: int) -> None:
         """One engine step: num_drafts verified, num_generated = accepted + 1 committed, num_emitted kept
         after the stop / length cut."""
-        labels = LABELS.get(self.mode, LABELS["plain"])
         if num_drafts == 0:  # a step without drafts (after a preemption, or near max_model_len)
             self.sources += [T.VERIFIER] * num_emitted
             self.emitted += num_emitted
@@ -45,8 +55,8 @@ class EngineStats:
         self.accepted += n_acc
         for i in range(n_acc):
             self.accepted_at[i] += 1
-        last = labels[2] if n_acc == num_drafts else labels[1]
-        self.sources += ([labels[0]] * n_acc + [last])[:num_emitted]
+        accepted, rejected, bonus = labels(self.mode)
+        self.sources += ([accepted] * n_acc + [bonus if n_acc == num_drafts else rejected])[:num_emitted]
         self.emitted += num_emitted
 
     def to_dict(self) -> dict:
