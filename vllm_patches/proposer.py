@@ -27,7 +27,7 @@ from .drafter_pass import PassRow, run_pass
 from .kv_pool import FullViewPool
 from .mm_cache import ImageCache
 from .mrope import generated_positions, prompt_positions, view_positions
-from .request_args import EngineFacts, RequestArgsError, has_request_args, parse_request_args
+from .request_args import EngineFacts, check_greedy, has_request_args, parse_request_args
 from .rows import PRIME_KEY, RowState
 
 _VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
@@ -88,11 +88,12 @@ class AsymSpecProposer(DraftModelProposer):
             return st
         try:
             st.args = parse_request_args(extra, self.facts)
-            _check_greedy(sp)
+            check_greedy(sp)
             st.banned_ids = tuple(sorted(st.args.banned or self.default_banned))
             st.banned = self._banned_mask(st.banned_ids)
             if st.args.mode == "asymspec":
-                self._open_full_view(req_id, st, list(req.prompt_token_ids) + [st.prime])
+                prime = [st.prime] if st.prime is not None else []
+                self._open_full_view(req_id, st, list(req.prompt_token_ids) + prime)
         except (AsymSpecError, ValueError, TypeError, RuntimeError) as e:
             self.fail(req_id, st, e)
         return st
@@ -259,12 +260,3 @@ class AsymSpecProposer(DraftModelProposer):
                 drafts[r].append(t)
         return {req_id: d for (_, req_id, _), d in zip(rows, drafts)}
 
-
-def _check_greedy(sp) -> None:
-    """AsymSpec decodes greedily: refuse sampling settings the gate would silently ignore."""
-    plain = (sp.temperature < 1e-5 and sp.logprobs is None and not sp.logit_bias and not sp.bad_words
-             and not sp.allowed_token_ids and sp.presence_penalty == 0 and sp.frequency_penalty == 0
-             and sp.repetition_penalty == 1 and not sp.min_tokens)
-    if not plain:
-        raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no logprobs, "
-                               "penalties, logit_bias, bad_words, allowed_token_ids or min_tokens")

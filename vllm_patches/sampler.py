@@ -20,6 +20,8 @@ import torch
 from asymspec_vl import loop
 from asymspec_vl.gate import greedy_verify
 
+from .request_args import RequestArgsError, is_plain_greedy
+
 PLACEHOLDER = -1
 
 
@@ -43,7 +45,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         if st.prime is not None and not req.output_token_ids:
             out[i, 0] = st.prime  # the prime step (partial prefills are discarded by the runner)
         elif st.args is None or st.failed:
-            if not (st.failed or _plain_greedy(req.sampling_params) or _sampling_ok(prop, req_id, st)):
+            if not (st.failed or is_plain_greedy(req.sampling_params) or _sampling_ok(prop, req_id, st)):
                 stock_rows.append(i)
                 continue
             groups[("plain", n, None, st.banned_ids)].append((i, drafts))
@@ -78,12 +80,6 @@ def _decide(mode, cfg, n, t, d, idx, first, logits_indices, prop, batch, banned)
     return loop.plan_asymspec(step_cfg, None, None, None, banned).decide(a, [b, t], d)
 
 
-def _plain_greedy(sp) -> bool:
-    return (sp is not None and sp.temperature < 1e-5 and not sp.logit_bias and not sp.bad_words
-            and not sp.allowed_token_ids and sp.presence_penalty == 0 and sp.frequency_penalty == 0
-            and sp.repetition_penalty == 1 and not sp.min_tokens and sp.logprobs is None)
-
-
 def _sampling_ok(prop, req_id, st) -> bool:
     """Sampling requests go to vLLM's own (rejection) sampler, which needs the GPU build; on the CPU
     build the request fails alone (and this step decodes it greedily)."""
@@ -91,8 +87,6 @@ def _sampling_ok(prop, req_id, st) -> bool:
 
     if not current_platform.is_cpu():
         return False
-    from .request_args import RequestArgsError
-
     prop.fail(req_id, st, RequestArgsError(
         "speculative decoding on the CPU build decodes greedily only: use temperature=0"))
     return True
