@@ -164,6 +164,8 @@ class AsymSpecProposer(DraftModelProposer):
                 plan.full_rows.append((req_id, st, st.full.pending(y)))
             else:
                 plan.comp_rows.append((i, req_id, st))
+        # shortest feeds first: attention backends that split decodes from prefills expect decodes first
+        plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan
 
     def mm_embed_inputs(self, plan: DraftPlan) -> tuple[list[torch.Tensor], torch.Tensor] | None:
