@@ -329,3 +329,15 @@ def test_requests_without_extra_args_are_ordinary_speculative_decoding(vl, tiny_
                                 eos_token_id=None, pad_token_id=0)[0, ids.shape[1]:].tolist()
         assert list(o.outputs[0].token_ids) == ref
         assert o.kv_transfer_params is None  # no asymspec statistics for plain requests
+
+
+def test_on_step_streams_growing_rows(vl):
+    from asymspec_vl import AsymSpecConfig
+
+    r = random_request(1)
+    seen = []
+    res = vl.generate(**_kw(r), method="asymspec", config=AsymSpecConfig(K=2, max_new_tokens=20),
+                      on_step=lambda rows: seen.append(list(rows[0].token_ids)))
+    assert len(seen) > 2 and all(a == b[:len(a)] for a, b in zip(seen, seen[1:]))  # prefixes, growing
+    assert seen[-1] == res.token_ids
+    assert res.stats.acceptance_per_position == [n / res.stats.steps for n in res.stats.accepted_at]

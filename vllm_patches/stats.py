@@ -60,8 +60,11 @@ class EngineStats:
         self.emitted += num_emitted
 
     def to_dict(self) -> dict:
+        s = T.Stats(self.steps, self.drafted, self.accepted, self.emitted, list(self.accepted_at))
         return {"mode": self.mode, "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
-                "emitted": self.emitted, "accepted_at": list(self.accepted_at), "sources": list(self.sources)}
+                "emitted": self.emitted, "accepted_at": list(self.accepted_at), "sources": list(self.sources),
+                "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
+                "acceptance_per_position": s.acceptance_per_position}
 
 
 def from_output(kv_transfer_params: dict | None) -> tuple[T.Stats, list[str], str | None]:
