@@ -69,7 +69,7 @@ def test_other_methods_equal_transformers(vl, tiny_vl, method):
     from asymspec_vl import AsymSpecConfig
 
     cfg = AsymSpecConfig(K=2, max_new_tokens=16)
-    reqs = [random_request(s) for s in range(4)]
+    reqs = [random_request(s) for s in range(N_REQUESTS if method in ("sd", "scd") else 4)]
     assert _summary(vl.generate_batch(reqs, method, cfg)) == _summary(tiny_vl.generate_batch(reqs, method, cfg))
     if method in ("sd", "floor", "drafter"):
         _close(vl, method, 2)

@@ -243,22 +243,28 @@ class AsymSpecProposer(DraftModelProposer):
         return PassRow(tokens, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
 
     def _draft_comp_view(self, rows) -> dict[str, list[int]]:
-        """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves."""
+        """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves.
+        Right after a prompt vLLM reserves none: a row whose drafts reach an unallocated block writes them
+        through vLLM's null block, so such rows draft one at a time (never sharing those slots)."""
         table = self.runner.input_batch.block_table[self.kv_cache_gid]
-        blocks = table.get_device_tensor(self.runner.input_batch.num_reqs)
-        reqs = [self.runner.requests[req_id] for _, req_id, _ in rows]
-        tokens = [r.output_token_ids[-1] for r in reqs]
-        starts = [r.num_tokens - 1 for r in reqs]
-        banned = torch.stack([st.banned if st.banned is not None else
-                              torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
-                              for _, _, st in rows])
-        drafts = [[] for _ in rows]
-        for k in range(self.K):
-            batch = [PassRow([tok], s + k, generated_positions(s + k, 1, 0, self.uses_mrope), blocks[i])
-                     for (i, _, _), tok, s in zip(rows, tokens, starts)]
-            hidden, last = run_pass(self, batch, table.block_size)
-            tokens = greedy(self.model.compute_logits(hidden[last]), banned).tolist()
-            for r, t in enumerate(tokens):
-                drafts[r].append(t)
-        return {req_id: d for (_, req_id, _), d in zip(rows, drafts)}
+        blocks = table.get_device_tensor(self.runner.input_batch.num_reqs).cpu()
+        reqs = {req_id: self.runner.requests[req_id] for _, req_id, _ in rows}
+        starts = {req_id: r.num_tokens - 1 for req_id, r in reqs.items()}
+        fits = [bool(blocks[i, (starts[req_id] + self.K - 1) // table.block_size] > 0) for i, req_id, _ in rows]
+        groups = [[row for row, ok in zip(rows, fits) if ok]] + [[row] for row, ok in zip(rows, fits) if not ok]
+        drafts = {}
+        for group in (g for g in groups if g):
+            tokens = [reqs[req_id].output_token_ids[-1] for _, req_id, _ in group]
+            banned = torch.stack([st.banned if st.banned is not None else
+                                  torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
+                                  for _, _, st in group])
+            for k in range(self.K):
+                batch = [PassRow([tok], starts[req_id] + k,
+                                 generated_positions(starts[req_id] + k, 1, 0, self.uses_mrope), blocks[i])
+                         for (i, req_id, _), tok in zip(group, tokens)]
+                hidden, last = run_pass(self, batch, table.block_size)
+                tokens = greedy(self.model.compute_logits(hidden[last]), banned).tolist()
+                for (_, req_id, _), t in zip(group, tokens):
+                    drafts.setdefault(req_id, []).append(t)
+        return drafts
 
