@@ -292,6 +292,15 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         scheduler = llm.llm_engine.engine_core.engine_core.scheduler  # in-process engine core
         capacity = scheduler._asymspec_capacity[0]
         assert scheduler._asymspec_peak <= capacity < 6  # at most `capacity` requests at once: the rest waited
+        from asymspec_vl.backends.vllm_engine import generate
+
+        enc = encode_request(reqs[0], vl.pair.processor, vl.pair.tokenizer)
+        too_long = small._params(enc, "asymspec", "asymspec", cfg.replace(max_new_tokens=400))
+        outs = generate(llm, [small._prompt(llm, enc, "asymspec")] * 2, [too_long, small._params(enc, "asymspec",
+                                                                                              "asymspec", cfg)])
+        assert outs[0].outputs[0].finish_reason == "error"
+        assert outs[0].kv_transfer_params["asymspec"]["error"].startswith("PoolExhaustedError")
+        assert list(outs[1].outputs[0].token_ids) == rows[0].token_ids
     finally:
         small.close()
 

@@ -161,7 +161,13 @@ class AsymSpecProposer(DraftModelProposer):
             if st.mode == "asymspec":
                 y = st.committed(self.runner.requests[req_id].output_token_ids)
                 st.full.commit(y)
-                plan.full_rows.append((req_id, st, st.full.pending(y)))
+                feed = st.full.pending(y)
+                try:  # blocks for the feed and the K drafts (admission control keeps room for them)
+                    self.pool.reserve(req_id, st.full.n_cached + len(feed) + self.K + 1)
+                except AsymSpecError as e:
+                    self.fail(req_id, st, e)
+                    continue
+                plan.full_rows.append((req_id, st, feed))
             else:
                 plan.comp_rows.append((i, req_id, st))
         # shortest feeds first: attention backends that split decodes from prefills expect decodes first
@@ -197,7 +203,7 @@ class AsymSpecProposer(DraftModelProposer):
         return drafts
 
     def _draft_full_view(self, plan: DraftPlan, mm) -> dict[str, list[int]]:
-        rows = self._reserve(plan)
+        rows = plan.full_rows
         feeds = [feed for _, _, feed in rows]
         passes = [self.K + (st.args.cfg.bonus == "fused") for _, st, _ in rows]  # a_{K+1} for a fused bonus
         embeds = None
@@ -224,16 +230,6 @@ class AsymSpecProposer(DraftModelProposer):
                 self.capture[req_id] = {"x_full": tuple(st.args.x_full), "view": tuple(st.full.prompt),
                                         "drafts": list(st.drafts), "a": st.a[:self.K].float().cpu()}
         return out
-
-    def _reserve(self, plan: DraftPlan):
-        kept = []
-        for req_id, st, feed in plan.full_rows:
-            try:
-                self.pool.reserve(req_id, st.full.n_cached + len(feed) + self.K + 1)
-                kept.append((req_id, st, feed))
-            except AsymSpecError as e:
-                self.fail(req_id, st, e)
-        return kept
 
     def _full_pass_row(self, req_id: str, st: RowState, tokens: list[int]) -> PassRow:
         ledger = st.full

@@ -6,7 +6,8 @@
                       through the gate like every other (Algorithm 1 drafts from y = []), not through a plain
                       prefill sample. The client never sees the moved token.
   schedule            admission control for the drafter's x_full KV pool (kv_pool): a new asymspec
-                      request waits while the pool cannot hold its whole x_full view
+                      request waits while the pool cannot hold its whole x_full view (one that could never
+                      fit fails at once, alone)
   _free_request       returns a finished (or aborted) request's share of that pool
   update_from_output  counts acceptance per request, hides the moved token, returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not
@@ -19,7 +20,7 @@ import copy
 
 from ._patching import wrap
 from .config_patch import is_asymspec
-from .kv_pool import blocks_for, full_view_capacity
+from .kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
 from .request_args import RequestArgsError, has_request_args, raw_args, request_mode
 from .rows import PRIME_KEY
 from .runner_patch import ERRORS_ATTR
@@ -37,6 +38,7 @@ class _RequestState:
 
 def patch_scheduler() -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import RequestStatus
 
     def make_init(orig):
         def __init__(self, *args, **kwargs):
@@ -45,6 +47,7 @@ def patch_scheduler() -> None:
                 self._asymspec_capacity = full_view_capacity(self.vllm_config)
                 self._asymspec_reserved = {}
                 self._asymspec_peak = 0
+                self._asymspec_rejected = []  # (client, req_id, info) failed at admission
         return __init__
 
     def make_add_request(orig):
@@ -54,7 +57,17 @@ def patch_scheduler() -> None:
                 mode = request_mode(sp.extra_args)
                 blocks = _full_view_blocks(request, mode, self.num_spec_tokens, self._asymspec_capacity[1])
                 primed = _prime(request)
-                setattr(request, STATE_ATTR, _RequestState(self.num_spec_tokens, mode, primed, blocks))
+                state = _RequestState(self.num_spec_tokens, mode, primed, blocks)
+                setattr(request, STATE_ATTR, state)
+                orig(self, request)
+                usable, block = self._asymspec_capacity
+                if blocks > usable:  # could never be admitted: fail it now, alone
+                    self._asymspec_rejected.append((request.client_index, request.request_id, {
+                        **state.stats.to_dict(), "error": f"PoolExhaustedError: this request's x_full view needs "
+                        f"{blocks} blocks of {block} tokens; the drafter's x_full KV pool has {usable} (set "
+                        f"{FULL_VIEW_TOKENS_ENV} higher)"}))
+                    self.finish_requests(request.request_id, RequestStatus.FINISHED_ERROR)
+                return None
             return orig(self, request)
         return add_request
 
@@ -69,8 +82,8 @@ def patch_scheduler() -> None:
                 need = getattr(getattr(request, STATE_ATTR, None), "full_view_blocks", 0)
                 if request.request_id in reserved or not need:
                     continue
-                if need <= free or need > capacity:
-                    free -= need  # too large for the pool at all: admitted, the worker reports the error
+                if need <= free:
+                    free -= need
                 else:
                     held.append(request)
             if held:
@@ -104,7 +117,8 @@ def patch_scheduler() -> None:
             outputs = orig(self, scheduler_output, model_runner_output)
             for eco in outputs.values():
                 eco.outputs = [o for o in eco.outputs if _account(o, reqs.get(o.request_id), steps)]
-            _add_error_outputs(outputs, failed)
+            _add_error_outputs(outputs, failed + self._asymspec_rejected)
+            self._asymspec_rejected = []
             return outputs
         return update_from_output
 
