@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-SECTIONS = ("Python API for caption-only verifier stacks",)
+SECTIONS = ("Python API", "Python API for caption-only verifier stacks")
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip:\s*(?P<reason>[^>]*?)\s*-->\s*$")
 FENCE = re.compile(r"^```python\s*$")
 
@@ -17,7 +17,8 @@ def substitutions() -> dict[str, str]:
     """README names -> what the tests load instead (the offline embedded pair)."""
     from asymspec_vl.defaults import embedded_models
 
-    return {"Qwen/Qwen3-VL-2B-Instruct": "embedded", "/models/my-verifier": embedded_models()["verifier"]}
+    return {"Qwen/Qwen3-VL-2B-Instruct": "embedded", "Qwen/Qwen3-32B": "embedded",
+            "/models/my-verifier": embedded_models()["verifier"]}
 
 
 def section_lines(text: str, title: str) -> list[tuple[int, str]]:
