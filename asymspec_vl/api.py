@@ -44,6 +44,21 @@ class GenerationResult:
                 "config": self.config.to_dict(), **self.meta}
 
 
+def token_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """The text each token adds. A character split over several byte-level tokens is shown on the token
+    that completes it (the earlier ones add ""), so the pieces join to the decoded text."""
+    pieces, held = [], []
+    for i in ids:
+        held.append(i)
+        text = tokenizer.decode(held)
+        if text.endswith("\ufffd") and len(held) < 4:  # an incomplete UTF-8 sequence: wait for its end
+            pieces.append("")
+            continue
+        pieces.append(text)
+        held = []
+    return pieces
+
+
 class AsymSpecVL:
     """A vision-language drafter reading the image steers a text-only verifier reading caption + OCR."""
 
@@ -99,7 +114,7 @@ class AsymSpecVL:
         return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
-        tok = self.pair.tokenizer
-        trace = [TraceToken(i, tok.decode([i]), s) for i, s in zip(out.token_ids, out.sources)]
+        pieces = token_pieces(self.pair.tokenizer, out.token_ids)
+        trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
                                 method, cfg, out.finish_reason, dict(enc.meta))

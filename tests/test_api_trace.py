@@ -1,0 +1,30 @@
+"""The result's per-token trace: texts join to the decoded answer, multi-byte characters stay whole."""
+
+from transformers import AutoTokenizer
+
+from asymspec_vl import AsymSpecConfig
+from asymspec_vl.api import token_pieces
+from helpers import random_request
+
+
+def test_token_pieces_keep_characters_whole(tiny_models):
+    tok = AutoTokenizer.from_pretrained(tiny_models["verifier"])
+    ids = tok("héllo wörld → 12 ✓ done<|im_end|>", add_special_tokens=False)["input_ids"]
+    assert any("\ufffd" in tok.decode([i]) for i in ids)  # single-token decoding splits characters here
+    pieces = token_pieces(tok, ids)
+    assert len(pieces) == len(ids) and "".join(pieces) == tok.decode(ids)
+    assert not any("\ufffd" in p for p in pieces) and "→" in pieces
+
+
+def test_result_trace_and_stats_are_consistent(tiny_vl):
+    res = tiny_vl.generate_batch([random_request(7)], config=AsymSpecConfig(K=2, max_new_tokens=20))[0]
+    assert [t.token_id for t in res.trace] == res.token_ids
+    assert "".join(t.text for t in res.trace) == tiny_vl.pair.tokenizer.decode(res.token_ids)
+    s = res.stats
+    assert s.emitted == len(res.token_ids) and s.drafted == 2 * s.steps
+    assert s.accepted == sum(t.source == "draft" for t in res.trace)
+    assert s.steps == sum(t.source in ("fused", "bonus") for t in res.trace) + (res.trace[-1].source == "draft")
+    assert abs(s.mean_accepted_length - s.emitted / s.steps) < 1e-12
+    assert s.accepted_at[0] >= s.accepted_at[1] and sum(s.accepted_at) == s.accepted
+    d = res.to_dict()
+    assert d["stats"]["acceptance_rate"] == s.acceptance_rate and d["prompts"]["x_comp"] == res.prompts.x_comp
