@@ -7,6 +7,7 @@ from typing import Iterator
 
 from PIL import Image
 
+from asymspec_vl.api import token_pieces
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.errors import ConfigError, EmptyQuestionError, InvalidImageError
 from asymspec_vl.images import load_image
@@ -31,7 +32,6 @@ class DemoService:
         self.vl, self.base_config, self.captioner = vl, base_config or AsymSpecConfig(), captioner
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
         self.lock = threading.Lock()
-        self._pieces: dict[int, str] = {}
 
     def load(self, image) -> Image.Image:
         """The uploaded image (a path from Gradio), decoded and checked against the demo's limits."""
@@ -52,12 +52,6 @@ class DemoService:
         with self.lock:  # a VLM captioner may share the device with the drafter
             text = self.captioner.describe(img)
         return text.caption or "", text.ocr or ""
-
-    def piece(self, token_id: int) -> str:
-        """The text of one token, as the API's trace decodes it (cached: streaming re-renders every step)."""
-        if token_id not in self._pieces:
-            self._pieces[token_id] = self.vl.pair.tokenizer.decode([token_id])
-        return self._pieces[token_id]
 
     def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
                baselines=BASELINES) -> Iterator[Outputs]:
@@ -85,7 +79,7 @@ class DemoService:
             for item in stream_generate(self.vl, self.lock, image=img, question=question, caption=caption or "",
                                         ocr=ocr or "", method=method, config=cfg):
                 if isinstance(item, Snapshot):
-                    pieces = [(self.piece(i), s) for i, s in zip(item.token_ids, item.sources)]
+                    pieces = list(zip(token_pieces(self.vl.pair.tokenizer, item.token_ids), item.sources))
                     panels[method] = render.answer_html(method, pieces, "decoding…")
                     rows[method] = render.stats_row(method, item.stats, item.sources, item.elapsed_s, "running")
                 else:
