@@ -86,14 +86,30 @@ def test_digits_are_drawn_differently():
     assert len(images) == 10
 
 
-def test_training_rows_match_the_processor(tiny_models):
-    """Drafter rows are token-for-token what the Qwen3-VL processor builds for the same prompt and image,
-    followed by the answer and <|im_end|>; only the answer is a target."""
+@pytest.fixture(scope="module")
+def toy_processor(tmp_path_factory):
+    """A processor with the toy tokenizer (Qwen digit split), as `toy train` writes it."""
     from transformers import AutoProcessor
 
+    from asymspec_vl.tiny import train_tokenizer, write_vl_model
+    from asymspec_vl.toy.train import DRAFTER_SIZES
+
+    tok = train_tokenizer(world.tokenizer_corpus(), vocab_size=512, qwen_split=True)
+    return AutoProcessor.from_pretrained(write_vl_model(tmp_path_factory.mktemp("toy-proc"), tok, DRAFTER_SIZES))
+
+
+def test_numbers_are_digit_tokens(toy_processor):
+    tok = toy_processor.tokenizer
+    ids = tok("7 × 85 = 595.", add_special_tokens=False)["input_ids"]
+    assert [tok.decode([i]) for i in ids[:1] + ids[3:5]] == ["7", "8", "5"]
+
+
+def test_training_rows_match_the_processor(toy_processor):
+    """Drafter rows are token-for-token what the Qwen3-VL processor builds for the same prompt and image,
+    followed by the answer and <|im_end|>; only the answer is a target; tags name the right digits."""
     from asymspec_vl.toy.data import Encoder, drafter_batch, verifier_batch
 
-    processor = AutoProcessor.from_pretrained(tiny_models["vl_drafter"])
+    processor = toy_processor
     enc = Encoder(processor.tokenizer, processor)
     ex = world.heldout(2)[1]
     views = enc.views(ex)
@@ -108,5 +124,22 @@ def test_training_rows_match_the_processor(tiny_models):
     b = drafter_batch(enc, 0, 3, 8, 4, (0.5, 0.5, 0.0), (1 / 3, 1 / 3, 1 / 3))
     n_pad = int((b.input_ids == enc.image_token_id).sum())
     assert b.pixel_values is not None and n_pad == int(b.image_grid_thw.prod(-1).sum()) // 4
+    assert b.tags is not None and len(b.tags) >= 8  # at least one shape named per question
+    for row, pos, digit in b.tags.tolist():
+        assert enc.words[int(b.input_ids[row, pos])] and 0 <= digit <= 9 and b.labels[row, pos] == -100
     v = verifier_batch(Encoder(processor.tokenizer), 0, 3, 8, 4, 0.5)
     assert v.pixel_values is None and (v.labels != -100).any(dim=1).all()
+
+
+def test_tags_give_each_named_shape_its_digit(toy_processor):
+    from asymspec_vl.toy.data import Encoder
+    from asymspec_vl.toy.tags import tag_targets
+
+    enc = Encoder(toy_processor.tokenizer, toy_processor)
+    ex = world.heldout(1)[0]  # a read question: the caption names 3 shapes, the question 1 (colour + shape each)
+    prompt = enc.prompt_ids(enc.views(ex)["full"], enc.image(ex.image())[1])
+    tags = tag_targets(prompt, len(prompt), enc.words, ex.items, 5)
+    assert len(tags) == 8
+    for row, pos, digit in tags:
+        word = enc.words[prompt[pos]]
+        assert row == 5 and digit == next(it.digit for it in ex.items if word in (it.colour, it.shape))

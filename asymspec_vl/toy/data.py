@@ -12,6 +12,7 @@ import torch
 
 from ..prompts import Request, build_prompts
 from . import world
+from .tags import tag_targets, word_token_ids
 
 VIEWS = ("full", "question", "comp")
 DATA = 4  # random-stream tag of per-step choices (see world.TRAIN / HELDOUT / CURRICULUM)
@@ -25,6 +26,7 @@ class Batch:
     labels: torch.Tensor  # [B, L], -100 outside the answers
     pixel_values: torch.Tensor | None = None  # [num_patches, C * T * P * P]
     image_grid_thw: torch.Tensor | None = None  # [num_images, 3]
+    tags: torch.Tensor | None = None  # [N, 3] (row, position, digit) of the tag head (toy/tags.py)
 
     def inputs(self) -> dict:
         d = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
@@ -46,6 +48,7 @@ class Encoder:
         self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.pad = tokenizer.pad_token_id
+        self.words = word_token_ids(tokenizer)
 
     def image(self, image) -> tuple[torch.Tensor, torch.Tensor]:
         """pixel_values [num_patches, D] and image_grid_thw [1, 3] of one image (the processor's own)."""
@@ -77,26 +80,28 @@ class Encoder:
         return build_prompts(Request(question, full_context=""), self.tokenizer, self.tokenizer).x_comp
 
 
-def collate(rows: list[tuple[list[int], list[int]]], pad_id: int, images=()) -> Batch:
-    """Right-pad (ids, labels) rows; images: (pixel_values, grid) of the rows that hold one, in row order."""
+def collate(rows: list[tuple[list[int], list[int]]], pad_id: int, images=(), tags=()) -> Batch:
+    """Right-pad (ids, labels) rows; images: (pixel_values, grid) of the rows that hold one, in row order;
+    tags: (row, position, digit) triples for the tag head."""
     L = max(len(ids) for ids, _ in rows)
     ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
     labels = torch.full((len(rows), L), -100, dtype=torch.long)
     mask = torch.zeros(len(rows), L, dtype=torch.long)
     for r, (i, lab) in enumerate(rows):
         ids[r, :len(i)], labels[r, :len(lab)], mask[r, :len(i)] = torch.tensor(i), torch.tensor(lab), 1
+    tag = torch.tensor(tags, dtype=torch.long).reshape(-1, 3) if tags else None
     if not images:
-        return Batch(ids, mask, labels)
-    return Batch(ids, mask, labels, torch.cat([p for p, _ in images]), torch.cat([g for _, g in images]))
+        return Batch(ids, mask, labels, tags=tag)
+    return Batch(ids, mask, labels, torch.cat([p for p, _ in images]), torch.cat([g for _, g in images]), tag)
 
 
 def drafter_batch(enc: Encoder, seed: int, step: int, size: int, per_scene: int,
                   view_probs: tuple[float, ...], qtype_probs: tuple[float, ...]) -> Batch:
     """size rows in one randomly drawn view (one view per step keeps padding low): size / per_scene scenes,
-    per_scene questions each."""
+    per_scene questions each. Image rows carry tag-head targets: the digit of every colour / shape word in their prompt."""
     rng = np.random.default_rng([DATA, seed, 0, step])
     view = VIEWS[int(rng.choice(len(VIEWS), p=view_probs))]
-    rows, images = [], []
+    rows, images, tags = [], [], []
     for k in range(size // per_scene):
         qtypes = tuple(world.QTYPES[i] for i in rng.choice(len(world.QTYPES), per_scene, p=qtype_probs))
         examples = world.train_scene(seed, DRAFTER_STREAM, step * (size // per_scene) + k, qtypes)
@@ -104,8 +109,12 @@ def drafter_batch(enc: Encoder, seed: int, step: int, size: int, per_scene: int,
         if view != "comp":  # the image is read once per scene
             pixels, grid = enc.image(examples[0].image())
             images += [(pixels, grid)] * len(examples)
-        rows += [enc.row(enc.prompt_ids(enc.views(ex)[view], grid), ex.answer) for ex in examples]
-    return collate(rows, enc.pad, images)  # images in row order: how Qwen3-VL scatters them
+        for ex in examples:
+            prompt = enc.prompt_ids(enc.views(ex)[view], grid)
+            if view != "comp":
+                tags += tag_targets(prompt, len(prompt), enc.words, ex.items, len(rows))
+            rows.append(enc.row(prompt, ex.answer))
+    return collate(rows, enc.pad, images, tags)  # images in row order: how Qwen3-VL scatters them
 
 
 def verifier_batch(enc: Encoder, seed: int, step: int, size: int, per_scene: int,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import AsymSpecConfig
+from ..errors import AsymSpecError
 from ..evals.runner import Job, ResultsLog, run_jobs
 from ..evals.summary import SPEED_COLUMNS, summarize, write_summary
 from ..prompts import Request
@@ -55,27 +56,75 @@ def request_of(ex: world.ToyExample) -> Request:
     return Request(ex.question, ex.image(), caption=ex.caption)
 
 
-def record_of(ex: world.ToyExample, res) -> dict:
-    """The runner record of one example and method (the runner adds id and method)."""
+def record_of(ex: world.ToyExample, res, elapsed_s: float | None = None, batch: int = 1) -> dict:
+    """The runner record of one example and method (the runner adds id and method). elapsed_s: this
+    request's share of a batch's decoding time (tokens/s then pools to the batch's throughput)."""
     prediction = world.extract_answer(res.text)
+    stats = res.stats.to_dict()
+    if elapsed_s is not None:
+        stats["elapsed_s"] = elapsed_s
     return {"benchmark": BENCHMARK, "qtype": ex.qtype, "question": ex.question, "target": ex.target,
             "response": res.text, "prediction": prediction, "correct": prediction == ex.target,
             "finish_reason": res.finish_reason, "fused": sum(t.source == FUSED for t in res.trace),
-            "token_ids": res.token_ids, "stats": res.stats.to_dict()}
+            "token_ids": res.token_ids, "batch": batch, "stats": stats}
 
 
-def make_work(vl, base: AsymSpecConfig = BASE):
-    def work(job: Job) -> dict:
-        v = VARIANTS[job.method]
-        return record_of(job.payload, vl.generate_batch([request_of(job.payload)], v.method, v.config(base))[0])
-    return work
+class BatchedWork:
+    """work(job) for the runner that decodes in batches: on a miss, the job and the next pending jobs of
+    its variant (up to `batch`, in job order) are decoded together by one generate_batch call; the runner
+    then gets their records one by one and writes each to disk."""
+
+    def __init__(self, vl, jobs: list[Job], done: set, batch: int, base: AsymSpecConfig = BASE):
+        self.vl, self.batch, self.base = vl, batch, base
+        self.queue = {}  # variant -> its pending jobs, in order
+        for j in jobs:
+            if j.key not in done:
+                self.queue.setdefault(j.method, []).append(j)
+        self.ready: dict[tuple[str, str], dict] = {}
+
+    def __call__(self, job: Job) -> dict:
+        if job.key not in self.ready:
+            queue = self.queue[job.method]
+            start = next(i for i, j in enumerate(queue) if j.key == job.key)
+            self._decode(queue[start:start + self.batch])
+            del queue[start:start + self.batch]
+        return self.ready.pop(job.key)
+
+    def _decode(self, group: list[Job]) -> None:
+        v = VARIANTS[group[0].method]
+        try:
+            results = self.vl.generate_batch([request_of(j.payload) for j in group], v.method, v.config(self.base))
+        except AsymSpecError:
+            if len(group) == 1:
+                raise
+            for j in group:  # find the bad request: one by one, each error recorded on its own job
+                self.ready[j.key] = _or_error(lambda j=j: self._one(j, v))
+            return
+        emitted = sum(len(r.token_ids) for r in results) or 1
+        elapsed = results[0].stats.elapsed_s  # the batch's decoding time (every row carries it)
+        for j, res in zip(group, results):
+            self.ready[j.key] = record_of(j.payload, res, elapsed * len(res.token_ids) / emitted, len(group))
+
+    def _one(self, job: Job, v: Variant) -> dict:
+        return record_of(job.payload, self.vl.generate_batch([request_of(job.payload)], v.method,
+                                                             v.config(self.base))[0])
 
 
-def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog,
+def _or_error(fn) -> dict:
+    try:
+        return fn()
+    except AsymSpecError as e:
+        return {"error": {"type": type(e).__name__, "message": str(e)}, "correct": False}
+
+
+def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog, batch: int = 50,
              base: AsymSpecConfig = BASE, progress: bool = True) -> list[dict]:
-    """Run (or resume) every example x variant; return the records, variant by variant."""
+    """Run (or resume) every example x variant, `batch` requests per decoding call; return the records,
+    variant by variant."""
     jobs = [Job(ex.uid, key, ex) for key in keys for ex in examples]
-    return run_jobs(jobs, make_work(vl, base), log, desc="toy", progress=progress)
+    work = BatchedWork(vl, jobs, log.done_keys(), batch, base)
+    return run_jobs(jobs, work, log, desc="toy", progress=progress,
+                    base=lambda j: {"benchmark": BENCHMARK, "qtype": j.payload.qtype, "target": j.payload.target})
 
 
 def table(records: list[dict], keys: list[str]) -> tuple[list[dict], list[str]]:
@@ -89,9 +138,11 @@ def table(records: list[dict], keys: list[str]) -> tuple[list[dict], list[str]]:
     return rows, ["method", *world.QTYPES, "Overall", "n", "errors", *SPEED_COLUMNS, FUSED_COLUMN]
 
 
-def write_outputs(out: Path, records: list[dict], keys: list[str]) -> tuple[str, dict]:
+def write_outputs(out: Path, records: list[dict], keys: list[str], title: str = "Toy world (held-out)"
+                  ) -> tuple[str, dict]:
+    """table.md / .csv / .json and the charts under out; returns the Markdown table and the paths."""
     rows, columns = table(records, keys)
-    paths = write_summary(rows, columns, out, "table", "Toy world (held-out)", [*world.QTYPES, "Overall"])
+    paths = write_summary(rows, columns, out, "table", title, [*world.QTYPES, "Overall"])
     return paths["md"].read_text(), paths
 
 

@@ -32,6 +32,9 @@ def register(esub) -> None:
     p.add_argument("--variants", type=_keys, default=",".join(v.key for v in variants()),
                    help="comma list of table rows")
     p.add_argument("--out", default="runs/toy", help="output folder (rerun the same command to resume)")
+    p.add_argument("--batch", type=int, default=50, help="requests decoded together (1: one at a time)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (tiny models decode fastest on one; 0: torch's default)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p, drafter="embedded", verifier="embedded")
     p.set_defaults(func=_run)
@@ -46,19 +49,26 @@ def _run(args) -> int:
     from . import world
     from .eval import BASE, VARIANTS, evaluate, write_outputs
 
-    if args.n < 1:
-        raise ConfigError(f"--n={args.n}: expected a positive number of held-out questions")
+    if args.n < 1 or args.batch < 1 or args.threads < 0:
+        raise ConfigError(f"--n={args.n}, --batch={args.batch}, --threads={args.threads}: expected n >= 1, "
+                          "batch >= 1, threads >= 0")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     vl = load_from_args(args)
     fingerprint = {"benchmark": BENCHMARK, "models": {k: v for k, v in vl.names.items()},
                    "weights": _weights(vl.names), "dtype": args.dtype, "base": BASE.to_dict(),
-                   "variants": {k: VARIANTS[k].changes | {"method": VARIANTS[k].method} for k in args.variants}}
+                   "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()}}
     log = ResultsLog(out / "results.jsonl", fingerprint)
-    records = evaluate(vl, world.heldout(args.n), args.variants, log, progress=not args.no_progress)
-    markdown, paths = write_outputs(out, records, args.variants)
+    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress)
+    markdown, paths = write_outputs(out, records, args.variants,
+                                    f"Toy world, held-out n={args.n} ({vl.names['backend']}, batch {args.batch})")
     write_manifest(out / "manifest.json", build_manifest(
         BENCHMARK, dict(vl.names), BASE.to_dict(), {"heldout": f"world.heldout({args.n})"},
-        {"variants": args.variants, "weights": fingerprint["weights"]}))
+        {"variants": args.variants, "weights": fingerprint["weights"], "batch": args.batch,
+         "threads": args.threads}))
     print(markdown)
     print(f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
           f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")

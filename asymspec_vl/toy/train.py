@@ -35,13 +35,15 @@ class ToyTrainConfig:
     vision_steps: int = 800
     vision_batch: int = 48
     vision_lr: float = 3e-3
-    drafter_steps: int = 3000
+    drafter_steps: int = 2000
     drafter_batch: int = 32
     drafter_lr: float = 2e-3
     per_scene: int = 4  # drafter questions per rendered scene
     drafter_views: tuple[float, float, float] = (0.45, 0.35, 0.20)  # x_full, x_question, x_comp (image dropped)
-    drafter_qtypes: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # read, sum, mult
-    verifier_steps: int = 3000
+    drafter_qtypes: tuple[float, float, float] = (0.485, 0.485, 0.03)  # read, sum, mult: little arithmetic
+    drafter_visual_lr: float = 0.1  # the pretrained vision tower learns 10x slower (else its features are lost)
+    tag_weight: float = 1.0  # the tag head's loss (toy/tags.py)
+    verifier_steps: int = 2500
     verifier_batch: int = 32
     verifier_lr: float = 2e-3
     curriculum: float = 0.5  # share of the verifier's rows that are arithmetic exercises
@@ -110,6 +112,7 @@ def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict
     from ..tiny import vl_model, write_vl_model
     from .data import Encoder, drafter_batch
     from .lm import train_lm
+    from .tags import TagHead
     from .vision import pretrain_vision
 
     torch.set_num_threads(1)
@@ -120,9 +123,13 @@ def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict
     model = vl_model(processor.tokenizer, cfg.drafter_sizes, seed=cfg.seed + 1, wide_init=False)
     log: list[dict] = []
     acc = pretrain_vision(model, enc, cfg.seed, cfg.vision_steps, cfg.vision_batch, cfg.vision_lr, log, position)
+    torch.manual_seed(cfg.seed + 3)
+    tag_head = TagHead(cfg.drafter_sizes.hidden)
     loss = train_lm(model, lambda s: drafter_batch(enc, cfg.seed, s, cfg.drafter_batch, cfg.per_scene,
                                                     cfg.drafter_views, cfg.drafter_qtypes),
-                    cfg.drafter_steps, cfg.drafter_lr, log, "drafter", position=position)
+                    cfg.drafter_steps, cfg.drafter_lr, log, "drafter", position=position,
+                    lr_scale=lambda name: cfg.drafter_visual_lr if name.startswith("model.visual.") else 1.0,
+                    tag_head=tag_head, tag_weight=cfg.tag_weight)
     write_vl_model(root / "drafter", processor.tokenizer, cfg.drafter_sizes, model=model)
     log.append({"stage": "drafter", "final_loss": round(loss, 4), "vision_accuracy": acc,
                 "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(time.process_time() - c0, 1)})
