@@ -28,3 +28,15 @@ def tiny_vl(tiny_models):
     return AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]),
                                       verifier=str(tiny_models["verifier"]),
                                       text_drafter=str(tiny_models["text_drafter"]), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module (use it with pytest.mark.usefixtures): on 2 shared cores OpenMP
+    threads spin against other processes (a tiny forward took 300 ms instead of 8 ms)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

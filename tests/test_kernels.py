@@ -22,16 +22,8 @@ from asymspec_vl.kernels.triton_gate import run_gate
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 V_QWEN = 151_936  # Qwen3 / Qwen3-VL output vocabulary
 NEG = float("-inf")
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")  # interpreter
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """On 2 shared cores OpenMP threads spin against other processes (a tiny forward: 300 ms, not 8 ms)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),  # interpreter
+              pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture

@@ -11,21 +11,13 @@ from asymspec_vl.naive import naive_asymspec
 from asymspec_vl.prompts import encode_request
 from helpers import random_request
 
-pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")  # interpreter
+pytestmark = [pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning"),  # interpreter
+              pytest.mark.usefixtures("one_torch_thread")]
 MAX_NEW = 12
 N_REQ = 8  # batch 4 runs them as [0:4] + [4:8]
 FACTS = ["the red box holds 7 apples", "the blue bar is 42 units tall", "angle A measures 30 degrees",
          "the chart title is sales per year", "there are 5 circles and 3 squares", "the line rises then falls",
          "area shaded is 25 percent", "the sum of the digits is 12"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """On 2 shared cores OpenMP threads spin against other processes (a tiny forward: 300 ms, not 8 ms)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def text_request(i: int) -> Request:
