@@ -9,6 +9,9 @@ from .errors import VocabularyMismatchError
 
 # Tokens that only mark or pad vision inputs: emitting one would corrupt the next forward.
 STRUCTURAL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+# Qwen3's thinking markers: every prompt here is built with thinking disabled, so x_comp holds a closed empty
+# think block and x_full none; delta = a - b is then large on these tokens, and a fused argmax emitted them.
+THINK_MARKERS = ("<think>", "</think>")
 
 
 def _read_config(path: str, trust_remote_code: bool) -> dict:
@@ -65,9 +68,10 @@ class ModelPair:
         return set(cfg.stop_token_ids) if cfg.stop_token_ids is not None else set(self.eos_ids)
 
     def banned_ids(self) -> list[int]:
-        """Structural special tokens plus logit rows past the tokenizer (padding of the lm_head)."""
+        """Structural special tokens, the thinking markers (thinking is disabled in every prompt), plus logit
+        rows past the tokenizer (padding of the lm_head)."""
         vocab = self.tokenizer.get_vocab()
-        ids = [vocab[t] for t in STRUCTURAL_TOKENS if t in vocab]
+        ids = [vocab[t] for t in STRUCTURAL_TOKENS + THINK_MARKERS if t in vocab]
         return sorted(set(ids) | set(range(len(self.tokenizer), self.vocab_size)))
 
     def banned_mask(self, device) -> torch.Tensor:
