@@ -12,15 +12,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ASYMSPEC_VL_CACHE", Path.home() / ".cache" / "asymspec-vl"))
 
 
-def embedded_models() -> dict[str, str]:
-    """Paths of the embedded drafter / verifier / text drafter (tiny random models, written once)."""
-    from .tiny import write_tiny_models
+def embedded_models() -> dict[str, str | None]:
+    """Paths of the embedded pair: the trained toy-world drafter (tiny Qwen3-VL) and verifier (tiny Qwen3)
+    shipped in asymspec_vl/toy/pair (see its manifest.json); text_drafter None: the VL drafter reads text
+    for SD."""
+    from .toy import pair_paths
 
-    root = cache_dir() / "tiny-models"
-    if not (root / "tiny_models.json").is_file():
-        write_tiny_models(root)
-    return {"drafter": str(root / "vl_drafter"), "verifier": str(root / "verifier"),
-            "text_drafter": str(root / "text_drafter")}
+    return pair_paths()
 
 
 def resolve(role: str, name: str | None) -> str | None:
