@@ -10,7 +10,7 @@ import json
 import math
 import multiprocessing as mp
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,9 +19,9 @@ from ..errors import ConfigError
 from ..tiny import TinySizes
 
 DRAFTER_SIZES = TinySizes(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, intermediate=256,
-                          vision_hidden=64, vision_depth=2, max_position=2048)
+                          vision_hidden=64, vision_depth=2, max_position=4096)
 VERIFIER_SIZES = TinySizes(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=384,
-                           max_position=2048)
+                           max_position=4096)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,6 @@ class ToyTrainConfig:
     verifier_lr: float = 2e-3
     curriculum: float = 0.5  # share of the verifier's rows that are arithmetic exercises
     eval_n: int = 150  # held-out questions scored into the manifest (0: none)
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("vision_steps", "drafter_steps", "verifier_steps", "vision_batch", "drafter_batch",
