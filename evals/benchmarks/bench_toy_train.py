@@ -34,8 +34,7 @@ def table_of(drafter: Path, verifier: Path, n: int, out: Path) -> dict[str, dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    from asymspec_vl.defaults import toy_pair_dir
-    from asymspec_vl.toy import world
+    from asymspec_vl.toy import PAIR_DIR, world
     from asymspec_vl.toy.train import ToyTrainConfig, train_pair
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="step-count multiplier (1: the shipped recipe)")
     args = ap.parse_args(argv)
 
-    shipped = toy_pair_dir()
+    shipped = PAIR_DIR
     recipe = json.loads((shipped / "manifest.json").read_text())
     cfg = ToyTrainConfig.from_dict(recipe["config"]).scaled(args.scale)
     cfg = dataclasses.replace(cfg, eval_n=0)
