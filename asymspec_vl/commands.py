@@ -52,12 +52,18 @@ def load_from_args(args):
                                       trust_remote_code=args.trust_remote_code, **kwargs)
 
 
+def comma_list(text: str, allowed=None, what: str = "value") -> list[str]:
+    """'a, b,c' -> ['a', 'b', 'c']; with `allowed`, an unknown or missing entry is an argparse error."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if allowed is not None:
+        bad = [x for x in items if x not in allowed]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"unknown {what}(s) {bad}; choose from {', '.join(allowed)}")
+    return items
+
+
 def parse_methods(text: str) -> list[str]:
-    methods = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
-    return methods
+    return comma_list(text, METHODS, "method")
 
 
 def register(sub) -> None:

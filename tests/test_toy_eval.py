@@ -133,3 +133,22 @@ def test_eval_toy_refuses_bad_options(tmp_path):
     assert main(["eval", "toy", "--n", "0", "--out", str(tmp_path), "--no-progress"]) == 2
     with pytest.raises(SystemExit):
         main(["eval", "toy", "--variants", "asymspec-K3", "--out", str(tmp_path)])
+
+
+def test_the_demo_opens_on_toy_examples_the_pair_answers(toy_vl):
+    """The demo's default models are the toy pair: its first examples are toy scenes (examples.json records
+    their answers) where AsymSpec gets the answer the caption cannot give, and on the mult one the drafter
+    alone gets it wrong (the verifier's arithmetic)."""
+    from asymspec_vl.demo.app import EXAMPLES_DIR
+    from asymspec_vl.demo.service import DemoService
+
+    service = DemoService(toy_vl, BASE)
+    toy = [e for e in json.loads((EXAMPLES_DIR / "examples.json").read_text()) if e["image"].startswith("toy-")]
+    assert [e["image"] for e in toy] == ["toy-mult.png", "toy-sum.png", "toy-read.png"]
+    for e in toy:
+        *_, results = list(service.answer(str(EXAMPLES_DIR / e["image"]), e["question"], e["caption"], e["ocr"],
+                                          2, 1.0, 0.5, "cda", 48))[-1]
+        got = {m: world.extract_answer(results[m]["text"]) for m in ("asymspec", "floor", "drafter")}
+        assert got["asymspec"] == e["answer"] != got["floor"], (e["question"], got)
+        if e["image"] == "toy-mult.png":
+            assert got["drafter"] != e["answer"], got

@@ -12,13 +12,11 @@ DEFAULT_N = 300
 
 
 def _keys(text: str) -> list[str]:
+    from asymspec_vl.commands import comma_list
+
     from .eval import VARIANTS
 
-    keys = [k.strip() for k in text.split(",") if k.strip()]
-    bad = [k for k in keys if k not in VARIANTS]
-    if bad or not keys:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {bad}; choose from {', '.join(VARIANTS)}")
-    return keys
+    return comma_list(text, list(VARIANTS), "variant")
 
 
 def register(esub) -> None:

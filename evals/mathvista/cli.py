@@ -9,12 +9,8 @@ BENCHMARK = "mathvista"
 DEFAULT_METHODS = "floor,sd,drafter,asymspec"
 
 
-def _pids(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
 def register(esub) -> None:
-    from asymspec_vl.commands import add_config_args, add_model_args, parse_methods
+    from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods
 
     from .protocol import COT_SUFFIX, PAPER_DECODING
 
@@ -30,7 +26,7 @@ def register(esub) -> None:
     p.add_argument("--all-problems", action="store_true",
                    help="keep problems without a Bard caption too (with --tasks all: the full testmini, 1,000)")
     p.add_argument("--limit", type=int, default=None, help="the first N selected problems (pid order)")
-    p.add_argument("--pids", type=_pids, default=None, help="comma list of pids to run (within the selection)")
+    p.add_argument("--pids", type=comma_list, default=None, help="comma list of pids to run (within the selection)")
     p.add_argument("--extract", choices=("rule", "llm"), default="rule",
                    help="answer extraction: rules, or MathVista's LLM prompt on the verifier")
     p.add_argument("--captions", default=None, help="captions JSON (default: the official Bard captions)")
