@@ -11,11 +11,6 @@ def is_patched(fn) -> bool:
     return hasattr(fn, _MARK)
 
 
-def original(owner, name: str):
-    fn = owner.__dict__[name]
-    return getattr(fn, _MARK, fn)
-
-
 def wrap(owner, name: str, make):
     """owner.name = make(orig) unless already patched; `make` returns the replacement."""
     current = owner.__dict__.get(name)

@@ -37,9 +37,6 @@ class ImageCache:
         self.entries[req_id] = _Entry(pixel_values.to(self.device, self.model.visual.dtype),
                                       image_grid_thw.to(self.device))
 
-    def has(self, req_id: str) -> bool:
-        return req_id in self.entries
-
     def embeddings(self, req_id: str) -> tuple[torch.Tensor, ...]:
         e = self.entries[req_id]
         if e.embeddings is None:

@@ -46,7 +46,7 @@ class Timed:
 def buckets(stamps: list[tuple[int, float]], width: int) -> dict[int, float]:
     """Mean step time (ms) per bucket of generated length from (length, time) stamps."""
     per = defaultdict(list)
-    for (n0, t0), (n1, t1) in zip(stamps, stamps[1:]):
+    for (_, t0), (n1, t1) in zip(stamps, stamps[1:]):
         per[n1 // width * width].append((t1 - t0) * 1e3)
     return {k: sum(v) / len(v) for k, v in sorted(per.items())}
 
