@@ -305,6 +305,33 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         small.close()
 
 
+def test_preempted_requests_resume_as_if_never_preempted(vl, tiny_vl):
+    """A verifier KV cache too small for the batch: vLLM preempts running requests and recomputes them. Each
+    resumes with its last output token held back and emitted again by the resumed prefill, so the tokens,
+    sources and step counts equal the transformers loop's (before, the first token after a resumption was
+    the verifier's plain greedy sample). The same for SCD, whose targets also differ from greedy."""
+    from vllm_patches import probe
+
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl.backends.vllm import VLLMBackend
+
+    b = vl.backend
+    small = VLLMBackend(b.pair, b.drafter, b.verifier, None, b.dtype, b.tp,
+                        {"block_size": 16, "num_gpu_blocks_override": 24})  # 384 tokens for 6 requests
+    cramped = AsymSpecVL(vl.pair, small, vl.names)
+    reqs = [random_request(s) for s in range(6)]
+    try:
+        for method, K in (("asymspec", 2), ("scd", 2), ("asymspec", 4)):
+            cfg = AsymSpecConfig(K=K, max_new_tokens=48)
+            llm = small.engine(small.engine_for(method, K)[0])
+            before = probe.counters(llm)["resumptions"]
+            got = _summary(cramped.generate_batch(reqs, method, cfg))
+            assert probe.counters(llm)["resumptions"] > before, "no request was preempted: shrink the cache"
+            assert got == _summary(tiny_vl.generate_batch(reqs, method, cfg)), (method, K)
+    finally:
+        small.close()
+
+
 def test_stop_tokens_cut_like_transformers(vl, tiny_vl):
     """Stop tokens that fall among accepted drafts, fused or bonus tokens end a request exactly where the
     decoding loop ends it (tokens, sources and counts)."""

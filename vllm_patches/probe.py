@@ -16,7 +16,7 @@ def _counters(worker) -> dict:
     prop = _proposer(worker)
     return {"vision_tower_calls": prop.images.vision_tower_calls if prop.images is not None else 0,
             "live_requests": len(prop.rows), "free_full_view_blocks": len(prop.pool.free),
-            "full_view_blocks": prop.pool.num_blocks - 1}
+            "full_view_blocks": prop.pool.num_blocks - 1, "resumptions": prop.resumptions}
 
 
 def _set_capture(worker, on: bool) -> None:
@@ -53,7 +53,8 @@ def stop_timing(llm) -> dict | None:
 
 
 def counters(llm) -> dict:
-    """vision_tower_calls (cumulative), live_requests, free / total x_full KV blocks."""
+    """vision_tower_calls and resumptions after a preemption (cumulative), live_requests, free / total
+    x_full KV blocks."""
     return llm.collective_rpc(_counters)[0]
 
 

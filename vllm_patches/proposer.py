@@ -52,6 +52,7 @@ class AsymSpecProposer(DraftModelProposer):
         self.errors: dict[str, str] = {}
         self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
         self.capture: dict | None = None  # probe.capture_full_view_logits: first proposals by request
+        self.resumptions = 0  # preempted requests resumed with a held-back token (probe.counters)
 
     # -- set-up ---------------------------------------------------------------------------------
     def load_model(self, target_model) -> None:
@@ -114,6 +115,18 @@ class AsymSpecProposer(DraftModelProposer):
         mask[list(ids)] = True
         return mask
 
+    def note_resumed(self, cached_reqs) -> None:
+        """Before the runner aligns its state with a scheduler step: a resumed request whose output the
+        scheduler shortened by one token had that token held back at its preemption; the resumed prefill
+        emits it again (RowState.reemit). cached_reqs: SchedulerOutput.scheduled_cached_reqs."""
+        for i, req_id in enumerate(cached_reqs.req_ids):
+            req, n_out = self.runner.requests.get(req_id), cached_reqs.num_output_tokens[i]
+            if req_id not in cached_reqs.resumed_req_ids or req is None or req_id not in self.rows:
+                continue
+            if self.rows[req_id].args is not None and len(req.output_token_ids) == n_out + 1:
+                self.rows[req_id].reemit = (int(req.output_token_ids[-1]), n_out)
+                self.resumptions += 1
+
     def fail(self, req_id: str, st: RowState, err: Exception) -> None:
         st.failed = f"{type(err).__name__}: {err}"
         self.errors[req_id] = st.failed
@@ -158,6 +171,7 @@ class AsymSpecProposer(DraftModelProposer):
             st = self.row(req_id)
             if not new or st.failed:
                 continue  # a prefill chunk (nothing committed) or a request about to be finished
+            st.reemit = None
             if st.mode == "asymspec":
                 y = st.committed(self.runner.requests[req_id].output_token_ids)
                 st.full.commit(y)

@@ -15,10 +15,15 @@ PRIME_KEY = "asymspec_prime"  # set by the scheduler patch: the prompt token it 
 
 @dataclass
 class RowState:
-    """args None: a plain speculative-decoding request (no extra_args["asymspec"])."""
+    """args None: a plain speculative-decoding request (no extra_args["asymspec"]).
+
+    reemit: a preempted request resumes with a prefill of everything but its last output token (the scheduler
+    holds that token back); the resumed prefill emits it again instead of a sample, so the step after it
+    drafts and verifies as Algorithm 1 would have, and the client never sees it twice."""
 
     args: AsymSpecArgs | None
     prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
+    reemit: tuple[int, int] | None = None  # (token, outputs before it): see above
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
     banned: torch.Tensor | None = None  # [V] bool
     banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)

@@ -2,7 +2,8 @@
 wrapper for every other configuration.
 
   __init__                 the runner builds an AsymSpecProposer where it would build a DraftModelProposer
-  _update_states           the proposer forgets finished requests (their caches and blocks)
+  _update_states           the proposer forgets finished requests (their caches and blocks) and notes
+                           preempted ones that resume with a held-back token (rows.RowState.reemit)
   _prepare_inputs          keeps this step's logits_indices (the token index of every logits row)
   _model_forward           after the verifier's forward, the drafter's x_comp-view pass on the same inputs
   _sample                  sampler.sample: the gate in place of the rejection sampler
@@ -47,6 +48,7 @@ def patch_model_runner() -> None:
         def _update_states(self, scheduler_output):
             if is_asymspec(self.vllm_config):
                 self.drafter.forget(scheduler_output.finished_req_ids)
+                self.drafter.note_resumed(scheduler_output.scheduled_cached_reqs)
             return orig(self, scheduler_output)
         return _update_states
 

@@ -7,7 +7,8 @@ Per request, this step's verifier logits t come in vLLM's flattened layout (num_
   mode scd       greedy verification against SCD's contrastive target from t and b (loop.plan_scd)
   plain          requests without extra_args: greedy verification, or vLLM's own sampler when they sample
 The first step of a primed request emits its prime token (x_comp's last prompt token, moved to the output
-by the scheduler patch), so that, as in Algorithm 1, every emitted token goes through the decision rule.
+by the scheduler patch), so that, as in Algorithm 1, every emitted token goes through the decision rule;
+likewise the prefill that resumes a preempted request emits the output token held back at the preemption.
 Rows are decided in groups of equal (mode, config, number of drafts, banned set).
 """
 
@@ -42,7 +43,9 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         n, st = n_drafts[i], prop.row(req_id)
         drafts, d_at = drafts_flat[d_at:d_at + n], d_at + n
         req = runner.requests[req_id]
-        if st.prime is not None and not req.output_token_ids:
+        if st.reemit is not None and len(req.output_token_ids) == st.reemit[1]:
+            out[i, 0] = st.reemit[0]  # a resumed prefill (after a preemption) emits the held-back token again
+        elif st.prime is not None and not req.output_token_ids:
             out[i, 0] = st.prime  # the prime step (partial prefills are discarded by the runner)
         elif st.args is None or st.failed:
             if not (st.failed or is_plain_greedy(req.sampling_params) or _sampling_ok(prop, req_id, st)):

@@ -9,7 +9,10 @@
                       request waits while the pool cannot hold its whole x_full view (one that could never
                       fit fails at once, alone)
   _free_request       returns a finished (or aborted) request's share of that pool
-  update_from_output  counts acceptance per request, hides the moved token, returns the statistics with
+  _preempt_request    holds back the last output token of a preempted request (rows.RowState.reemit): the
+                      resumed prefill covers the rest and emits that token again, so the step after it
+                      drafts and verifies as Algorithm 1 would have (not a plain sample from the verifier)
+  update_from_output  counts acceptance per request, hides the moved and re-emitted tokens, returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not
                       serve (bad image inputs, malformed extra_args) -- the rest of the batch goes on.
 """
@@ -33,6 +36,7 @@ class _RequestState:
     def __init__(self, K: int, mode: str, prime_pending: bool, full_view_blocks: int):
         self.stats = EngineStats(K, mode)
         self.prime_pending = prime_pending
+        self.reemit_pending = False  # a held-back token will come out of the resumed prefill again
         self.full_view_blocks = full_view_blocks  # x_full pool blocks the request may come to hold
 
 
@@ -107,6 +111,16 @@ def patch_scheduler() -> None:
             return orig(self, request, delay_free_blocks)
         return _free_request
 
+    def make_preempt_request(orig):
+        def _preempt_request(self, request, timestamp):
+            orig(self, request, timestamp)
+            state = getattr(request, STATE_ATTR, None)
+            if (is_asymspec(self.vllm_config) and state is not None and request.num_output_tokens
+                    and not state.reemit_pending):  # preempted again before its resumed prefill ended
+                _hold_back_last_token(request)
+                state.reemit_pending = True
+        return _preempt_request
+
     def make_update_from_output(orig):
         def update_from_output(self, scheduler_output, model_runner_output):
             if not is_asymspec(self.vllm_config):
@@ -126,6 +140,7 @@ def patch_scheduler() -> None:
     wrap(Scheduler, "add_request", make_add_request)
     wrap(Scheduler, "schedule", make_schedule)
     wrap(Scheduler, "_free_request", make_free_request)
+    wrap(Scheduler, "_preempt_request", make_preempt_request)
     wrap(Scheduler, "update_from_output", make_update_from_output)
 
 
@@ -162,6 +177,15 @@ def _prime(request) -> bool:
     return True
 
 
+def _hold_back_last_token(request) -> None:
+    """Drop the last output token of a preempted request (its KV is gone with the rest): the resumed
+    prefill stops before it and the worker emits it again (the runner trims its copy to match)."""
+    request._output_token_ids.pop()
+    request._all_token_ids.pop()
+    request.block_hashes = []
+    request.update_block_hashes()
+
+
 def _steps(scheduler_output, runner_output) -> dict[str, tuple[int, int]]:
     """req_id -> (drafts verified, tokens committed) of this step, before any stop cut."""
     steps = {}
@@ -182,6 +206,8 @@ def _account(out, request, steps) -> bool:
     step = steps.get(out.request_id)
     if state.prime_pending and tokens:
         tokens, step, state.prime_pending = tokens[1:], None, False  # the moved prompt token
+    elif state.reemit_pending and tokens:
+        tokens, step, state.reemit_pending = tokens[1:], None, False  # the held-back token, already sent
     out.new_token_ids = tokens
     if step is not None:
         state.stats.record(step[0], step[1], len(tokens))

@@ -45,7 +45,7 @@ class EngineStats:
     def record(self, num_drafts: int, num_generated: int, num_emitted: int) -> None:
         """One engine step: num_drafts verified, num_generated = accepted + 1 committed, num_emitted kept
         after the stop / length cut."""
-        if num_drafts == 0:  # a step without drafts (after a preemption, or near max_model_len)
+        if num_drafts == 0:  # a step without drafts (near max_model_len)
             self.sources += [T.VERIFIER] * num_emitted
             self.emitted += num_emitted
             return
