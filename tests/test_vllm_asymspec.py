@@ -332,6 +332,57 @@ def test_preempted_requests_resume_as_if_never_preempted(vl, tiny_vl):
         small.close()
 
 
+def test_prompts_prefilled_in_chunks_give_the_same_tokens(vl, tiny_vl):
+    """A 32-token step budget: every prompt is prefilled over several steps (chunked prefill, vLLM's default
+    on GPUs for long prompts). The prime token, the x_comp-view scores b and the drafts are unaffected."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl.backends.vllm import VLLMBackend
+    from asymspec_vl.prompts import encode_request
+
+    b = vl.backend
+    small = VLLMBackend(b.pair, b.drafter, b.verifier, None, b.dtype, b.tp,
+                        {"block_size": 16, "max_num_batched_tokens": 32, "max_num_seqs": 4})
+    chunked = AsymSpecVL(vl.pair, small, vl.names)
+    reqs = [random_request(s) for s in range(6)]
+    assert min(len(encode_request(r, vl.pair.processor, vl.pair.tokenizer).comp.ids) for r in reqs) > 2 * 32
+    try:
+        for method in ("asymspec", "scd"):
+            cfg = AsymSpecConfig(K=2, max_new_tokens=32)
+            llm = small.engine(small.engine_for(method, 2)[0])
+            assert llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == 32
+            assert _summary(chunked.generate_batch(reqs, method, cfg)) == \
+                _summary(tiny_vl.generate_batch(reqs, method, cfg)), method
+    finally:
+        small.close()
+
+
+def test_stopping_a_stream_aborts_its_requests(vl, tiny_vl):
+    """on_step raising (the demo's Stop) aborts the batch's requests in the engine: the scheduler holds none
+    and no x_full pool share, so the next call decodes only its own requests, with the usual tokens."""
+    from asymspec_vl import AsymSpecConfig
+
+    class Stop(Exception):
+        pass
+
+    steps = []
+
+    def stop_after_three(rows):
+        steps.append(len(rows))
+        if len(steps) == 3:
+            raise Stop
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=30)
+    reqs = [random_request(s) for s in range(3)]
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    with pytest.raises(Stop):
+        vl.generate_batch(reqs, "asymspec", cfg, on_step=stop_after_three)
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler  # in-process engine core
+    assert not llm.llm_engine.has_unfinished_requests()
+    assert not scheduler.requests and not scheduler._asymspec_reserved
+    assert _summary(vl.generate_batch(reqs[:1], "asymspec", cfg)) == _summary(
+        tiny_vl.generate_batch(reqs[:1], "asymspec", cfg))
+
+
 def test_stop_tokens_cut_like_transformers(vl, tiny_vl):
     """Stop tokens that fall among accepted drafts, fused or bonus tokens end a request exactly where the
     decoding loop ends it (tokens, sources and counts)."""

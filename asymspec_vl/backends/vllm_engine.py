@@ -72,18 +72,24 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
 
 def generate(llm, prompts: list[dict], params: list, on_step: Callable[[dict], None] | None = None) -> list:
     """Submit every request, step the engine until all finish; on_step(partial outputs by index) after
-    each step. Returns the final RequestOutputs in submission order."""
+    each step. Returns the final RequestOutputs in submission order. If anything raises (a bad request at
+    submission, or on_step stopping the decoding), the requests still in the engine are aborted: they
+    free their KV blocks and the next call does not decode them."""
     engine = llm.llm_engine
     ids = [f"asv-{next(_request_ids)}" for _ in prompts]
     index = {rid: i for i, rid in enumerate(ids)}
-    for rid, prompt, p in zip(ids, prompts, params):
-        engine.add_request(rid, prompt, p)
     done: dict[int, object] = {}
-    while engine.has_unfinished_requests():
-        step = {index[o.request_id]: o for o in engine.step() if o.request_id in index}
-        for i, o in step.items():
-            if o.finished:
-                done[i] = o
-        if on_step and step:
-            on_step(step)
+    try:
+        for rid, prompt, p in zip(ids, prompts, params):
+            engine.add_request(rid, prompt, p)
+        while engine.has_unfinished_requests():
+            step = {index[o.request_id]: o for o in engine.step() if o.request_id in index}
+            for i, o in step.items():
+                if o.finished:
+                    done[i] = o
+            if on_step and step:
+                on_step(step)
+    except BaseException:
+        engine.abort_request([rid for i, rid in enumerate(ids) if i not in done])
+        raise
     return [done[i] for i in range(len(prompts))]
