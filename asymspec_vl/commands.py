@@ -62,6 +62,17 @@ def comma_list(text: str, allowed=None, what: str = "value") -> list[str]:
     return items
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
+
+
 def parse_methods(text: str) -> list[str]:
     return comma_list(text, METHODS, "method")
 

@@ -21,6 +21,10 @@ API (shared by every eval: MathVista, the toy world, ...)
         {"error": {"type", "message"}, "correct": False} and the run goes on; any other exception stops
         the run (a bug) with every finished job already on disk. One process writes a log at a time
         (an flock on .<stem>.lock).
+    BatchedWork(jobs, done, batch, decode)
+        a work(job) that decodes `batch` jobs of one method at a time: decode(group) -> one record per job;
+        each record still reaches the log on its own. A typed error in a group is retried job by job, so it
+        lands on the job that caused it. elapsed_shares(results) splits a batch's decoding time over its rows.
     read_records(path) -> [record, ...] (complete lines, for re-scoring; the file is not modified).
 """
 
@@ -159,6 +163,53 @@ class ResultsLog:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.fingerprint_path.write_text(json.dumps(wanted, indent=2, sort_keys=True))
+
+
+class BatchedWork:
+    """work(job) for run_jobs that decodes in batches: on a miss, the job and the next pending jobs of its
+    method (up to `batch`, in job order) go to decode(group) -> [record per job]; the runner then takes
+    their records one by one and writes each to disk as usual."""
+
+    def __init__(self, jobs: Iterable[Job], done: set, batch: int, decode: Callable[[list[Job]], list[dict]]):
+        if batch < 1:
+            raise ValueError(f"batch={batch} is invalid: expected an integer >= 1")
+        self.batch, self.decode = batch, decode
+        self.queue: dict[str, list[Job]] = {}  # method -> its pending jobs, in order
+        for j in jobs:
+            if j.key not in done:
+                self.queue.setdefault(j.key[1], []).append(j)
+        self.ready: dict[tuple[str, str], dict | AsymSpecError] = {}
+
+    def __call__(self, job: Job) -> dict:
+        if job.key not in self.ready:
+            queue = self.queue[job.key[1]]
+            start = next(i for i, j in enumerate(queue) if j.key == job.key)
+            group = queue[start:start + self.batch]
+            del queue[start:start + self.batch]
+            self._run(group)
+        outcome = self.ready.pop(job.key)
+        if isinstance(outcome, AsymSpecError):
+            raise outcome  # recorded by run_jobs on its own job
+        return outcome
+
+    def _run(self, group: list[Job]) -> None:
+        try:
+            records = self.decode(group)
+        except AsymSpecError as e:
+            if len(group) == 1:
+                self.ready[group[0].key] = e
+                return
+            for j in group:  # find the bad job: one by one, each error kept for its own job
+                self._run([j])
+            return
+        self.ready.update((j.key, rec) for j, rec in zip(group, records))
+
+
+def elapsed_shares(results) -> list[float]:
+    """Each row's share of its batch's decoding time (every GenerationResult of a batch carries the batch's
+    elapsed_s), by emitted tokens, so that tokens/s pooled over rows is the batch's throughput."""
+    emitted = sum(len(r.token_ids) for r in results) or 1
+    return [r.stats.elapsed_s * len(r.token_ids) / emitted for r in results]
 
 
 class _Progress:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from asymspec_vl.errors import InputError
-from asymspec_vl.evals.runner import Job, ResultsFileError, ResultsLog, ResumeMismatchError, read_records, run_jobs
+from asymspec_vl.evals.runner import (BatchedWork, Job, ResultsFileError, ResultsLog, ResumeMismatchError,
+                                     read_records, run_jobs)
 from asymspec_vl.evals.summary import accuracy, speed, summarize, write_summary
 
 
@@ -178,3 +179,27 @@ def test_summary_rows_and_outputs(tmp_path):
     for key in ("csv", "json", "png", "png:even", "png:Overall"):
         assert paths[key].is_file() and paths[key].stat().st_size > 0
     assert paths["png:Overall"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_batched_work_groups_by_method_and_pins_errors_on_their_job(tmp_path):
+    """Batches of up to 3 pending jobs of one method, in job order (done jobs skipped); a typed error in a
+    batch sends its jobs one by one, so only the bad job's line has the error."""
+    calls = []
+
+    def decode(group):
+        calls.append([j.key for j in group])
+        if any(j.payload == 4 and j.method == "b" for j in group):
+            raise InputError("item 4 is broken")
+        return [work(j) for j in group]
+
+    log = ResultsLog(tmp_path / "r.jsonl")
+    all_jobs = jobs(n=6)
+    run_jobs(all_jobs[:2], work, log, progress=False)  # ("0", "a"), ("0", "b") already done
+    recs = run_jobs(all_jobs, BatchedWork(all_jobs, log.done_keys(), 3, decode), log, progress=False)
+    assert calls[:3] == [[("1", "a"), ("2", "a"), ("3", "a")], [("1", "b"), ("2", "b"), ("3", "b")],
+                         [("4", "a"), ("5", "a")]]
+    assert calls[3:] == [[("4", "b"), ("5", "b")], [("4", "b")], [("5", "b")]]
+    assert [r["id"] for r in recs if "error" in r] == ["4"] and recs[9]["error"]["type"] == "InputError"
+    assert len(lines(tmp_path / "r.jsonl")) == 12
+    with pytest.raises(ValueError, match="batch"):
+        BatchedWork(all_jobs, set(), 0, decode)

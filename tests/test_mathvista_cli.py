@@ -178,11 +178,13 @@ def test_eval_score_with_llm_extraction_plumbing(full_run, tiny_models, tmp_path
     assert all((r["prediction"], r["correct"]) == score(r["extraction"], r) for r in rows)
 
 
-def test_a_broken_image_is_recorded_as_a_typed_error_and_the_run_goes_on(tiny_models, tmp_path, capsys):
+@pytest.mark.parametrize("batch", ["1", "2"])
+def test_a_broken_image_is_recorded_as_a_typed_error_and_the_run_goes_on(tiny_models, tmp_path, capsys, batch):
+    """Batched too: the group with the bad image is decoded again job by job, so the error lands on pid 3."""
     render_standins(tmp_path / "mv" / "images", ["2", "3"])
     (tmp_path / "mv" / "images" / "3.png").write_bytes(b"not an image")
     assert main(eval_args(tiny_models, tmp_path / "mv", tmp_path / "out", "--limit", "2", "--methods",
-                          "floor")) == 0
+                          "floor", "--batch", batch)) == 0
     capsys.readouterr()
     good, bad = records(tmp_path / "out")
     assert good["id"] == "2" and "error" not in good
@@ -191,3 +193,19 @@ def test_a_broken_image_is_recorded_as_a_typed_error_and_the_run_goes_on(tiny_mo
     row = json.loads((tmp_path / "out" / "table.json").read_text())["rows"][0]
     assert (row["errors"], row["GPS"], row["n"]) == (1, 0.0, 2)
     assert main(["eval", "score", str(tmp_path / "out" / "results.jsonl")]) == 0
+
+
+def test_batched_run_gives_the_same_answers(full_run, tiny_models, images, tmp_path, capsys):
+    """--batch 4: each method's problems decoded 4 then 2 at a time; the same responses, extractions and
+    scores as one at a time, each line marked with its batch size; --batch 0 is refused."""
+    out = tmp_path / "batched"
+    assert main(eval_args(tiny_models, images, out, "--batch", "4")) == 0
+    capsys.readouterr()
+    key = ("response", "extraction", "prediction", "correct", "finish_reason")
+    one = {(r["id"], r["method"]): [r[k] for k in key] for r in records(full_run[0])}
+    four = {(r["id"], r["method"]): [r[k] for k in key] for r in records(out)}
+    assert four == one
+    assert sorted(r["batch"] for r in records(out) if r["method"] == "asymspec") == [2, 2, 4, 4, 4, 4]
+    assert json.loads((out / "manifest.json").read_text())["batch"] == 4
+    with pytest.raises(SystemExit):
+        main(eval_args(tiny_models, images, tmp_path / "zero", "--batch", "0"))

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import AsymSpecConfig
-from ..errors import AsymSpecError
-from ..evals.runner import Job, ResultsLog, run_jobs
+from ..evals.runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs
 from ..evals.summary import SPEED_COLUMNS, summarize, write_summary
 from ..prompts import Request
 from ..trace import FUSED
@@ -69,52 +68,12 @@ def record_of(ex: world.ToyExample, res, elapsed_s: float | None = None, batch: 
             "token_ids": res.token_ids, "batch": batch, "stats": stats}
 
 
-class BatchedWork:
-    """work(job) for the runner that decodes in batches: on a miss, the job and the next pending jobs of
-    its variant (up to `batch`, in job order) are decoded together by one generate_batch call; the runner
-    then gets their records one by one and writes each to disk."""
-
-    def __init__(self, vl, jobs: list[Job], done: set, batch: int, base: AsymSpecConfig = BASE):
-        self.vl, self.batch, self.base = vl, batch, base
-        self.queue = {}  # variant -> its pending jobs, in order
-        for j in jobs:
-            if j.key not in done:
-                self.queue.setdefault(j.method, []).append(j)
-        self.ready: dict[tuple[str, str], dict] = {}
-
-    def __call__(self, job: Job) -> dict:
-        if job.key not in self.ready:
-            queue = self.queue[job.method]
-            start = next(i for i, j in enumerate(queue) if j.key == job.key)
-            self._decode(queue[start:start + self.batch])
-            del queue[start:start + self.batch]
-        return self.ready.pop(job.key)
-
-    def _decode(self, group: list[Job]) -> None:
-        v = VARIANTS[group[0].method]
-        try:
-            results = self.vl.generate_batch([request_of(j.payload) for j in group], v.method, v.config(self.base))
-        except AsymSpecError:
-            if len(group) == 1:
-                raise
-            for j in group:  # find the bad request: one by one, each error recorded on its own job
-                self.ready[j.key] = _or_error(lambda j=j: self._one(j, v))
-            return
-        emitted = sum(len(r.token_ids) for r in results) or 1
-        elapsed = results[0].stats.elapsed_s  # the batch's decoding time (every row carries it)
-        for j, res in zip(group, results):
-            self.ready[j.key] = record_of(j.payload, res, elapsed * len(res.token_ids) / emitted, len(group))
-
-    def _one(self, job: Job, v: Variant) -> dict:
-        return record_of(job.payload, self.vl.generate_batch([request_of(job.payload)], v.method,
-                                                             v.config(self.base))[0])
-
-
-def _or_error(fn) -> dict:
-    try:
-        return fn()
-    except AsymSpecError as e:
-        return {"error": {"type": type(e).__name__, "message": str(e)}, "correct": False}
+def decode_group(vl, group: list[Job], base: AsymSpecConfig = BASE) -> list[dict]:
+    """Records of one batch of jobs (one variant): decoded together by one generate_batch call."""
+    v = VARIANTS[group[0].method]
+    results = vl.generate_batch([request_of(j.payload) for j in group], v.method, v.config(base))
+    return [record_of(j.payload, res, share, len(group))
+            for j, res, share in zip(group, results, elapsed_shares(results))]
 
 
 def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog, batch: int = 50,
@@ -122,7 +81,7 @@ def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: Results
     """Run (or resume) every example x variant, `batch` requests per decoding call; return the records,
     variant by variant."""
     jobs = [Job(ex.uid, key, ex) for key in keys for ex in examples]
-    work = BatchedWork(vl, jobs, log.done_keys(), batch, base)
+    work = BatchedWork(jobs, log.done_keys(), batch, lambda group: decode_group(vl, group, base))
     return run_jobs(jobs, work, log, desc="toy", progress=progress,
                     base=lambda j: {"benchmark": BENCHMARK, "qtype": j.payload.qtype, "target": j.payload.target})
 

@@ -10,7 +10,7 @@ DEFAULT_METHODS = "floor,sd,drafter,asymspec"
 
 
 def register(esub) -> None:
-    from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods
+    from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods, positive_int
 
     from .protocol import COT_SUFFIX, PAPER_DECODING
 
@@ -34,6 +34,9 @@ def register(esub) -> None:
     p.add_argument("--caption-chars", type=int, default=1600, help="the verifier's caption is cut to this")
     p.add_argument("--ocr-chars", type=int, default=800, help="the verifier's OCR text is cut to this")
     p.add_argument("--cot-suffix", default=COT_SUFFIX, help="appended to the official query on a new line")
+    p.add_argument("--batch", type=positive_int, default=1,
+                   help="problems decoded together per method (1: one at a time, as the paper measures tokens/s; "
+                        "larger: faster runs, tokens/s is then the batch's throughput)")
     p.add_argument("--save-trace", action="store_true", help="store each token's id and source in the JSONL")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import Job, ResultsLog, run_jobs
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
@@ -55,25 +55,32 @@ def problem_fields(job: Job) -> dict:
     return {"benchmark": "mathvista", "task": task_of(problem), "query": problem.query, **problem.facts()}
 
 
-def result_record(problem, res, extraction: str, extractor: str, save_trace: bool = False) -> dict:
-    """The outcome fields of one problem and method (the runner adds id, method and problem_fields)."""
+def result_record(problem, res, extraction: str, extractor: str, save_trace: bool = False,
+                  elapsed_s: float | None = None, batch: int = 1) -> dict:
+    """The outcome fields of one problem and method (the runner adds id, method and problem_fields).
+    elapsed_s: this request's share of its batch's decoding time (the batch's own time at batch 1)."""
     prediction, correct = score(extraction, problem.facts())
+    stats = res.stats.to_dict()
+    if elapsed_s is not None:
+        stats["elapsed_s"] = elapsed_s
     rec = {"response": res.text, "extraction": extraction, "extractor": extractor, "prediction": prediction,
-           "correct": correct, "finish_reason": res.finish_reason, "stats": res.stats.to_dict()}
+           "correct": correct, "finish_reason": res.finish_reason, "batch": batch, "stats": stats}
     if save_trace:
         rec["trace"] = [[t.token_id, t.source] for t in res.trace]
     return rec
 
 
-def make_work(vl, setup: Setup, cfg, extractor, save_trace: bool = False):
-    """work(job) for the runner: build the request, decode with job.method, extract, score."""
-    def work(job: Job) -> dict:
-        problem = job.payload
-        request = build_request(problem, setup.store.get(problem), setup.captioner, setup.protocol)
-        res = vl.generate_batch([request], job.method, cfg)[0]
-        extraction = extractor.extract(res.text, problem.facts(), problem.query)
-        return result_record(problem, res, extraction, extractor.name, save_trace)
-    return work
+def decode_group(vl, setup: Setup, cfg, extractor, group: list[Job], save_trace: bool = False) -> list[dict]:
+    """Records of one batch of problems for one method: build the requests, decode them together,
+    extract and score each answer."""
+    requests = [build_request(j.payload, setup.store.get(j.payload), setup.captioner, setup.protocol)
+                for j in group]
+    results = vl.generate_batch(requests, group[0].method, cfg)
+    records = []
+    for job, res, share in zip(group, results, elapsed_shares(results)):
+        extraction = extractor.extract(res.text, job.payload.facts(), job.payload.query)
+        records.append(result_record(job.payload, res, extraction, extractor.name, save_trace, share, len(group)))
+    return records
 
 
 def table(records: list[dict], methods: list[str], tasks: tuple[str, ...]) -> tuple[list[dict], list[str]]:
@@ -114,8 +121,9 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     if any(j.key not in done for j in jobs):  # models load only when something is left to do
         vl = load_from_args(args)
         extractor = _extractor(args, vl)
-    records = run_jobs(jobs, make_work(vl, setup, cfg, extractor, args.save_trace), log, desc="mathvista",
-                       progress=not args.no_progress, base=problem_fields)
+    work = BatchedWork(jobs, done, args.batch,
+                       lambda group: decode_group(vl, setup, cfg, extractor, group, args.save_trace))
+    records = run_jobs(jobs, work, log, desc="mathvista", progress=not args.no_progress, base=problem_fields)
     markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
     models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
                                          "text_drafter": args.text_drafter, "backend": args.backend}
@@ -126,7 +134,7 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
         "mathvista", models, cfg.to_dict(), data,
         {"protocol": protocol.to_dict(), "methods": args.methods, "extract": args.extract,
          "n_problems": len(setup.problems), "pids": [p.pid for p in setup.problems],
-         "dtype": args.dtype, "device": args.device}))
+         "dtype": args.dtype, "device": args.device, "batch": args.batch}))
     print(markdown)
     print(f"results: {out / RESULTS}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
           f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
