@@ -418,13 +418,25 @@ def test_requests_without_extra_args_are_ordinary_speculative_decoding(vl, tiny_
         assert o.kv_transfer_params is None  # no asymspec statistics for plain requests
 
 
-def test_on_step_streams_growing_rows(vl):
+@pytest.mark.parametrize("method", ["asymspec", "scd"])
+def test_on_step_streams_growing_rows_with_their_labels(vl, method):
+    """Streamed rows grow by prefixes; while streaming, every token already carries the label the finished
+    output reports (the engine's per-step rule applied to each step's new tokens), and the counters agree."""
+    from vllm_patches.stats import labels
+
     from asymspec_vl import AsymSpecConfig
 
-    r = random_request(1)
-    seen = []
-    res = vl.generate(**_kw(r), method="asymspec", config=AsymSpecConfig(K=2, max_new_tokens=20),
-                      on_step=lambda rows: seen.append(list(rows[0].token_ids)))
-    assert len(seen) > 2 and all(a == b[:len(a)] for a, b in zip(seen, seen[1:]))  # prefixes, growing
-    assert seen[-1] == res.token_ids
-    assert res.stats.acceptance_per_position == [n / res.stats.steps for n in res.stats.accepted_at]
+    accepted_label = labels(method)[0]
+    for s in range(4):
+        snaps = []
+        res = vl.generate(**_kw(random_request(s)), method=method, config=AsymSpecConfig(K=2, max_new_tokens=20),
+                          on_step=lambda rows: snaps.append((list(rows[0].token_ids), list(rows[0].sources),
+                                                             copy.deepcopy(rows[0].stats))))
+        assert len(snaps) > 2 and all(a[0] == b[0][:len(a[0])] for a, b in zip(snaps, snaps[1:]))
+        assert snaps[-1][0] == res.token_ids
+        final = [t.source for t in res.trace]
+        for ids, sources, stats in snaps[:-1]:  # the last step may be cut by a stop token
+            assert sources == final[:len(ids)]
+            assert (stats.emitted, stats.accepted) == (len(ids), sources.count(accepted_label))
+            assert stats.steps == len(ids) - stats.accepted and stats.drafted == 2 * stats.steps
+        assert res.stats.acceptance_per_position == [n / res.stats.steps for n in res.stats.accepted_at]

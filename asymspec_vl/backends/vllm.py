@@ -100,7 +100,8 @@ class VLLMBackend:
                 for _ in reqs]
         label = T.DRAFTER if method == "drafter" else T.VERIFIER
         start = time.perf_counter()
-        finals = generate(llm, prompts, params, partial(self._progress, rows, label, on_step) if on_step else None)
+        progress = partial(self._progress, rows, _StreamedStats(mode, cfg.K, len(reqs)), label, on_step)
+        finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
         return [self._row(o, mode, label, elapsed) for o in finals]
 
@@ -135,11 +136,14 @@ class VLLMBackend:
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, label, on_step, step_outputs: dict) -> None:
+    def _progress(rows, streamed: "_StreamedStats", label, on_step, step_outputs: dict) -> None:
         for i, o in step_outputs.items():
             toks = list(o.outputs[0].token_ids)
-            rows[i].token_ids, rows[i].sources = toks, rows[i].sources[:len(toks)]
-            rows[i].sources += [label] * (len(toks) - len(rows[i].sources))  # exact labels come at the end
+            if streamed.mode == "plain":
+                rows[i].sources += [label] * (len(toks) - len(rows[i].token_ids))
+            else:
+                rows[i].sources, rows[i].stats = streamed.step(i, len(toks) - len(rows[i].token_ids))
+            rows[i].token_ids = toks
         on_step(rows)
 
     @staticmethod
@@ -159,6 +163,28 @@ class VLLMBackend:
             stats, sources, _ = from_output(o.kv_transfer_params)
         stats.elapsed_s = elapsed
         return loop.RowOutput(tokens, sources, stats, FINISH[comp.finish_reason])
+
+
+class _StreamedStats:
+    """Labels and counters while a speculative request streams: each engine step's new tokens are the
+    accepted drafts and then the token the step emitted, counted by the engine's own rule
+    (vllm_patches.stats). Provisional only where the engine drafted fewer than K (near the context limit)
+    or a stop token cut the step; the finished output carries the engine's exact figures."""
+
+    def __init__(self, mode: str, K: int, n: int):
+        from vllm_patches.stats import EngineStats
+
+        self.mode, self.K = mode, K
+        self.rows = [EngineStats(K, mode) for _ in range(n)] if mode != "plain" else []
+
+    def step(self, i: int, num_new: int) -> tuple[list[str], T.Stats]:
+        s = self.rows[i]
+        while num_new > 0:  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
+            n = min(num_new, self.K + 1)
+            s.record(self.K, n, n)
+            num_new -= n
+        return list(s.sources), T.Stats(steps=s.steps, drafted=s.drafted, accepted=s.accepted, emitted=s.emitted,
+                                        accepted_at=list(s.accepted_at))
 
 
 def _views(r: EncodedRequest, method: str):
