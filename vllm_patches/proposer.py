@@ -119,9 +119,12 @@ class AsymSpecProposer(DraftModelProposer):
         """Before the runner aligns its state with a scheduler step: a resumed request whose output the
         scheduler shortened by one token had that token held back at its preemption; the resumed prefill
         emits it again (RowState.reemit). cached_reqs: SchedulerOutput.scheduled_cached_reqs."""
+        resumed = cached_reqs.resumed_req_ids
+        if not resumed:
+            return  # the common step: nothing resumes
         for i, req_id in enumerate(cached_reqs.req_ids):
             req, n_out = self.runner.requests.get(req_id), cached_reqs.num_output_tokens[i]
-            if req_id not in cached_reqs.resumed_req_ids or req is None or req_id not in self.rows:
+            if req_id not in resumed or req is None or req_id not in self.rows:
                 continue
             if self.rows[req_id].args is not None and len(req.output_token_ids) == n_out + 1:
                 self.rows[req_id].reemit = (int(req.output_token_ids[-1]), n_out)
