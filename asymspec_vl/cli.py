@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "asymspec_vl.captioners.cli",
     "asymspec_vl.evals.cli",
     "asymspec_vl.toy.cli",
+    "asymspec_vl.doctor",
 ]
 
 

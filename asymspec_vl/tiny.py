@@ -192,17 +192,20 @@ def _init_weights(model: torch.nn.Module, seed: int, std: float = 0.5) -> None:
 
 
 def write_tiny_models(out_dir: str | Path, seed: int = 0, sizes: TinySizes = TinySizes(),
-                      corpus: list[str] | None = None) -> dict[str, Path]:
-    """Write verifier/, text_drafter/ and vl_drafter/ under out_dir; return their paths."""
+                      corpus: list[str] | None = None, verifier_sizes: TinySizes | None = None) -> dict[str, Path]:
+    """Write verifier/, text_drafter/ and vl_drafter/ under out_dir; return their paths. verifier_sizes: the
+    verifier's own widths (default: sizes), e.g. more query heads than the drafter as in Qwen3-32B (64 query /
+    8 KV heads) against Qwen3-VL-2B (16 / 8)."""
     out = Path(out_dir)
     tokenizer = train_tokenizer(corpus or default_corpus())
     paths = {
-        "verifier": write_text_model(out / "verifier", tokenizer, sizes, seed=seed + 1),
+        "verifier": write_text_model(out / "verifier", tokenizer, verifier_sizes or sizes, seed=seed + 1),
         "text_drafter": write_text_model(out / "text_drafter", tokenizer,
                                          TinySizes(**{**sizes.__dict__, "layers": 1}), seed=seed + 2),
         "vl_drafter": write_vl_model(out / "vl_drafter", tokenizer, sizes, seed=seed + 3),
     }
     (out / "tiny_models.json").write_text(json.dumps(
-        {"seed": seed, "sizes": sizes.__dict__, "vocab_size": len(tokenizer),
+        {"seed": seed, "sizes": sizes.__dict__, "verifier_sizes": (verifier_sizes or sizes).__dict__,
+         "vocab_size": len(tokenizer),
          "paths": {k: str(v.name) for k, v in paths.items()}}, indent=2))
     return paths

@@ -31,3 +31,14 @@ def random_request(seed: int):
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 4)))
     ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 6))))
     return Request(QUESTIONS[seed % len(QUESTIONS)], random_image(seed), caption=caption, ocr=ocr)
+
+
+def runner_of(llm):
+    """The model runner of an in-process vLLM engine (VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+
+def summary(results):
+    """What must agree between backends: tokens, sources, finish, and the acceptance counters."""
+    return [(r.token_ids, [t.source for t in r.trace], r.finish_reason, r.stats.steps, r.stats.drafted,
+             r.stats.accepted, r.stats.emitted, r.stats.accepted_at) for r in results]

@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from helpers import random_image, random_request
+from helpers import random_image, random_request, runner_of
 
 pytestmark = pytest.mark.vllm
 
@@ -350,8 +350,15 @@ def test_prompts_prefilled_in_chunks_give_the_same_tokens(vl, tiny_vl):
             cfg = AsymSpecConfig(K=2, max_new_tokens=32)
             llm = small.engine(small.engine_for(method, 2)[0])
             assert llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == 32
-            assert _summary(chunked.generate_batch(reqs, method, cfg)) == \
-                _summary(tiny_vl.generate_batch(reqs, method, cfg)), method
+            sizes = []  # tokens per drafter forward: the x_full prefill is chunked to the same budget
+            hook = runner_of(llm).drafter.model.register_forward_pre_hook(
+                lambda module, args, kwargs: sizes.append(len(kwargs["positions"][-1])), with_kwargs=True)
+            try:
+                assert _summary(chunked.generate_batch(reqs, method, cfg)) == \
+                    _summary(tiny_vl.generate_batch(reqs, method, cfg)), method
+            finally:
+                hook.remove()
+            assert sizes and max(sizes) <= 32
     finally:
         small.close()
 

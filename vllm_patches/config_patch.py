@@ -3,7 +3,10 @@
 vLLM validates `method` against a Literal, so "asymspec" is built as "draft_model" (the draft ModelConfig,
 parallel config and max_model_len come out exactly as for a draft model) and then renamed. The drafter's
 proposals are consumed after the runner's bookkeeping (disable_padded_drafter_batch), where the committed
-tokens are plain lists; async scheduling stays off (vLLM allows it for EAGLE/draft_model only).
+tokens are plain lists; async scheduling stays off (vLLM allows it for EAGLE/draft_model only). The drafter
+runs eagerly (the speculative config's enforce_eager: no drafter compilation or CUDA-graph capture), whatever
+the verifier does. vLLM's V2 GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the
+V1 runner. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
 """
 
 from __future__ import annotations
@@ -18,14 +21,21 @@ def is_asymspec(vllm_config) -> bool:
     return spec is not None and spec.method == METHOD
 
 
+def _asks_for_asymspec(speculative_config) -> bool:
+    return isinstance(speculative_config, dict) and speculative_config.get("method") == METHOD
+
+
 def patch_speculative_config() -> None:
     from vllm.config.speculative import SpeculativeConfig
+    from vllm.engine.arg_utils import EngineArgs
 
     def make_init(orig):
         def __init__(self, *args, **kwargs):
             if kwargs.get("method") != METHOD:
                 return orig(self, *args, **kwargs)
-            orig(self, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True})
+            _refuse_v2_runner()
+            orig(self, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True,
+                                 "enforce_eager": True})
             self.method = METHOD
             _check(self)
         return __init__
@@ -35,8 +45,27 @@ def patch_speculative_config() -> None:
             return self.method == METHOD or orig(self)
         return uses_draft_model
 
+    def make_create_engine_config(orig):
+        def create_engine_config(self, *args, **kwargs):
+            if _asks_for_asymspec(self.speculative_config) and not self.worker_extension_cls:
+                from .worker_extension import WORKER_EXTENSION
+
+                self.worker_extension_cls = WORKER_EXTENSION
+            return orig(self, *args, **kwargs)
+        return create_engine_config
+
     wrap(SpeculativeConfig, "__init__", make_init)
     wrap(SpeculativeConfig, "uses_draft_model", make_uses_draft_model)
+    wrap(EngineArgs, "create_engine_config", make_create_engine_config)
+
+
+def _refuse_v2_runner() -> None:
+    import vllm.envs as envs
+
+    if envs.VLLM_USE_V2_MODEL_RUNNER:
+        raise ValueError(f"speculative method {METHOD!r} runs on vLLM's V1 GPU model runner; unset "
+                         "VLLM_USE_V2_MODEL_RUNNER (or set it to 0): the V2 runner has none of the hooks the "
+                         "asymspec patches install")
 
 
 def _check(spec) -> None:

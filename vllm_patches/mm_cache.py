@@ -47,3 +47,16 @@ class ImageCache:
 
     def drop(self, req_id: str) -> None:
         self.entries.pop(req_id, None)
+
+    def profile(self, model_config) -> list[int]:
+        """Run the vision tower on the largest image the drafter's processor makes (vLLM's own dummy image for
+        profiling), so that a profile run around it counts its activations; returns that image's grid."""
+        from vllm.multimodal import MULTIMODAL_REGISTRY
+        from vllm.multimodal.utils import group_and_batch_mm_kwargs
+
+        dummy = MULTIMODAL_REGISTRY.get_dummy_mm_inputs(model_config, mm_counts={"image": 1})
+        item = dummy["mm_kwargs"]["image"][0]
+        _, _, kwargs = next(group_and_batch_mm_kwargs([("image", item)], device=self.device))
+        with torch.inference_mode():
+            self.model.embed_multimodal(**kwargs)
+        return [int(x) for x in kwargs["image_grid_thw"].reshape(-1, 3)[0]]

@@ -54,5 +54,6 @@ def view_positions(prompt_pos: torch.Tensor, delta: int, start: int, n: int, use
     P = prompt_pos.shape[-1]
     head = prompt_pos[..., start:min(start + n, P)]
     tail_start = max(start, P)
-    tail = generated_positions(tail_start, start + n - tail_start, delta, uses_mrope)
+    # no tail when the cache indices end inside the prompt (a chunk of a prompt longer than the pass budget)
+    tail = generated_positions(tail_start, max(0, start + n - tail_start), delta, uses_mrope)
     return torch.cat([head, tail], dim=-1)

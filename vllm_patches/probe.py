@@ -1,69 +1,47 @@
-"""Looking inside a running asymspec engine (tests, benchmarks): counters and captured drafter logits.
+"""Looking inside a running asymspec engine (tests, benchmarks, `asymspec-vl doctor`): counters, captured
+drafter logits, phase timing.
 
-Every function goes through LLM.collective_rpc, so it works with the engine in this process or in
-worker processes; each returns the first worker's answer (all tensor-parallel ranks agree).
+Every function calls a named worker method (worker_extension.py) through LLM.collective_rpc, so it works with
+the engine in this process or in worker processes, multiprocessing included, without sending a function;
+each returns the first worker's answer (all tensor-parallel ranks agree).
 """
 
 from __future__ import annotations
 
 
-def _proposer(worker):
-    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-    return runner.drafter
-
-
-def _counters(worker) -> dict:
-    prop = _proposer(worker)
-    return {"vision_tower_calls": prop.images.vision_tower_calls if prop.images is not None else 0,
-            "live_requests": len(prop.rows), "free_full_view_blocks": len(prop.pool.free),
-            "full_view_blocks": prop.pool.num_blocks - 1, "resumptions": prop.resumptions}
-
-
-def _set_capture(worker, on: bool) -> None:
-    _proposer(worker).capture = {} if on else None
-
-
-def _captured(worker) -> dict:
-    return dict(_proposer(worker).capture or {})
-
-
-def _set_timing(worker, on: bool) -> None:
-    from .timing import PhaseTimer
-
-    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-    runner._asymspec_timer = PhaseTimer() if on else None
-
-
-def _timing(worker) -> dict | None:
-    runner = getattr(worker, "model_runner", None) or worker.worker.model_runner
-    timer = getattr(runner, "_asymspec_timer", None)
-    return timer.report() if timer is not None else None
-
-
 def start_timing(llm) -> None:
     """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see timing.py)."""
-    llm.collective_rpc(_set_timing, args=(True,))
+    llm.collective_rpc("asymspec_set_timing", args=(True,))
 
 
 def stop_timing(llm) -> dict | None:
     """{"steps": engine steps, "seconds": {phase: total seconds}} since start_timing; timing off again."""
-    report = llm.collective_rpc(_timing)[0]
-    llm.collective_rpc(_set_timing, args=(False,))
+    report = llm.collective_rpc("asymspec_timing")[0]
+    llm.collective_rpc("asymspec_set_timing", args=(False,))
     return report
 
 
 def counters(llm) -> dict:
     """vision_tower_calls and resumptions after a preemption (cumulative), live_requests, free / total
-    x_full KV blocks."""
-    return llm.collective_rpc(_counters)[0]
+    x_full KV blocks and their size, the engine's K, the drafter's attention builders."""
+    return llm.collective_rpc("asymspec_counters")[0]
 
 
 def capture_full_view_logits(llm, on: bool = True) -> None:
     """Start (clearing) or stop recording each request's first x_full proposal."""
-    llm.collective_rpc(_set_capture, args=(on,))
+    llm.collective_rpc("asymspec_set_capture", args=(on,))
 
 
 def captured_full_view_logits(llm) -> dict[str, dict]:
     """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read, "drafts": d_1..d_K,
     "a": [K, V] float32 drafter logits at the draft positions} of the first proposal of each request."""
-    return llm.collective_rpc(_captured)[0]
+    from .request_args import unpack_tensor
+
+    captured = llm.collective_rpc("asymspec_captured")[0]
+    return {req_id: {**c, "x_full": tuple(c["x_full"]), "view": tuple(c["view"]), "a": unpack_tensor(c["a"], "a")}
+            for req_id, c in captured.items()}  # msgpack turns tuples into lists; tensors travel packed
+
+
+def profile_vision_tower(llm) -> list[int] | None:
+    """Run the drafter's vision tower on its largest image (as the profile run does); that image's grid."""
+    return llm.collective_rpc("asymspec_profile_vision_tower")[0]

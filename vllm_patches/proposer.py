@@ -2,12 +2,18 @@
 
   x_comp view  the verifier's token stream, in the KV blocks vLLM allocates for the drafter's layers on the
                verifier's block table. `score_comp_view` runs the drafter on exactly the tokens the verifier
-               runs on, in the same step and with the same attention metadata, so the logits b at the K+1
-               verified positions come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft
-               from this view too.
+               runs on, in the same step (with the verifier step's queries and block table, but attention
+               metadata planned for the drafter's own heads), so the logits b at the K+1 verified positions
+               come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
   x_full view  the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
-               incrementally: each step feeds the newly committed tokens, then drafts K greedily (logits a).
-The gate/fusion math does not live here (sampler.py calls the project's gate).
+               incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
+               first step, in chunks of at most max_num_batched_tokens), then drafts K greedily (logits a,
+               kept in draft_logits until the next step verifies them).
+The drafter always runs eagerly (never compiled or captured in CUDA graphs, whatever the engine's
+compilation settings): its passes change shape and inputs (token ids, image embeddings with DeepStack
+features) in ways a graph traced once cannot follow. The verifier keeps vLLM's compilation and CUDA graphs.
+The gate/fusion math does not live here (sampler.py calls the project's gate); requests are parsed and
+failed by the registry (rows.py).
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from asymspec_vl.gate import greedy
 from asymspec_vl.sources import RowLedger
 
 from . import switches
-from .drafter_pass import PassRow, run_pass
-from .kv_pool import FullViewPool
+from .draft_logits import DraftLogits
+from .drafter_attention import DrafterAttention
+from .drafter_pass import PassRow, chunk_feeds, run_pass
+from .faults import request_errors
+from .kv_pool import FullViewPool, reserve_bytes
 from .mm_cache import ImageCache
 from .mrope import generated_positions, prompt_positions, view_positions
-from .request_args import EngineFacts, check_greedy, has_request_args, parse_request_args
-from .rows import PRIME_KEY, RowState
+from .request_args import EngineFacts
+from .rows import RequestRegistry, RowState
 
 _VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
 
@@ -39,6 +48,21 @@ class DraftPlan:
     comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
 
 
+@dataclass
+class FullViewImages:
+    """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
+
+    embeddings: torch.Tensor  # [M, hidden * (1 + DeepStack levels)], in row and token order
+    masks: list[torch.Tensor]  # per full row: [len(feed)] bool, True at image_pad tokens
+
+
+def run_eagerly(model: torch.nn.Module) -> None:
+    """Every vLLM-compiled submodule of `model` calls its plain forward from now on."""
+    for module in model.modules():
+        if hasattr(module, "do_not_compile"):
+            module.do_not_compile = True
+
+
 class AsymSpecProposer(DraftModelProposer):
     def __init__(self, vllm_config, device: torch.device, runner=None):
         # pass_hidden_states_to_model=True keeps the base class from reserving 1-D-position draft slots
@@ -47,16 +71,19 @@ class AsymSpecProposer(DraftModelProposer):
         self.pass_hidden_states_to_model = False
         self._raise_if_draft_tp_mismatch()
         self.runner = runner
-        self.K = self.num_speculative_tokens
-        self.rows: dict[str, RowState] = {}
-        self.errors: dict[str, str] = {}
+        self.K = self.num_speculative_tokens  # the most drafts a request may ask for
+        self.world_size = vllm_config.parallel_config.tensor_parallel_size
+        self.request_errors = request_errors(self.world_size)
+        self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.verifier_common = None  # this step's verifier CommonAttentionMetadata for the drafter's group
         self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
-        self.capture: dict | None = None  # probe.capture_full_view_logits: first proposals by request
-        self.resumptions = 0  # preempted requests resumed with a held-back token (probe.counters)
+        self.capture: dict | None = None  # worker_extension.asymspec_set_capture: first proposals by request
+        self.pool = None  # laid out in initialize_attn_backend, once the KV cache config is final
 
     # -- set-up ---------------------------------------------------------------------------------
     def load_model(self, target_model) -> None:
         super().load_model(target_model)
+        run_eagerly(self.model)
         ctx = self.vllm_config.compilation_config.static_forward_context
         self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
         self.uses_mrope = bool(self.draft_model_config.uses_mrope)
@@ -69,190 +96,190 @@ class AsymSpecProposer(DraftModelProposer):
             patch_dim=(vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
                        if vision is not None else None),
             merge_size=getattr(vision, "spatial_merge_size", 1))
-        self.default_banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
-        # allocated now, before vLLM measures the memory left for its KV cache
-        self.pool = FullViewPool(self.attn_layers, self.vllm_config, self.device)
+        banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
+        self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self._release)
+        # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
+        self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
+        self.draft_logits = DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
+                                        self.facts.vocab_size, self.draft_model_config.dtype, self.device)
 
-    # -- per-request state ----------------------------------------------------------------------
+    def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
+        """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
+        in the final kernel block size (self.block_size)."""
+        super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
+        self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
+                                          getattr(self.runner, "reorder_batch_threshold", None))
+        self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
+        self.pool_reservation = None  # its memory goes to the pool
+        self.pool = FullViewPool(self.attn_layers, self.vllm_config, self.device, self.block_size)
+
+    def profile_vision_tower(self) -> list[int] | None:
+        """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""
+        if self.images is None or not switches.enabled("mm_embeds"):
+            return None
+        return self.images.profile(self.draft_model_config)
+
+    # -- requests -------------------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:
-        st = self.rows.get(req_id)
-        if st is None:
-            st = self.rows[req_id] = self._new_row(req_id)
-        return st
+        return self.registry.row(req_id, self.runner.requests[req_id], self._open_full_view)
 
-    def _new_row(self, req_id: str) -> RowState:
-        req = self.runner.requests[req_id]
-        sp = req.sampling_params
-        extra = (sp.extra_args if sp is not None else None) or {}
-        st = RowState(None, prime=extra.get(PRIME_KEY))
-        if not has_request_args(extra):
-            return st
-        try:
-            st.args = parse_request_args(extra, self.facts)
-            check_greedy(sp)
-            st.banned_ids = tuple(sorted(st.args.banned or self.default_banned))
-            st.banned = self._banned_mask(st.banned_ids)
-            if st.args.mode == "asymspec":
-                prime = [st.prime] if st.prime is not None else []
-                self._open_full_view(req_id, st, list(req.prompt_token_ids) + prime)
-        except (AsymSpecError, ValueError, TypeError, RuntimeError) as e:
-            self.fail(req_id, st, e)
-        return st
-
-    def _open_full_view(self, req_id: str, st: RowState, x_comp: list[int]) -> None:
-        ids, grid, pixels = st.args.x_full, st.args.image_grid_thw, st.args.pixel_values
+    def _open_full_view(self, req_id: str, state: RowState, x_comp: list[int]) -> None:
+        ids, grid, pixels = state.args.x_full, state.args.image_grid_thw, state.args.pixel_values
         if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
             ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
-        st.full = RowLedger(prompt=list(ids))
-        st.full_positions, st.delta = prompt_positions(self.model, ids, grid, self.facts.image_token_id,
-                                                       self.uses_mrope)
+        state.full = RowLedger(prompt=list(ids))
+        state.full_positions, state.delta = prompt_positions(self.model, ids, grid, self.facts.image_token_id,
+                                                             self.uses_mrope)
         if pixels is not None:
             self.images.put(req_id, pixels, grid)  # patch (1)
-            st.sees_image = True
+            state.sees_image = True
 
-    def _banned_mask(self, ids) -> torch.Tensor:
-        mask = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)  # [V]
-        mask[list(ids)] = True
-        return mask
-
-    def note_resumed(self, cached_reqs) -> None:
-        """Before the runner aligns its state with a scheduler step: a resumed request whose output the
-        scheduler shortened by one token had that token held back at its preemption; the resumed prefill
-        emits it again (RowState.reemit). cached_reqs: SchedulerOutput.scheduled_cached_reqs."""
-        resumed = cached_reqs.resumed_req_ids
-        if not resumed:
-            return  # the common step: nothing resumes
-        for i, req_id in enumerate(cached_reqs.req_ids):
-            req, n_out = self.runner.requests.get(req_id), cached_reqs.num_output_tokens[i]
-            if req_id not in resumed or req is None or req_id not in self.rows:
-                continue
-            if self.rows[req_id].args is not None and len(req.output_token_ids) == n_out + 1:
-                self.rows[req_id].reemit = (int(req.output_token_ids[-1]), n_out)
-                self.resumptions += 1
-
-    def fail(self, req_id: str, st: RowState, err: Exception) -> None:
-        st.failed = f"{type(err).__name__}: {err}"
-        self.errors[req_id] = st.failed
-        self._release(req_id)
-
-    def take_errors(self) -> dict[str, str]:
-        errors, self.errors = self.errors, {}
-        return errors
-
-    def forget(self, req_ids) -> None:
-        for req_id in req_ids:
-            self.rows.pop(req_id, None)
-            self._release(req_id)
+    def fail(self, req_id: str, state: RowState, err: Exception) -> None:
+        self.registry.fail(req_id, state, err)
 
     def _release(self, req_id: str) -> None:
-        if hasattr(self, "pool"):
+        if self.pool is not None:
             self.pool.release(req_id)
         if self.images is not None:
             self.images.drop(req_id)
+        if hasattr(self, "draft_logits"):
+            self.draft_logits.release(req_id)
 
     # -- the x_comp view: logits b on the verifier's tokens ---------------------------------------
     def score_comp_view(self, input_ids: torch.Tensor, positions: torch.Tensor) -> None:
-        """Run the drafter on the verifier's step inputs (called inside the verifier's forward context)."""
-        from vllm.forward_context import get_forward_context, set_forward_context
+        """Run the drafter on the verifier's step inputs (after the verifier's forward): the same queries and
+        KV slots, the drafter's own attention metadata (see drafter_attention.py)."""
+        from vllm.forward_context import set_forward_context
 
-        ctx = get_forward_context()
+        common = self.verifier_common
+        n = common.num_actual_tokens  # the verifier's input may be padded for a CUDA graph: not the drafter's
+        positions = positions[..., :n]
         if self.uses_mrope and positions.dim() == 1:
             positions = positions.unsqueeze(0).expand(3, -1).contiguous()  # text: t = h = w
-        with set_forward_context(ctx.attn_metadata, self.vllm_config, num_tokens=input_ids.shape[0],
-                                 slot_mapping=ctx.slot_mapping):
-            self.comp_hidden = self.model(input_ids=input_ids, positions=positions, inputs_embeds=None)
+        metadata, slot_mapping = self.attention.build(common)
+        with set_forward_context(metadata, self.vllm_config, num_tokens=n, slot_mapping=slot_mapping,
+                                 skip_compiled=True):
+            self.comp_hidden = self.model(input_ids=input_ids[:n], positions=positions, inputs_embeds=None)
 
     def comp_logits(self, token_indices: torch.Tensor) -> torch.Tensor:
         """b at the given token indices of this step's verifier inputs. [n] -> [n, V]."""
         return self.model.compute_logits(self.comp_hidden[token_indices])
+
+    def full_view_logits(self, req_ids: list[str], n: int) -> torch.Tensor:
+        """a: the first n stored x_full logits of each request. -> [len(req_ids), n, V]."""
+        return self.draft_logits.gather(req_ids, n)
 
     # -- drafting -------------------------------------------------------------------------------
     def plan(self, req_ids: list[str], sampled: list[list[int]]) -> DraftPlan:
         """Commit this step's tokens into each row's x_full ledger; list what each view feeds next."""
         plan = DraftPlan([], [])
         for i, (req_id, new) in enumerate(zip(req_ids, sampled)):
-            st = self.row(req_id)
-            if not new or st.failed:
+            state = self.row(req_id)
+            if not new or state.failed:
                 continue  # a prefill chunk (nothing committed) or a request about to be finished
-            st.reemit = None
-            if st.mode == "asymspec":
-                y = st.committed(self.runner.requests[req_id].output_token_ids)
-                st.full.commit(y)
-                feed = st.full.pending(y)
+            state.reemit = None
+            if state.mode == "asymspec":
+                y = state.committed(self.runner.requests[req_id].output_token_ids)
+                state.full.commit(y)
+                feed = state.full.pending(y)
                 try:  # blocks for the feed and the K drafts (admission control keeps room for them)
-                    self.pool.reserve(req_id, st.full.n_cached + len(feed) + self.K + 1)
+                    self.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
                 except AsymSpecError as e:
-                    self.fail(req_id, st, e)
+                    self.fail(req_id, state, e)
                     continue
-                plan.full_rows.append((req_id, st, feed))
+                plan.full_rows.append((req_id, state, feed))
             else:
-                plan.comp_rows.append((i, req_id, st))
+                plan.comp_rows.append((i, req_id, state))
+        self.draft_logits.keep_only(set(req_ids))
         # shortest feeds first: attention backends that split decodes from prefills expect decodes first
         plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan
 
-    def mm_embed_inputs(self, plan: DraftPlan) -> tuple[list[torch.Tensor], torch.Tensor] | None:
-        """Patch (4) input: the cached image embeddings of rows whose x_full prefill is in the first pass,
-        and the mask of their image_pad tokens among that pass's tokens ([N] bool)."""
+    def full_view_images(self, plan: DraftPlan) -> FullViewImages | None:
+        """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
+        (their first step), and where those tokens are. A row whose vision tower fails is failed alone
+        (without tensor parallelism; see faults.py) and leaves the plan."""
         embeds, masks, kept = [], [], []
-        for req_id, st, feed in plan.full_rows:
+        for req_id, state, feed in plan.full_rows:
             mask = torch.zeros(len(feed), dtype=torch.bool)
-            if st.sees_image and self.facts.image_token_id in feed:
+            if state.sees_image and self.facts.image_token_id in feed:
                 try:
                     embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
-                except (RuntimeError, ValueError) as e:
-                    self.fail(req_id, st, e)
+                except self.request_errors as e:
+                    self.fail(req_id, state, e)
                     continue
                 mask = torch.tensor(feed) == self.facts.image_token_id
             masks.append(mask)
-            kept.append((req_id, st, feed))
+            kept.append((req_id, state, feed))
         plan.full_rows = kept
-        return (embeds, torch.cat(masks).to(self.device)) if embeds else None
+        return FullViewImages(torch.cat(embeds), masks) if embeds else None
 
-    def propose(self, plan: DraftPlan, mm_embed_inputs=None) -> dict[str, list[int]]:
-        """Draft K tokens per row: asymspec rows from x_full (with the image embeddings on their first
+    def propose(self, plan: DraftPlan, images: FullViewImages | None = None) -> dict[str, list[int]]:
+        """Draft each row's K tokens: asymspec rows from x_full (with the image embeddings on their first
         pass), the others from x_comp. Returns req_id -> drafts."""
         drafts = {}
         if plan.full_rows:
-            drafts.update(self._draft_full_view(plan, mm_embed_inputs))
+            drafts.update(self._draft_full_view(plan.full_rows, images))
         if plan.comp_rows:
             drafts.update(self._draft_comp_view(plan.comp_rows))
         return drafts
 
-    def _draft_full_view(self, plan: DraftPlan, mm) -> dict[str, list[int]]:
-        rows = plan.full_rows
-        feeds = [feed for _, _, feed in rows]
-        passes = [self.K + (st.args.cfg.bonus == "fused") for _, st, _ in rows]  # a_{K+1} for a fused bonus
-        embeds = None
-        if mm is not None:
-            ids = torch.tensor([t for f in feeds for t in f], dtype=torch.long, device=self.device)
-            embeds = self.model.embed_input_ids(ids, multimodal_embeddings=mm[0], is_multimodal=mm[1])
-        logits = [[] for _ in rows]
-        for k in range(max(passes, default=0)):
+    def _draft_full_view(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
+        passes = [state.K + (state.args.cfg.bonus == "fused") for _, state, _ in rows]  # a_{K+1} for a fused bonus
+        banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
+        logits = [[row] for row in self._first_full_pass(rows, images)]  # a_1 per row
+        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned).tolist()  # d_1 per row
+        for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
-            batch = [self._full_pass_row(rows[r][0], rows[r][1], feeds[r]) for r in live]
-            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors, embeds)
-            embeds = None
-            lg = self.model.compute_logits(hidden[last])  # [len(live), V]
-            d = greedy(lg, torch.stack([rows[r][1].banned for r in live]))
-            for j, r in enumerate(live):
-                logits[r].append(lg[j])
-                feeds[r] = [int(d[j])]
+            batch = [self._full_pass_row(rows[r][0], rows[r][1], [tokens[r]]) for r in live]
+            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors)
+            step = self.model.compute_logits(hidden[last])  # [len(live), V]
+            for j, (r, d) in enumerate(zip(live, greedy(step, banned[live]).tolist())):
+                logits[r].append(step[j])
+                tokens[r] = d
         out = {}
-        for (req_id, st, _), lg in zip(rows, logits):
-            st.a = torch.stack(lg)  # [K (+1), V]
-            st.drafts = [int(x) for x in greedy(st.a[:self.K], st.banned)]
-            out[req_id] = st.drafts
+        for (req_id, state, _), lg in zip(rows, logits):
+            a = torch.stack(lg)  # [K (+1), V]
+            self.draft_logits.store(req_id, a)
+            state.drafts = greedy(a[:state.K], state.banned).tolist()
+            out[req_id] = state.drafts
             if self.capture is not None and req_id not in self.capture:
-                self.capture[req_id] = {"x_full": tuple(st.args.x_full), "view": tuple(st.full.prompt),
-                                        "drafts": list(st.drafts), "a": st.a[:self.K].float().cpu()}
+                self.capture[req_id] = {"x_full": tuple(state.args.x_full), "view": tuple(state.full.prompt),
+                                        "drafts": list(state.drafts), "a": a[:state.K].float().cpu()}
         return out
 
-    def _full_pass_row(self, req_id: str, st: RowState, tokens: list[int]) -> PassRow:
-        ledger = st.full
+    def _first_full_pass(self, rows, images: FullViewImages | None) -> list[torch.Tensor]:
+        """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
+        most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
+        row's last feed token, a_1 (each [V])."""
+        feeds = [feed for _, _, feed in rows]
+        last: list[torch.Tensor | None] = [None] * len(rows)
+        image_rows = 0  # embeddings consumed by earlier chunks
+        for chunk in chunk_feeds([len(f) for f in feeds], self.max_batched_tokens):
+            batch = [self._full_pass_row(rows[r][0], rows[r][1], feeds[r][lo:hi]) for r, lo, hi in chunk]
+            embeds = None
+            if images is not None:
+                mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
+                n_image = int(mask.sum())
+                if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
+                    ids = torch.tensor([t for row in batch for t in row.tokens], device=self.device)
+                    embeds = self.model.embed_input_ids(
+                        ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
+                        is_multimodal=mask.to(self.device))
+                    image_rows += n_image
+            hidden, ends = run_pass(self, batch, self.pool.block_size, self.pool.tensors, embeds)
+            done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
+            if done:
+                step = self.model.compute_logits(hidden[ends[done]])  # [len(done), V]
+                for j, row_logits in zip(done, step):
+                    last[chunk[j][0]] = row_logits
+        return last
+
+    def _full_pass_row(self, req_id: str, state: RowState, tokens: list[int]) -> PassRow:
+        ledger = state.full
         start = ledger.n_cached + len(ledger.speculative)
         ledger.speculative.extend((start + k, t) for k, t in enumerate(tokens))
-        pos = view_positions(st.full_positions, st.delta, start, len(tokens), self.uses_mrope)
+        pos = view_positions(state.full_positions, state.delta, start, len(tokens), self.uses_mrope)
         return PassRow(tokens, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
 
     def _draft_comp_view(self, rows) -> dict[str, list[int]]:
@@ -261,23 +288,22 @@ class AsymSpecProposer(DraftModelProposer):
         through vLLM's null block, so such rows draft one at a time (never sharing those slots)."""
         table = self.runner.input_batch.block_table[self.kv_cache_gid]
         blocks = table.get_device_tensor(self.runner.input_batch.num_reqs).cpu()
-        reqs = {req_id: self.runner.requests[req_id] for _, req_id, _ in rows}
-        starts = {req_id: r.num_tokens - 1 for req_id, r in reqs.items()}
-        fits = [bool(blocks[i, (starts[req_id] + self.K - 1) // table.block_size] > 0) for i, req_id, _ in rows]
+        requests = {req_id: self.runner.requests[req_id] for _, req_id, _ in rows}
+        starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
+        fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
         groups = [[row for row, ok in zip(rows, fits) if ok]] + [[row] for row, ok in zip(rows, fits) if not ok]
-        drafts = {}
+        no_ban = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
+        drafts: dict[str, list[int]] = {}
         for group in (g for g in groups if g):
-            tokens = [reqs[req_id].output_token_ids[-1] for _, req_id, _ in group]
-            banned = torch.stack([st.banned if st.banned is not None else
-                                  torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
-                                  for _, _, st in group])
-            for k in range(self.K):
-                batch = [PassRow([tok], starts[req_id] + k,
+            tokens = {req_id: requests[req_id].output_token_ids[-1] for _, req_id, _ in group}
+            for k in range(max(state.K for _, _, state in group)):
+                live = [row for row in group if k < row[2].K]
+                batch = [PassRow([tokens[req_id]], starts[req_id] + k,
                                  generated_positions(starts[req_id] + k, 1, 0, self.uses_mrope), blocks[i])
-                         for (i, req_id, _), tok in zip(group, tokens)]
+                         for i, req_id, _ in live]
                 hidden, last = run_pass(self, batch, table.block_size)
-                tokens = greedy(self.model.compute_logits(hidden[last]), banned).tolist()
-                for (_, req_id, _), t in zip(group, tokens):
+                banned = torch.stack([state.banned if state.banned is not None else no_ban for _, _, state in live])
+                for (_, req_id, _), t in zip(live, greedy(self.model.compute_logits(hidden[last]), banned).tolist()):
                     drafts.setdefault(req_id, []).append(t)
+                    tokens[req_id] = t
         return drafts
-

@@ -3,7 +3,7 @@
 Schema (all but `mode` optional):
   mode            "asymspec" (drafter on x_full, gate + delta-fusion), "sd" (drafter on x_comp, greedy
                   verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
-  config          AsymSpecConfig fields (K must equal the engine's num_speculative_tokens)
+  config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that)
   x_full          the drafter's full prompt, token ids (mode "asymspec": required)
   pixel_values    [num_patches, C*T*P*P] float, the drafter's image inputs (Qwen-VL processor output)
   image_grid_thw  [num_images, 3] int
@@ -107,6 +107,15 @@ def request_mode(extra_args: dict) -> str:
         return "invalid"
 
 
+def request_K(extra_args: dict, engine_K: int) -> int:
+    """The drafts per step a request asks for (its config K, else the engine's); the worker validates it."""
+    try:
+        K = (raw_args(extra_args).get("config") or {}).get("K", engine_K)
+    except (RequestArgsError, AttributeError):
+        return engine_K
+    return K if isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= engine_K else engine_K
+
+
 def pack_tensor(t) -> dict:
     t = torch.as_tensor(t).detach().cpu().contiguous()
     return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
@@ -167,8 +176,9 @@ def _config(raw, facts: EngineFacts) -> AsymSpecConfig:
         cfg = AsymSpecConfig(**{"K": facts.K, **raw})
     except TypeError as e:  # e.g. a list where a number belongs
         raise ConfigError(f"invalid AsymSpecConfig: {e}") from e
-    if cfg.K != facts.K:
-        raise ConfigError(f"config K={cfg.K} differs from the engine's num_speculative_tokens={facts.K}")
+    if cfg.K > facts.K:
+        raise ConfigError(f"config K={cfg.K} exceeds the engine's num_speculative_tokens={facts.K}: start the "
+                          f"engine with num_speculative_tokens >= {cfg.K} (it serves every K up to its own)")
     return cfg
 
 

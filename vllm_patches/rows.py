@@ -1,14 +1,22 @@
-"""Per-request state of an asymspec engine, on the worker: parsed inputs, the x_full ledger, last drafts."""
+"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures.
+
+`RequestRegistry` is the one place a request's state is created (from its SamplingParams.extra_args, on the
+first step the runner sees it), failed and forgotten; the drafter reads and updates the `RowState`s but
+never parses a request. What it does not know: any tensor of the models (the drafter opens a request's x_full
+view through the `open_full_view` callback and frees its caches through `release`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
+from asymspec_vl.errors import AsymSpecError
 from asymspec_vl.sources import RowLedger
 
-from .request_args import AsymSpecArgs
+from .request_args import AsymSpecArgs, EngineFacts, check_greedy, has_request_args, parse_request_args
 
 PRIME_KEY = "asymspec_prime"  # set by the scheduler patch: the prompt token it moved to the output
 
@@ -22,6 +30,7 @@ class RowState:
     drafts and verifies as Algorithm 1 would have, and the client never sees it twice."""
 
     args: AsymSpecArgs | None
+    K: int  # drafts per step: the request's config K (at most the engine's num_speculative_tokens)
     prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
     reemit: tuple[int, int] | None = None  # (token, outputs before it): see above
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
@@ -32,7 +41,6 @@ class RowState:
     delta: int = 0  # M-RoPE delta of the x_full prompt
     sees_image: bool = False
     drafts: list[int] = field(default_factory=list)  # the last proposal
-    a: torch.Tensor | None = None  # [len(drafts) (+1), V] drafter logits on x_full at the draft positions
 
     @property
     def mode(self) -> str:
@@ -41,3 +49,81 @@ class RowState:
     def committed(self, output_token_ids: list[int]) -> list[int]:
         """y of Algorithm 1: the request's output tokens without the prime token."""
         return list(output_token_ids[1:] if self.prime is not None else output_token_ids)
+
+
+class RequestRegistry:
+    """The engine's requests on this worker, by request id."""
+
+    def __init__(self, facts: EngineFacts, default_banned: tuple[int, ...], device: torch.device,
+                 request_errors: tuple[type[BaseException], ...], release: Callable[[str], None]):
+        """request_errors: exceptions of opening a request's views that fail only that request
+        (faults.request_errors); release(req_id) frees a request's caches."""
+        self.facts, self.default_banned, self.device = facts, default_banned, device
+        self.request_errors, self.release = request_errors, release
+        self.rows: dict[str, RowState] = {}
+        self.errors: dict[str, str] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
+        self.resumptions = 0  # preempted requests resumed with a held-back token
+
+    def row(self, req_id: str, request, open_full_view: Callable[[str, RowState, list[int]], None]) -> RowState:
+        """The request's state, created on first sight. request: the runner's CachedRequestState."""
+        state = self.rows.get(req_id)
+        if state is None:
+            state = self.rows[req_id] = self._new_row(req_id, request, open_full_view)
+        return state
+
+    def _new_row(self, req_id: str, request, open_full_view) -> RowState:
+        params = request.sampling_params
+        extra = (params.extra_args if params is not None else None) or {}
+        state = RowState(None, self.facts.K, prime=extra.get(PRIME_KEY))
+        if not has_request_args(extra):
+            return state
+        try:  # host-side checks on the request's own inputs: the same outcome on every rank
+            state.args = parse_request_args(extra, self.facts)
+            check_greedy(params)
+        except (AsymSpecError, ValueError, TypeError) as e:
+            self.fail(req_id, state, e)
+            return state
+        state.K = state.args.cfg.K
+        state.banned_ids = tuple(sorted(state.args.banned or self.default_banned))
+        state.banned = self.banned_mask(state.banned_ids)
+        if state.args.mode == "asymspec":
+            prime = [state.prime] if state.prime is not None else []
+            try:
+                open_full_view(req_id, state, list(request.prompt_token_ids) + prime)
+            except self.request_errors as e:
+                self.fail(req_id, state, e)
+        return state
+
+    def banned_mask(self, ids) -> torch.Tensor:
+        mask = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)  # [V]
+        mask[list(ids)] = True
+        return mask
+
+    def fail(self, req_id: str, state: RowState, err: Exception) -> None:
+        state.failed = f"{type(err).__name__}: {err}"
+        self.errors[req_id] = state.failed
+        self.release(req_id)
+
+    def take_errors(self) -> dict[str, str]:
+        errors, self.errors = self.errors, {}
+        return errors
+
+    def forget(self, req_ids) -> None:
+        for req_id in req_ids:
+            self.rows.pop(req_id, None)
+            self.release(req_id)
+
+    def note_resumed(self, cached_reqs, requests: dict) -> None:
+        """Before the runner aligns its state with a scheduler step: a resumed request whose output the
+        scheduler shortened by one token had that token held back at its preemption; the resumed prefill
+        emits it again (RowState.reemit). cached_reqs: SchedulerOutput.scheduled_cached_reqs."""
+        resumed = cached_reqs.resumed_req_ids
+        if not resumed:
+            return  # the common step: nothing resumes
+        for i, req_id in enumerate(cached_reqs.req_ids):
+            request, n_out = requests.get(req_id), cached_reqs.num_output_tokens[i]
+            if req_id not in resumed or request is None or req_id not in self.rows:
+                continue
+            if self.rows[req_id].args is not None and len(request.output_token_ids) == n_out + 1:
+                self.rows[req_id].reemit = (int(request.output_token_ids[-1]), n_out)
+                self.resumptions += 1

@@ -9,7 +9,10 @@ Per request, this step's verifier logits t come in vLLM's flattened layout (num_
 The first step of a primed request emits its prime token (x_comp's last prompt token, moved to the output
 by the scheduler patch), so that, as in Algorithm 1, every emitted token goes through the decision rule;
 likewise the prefill that resumes a preempted request emits the output token held back at the preemption.
-Rows are decided in groups of equal (mode, config, number of drafts, banned set).
+Rows are decided in groups of equal (mode, config, number of drafts, banned set). The drafts vLLM hands back
+for verification are always a prefix of the request's last proposal: the scheduler only trims them (to the
+step's token budget, to max_model_len, to none for a prefill chunk), so the proposer's stored logits a and b
+belong to them; a step with no drafts left takes the verifier's greedy token.
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
                 stock_rows.append(i)
                 continue
             groups[("plain", n, None, st.banned_ids)].append((i, drafts))
-        elif st.mode == "asymspec" and (n == 0 or drafts != st.drafts[:n]):
-            groups[("plain", n, None, st.banned_ids)].append((i, drafts))  # drafts not ours: verify greedily
-        else:
+        elif n == 0:  # no drafts fit (the scheduler trims them near max_model_len): the verifier's greedy token
+            groups[("plain", n, None, st.banned_ids)].append((i, drafts))
+        else:  # the drafts are a prefix of this request's last proposal: the scheduler only ever trims them
             groups[(st.mode, n, st.args.cfg, st.banned_ids)].append((i, drafts))
     for (mode, n, cfg, _), rows in groups.items():
         idx = [i for i, _ in rows]
@@ -79,7 +82,8 @@ def _decide(mode, cfg, n, t, d, idx, first, logits_indices, prop, batch, banned)
     b = prop.comp_logits(token_idx).view(len(idx), n + 1, -1)  # [G, n+1, V] drafter on x_comp
     if mode == "scd":
         return loop.plan_scd(step_cfg, None, None, banned).decide(b, [t], d)
-    a = torch.stack([prop.row(batch.req_ids[i]).a[:n + 1] for i in idx])  # [G, n or n+1, V]
+    stored = cfg.K + (cfg.bonus == "fused")  # x_full logits the proposer kept: a_1..a_K (and a_{K+1})
+    a = prop.full_view_logits([batch.req_ids[i] for i in idx], min(n + 1, stored))  # [G, n or n+1, V]
     return loop.plan_asymspec(step_cfg, None, None, None, banned).decide(a, [b, t], d)
 
 

@@ -24,7 +24,7 @@ import copy
 from ._patching import wrap
 from .config_patch import is_asymspec
 from .kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
-from .request_args import RequestArgsError, has_request_args, raw_args, request_mode
+from .request_args import RequestArgsError, has_request_args, raw_args, request_K, request_mode
 from .rows import PRIME_KEY
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
@@ -61,7 +61,7 @@ def patch_scheduler() -> None:
                 mode = request_mode(sp.extra_args)
                 blocks = _full_view_blocks(request, mode, self.num_spec_tokens, self._asymspec_capacity[1])
                 primed = _prime(request)
-                state = _RequestState(self.num_spec_tokens, mode, primed, blocks)
+                state = _RequestState(request_K(sp.extra_args, self.num_spec_tokens), mode, primed, blocks)
                 setattr(request, STATE_ATTR, state)
                 orig(self, request)
                 usable, block = self._asymspec_capacity

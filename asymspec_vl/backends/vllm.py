@@ -6,8 +6,9 @@
   asymspec  the verifier on x_comp with speculative method "asymspec": the drafter reads x_full (image
             included) and x_comp, the project's gate decides (vllm_patches)
   sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
-Engines start lazily and are cached per (model, drafter, K): starting one takes seconds to tens of
-seconds. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
+Engines start lazily and are kept in a bounded cache (vllm_engine.EngineCache: one at a time on a GPU);
+one speculative engine per drafter serves every K up to its num_speculative_tokens, so changing K or β
+starts nothing. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
 engine's max_model_len as the context) and statistics match the transformers backend.
 """
 
@@ -23,7 +24,7 @@ from ..config import AsymSpecConfig
 from ..errors import AsymSpecError, PromptTooLongError
 from ..prompts import EncodedRequest
 from ..vocab import ModelPair
-from .vllm_engine import EngineSpec, build_engine, configure_environment, generate
+from .vllm_engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
 FINISH = {"stop": "stop", "length": "length"}
 
@@ -36,40 +37,42 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None, dtype,
-                 tensor_parallel_size: int, engine_kwargs: dict):
+                 tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None):
         self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
         self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
-        self.engines: dict[EngineSpec, object] = {}
+        self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs),
+                                   max_engines or default_capacity())
 
     @classmethod
     def load(cls, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None = None, dtype="auto",
-             tensor_parallel_size: int = 1, **engine_kwargs) -> "VLLMBackend":
+             tensor_parallel_size: int = 1, max_engines: int | None = None, **engine_kwargs) -> "VLLMBackend":
+        """engine_kwargs go to vllm.LLM; max_engines: engines kept at once (default: 1 on a GPU, 2 on CPU)."""
         configure_environment()
-        return cls(pair, drafter, verifier, text_drafter, dtype, tensor_parallel_size, engine_kwargs)
+        return cls(pair, drafter, verifier, text_drafter, dtype, tensor_parallel_size, engine_kwargs, max_engines)
 
     def engine(self, spec: EngineSpec):
-        if spec not in self.engines:
-            self.engines[spec] = build_engine(spec, self.dtype, self.tp, self.engine_kwargs)
-        return self.engines[spec]
+        return self.engines.get(spec)
 
     def close(self, spec: EngineSpec | None = None) -> None:
-        """Shut down one cached engine (or all) and free its KV cache."""
-        import gc
-
-        for s in [spec] if spec is not None else list(self.engines):
-            llm = self.engines.pop(s, None)
-            if llm is not None:
-                llm.llm_engine.engine_core.shutdown()
-        gc.collect()
+        """Shut down one cached engine (or all) and free its memory."""
+        self.engines.close(spec)
 
     def engine_for(self, method: str, K: int) -> tuple[EngineSpec, str]:
-        """The engine a method runs on, and the per-request mode for speculative engines."""
+        """The engine a method runs on, and the per-request mode for speculative engines. One speculative
+        engine per drafter serves sd, scd and asymspec at every K up to its own."""
         if method == "floor":
             return EngineSpec(self.verifier), "plain"
         if method == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
         drafter = self.text_drafter if (method == "sd" and self.text_drafter) else self.drafter
-        return EngineSpec(self.verifier, drafter=drafter, K=K), method
+        return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method
+
+    def engine_order(self, methods: list[str]) -> list[str]:
+        """`methods` grouped by the engine each runs on (first appearance order), so that a run that goes
+        method by method starts each engine once."""
+        keys = [(spec.model, spec.drafter, spec.images) for spec in (self.engine_for(m, 1)[0] for m in methods)]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}
+        return [m for _, m in sorted(zip((first[k] for k in keys), methods), key=lambda x: x[0])]
 
     # -- the token budget ------------------------------------------------------------------------
     def max_model_len(self, spec: EngineSpec) -> int:
@@ -113,8 +116,11 @@ class VLLMBackend:
             # vLLM's processor expands each image's single placeholder token itself
             prompt["prompt_token_ids"] = _collapse_runs(r.question.ids, self.pair.tokenizer.convert_tokens_to_ids(
                 "<|image_pad|>"))
-            embeds = llm.apply_model(partial(_image_embeddings, r.question.pixel_values,
-                                             r.question.image_grid_thw))[0]
+            from vllm_patches.request_args import pack_tensor, unpack_tensor
+
+            packed = llm.collective_rpc("asymspec_image_embeddings", args=(pack_tensor(r.question.pixel_values),
+                                                                            pack_tensor(r.question.image_grid_thw)))[0]
+            embeds = unpack_tensor(packed, "image embeddings")
             prompt["multi_modal_data"] = {"image": {"image_embeds": embeds, "image_grid_thw": r.question.image_grid_thw}}
         return prompt
 
@@ -196,14 +202,3 @@ def _views(r: EncodedRequest, method: str):
 def _collapse_runs(ids: list[int], token: int) -> list[int]:
     """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
     return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
-
-
-def _image_embeddings(pixel_values, image_grid_thw, model):
-    """Runs in the drafter engine's worker: its vision tower on one image -> [tokens, hidden*(1+levels)]."""
-    import torch
-
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        out = model.embed_multimodal(pixel_values=pixel_values.to(device, model.visual.dtype),
-                                     image_grid_thw=image_grid_thw.to(device))
-    return torch.cat(list(out)).cpu()

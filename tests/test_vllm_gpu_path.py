@@ -1,0 +1,283 @@
+"""The vLLM path as GPU users run it, checked on the CPU build where vLLM's code allows: attention metadata
+planned for the drafter's own heads, a bounded engine cache with one speculative engine for every K, named
+worker RPCs under multiprocessing, compiled mode, tensor-parallel fault agreement, the x_full pool laid out
+once the KV cache config is final, memory bounds (chunked x_full prefill, the vision tower profiled)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import random_request, runner_of, summary
+
+pytestmark = pytest.mark.vllm
+
+
+# -- 1. the drafter's attention metadata is planned for the drafter's heads ------------------------
+@pytest.fixture(scope="module")
+def uneven_heads(tmp_path_factory):
+    """A verifier with 4 query heads and a VL drafter with 2 (one KV head each: the two share vLLM's KV cache
+    group and attention group, as Qwen3-32B's 64 / 8 and Qwen3-VL-2B's 16 / 8 do)."""
+    from asymspec_vl import AsymSpecVL
+    from asymspec_vl.tiny import TinySizes, write_tiny_models
+
+    paths = write_tiny_models(tmp_path_factory.mktemp("uneven-heads"), seed=7,
+                              verifier_sizes=TinySizes(heads=4, kv_heads=1))
+    names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
+    hf = AsymSpecVL.from_pretrained(**names, device="cpu")
+    vl = AsymSpecVL.from_pretrained(**names, backend="vllm", block_size=16)
+    yield hf, vl
+    vl.backend.close()
+
+
+def test_drafter_attention_is_planned_for_the_drafters_heads(uneven_heads):
+    """vLLM plans attention metadata with the engine's (verifier's) head counts; the CPU backend, like FA3's AOT
+    scheduler and FlashInfer, bakes them into a per-step plan. The drafter's passes plan their own."""
+    from asymspec_vl import AsymSpecConfig
+
+    hf, vl = uneven_heads
+    reqs = [random_request(s) for s in range(6)]
+    for method in ("asymspec", "scd"):  # asymspec: x_full and x_comp passes; scd: x_comp drafting and scoring
+        cfg = AsymSpecConfig(K=2, max_new_tokens=16)
+        assert summary(vl.generate_batch(reqs, method, cfg)) == summary(hf.generate_batch(reqs, method, cfg)), method
+    runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
+    assert {g.get_metadata_builder().num_heads for g in runner.drafter.attention.groups} == {2}
+    assert {g.get_metadata_builder().num_heads for groups in runner.attn_groups for g in groups} == {4}
+
+
+# -- 2. a bounded engine cache; one speculative engine serves every K --------------------------------
+def test_engine_cache_shuts_the_previous_engine_down_before_the_next_starts(monkeypatch):
+    from asymspec_vl.backends import vllm_engine as ve
+
+    events = []
+    monkeypatch.setattr(ve, "shutdown_engine", lambda llm: events.append(("shutdown", llm)))
+    monkeypatch.setattr(ve, "_release_process_memory", lambda: events.append(("release",)))
+    cache = ve.EngineCache(lambda spec: events.append(("build", spec)) or spec, capacity=1)
+    floor = ve.EngineSpec("verifier")
+    k2 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 2))
+    assert k2.K == ve.DEFAULT_SPEC_TOKENS
+    cache.get(floor)
+    cache.get(k2)
+    assert events == [("build", floor), ("shutdown", floor), ("release",), ("build", k2)]
+    assert cache.speculative_K("verifier", "drafter", 3) == k2.K  # served by the live engine
+    k6 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 6))
+    assert k6.K == 6
+    events.clear()
+    cache.get(k6)  # a larger K restarts the speculative engine once ...
+    assert events == [("shutdown", k2), ("release",), ("build", k6)]
+    assert cache.speculative_K("verifier", "drafter", 2) == 6  # ... and smaller ones never shrink it back
+    two = ve.EngineCache(lambda spec: spec, capacity=2)
+    for spec in (floor, k6, ve.EngineSpec("drafter", images=True)):
+        two.get(spec)
+    assert list(two.live) == [k6, ve.EngineSpec("drafter", images=True)]  # the least recently used went
+
+
+def test_changing_method_and_K_starts_each_engine_once(tiny_models, tiny_vl):
+    """The demo's K slider and a multi-method eval: every K and method, at most two engines live (CPU), three
+    engines started in all (verifier, drafter, speculative), tokens unchanged at a K below the engine's."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm")
+    built, build = [], vl.backend.engines.build
+    vl.backend.engines.build = lambda spec: built.append(spec) or build(spec)
+    reqs = [random_request(s) for s in range(3)]
+    try:
+        for method, K in (("floor", 2), ("asymspec", 1), ("drafter", 2), ("asymspec", 3), ("scd", 2), ("sd", 4),
+                          ("asymspec", 4)):
+            cfg = AsymSpecConfig(K=K, max_new_tokens=10)
+            got = vl.generate_batch(reqs, method, cfg)
+            assert len(vl.backend.engines.live) <= 2
+            if method == "asymspec" and K == 3:
+                assert summary(got) == summary(tiny_vl.generate_batch(reqs, method, cfg))
+        assert len(built) == len(set(built)) == 3  # verifier, speculative (K=4, serving K=1..4), drafter
+        assert vl.backend.engine_order(["floor", "sd", "drafter", "asymspec", "scd"]) == \
+            ["floor", "sd", "asymspec", "scd", "drafter"]
+    finally:
+        vl.backend.close()
+
+
+# -- 3. no pickled functions: named worker RPCs work with multiprocessing --------------------------
+MULTIPROC_SCRIPT = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from helpers import random_request
+from vllm_patches import probe
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
+if __name__ == "__main__":
+    vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm")
+    reqs = [random_request(s) for s in range(3)]
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    out = {{m: [r.token_ids for r in vl.generate_batch(reqs, m, cfg)] for m in ("drafter", "asymspec")}}
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    out["counters"] = probe.counters(llm)
+    probe.start_timing(llm)
+    vl.generate_batch(reqs[:1], "asymspec", cfg)
+    out["timing"] = probe.stop_timing(llm)
+    vl.backend.close()
+    print("RESULT " + json.dumps(out))
+"""
+
+
+def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(tiny_models, tiny_vl, tmp_path):
+    """The GPU default: engine core and workers in their own processes, insecure serialization off. The
+    drafter-alone baseline's image embeddings and the probe go through named worker methods."""
+    from asymspec_vl import AsymSpecConfig
+
+    script = tmp_path / "multiproc.py"
+    script.write_text(MULTIPROC_SCRIPT.format(tests=str(Path(__file__).parent), drafter=str(tiny_models["vl_drafter"]),
+                                              verifier=str(tiny_models["verifier"])))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("VLLM_ALLOW_INSECURE_SERIALIZATION", None)
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, run.stdout[-3000:] + run.stderr[-3000:]
+    got = json.loads(line[0][len("RESULT "):])
+    reqs = [random_request(s) for s in range(3)]
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    for method in ("drafter", "asymspec"):
+        assert got[method] == [r.token_ids for r in tiny_vl.generate_batch(reqs, method, cfg)], method
+    assert got["counters"]["vision_tower_calls"] == 3 and got["counters"]["engine_K"] >= 2
+    assert got["timing"]["steps"] > 0 and got["timing"]["seconds"]["verifier"] > 0
+
+
+# -- 4. compiled mode ------------------------------------------------------------------------------
+def test_asymspec_with_the_cpu_platforms_default_compilation(tiny_models, tiny_vl):
+    """enforce_eager=False: vLLM's CPU default (torch.compile, traced once with its guards dropped) for the
+    verifier; the drafter's passes, whose inputs change between token ids and image embeddings, stay eager."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm", enforce_eager=False)
+    reqs = [random_request(s) for s in range(4)]
+    cfg = AsymSpecConfig(K=2, max_new_tokens=12)
+    try:
+        llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+        assert llm.llm_engine.vllm_config.compilation_config.mode != 0  # CompilationMode.NONE: not eager
+        assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    finally:
+        vl.backend.close()
+
+
+# -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------
+class _FakeGroup:
+    """A two-rank group whose other rank failed `other`."""
+
+    world_size, rank_in_group, device = 2, 0, torch.device("cpu")
+
+    def __init__(self, other):
+        from vllm_patches.faults import failure_digest
+
+        self.other = failure_digest(other)
+
+    def all_gather(self, t, dim=0):
+        return torch.cat([t, self.other.unsqueeze(0)], dim=dim)
+
+
+def test_ranks_that_failed_different_requests_stop_the_engine():
+    from asymspec_vl.errors import AsymSpecError
+    from vllm_patches.faults import RanksDisagreeError, check_ranks_agree, request_errors
+
+    check_ranks_agree(_FakeGroup(["b", "a"]), ["a", "b"])  # the same set, any order
+    check_ranks_agree(_FakeGroup([]), [])
+    with pytest.raises(RanksDisagreeError, match="failed different requests"):
+        check_ranks_agree(_FakeGroup(["a"]), ["a", "b"])
+    with pytest.raises(RanksDisagreeError):
+        check_ranks_agree(_FakeGroup(["c"]), ["a"])
+    assert issubclass(torch.OutOfMemoryError, request_errors(1))
+    assert not issubclass(torch.OutOfMemoryError, request_errors(2)) and request_errors(2) == (AsymSpecError,)
+
+
+def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parallelism():
+    """One rank's out-of-memory in the vision tower: with one rank the request fails alone and the batch goes
+    on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
+    rank while the other waits in the vision tower's collective."""
+    from vllm_patches.faults import request_errors
+    from vllm_patches.proposer import AsymSpecProposer, DraftPlan
+    from vllm_patches.request_args import EngineFacts
+    from vllm_patches.rows import RowState
+
+    class Images:
+        def embeddings(self, req_id):
+            if req_id == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return (torch.ones(2, 4),)
+
+    failed = {}
+    for world_size in (1, 2):
+        drafter = AsymSpecProposer.__new__(AsymSpecProposer)
+        drafter.request_errors, drafter.images = request_errors(world_size), Images()
+        drafter.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
+        drafter.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
+        rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        plan = DraftPlan(list(rows), [])
+        if world_size == 1:
+            images = drafter.full_view_images(plan)
+            assert [r for r, _, _ in plan.full_rows] == ["ok", "ok2"] and images.embeddings.shape == (4, 4)
+        else:
+            with pytest.raises(torch.OutOfMemoryError):
+                drafter.full_view_images(plan)
+    assert failed == {1: ["oom"]}
+
+
+# -- 6. latent: the x_full pool once the KV cache config is final; V2 runner refused ---------------
+def test_full_view_pool_follows_the_final_block_size(tiny_models, tiny_vl, monkeypatch):
+    """vLLM sets the block size to the attention backend's preferred one after the models load: the x_full pool
+    takes the final size, not the one seen while loading."""
+    from vllm.platforms.cpu import CpuPlatform
+
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    def prefer_32(cls, vllm_config):
+        vllm_config.cache_config.block_size = 32
+
+    monkeypatch.setattr(CpuPlatform, "update_block_size_for_backend", classmethod(prefer_32))
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm")
+    try:
+        llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+        assert llm.llm_engine.vllm_config.cache_config.block_size == 32
+        drafter = runner_of(llm).drafter
+        assert drafter.pool.block_size == drafter.block_size == 32
+        reqs = [random_request(s) for s in range(3)]
+        cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+        assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    finally:
+        vl.backend.close()
+
+
+def test_v2_model_runner_is_refused(tiny_models, monkeypatch):
+    import vllm.envs as envs
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_patches
+
+    vllm_patches.apply()
+    monkeypatch.setattr(envs, "VLLM_USE_V2_MODEL_RUNNER", True, raising=False)
+    args = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
+                      speculative_config={"method": "asymspec", "model": str(tiny_models["vl_drafter"]),
+                                          "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
+        args.create_engine_config()
+
+
+def test_asymspec_engines_get_the_worker_extension(tiny_models):
+    """Direct LLM(...) / `vllm serve` users get the named worker methods without asking."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_patches
+    from vllm_patches.worker_extension import WORKER_EXTENSION
+
+    vllm_patches.apply()
+    spec = {"method": "asymspec", "model": str(tiny_models["vl_drafter"]), "num_speculative_tokens": 2}
+    config = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec
+                        ).create_engine_config()
+    assert config.parallel_config.worker_extension_cls == WORKER_EXTENSION
+    assert config.speculative_config.enforce_eager  # the drafter never compiles
+    mine = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec,
+                      worker_extension_cls="my.Extension").create_engine_config()
+    assert mine.parallel_config.worker_extension_cls == "my.Extension"

@@ -1,0 +1,71 @@
+"""Worker methods the client calls by name (LLM.collective_rpc("asymspec_..."), never a pickled function.
+
+With multiprocessing (vLLM's default on GPUs) a function sent to the workers goes through msgpack, which
+refuses functions unless VLLM_ALLOW_INSECURE_SERIALIZATION=1. Named methods travel as strings, and their
+arguments and results (tensors, dicts, lists) through msgpack as data. vLLM mixes this class into its worker
+class when `worker_extension_cls` names it: the backend sets it on every engine it builds, and the config
+patch sets it on every asymspec engine that does not name another (so `vllm serve` and direct `LLM(...)` users
+get it too).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .request_args import pack_tensor, unpack_tensor
+
+WORKER_EXTENSION = "vllm_patches.worker_extension.AsymSpecWorkerExtension"
+
+
+class AsymSpecWorkerExtension:
+    """Mixed into vLLM's Worker (self.model_runner is the worker's runner)."""
+
+    def _asymspec_drafter(self):
+        drafter = getattr(self.model_runner, "drafter", None)
+        if drafter is None or not hasattr(drafter, "registry"):
+            raise RuntimeError("this engine runs no asymspec drafter (speculative method 'asymspec')")
+        return drafter
+
+    # -- a VL model alone (the drafter-alone baseline's engine) ------------------------------------
+    def asymspec_image_embeddings(self, pixel_values: dict, image_grid_thw: dict) -> dict:
+        """The engine model's vision tower on one request's images -> [tokens, hidden * (1 + DeepStack levels)]
+        (vLLM's processor is bypassed so that the pixels are exactly the transformers processor's). Tensors
+        travel packed (request_args.pack_tensor): RPC arguments and results are untyped msgpack."""
+        model = self.model_runner.get_model()
+        device = next(model.parameters()).device
+        pixels, grid = unpack_tensor(pixel_values, "pixel_values"), unpack_tensor(image_grid_thw, "image_grid_thw")
+        with torch.inference_mode():
+            out = model.embed_multimodal(pixel_values=pixels.to(device, model.visual.dtype),
+                                         image_grid_thw=grid.to(device))
+        return pack_tensor(torch.cat(list(out)))
+
+    # -- an asymspec engine: counters, captured logits, phase timing --------------------------------
+    def asymspec_counters(self) -> dict:
+        drafter = self._asymspec_drafter()
+        pool = drafter.pool
+        return {"vision_tower_calls": drafter.images.vision_tower_calls if drafter.images is not None else 0,
+                "live_requests": len(drafter.registry.rows), "free_full_view_blocks": len(pool.free),
+                "full_view_blocks": pool.num_blocks - 1, "full_view_block_size": pool.block_size,
+                "resumptions": drafter.registry.resumptions, "engine_K": drafter.K,
+                "attention_backends": sorted({g.backend.get_name() for g in drafter.attention.groups}),
+                "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in drafter.attention.groups]}
+
+    def asymspec_set_capture(self, on: bool) -> None:
+        self._asymspec_drafter().capture = {} if on else None
+
+    def asymspec_captured(self) -> dict:
+        return {req_id: {**c, "a": pack_tensor(c["a"])} for req_id, c in (self._asymspec_drafter().capture or {}).items()}
+
+    def asymspec_set_timing(self, on: bool) -> None:
+        from .timing import PhaseTimer
+
+        self.model_runner._asymspec_timer = PhaseTimer() if on else None
+
+    def asymspec_timing(self) -> dict | None:
+        timer = getattr(self.model_runner, "_asymspec_timer", None)
+        return timer.report() if timer is not None else None
+
+    def asymspec_profile_vision_tower(self) -> list[int] | None:
+        """Run the drafter's vision tower on the largest image its processor makes (what the runner's profile
+        run does before vLLM sizes the KV cache); the image grid it used."""
+        return self._asymspec_drafter().profile_vision_tower()
