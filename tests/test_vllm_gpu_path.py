@@ -45,8 +45,34 @@ def test_drafter_attention_is_planned_for_the_drafters_heads(uneven_heads):
         cfg = AsymSpecConfig(K=2, max_new_tokens=16)
         assert summary(vl.generate_batch(reqs, method, cfg)) == summary(hf.generate_batch(reqs, method, cfg)), method
     runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
-    assert {g.get_metadata_builder().num_heads for g in runner.drafter.attention.groups} == {2}
+    assert {g.get_metadata_builder().num_heads for g in runner.drafter.draft_attn_groups} == {2}
     assert {g.get_metadata_builder().num_heads for groups in runner.attn_groups for g in groups} == {4}
+
+
+def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
+    """In every step the x_comp pass runs right after the verifier's forward, on the same tokens: its layers get
+    metadata objects of their own, never the ones the verifier's layers read."""
+    from vllm.forward_context import get_forward_context
+
+    from asymspec_vl import AsymSpecConfig
+
+    hf, vl = uneven_heads
+    runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
+    drafter_layer = sorted(runner.drafter._draft_attn_layer_names)[0]
+    verifier_layer = next(n for gs in runner.attn_groups for g in gs for n in g.layer_names
+                          if n not in runner.drafter._draft_attn_layer_names)
+    by_verifier, by_drafter = [], []
+    hooks = [runner.model.register_forward_pre_hook(
+                 lambda m, a: by_verifier.append(get_forward_context().attn_metadata[verifier_layer])),
+             runner.drafter.model.register_forward_pre_hook(
+                 lambda m, a: by_drafter.append(get_forward_context().attn_metadata[drafter_layer]))]
+    try:
+        vl.generate_batch([random_request(s) for s in range(3)], "asymspec", AsymSpecConfig(K=2, max_new_tokens=8))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert by_verifier and by_drafter
+    assert not any(d is v for d in by_drafter for v in by_verifier)
 
 
 # -- 2. a bounded engine cache; one speculative engine serves every K --------------------------------
@@ -224,30 +250,104 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
     assert failed == {1: ["oom"]}
 
 
-# -- 6. latent: the x_full pool once the KV cache config is final; V2 runner refused ---------------
-def test_full_view_pool_follows_the_final_block_size(tiny_models, tiny_vl, monkeypatch):
-    """vLLM sets the block size to the attention backend's preferred one after the models load: the x_full pool
-    takes the final size, not the one seen while loading."""
-    from vllm.platforms.cpu import CpuPlatform
+TP2_SCRIPT = """
+import json, os, sys, time
+sys.path.insert(0, {tests!r})
+import torch
+from helpers import random_request
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
 
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
 
-    def prefer_32(cls, vllm_config):
-        vllm_config.cache_config.block_size = 32
+def fail_on_rank_1(worker):  # test-only: sent as a function, hence VLLM_ALLOW_INSECURE_SERIALIZATION below
+    if worker.rank == 1:
+        def oom(req_id):
+            raise torch.OutOfMemoryError("simulated CUDA out of memory in the vision tower on rank 1")
+        worker.model_runner.drafter.images.embeddings = oom
+    return worker.rank
 
-    monkeypatch.setattr(CpuPlatform, "update_block_size_for_backend", classmethod(prefer_32))
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm")
+
+if __name__ == "__main__":
+    vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm",
+                                    tensor_parallel_size=2)
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    out = {{"tokens": [r.token_ids for r in vl.generate_batch([random_request(s) for s in range(3)], "asymspec", cfg)]}}
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    out["ranks"] = llm.collective_rpc(fail_on_rank_1)
+    start = time.time()
     try:
-        llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
-        assert llm.llm_engine.vllm_config.cache_config.block_size == 32
-        drafter = runner_of(llm).drafter
-        assert drafter.pool.block_size == drafter.block_size == 32
-        reqs = [random_request(s) for s in range(3)]
-        cfg = AsymSpecConfig(K=2, max_new_tokens=10)
-        assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
-    finally:
-        vl.backend.close()
+        vl.generate_batch([random_request(9)], "asymspec", cfg)
+        out["after_fault"] = "completed"
+    except Exception as e:
+        out["after_fault"] = type(e).__name__ + ": " + str(e)[:300]
+    out["seconds"] = time.time() - start
+    print("RESULT " + json.dumps(out), flush=True)
+    os._exit(0)
+"""
+
+
+def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path):
+    """TP=2 on the CPU build (gloo): AsymSpec's tokens equal the transformers backend's (the ranks compare their
+    failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the engine with
+    an error within seconds, where catching it on that rank alone left rank 0 waiting in the vision tower's
+    collective."""
+    from asymspec_vl import AsymSpecConfig
+
+    script = tmp_path / "tp2.py"
+    script.write_text(TP2_SCRIPT.format(tests=str(Path(__file__).parent), drafter=str(tiny_models["vl_drafter"]),
+                                        verifier=str(tiny_models["verifier"])))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+           "HF_HUB_OFFLINE": "1"}
+    try:
+        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the TP=2 engine hung after a rank-local fault: {(e.stderr or b'')[-2000:]!r}")
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, run.stdout[-3000:] + run.stderr[-3000:]
+    got = json.loads(line[0][len("RESULT "):])
+    reqs = [random_request(s) for s in range(3)]
+    assert got["tokens"] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec",
+                                                                         AsymSpecConfig(K=2, max_new_tokens=10))]
+    assert sorted(got["ranks"]) == [0, 1]
+    assert got["after_fault"] != "completed" and got["seconds"] < 150, got  # the old code: 300 s (vLLM's step timeout)
+    assert "out of memory in the vision tower on rank 1" in run.stdout + run.stderr
+
+
+# -- 6. latent: the x_full pool once the KV cache config is final; V2 runner refused ---------------
+def test_full_view_pool_is_laid_out_in_the_kernels_block_size(monkeypatch):
+    """The pool takes the block size the drafter's attention kernels index (a divisor of the KV manager's, as
+    vLLM splits blocks for backends that need smaller ones) and the capacity in the scheduler's blocks; its
+    memory, reserved while the drafter loads, covers it."""
+    import types
+
+    from vllm_patches.kv_pool import FullViewPool, reserve_bytes
+
+    class Backend:
+        @staticmethod
+        def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+            return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    class Layer:
+        def get_attn_backend(self):
+            return Backend
+
+        def get_kv_cache_spec(self, vllm_config):
+            bs = vllm_config.cache_config.block_size
+            return types.SimpleNamespace(num_kv_heads=2, head_size=8, dtype=torch.float32, block_size=bs,
+                                         real_page_size_bytes=2 * bs * 2 * 8 * 4)
+
+    monkeypatch.setenv("ASYMSPEC_FULL_VIEW_TOKENS", "200")
+    config = types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=32, cache_dtype="auto"),
+                                   scheduler_config=types.SimpleNamespace(max_num_seqs=4),
+                                   model_config=types.SimpleNamespace(max_model_len=64))
+    layers = {"draft.0": Layer(), "draft.1": Layer()}
+    reserved = reserve_bytes(layers, config, torch.device("cpu"))
+    pool = FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=16)
+    assert pool.block_size == 16 and pool.num_blocks == 7 * 2 + 1  # ceil(200 / 32) scheduler blocks, in halves
+    assert pool.tensors["draft.0"].shape == (2, 15, 16, 2, 8)
+    assert sum(t.numel() * t.element_size() for t in pool.tensors.values()) <= reserved.numel()
+    assert len(pool.reserve("r", 33)) == 3
+    with pytest.raises(ValueError, match="does not divide"):
+        FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=24)
 
 
 def test_v2_model_runner_is_refused(tiny_models, monkeypatch):

@@ -10,17 +10,29 @@ forward contain collectives (all-reduce, all-gather). A failure can be
                  collective the failed rank will never join, so catching it on one rank would pair their next
                  collectives with the wrong partners (silent corruption) or hang. It propagates instead: the
                  worker raises, vLLM's executor fails the engine loudly and stops every worker.
+                 vLLM only hears of an exception on its output rank (the others log it and wait for the next
+                 call), so a rank that hits one in a drafter pass ends its own process
+                 (`stop_rank_on_error`): vLLM's worker monitor then shuts the engine down and every client gets
+                 an error, where waiting would hang.
 `check_ranks_agree` is the safety net: each step, ranks compare which requests they failed (one all-gather of
 two integers, only when tensor parallelism is on) and raise instead of diverging.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import zlib
+from contextlib import contextmanager
 
 import torch
 
 from asymspec_vl.errors import AsymSpecError
+
+
+logger = logging.getLogger(__name__)
+EXIT_CODE = 70  # EX_SOFTWARE: an internal error ended the worker
 
 
 class RanksDisagreeError(RuntimeError):
@@ -51,3 +63,19 @@ def check_ranks_agree(group, failed_req_ids) -> None:
             f"asymspec: tensor-parallel ranks failed different requests this step ((count, checksum) per rank: "
             f"{every.tolist()}); rank {group.rank_in_group} failed {sorted(failed_req_ids)}. Stopping the engine "
             "instead of letting the ranks diverge.")
+
+
+@contextmanager
+def stop_rank_on_error(world_size: int, what: str):
+    """Around a drafter pass with collectives: with tensor parallelism, an exception ends this worker process
+    (see the module docstring); without, it propagates as usual."""
+    try:
+        yield
+    except Exception as e:
+        if world_size == 1:
+            raise
+        logger.critical("asymspec: %s failed on this tensor-parallel rank (%s: %s); stopping the worker so that "
+                        "vLLM stops the engine instead of the other ranks waiting in a collective",
+                        what, type(e).__name__, e, exc_info=True)
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)

@@ -23,7 +23,7 @@ from . import sampler, switches
 from ._patching import wrap
 from .config_patch import is_asymspec
 from .drafter_attention import verifier_common_for_group
-from .faults import check_ranks_agree
+from .faults import check_ranks_agree, stop_rank_on_error
 from .timing import timed
 
 ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
@@ -95,7 +95,7 @@ def patch_model_runner() -> None:
                 raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
             with timed(self, "verifier"):
                 out = orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
-            with timed(self, "base_pass"):
+            with timed(self, "base_pass"), stop_rank_on_error(self.drafter.world_size, "the x_comp pass"):
                 self.drafter.score_comp_view(input_ids, positions)
             return out
         return _model_forward
@@ -118,7 +118,7 @@ def patch_model_runner() -> None:
             if not is_asymspec(self.vllm_config):
                 return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
             req_ids = list(self.input_batch.req_ids)
-            with timed(self, "draft"):
+            with timed(self, "draft"), stop_rank_on_error(self.drafter.world_size, "drafting"):
                 plan = self.drafter.plan(req_ids, sampled_token_ids)
                 # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
                 images = self.drafter.full_view_images(plan) if switches.enabled("mm_embeds") else None
