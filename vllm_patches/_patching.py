@@ -21,3 +21,13 @@ def wrap(owner, name: str, make):
     functools.update_wrapper(new, orig)
     setattr(new, _MARK, orig)
     setattr(owner, name, new)
+
+
+def install(owner, name: str, hook) -> None:
+    """owner.name(self, *args, **kwargs) becomes hook(original, self, *args, **kwargs), once. Hooks are named
+    module-level functions that call `original` for every configuration they do not handle."""
+    def make(orig):
+        def patched(self, *args, **kwargs):
+            return hook(orig, self, *args, **kwargs)
+        return patched
+    wrap(owner, name, make)

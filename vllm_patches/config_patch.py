@@ -11,7 +11,7 @@ V1 runner. Engines get the asymspec worker extension (named worker RPCs) unless 
 
 from __future__ import annotations
 
-from ._patching import wrap
+from ._patching import install
 
 METHOD = "asymspec"
 
@@ -29,34 +29,31 @@ def patch_speculative_config() -> None:
     from vllm.config.speculative import SpeculativeConfig
     from vllm.engine.arg_utils import EngineArgs
 
-    def make_init(orig):
-        def __init__(self, *args, **kwargs):
-            if kwargs.get("method") != METHOD:
-                return orig(self, *args, **kwargs)
-            _refuse_v2_runner()
-            orig(self, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True,
-                                 "enforce_eager": True})
-            self.method = METHOD
-            _check(self)
-        return __init__
+    install(SpeculativeConfig, "__init__", speculative_config_init)
+    install(SpeculativeConfig, "uses_draft_model", uses_draft_model)
+    install(EngineArgs, "create_engine_config", create_engine_config)
 
-    def make_uses_draft_model(orig):
-        def uses_draft_model(self) -> bool:
-            return self.method == METHOD or orig(self)
-        return uses_draft_model
 
-    def make_create_engine_config(orig):
-        def create_engine_config(self, *args, **kwargs):
-            if _asks_for_asymspec(self.speculative_config) and not self.worker_extension_cls:
-                from .worker_extension import WORKER_EXTENSION
+def speculative_config_init(original, spec, *args, **kwargs) -> None:
+    if kwargs.get("method") != METHOD:
+        return original(spec, *args, **kwargs)
+    _refuse_v2_runner()
+    original(spec, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True,
+                             "enforce_eager": True})
+    spec.method = METHOD
+    _check(spec)
 
-                self.worker_extension_cls = WORKER_EXTENSION
-            return orig(self, *args, **kwargs)
-        return create_engine_config
 
-    wrap(SpeculativeConfig, "__init__", make_init)
-    wrap(SpeculativeConfig, "uses_draft_model", make_uses_draft_model)
-    wrap(EngineArgs, "create_engine_config", make_create_engine_config)
+def uses_draft_model(original, spec) -> bool:
+    return spec.method == METHOD or original(spec)
+
+
+def create_engine_config(original, engine_args, *args, **kwargs):
+    if _asks_for_asymspec(engine_args.speculative_config) and not engine_args.worker_extension_cls:
+        from .worker_extension import WORKER_EXTENSION
+
+        engine_args.worker_extension_cls = WORKER_EXTENSION
+    return original(engine_args, *args, **kwargs)
 
 
 def _refuse_v2_runner() -> None:

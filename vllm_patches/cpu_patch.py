@@ -11,34 +11,32 @@ from __future__ import annotations
 
 import torch
 
-from ._patching import wrap
+from ._patching import install
 from .config_patch import is_asymspec
 
 
 def patch_cpu_runner() -> None:
-    from vllm.v1.worker import cpu_model_runner as cmr
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-    runner_cls = cmr.CPUModelRunner
+    install(CPUModelRunner, "__init__", init)
+    install(CPUModelRunner, "load_model", load_model)
 
-    def make_init(orig):
-        def __init__(self, vllm_config, device):
-            if not is_asymspec(vllm_config):
-                return orig(self, vllm_config, device)
-            with cmr._torch_cuda_wrapper():
-                cmr.GPUModelRunner.__init__(self, vllm_config, device)
-            assert device == torch.device("cpu")
-            self.use_cuda_graph = False
-            self.cascade_attn_enabled = False
-            self._postprocess_tensors()
-            self._postprocess_triton()
-        return __init__
 
-    def make_load_model(orig):
-        def load_model(self, load_dummy_weights: bool = False) -> None:
-            orig(self, load_dummy_weights)
-            if is_asymspec(self.vllm_config):
-                self.drafter.load_model(self.model)
-        return load_model
+def init(original, runner, vllm_config, device) -> None:
+    if not is_asymspec(vllm_config):
+        return original(runner, vllm_config, device)
+    from vllm.v1.worker import cpu_model_runner
 
-    wrap(runner_cls, "__init__", make_init)
-    wrap(runner_cls, "load_model", make_load_model)
+    with cpu_model_runner._torch_cuda_wrapper():
+        cpu_model_runner.GPUModelRunner.__init__(runner, vllm_config, device)
+    assert device == torch.device("cpu")
+    runner.use_cuda_graph = False
+    runner.cascade_attn_enabled = False
+    runner._postprocess_tensors()
+    runner._postprocess_triton()
+
+
+def load_model(original, runner, load_dummy_weights: bool = False) -> None:
+    original(runner, load_dummy_weights)
+    if is_asymspec(runner.vllm_config):
+        runner.drafter.load_model(runner.model)

@@ -16,23 +16,20 @@ import torch
 from asymspec_vl.errors import AsymSpecError
 from asymspec_vl.sources import RowLedger
 
+from . import hidden_tokens
+from .hidden_tokens import PRIME_KEY
 from .request_args import AsymSpecArgs, EngineFacts, check_greedy, has_request_args, parse_request_args
-
-PRIME_KEY = "asymspec_prime"  # set by the scheduler patch: the prompt token it moved to the output
 
 
 @dataclass
 class RowState:
-    """args None: a plain speculative-decoding request (no extra_args["asymspec"]).
-
-    reemit: a preempted request resumes with a prefill of everything but its last output token (the scheduler
-    holds that token back); the resumed prefill emits it again instead of a sample, so the step after it
-    drafts and verifies as Algorithm 1 would have, and the client never sees it twice."""
+    """args None: a plain speculative-decoding request (no extra_args["asymspec"]). prime and reemit are the
+    hidden tokens (hidden_tokens.py)."""
 
     args: AsymSpecArgs | None
     K: int  # drafts per step: the request's config K (at most the engine's num_speculative_tokens)
     prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
-    reemit: tuple[int, int] | None = None  # (token, outputs before it): see above
+    reemit: tuple[int, int] | None = None  # (held-back token, outputs before it) of a resumed request
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
     banned: torch.Tensor | None = None  # [V] bool
     banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)
@@ -47,8 +44,8 @@ class RowState:
         return self.args.mode if self.args is not None else "plain"
 
     def committed(self, output_token_ids: list[int]) -> list[int]:
-        """y of Algorithm 1: the request's output tokens without the prime token."""
-        return list(output_token_ids[1:] if self.prime is not None else output_token_ids)
+        """y of Algorithm 1."""
+        return hidden_tokens.committed(self.prime, output_token_ids)
 
 
 class RequestRegistry:
@@ -114,16 +111,5 @@ class RequestRegistry:
             self.release(req_id)
 
     def note_resumed(self, cached_reqs, requests: dict) -> None:
-        """Before the runner aligns its state with a scheduler step: a resumed request whose output the
-        scheduler shortened by one token had that token held back at its preemption; the resumed prefill
-        emits it again (RowState.reemit). cached_reqs: SchedulerOutput.scheduled_cached_reqs."""
-        resumed = cached_reqs.resumed_req_ids
-        if not resumed:
-            return  # the common step: nothing resumes
-        for i, req_id in enumerate(cached_reqs.req_ids):
-            request, n_out = requests.get(req_id), cached_reqs.num_output_tokens[i]
-            if req_id not in resumed or request is None or req_id not in self.rows:
-                continue
-            if self.rows[req_id].args is not None and len(request.output_token_ids) == n_out + 1:
-                self.rows[req_id].reemit = (int(request.output_token_ids[-1]), n_out)
-                self.resumptions += 1
+        """Mark resumed requests whose prefill re-emits a held-back token (hidden_tokens.note_resumed)."""
+        self.resumptions += hidden_tokens.note_resumed(self.rows, cached_reqs, requests)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 
 from . import sampler, switches
-from ._patching import wrap
+from ._patching import install
 from .config_patch import is_asymspec
 from .drafter_attention import verifier_common_for_group
 from .faults import check_ranks_agree, stop_rank_on_error
@@ -30,131 +30,116 @@ ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "Error
 
 
 def patch_model_runner() -> None:
-    from vllm.v1.worker import gpu_model_runner as gmr
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    cls = gmr.GPUModelRunner
+    for name, hook in (("__init__", init), ("_update_states", update_states), ("execute_model", execute_model),
+                       ("_prepare_inputs", prepare_inputs), ("_build_attention_metadata", build_attention_metadata),
+                       ("_model_forward", model_forward), ("_sample", sample), ("propose_draft_token_ids", propose),
+                       ("sample_tokens", sample_tokens), ("profile_run", profile_run)):
+        install(GPUModelRunner, name, hook)
 
-    def make_init(orig):
-        def __init__(self, vllm_config, device):
-            if not is_asymspec(vllm_config):
-                return orig(self, vllm_config, device)
-            from .proposer import AsymSpecProposer
 
-            stock = gmr.DraftModelProposer
-            gmr.DraftModelProposer = AsymSpecProposer  # the class the runner instantiates for draft models
-            try:
-                orig(self, vllm_config, device)
-            finally:
-                gmr.DraftModelProposer = stock
-            self._asymspec_live = False  # True inside execute_model (not in dummy / profiling runs)
-            self._asymspec_logits_indices = None
-        return __init__
+def init(original, runner, vllm_config, device) -> None:
+    if not is_asymspec(vllm_config):
+        return original(runner, vllm_config, device)
+    from vllm.v1.worker import gpu_model_runner
 
-    def make_update_states(orig):
-        def _update_states(self, scheduler_output):
-            if is_asymspec(self.vllm_config):
-                self.drafter.registry.forget(scheduler_output.finished_req_ids)
-                self.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, self.requests)
-            return orig(self, scheduler_output)
-        return _update_states
+    from .proposer import AsymSpecProposer
 
-    def make_execute_model(orig):
-        def execute_model(self, scheduler_output, intermediate_tensors=None):
-            if not is_asymspec(self.vllm_config):
-                return orig(self, scheduler_output, intermediate_tensors)
-            self._asymspec_live = True
-            try:
-                return orig(self, scheduler_output, intermediate_tensors)
-            finally:
-                self._asymspec_live = False
-        return execute_model
+    stock = gpu_model_runner.DraftModelProposer
+    gpu_model_runner.DraftModelProposer = AsymSpecProposer  # the class the runner instantiates for draft models
+    try:
+        original(runner, vllm_config, device)
+    finally:
+        gpu_model_runner.DraftModelProposer = stock
+    runner._asymspec_live = False  # True inside execute_model (not in dummy / profiling runs)
+    runner._asymspec_logits_indices = None
 
-    def make_prepare_inputs(orig):
-        def _prepare_inputs(self, *args, **kwargs):
-            result = orig(self, *args, **kwargs)
-            if is_asymspec(self.vllm_config):
-                self._asymspec_logits_indices = result[0]
-            return result
-        return _prepare_inputs
 
-    def make_build_attention_metadata(orig):
-        def _build_attention_metadata(self, *args, **kwargs):
-            result = orig(self, *args, **kwargs)
-            if is_asymspec(self.vllm_config) and self._asymspec_live:
-                self.drafter.verifier_common = verifier_common_for_group(
-                    result[1], self, self.drafter.kv_cache_gid, kwargs.get("slot_mappings"))
-            return result
-        return _build_attention_metadata
+def update_states(original, runner, scheduler_output):
+    if is_asymspec(runner.vllm_config):
+        runner.drafter.registry.forget(scheduler_output.finished_req_ids)
+        runner.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, runner.requests)
+    return original(runner, scheduler_output)
 
-    def make_model_forward(orig):
-        def _model_forward(self, input_ids=None, positions=None, intermediate_tensors=None,
-                           inputs_embeds=None, **model_kwargs):
-            if not (is_asymspec(self.vllm_config) and self._asymspec_live):
-                return orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
-            if input_ids is None:
-                raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
-            with timed(self, "verifier"):
-                out = orig(self, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
-            with timed(self, "base_pass"), stop_rank_on_error(self.drafter.world_size, "the x_comp pass"):
-                self.drafter.score_comp_view(input_ids, positions)
-            return out
-        return _model_forward
 
-    def make_sample(orig):
-        def _sample(self, logits, spec_decode_metadata):
-            if not is_asymspec(self.vllm_config):
-                return orig(self, logits, spec_decode_metadata)
-            self.input_batch.update_async_output_token_ids()
-            timer = getattr(self, "_asymspec_timer", None)
-            if timer is not None:
-                timer.steps += 1
-            with timed(self, "gate"):
-                return sampler.sample(self, logits, spec_decode_metadata, self._asymspec_logits_indices,
-                                      lambda lg, meta: orig(self, lg, meta))
-        return _sample
+def execute_model(original, runner, scheduler_output, intermediate_tensors=None):
+    if not is_asymspec(runner.vllm_config):
+        return original(runner, scheduler_output, intermediate_tensors)
+    runner._asymspec_live = True
+    try:
+        return original(runner, scheduler_output, intermediate_tensors)
+    finally:
+        runner._asymspec_live = False
 
-    def make_propose(orig):
-        def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
-            if not is_asymspec(self.vllm_config):
-                return orig(self, scheduler_output, sampled_token_ids, *args, **kwargs)
-            req_ids = list(self.input_batch.req_ids)
-            with timed(self, "draft"), stop_rank_on_error(self.drafter.world_size, "drafting"):
-                plan = self.drafter.plan(req_ids, sampled_token_ids)
-                # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
-                images = self.drafter.full_view_images(plan) if switches.enabled("mm_embeds") else None
-                drafts = self.drafter.propose(plan, images)
-            return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
-        return propose_draft_token_ids
 
-    def make_sample_tokens(orig):
-        def sample_tokens(self, grammar_output):
-            output = orig(self, grammar_output)
-            if is_asymspec(self.vllm_config) and output is not None and hasattr(output, "req_ids"):
-                if self.drafter.world_size > 1:
-                    from vllm.distributed import get_tp_group
+def prepare_inputs(original, runner, *args, **kwargs):
+    result = original(runner, *args, **kwargs)
+    if is_asymspec(runner.vllm_config):
+        runner._asymspec_logits_indices = result[0]
+    return result
 
-                    check_ranks_agree(get_tp_group(), list(self.drafter.registry.errors))
-                errors = self.drafter.registry.take_errors()
-                if errors:
-                    output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
-                    setattr(output, ERRORS_ATTR, errors)
-            return output
-        return sample_tokens
 
-    def make_profile_run(orig):
-        def profile_run(self):
-            if is_asymspec(self.vllm_config):
-                self.drafter.profile_vision_tower()  # its activations peak before the decoder's dummy run
-            return orig(self)
-        return profile_run
+def build_attention_metadata(original, runner, *args, **kwargs):
+    result = original(runner, *args, **kwargs)
+    if is_asymspec(runner.vllm_config) and runner._asymspec_live:
+        runner.drafter.verifier_common = verifier_common_for_group(
+            result[1], runner, runner.drafter.kv_cache_gid, kwargs.get("slot_mappings"))
+    return result
 
-    wrap(cls, "__init__", make_init)
-    wrap(cls, "_update_states", make_update_states)
-    wrap(cls, "execute_model", make_execute_model)
-    wrap(cls, "_prepare_inputs", make_prepare_inputs)
-    wrap(cls, "_build_attention_metadata", make_build_attention_metadata)
-    wrap(cls, "_model_forward", make_model_forward)
-    wrap(cls, "_sample", make_sample)
-    wrap(cls, "propose_draft_token_ids", make_propose)
-    wrap(cls, "sample_tokens", make_sample_tokens)
-    wrap(cls, "profile_run", make_profile_run)
+
+def model_forward(original, runner, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None,
+                  **model_kwargs):
+    if not (is_asymspec(runner.vllm_config) and runner._asymspec_live):
+        return original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+    if input_ids is None:
+        raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
+    with timed(runner, "verifier"):
+        out = original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+    with timed(runner, "base_pass"), stop_rank_on_error(runner.drafter.world_size, "the x_comp pass"):
+        runner.drafter.score_comp_view(input_ids, positions)
+    return out
+
+
+def sample(original, runner, logits, spec_decode_metadata):
+    if not is_asymspec(runner.vllm_config):
+        return original(runner, logits, spec_decode_metadata)
+    runner.input_batch.update_async_output_token_ids()
+    timer = getattr(runner, "_asymspec_timer", None)
+    if timer is not None:
+        timer.steps += 1
+    with timed(runner, "gate"):
+        return sampler.sample(runner, logits, spec_decode_metadata, runner._asymspec_logits_indices,
+                              lambda lg, meta: original(runner, lg, meta))
+
+
+def propose(original, runner, scheduler_output, sampled_token_ids, *args, **kwargs):
+    if not is_asymspec(runner.vllm_config):
+        return original(runner, scheduler_output, sampled_token_ids, *args, **kwargs)
+    req_ids = list(runner.input_batch.req_ids)
+    with timed(runner, "draft"), stop_rank_on_error(runner.drafter.world_size, "drafting"):
+        plan = runner.drafter.plan(req_ids, sampled_token_ids)
+        # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
+        images = runner.drafter.full_view_images(plan) if switches.enabled("mm_embeds") else None
+        drafts = runner.drafter.propose(plan, images)
+    return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
+
+
+def sample_tokens(original, runner, grammar_output):
+    output = original(runner, grammar_output)
+    if is_asymspec(runner.vllm_config) and output is not None and hasattr(output, "req_ids"):
+        if runner.drafter.world_size > 1:
+            from vllm.distributed import get_tp_group
+
+            check_ranks_agree(get_tp_group(), list(runner.drafter.registry.errors))
+        errors = runner.drafter.registry.take_errors()
+        if errors:
+            output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
+            setattr(output, ERRORS_ATTR, errors)
+    return output
+
+
+def profile_run(original, runner):
+    if is_asymspec(runner.vllm_config):
+        runner.drafter.profile_vision_tower()  # its activations peak before the decoder's dummy run
+    return original(runner)
