@@ -31,3 +31,9 @@ def random_request(seed: int):
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 4)))
     ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 6))))
     return Request(QUESTIONS[seed % len(QUESTIONS)], random_image(seed), caption=caption, ocr=ocr)
+
+
+def first_fresh_position(ids: list[int], start: int) -> int:
+    """The first index >= start whose token does not occur earlier in ids: with that token as the only stop
+    token, decoding ends exactly there."""
+    return next(i for i in range(start, len(ids)) if ids[i] not in ids[:i])
