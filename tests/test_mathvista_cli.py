@@ -274,3 +274,71 @@ def test_eval_score_under_either_protocol(full_run, release_run, tmp_path, capsy
     printed = capsys.readouterr().out
     assert printed.startswith("MathVista, re-scored (prompts: release, scoring: release)")
     assert printed.split("\n", 2)[2].strip() == (release_run / "table.md").read_text().split("\n", 2)[2].strip()
+
+
+def run_with_read_only(folder: Path, args):
+    """Run the CLI with `folder` read-only: as root (whom permissions do not stop) under a read-only bind mount
+    in a user namespace, otherwise with the folder's write permissions removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        cmd = ["unshare", "-rm", "sh", "-c", script, str(folder), *command(args)]
+    else:
+        folder.chmod(0o555)
+        cmd = command(args)
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def test_an_unusable_output_folder_is_one_line_naming_it(full_run, tiny_models, images, tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    results = str(full_run[0] / "results.jsonl")
+    for args in (eval_args(tiny_models, images, tmp_path / "taken"),
+                 eval_args(tiny_models, images, tmp_path / "taken" / "run"),
+                 ["eval", "score", results, "--out", str(tmp_path / "taken")]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err == (f"asymspec-vl: error: the output folder {args[args.index('--out') + 1]} cannot be made: "
+                       f"{tmp_path / 'taken'} is a file, not a folder; choose another output folder\n")
+    locked = tmp_path / "locked"
+    for args in (eval_args(tiny_models, images, locked / "run"), ["eval", "score", results, "--out", str(locked)]):
+        proc = run_with_read_only(locked, args)
+        target = args[args.index("--out") + 1]
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"asymspec-vl: error: cannot write in the output folder {target}: ")
+        assert ("read-only" if os.geteuid() == 0 else "permission denied") in proc.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2, 3]", "a testmini record must be a JSON object of a problem's fields, not int 1"),
+    ('{"2": 5}', "pid '2' maps to int 5; expected a pid -> problem object"),
+    ('"testmini"', "must hold a pid -> problem object or a list of problems, not str"),
+    ('{"2": {"question": "How many?"}}', "testmini record '2' lacks or mangles field 'answer'"),
+])
+def test_annotations_of_the_wrong_shape_are_one_line_naming_the_file(tiny_models, tmp_path, capsys, content,
+                                                                      message):
+    render_standins(tmp_path / "mv" / "images", ["2"])
+    (tmp_path / "mv" / "testmini.json").write_text(content)
+    assert main(eval_args(tiny_models, tmp_path / "mv", tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asymspec-vl: error: {tmp_path / 'mv' / 'testmini.json'}")
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("response", 123, "has response=123 (int); expected text"),
+    ("choices", "A,B", "has choices=A,B; expected a list of texts or null"),
+    ("verdicts", {"release": 5}, "has verdicts={'release': 5}"),
+    ("method", None, "lacks its id or method"),
+])
+def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_run, tmp_path, capsys, field,
+                                                                          value, message):
+    recs = records(full_run[0])
+    recs[1] = dict(recs[1], **{field: value})
+    path = tmp_path / "edited" / "results.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["eval", "score", str(path)]) == 2
+    err = capsys.readouterr().err
+    method = recs[1]["method"] if field != "method" else None
+    assert err.startswith(f"asymspec-vl: error: {path}: the record of id '2', method {method!r} {message}")
+    assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1

@@ -108,6 +108,27 @@ def rescore(records: list[dict], args, methods: list[str], out: Path | None, sou
     return write_outputs(out, fresh, methods, tasks, "MathVista, re-scored")[0]
 
 
+def check_record(rec: dict) -> str | None:
+    """What makes a saved MathVista record unusable for re-scoring (a field of the wrong type), or None."""
+    for key in ("response", "question", "query", "answer", "question_type", "answer_type", "extraction"):
+        if key in rec and not isinstance(rec[key], str) and not (key == "query" and rec[key] is None):
+            return f"has {key}={str(rec[key])[:40]} ({type(rec[key]).__name__}); expected text"
+    missing = [k for k in ("question", "answer", "question_type", "answer_type") if k not in rec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    stored = rec.get("verdicts", {})
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) and isinstance(v.get("extraction"), str)
+                                               and isinstance(v.get("extractor", ""), str) for v in stored.values()):
+        return f"has verdicts={str(stored)[:40]}; expected {{protocol: {{extraction: text, ...}}}}"
+    choices = rec.get("choices")
+    if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+        return f"has choices={str(choices)[:40]}; expected a list of texts or null"
+    precision = rec.get("precision")
+    if precision is not None and (isinstance(precision, bool) or not isinstance(precision, (int, float))):
+        return f"has precision={str(precision)[:40]}; expected a number or null"
+    return None
+
+
 def _score_extractor(args, sources: list[Path]):
     if args.extract == "keep":
         return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
@@ -118,7 +118,7 @@ def fingerprint(args, cfg, protocol: EvalProtocol, setup: Setup) -> dict:
 def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     from asymspec_vl.commands import load_from_args
 
-    out = Path(args.out)
+    out = writable_folder(args.out)  # before anything is loaded or computed
     setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
     jobs = [Job(p.pid, m, p) for p in setup.problems for m in args.methods]
