@@ -342,3 +342,21 @@ def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_ru
     method = recs[1]["method"] if field != "method" else None
     assert err.startswith(f"asymspec-vl: error: {path}: the record of id '2', method {method!r} {message}")
     assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["eval", "mathvista", "--help"], ["eval", "score", "--help"]])
+def test_help_states_each_default_once_as_typed(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: nothing wrapped
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    lines = [line for line in text.splitlines() if "(default" in line]
+    assert lines and all(line.count("(default") == 1 for line in lines)  # never "(...) (default: None)"
+    assert "(default: None)" not in text and "(default: False)" not in text and "['" not in text
+    if argv[1] == "mathvista":
+        assert "(default: floor,sd,drafter,asymspec)" in text and "(default: cuda if available)" in text
+        assert "(default: Qwen/Qwen3-VL-2B-Instruct)" in text and "(default: official)" in text
+        assert "default: ~/.cache/asymspec-vl/mathvista if it exists, else the hub\n" in text
+    else:
+        assert "(default: rule)" in text and "(default: of the protocol each run used)" in text

@@ -128,7 +128,12 @@ def test_offline_folder_of_standin_images(tmp_path, problems):
         load_setup(str(tmp_path / "mv"), EvalProtocol(), limit=8)  # pids 9, 10, 12 have no image
     msg = str(err.value)
     assert "missing for 3 of 8" in msg and "9, 10, 12" in msg
-    assert f"{tmp_path / 'mv'}/images/" in msg and "--images" in msg and "AI4Math/MathVista" in msg
+    assert "--images" in msg and "AI4Math/MathVista" in msg
+    folder = tmp_path / "mv"
+    assert f"{folder}/images/<pid>.png" in msg and f"flat as {folder}/<pid>.png" in msg  # both layouts
+    render_standins(tmp_path / "flat", pids[:2])  # the flat layout works as the message says
+    flat = load_setup(str(tmp_path / "flat"), EvalProtocol(), limit=2)
+    assert flat.store.get(flat.problems[1]) == tmp_path / "flat" / "3.png"
     with pytest.raises(MissingImagesError, match="image folder not found"):
         open_images(tmp_path / "nowhere")
 
