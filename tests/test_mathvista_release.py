@@ -5,29 +5,18 @@ protocols' verdicts side by side."""
 import pytest
 from PIL import Image
 
-from asymspec_vl.captioners import PrecomputedCaptioner
 from asymspec_vl.errors import ConfigError
 from asymspec_vl.evals.mathvista import release
-from asymspec_vl.evals.mathvista.data import data_files, load_problems
 from asymspec_vl.evals.mathvista.extraction import RuleExtractor
 from asymspec_vl.evals.mathvista.protocol import COT_SUFFIX, EvalProtocol, build_request
 from asymspec_vl.evals.mathvista.verdicts import headline, kept, label, verdicts
 from asymspec_vl.prompts import build_prompts
+from test_mathvista_data import official, problems  # noqa: F401 (fixtures: the shipped data)
 
 MC = {"question_type": "multi_choice", "answer_type": "text", "choices": ["30", "45", "60", "90"],
       "answer": "45", "precision": None}
 INT = {"question_type": "free_form", "answer_type": "integer", "choices": None, "answer": "5", "precision": None}
 FLOAT = {"question_type": "free_form", "answer_type": "float", "choices": None, "answer": "1.2", "precision": 1}
-
-
-@pytest.fixture(scope="module")
-def problems():
-    return load_problems()
-
-
-@pytest.fixture(scope="module")
-def official():
-    return PrecomputedCaptioner.from_json(data_files()["captions"], data_files()["ocrs"])
 
 
 @pytest.mark.parametrize("response, anchor", [
