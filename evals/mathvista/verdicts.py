@@ -40,7 +40,7 @@ def kept(rec: dict) -> dict[str, dict]:
         stored["official"] = {"extraction": rec.get("extraction", ""), "extractor": rec.get("extractor", "rule")}
     official = stored["official"]["extraction"]
     released = stored["release"]["extraction"] if "release" in stored else release.extract(rec["response"], rec)
-    return {"official": verdict(official, stored["official"]["extractor"], *score(official, rec)),
+    return {"official": verdict(official, stored["official"].get("extractor", "rule"), *score(official, rec)),
             "release": verdict(released, release.EXTRACTOR, *release.score(released, rec))}
 
 
