@@ -4,7 +4,9 @@ saved results.
 To add an eval (e.g. `eval toy`), write a module with register(eval_subparsers) and list it here. To take
 part in `eval score`, the module also defines BENCHMARK (the "benchmark" field of its result records),
 add_score_args(parser) (options must not clash with other modules') and
-rescore(records, args, methods, out, sources) -> the Markdown table (writing outputs under `out` if given).
+rescore(records, args, methods, out, sources) -> the Markdown table (writing outputs under `out` if given),
+and may define check_record(record) -> what makes a saved record unusable, or None (the file is named in
+the error).
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ EVAL_MODULES = [
 
 
 def register(sub) -> None:
+    from .help_format import DefaultsHelpFormatter
+
     p = sub.add_parser("eval", help="run an evaluation (MathVista, ...) or re-score saved results")
     esub = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     modules = [importlib.import_module(name) for name in EVAL_MODULES]
     for module in modules:
         module.register(esub)
-    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs")
+    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs",
+                        formatter_class=DefaultsHelpFormatter)
     s.add_argument("results", nargs="+", help="results.jsonl file(s); with several, rows are labelled "
                                               "<folder>/<method>")
     s.add_argument("--out", default=None, help="write the re-scored JSONL, table and charts here")
@@ -42,16 +47,22 @@ def _labels(paths: list[Path]) -> list[str]:
 def _score(args, modules) -> int:
     from asymspec_vl.errors import InputError
 
-    from .runner import read_records
+    from .runner import ResultsFileError, read_records, writable_folder
 
+    if args.out is not None:
+        writable_folder(args.out)  # before any re-extraction runs
+    scorers = {getattr(m, "BENCHMARK", None): m for m in modules if hasattr(m, "rescore")}
     paths = [Path(x) for x in args.results]
     records = []
     for path, label in zip(paths, _labels(paths)):
         for rec in read_records(path):
+            problem = _record_problem(rec, scorers)
+            if problem:
+                raise ResultsFileError(f"{path}: the record of id {rec.get('id')!r}, method {rec.get('method')!r} "
+                                       f"{problem}: fix or remove that line")
             records.append({**rec, "method": f"{label}/{rec['method']}"} if len(paths) > 1 else rec)
     if not records:
         raise InputError(f"no result records in {', '.join(map(str, paths))}")
-    scorers = {getattr(m, "BENCHMARK", None): m for m in modules if hasattr(m, "rescore")}
     benchmarks = list(dict.fromkeys(r.get("benchmark") for r in records))
     unknown = [b for b in benchmarks if b not in scorers]
     if unknown:
@@ -62,3 +73,11 @@ def _score(args, modules) -> int:
         out = None if args.out is None else Path(args.out) / (bench if len(benchmarks) > 1 else "")
         print(scorers[bench].rescore(mine, args, methods, out, paths))
     return 0
+
+
+def _record_problem(rec: dict, scorers: dict) -> str | None:
+    """What makes a saved record unusable (None: nothing): no method, or what its eval's check_record says."""
+    if not isinstance(rec.get("method"), str) or "id" not in rec:
+        return "lacks its id or method"
+    check = getattr(scorers.get(rec.get("benchmark")), "check_record", None)
+    return check(rec) if check else None

@@ -26,14 +26,18 @@ API (shared by every eval: MathVista, the toy world, ...)
         each record still reaches the log on its own. A typed error in a group is retried job by job, so it
         lands on the job that caused it. elapsed_shares(results) splits a batch's decoding time over its rows.
     read_records(path) -> [record, ...] (complete lines, for re-scoring; the file is not modified).
+    writable_folder(path) -> Path: the folder, created if needed, once a file could be written in it;
+        otherwise OutputFolderError (a file in its place, a read-only file system, no permission).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +52,28 @@ class ResultsFileError(AsymSpecError):
 
 class ResumeMismatchError(AsymSpecError):
     """The results in an output folder were made with other settings than the current run's."""
+
+
+class OutputFolderError(AsymSpecError):
+    """An output folder cannot be created or written in."""
+
+
+def writable_folder(path: str | Path) -> Path:
+    """The folder `path`, created with its parents if needed, after a probe file was written in it."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
+        raise OutputFolderError(f"the output folder {folder} cannot be made: {blocker} is a file, not a folder; "
+                                "choose another output folder") from e
+    except OSError as e:
+        why = "the file system is read-only" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
+        raise OutputFolderError(f"cannot write in the output folder {folder}: {why}; choose a writable "
+                                "output folder") from e
+    return folder
 
 
 @dataclass(frozen=True)
@@ -134,7 +160,7 @@ class ResultsLog:
     @contextlib.contextmanager
     def locked(self):
         """Hold an exclusive lock on .<stem>.lock while this process writes the log."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        writable_folder(self.path.parent)
         with self.path.with_name(f".{self.path.stem}.lock").open("w") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -161,7 +187,7 @@ class ResultsLog:
             raise ResumeMismatchError(f"{self.path} has results but no {self.fingerprint_path.name}; "
                                       "cannot tell which settings made them: use another output folder")
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            writable_folder(self.path.parent)
             self.fingerprint_path.write_text(json.dumps(wanted, indent=2, sort_keys=True))
 
 

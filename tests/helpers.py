@@ -42,3 +42,9 @@ def summary(results):
     """What must agree between backends: tokens, sources, finish, and the acceptance counters."""
     return [(r.token_ids, [t.source for t in r.trace], r.finish_reason, r.stats.steps, r.stats.drafted,
              r.stats.accepted, r.stats.emitted, r.stats.accepted_at) for r in results]
+
+
+def first_fresh_position(ids: list[int], start: int) -> int:
+    """The first index >= start whose token does not occur earlier in ids: with that token as the only stop
+    token, decoding ends exactly there."""
+    return next(i for i in range(start, len(ids)) if ids[i] not in ids[:i])

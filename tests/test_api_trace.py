@@ -1,10 +1,11 @@
 """The result's per-token trace: texts join to the decoded answer, multi-byte characters stay whole."""
 
+import pytest
 from transformers import AutoTokenizer
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.api import token_pieces
-from helpers import random_request
+from helpers import first_fresh_position, random_request
 
 
 def test_token_pieces_keep_characters_whole(tiny_models):
@@ -28,3 +29,18 @@ def test_result_trace_and_stats_are_consistent(tiny_vl):
     assert s.accepted_at[0] >= s.accepted_at[1] and sum(s.accepted_at) == s.accepted
     d = res.to_dict()
     assert d["stats"]["acceptance_rate"] == s.acceptance_rate and d["prompts"]["x_comp"] == res.prompts.x_comp
+
+
+@pytest.mark.parametrize("method", ["asymspec", "floor", "scd"])
+def test_a_stop_token_exactly_at_the_budget_is_a_stop(tiny_vl, method):
+    """The max_new-th token is a stop token: the answer ends there with finish_reason "stop" (as vLLM, which
+    checks stop tokens before the length); the same budget without that stop token ends with "length"."""
+    for seed in range(3):
+        req = random_request(seed)
+        free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, stop_token_ids=()))[0]
+        i = first_fresh_position(free.token_ids, 3 + seed)
+        budget = AsymSpecConfig(K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],))
+        res = tiny_vl.generate_batch([req], method, budget)[0]
+        assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "stop")
+        res = tiny_vl.generate_batch([req], method, budget.replace(stop_token_ids=()))[0]
+        assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "length")

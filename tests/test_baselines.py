@@ -68,3 +68,11 @@ def test_scd_runs_and_differs_from_floor_somewhere(tiny_vl):
     assert all(len(r.token_ids) > 0 for r in scd)
     assert {t.source for r in scd for t in r.trace} <= {"draft", "contrastive"}
     assert [r.token_ids for r in scd] != [r.token_ids for r in floor]
+
+
+def test_scd_at_alpha_one_gives_the_floor_tokens(tiny_vl):
+    """With scd_alpha = 1 only the verifier's argmax is plausible: SCD decodes the verifier's greedy answer."""
+    reqs = [random_request(i) for i in range(4)]
+    cfg = CFG.replace(scd_alpha=1.0)
+    scd = tiny_vl.generate_batch(reqs, method="scd", config=cfg)
+    assert [r.token_ids for r in scd] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "floor", cfg)]

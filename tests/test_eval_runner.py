@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from asymspec_vl.errors import InputError
-from asymspec_vl.evals.runner import (BatchedWork, Job, ResultsFileError, ResultsLog, ResumeMismatchError,
-                                     read_records, run_jobs)
+from asymspec_vl.evals.runner import (BatchedWork, Job, OutputFolderError, ResultsFileError, ResultsLog,
+                                     ResumeMismatchError, read_records, run_jobs, writable_folder)
 from asymspec_vl.evals.summary import accuracy, speed, summarize, write_summary
 
 
@@ -203,3 +203,16 @@ def test_batched_work_groups_by_method_and_pins_errors_on_their_job(tmp_path):
     assert len(lines(tmp_path / "r.jsonl")) == 12
     with pytest.raises(ValueError, match="batch"):
         BatchedWork(all_jobs, set(), 0, decode)
+
+
+def test_an_output_folder_in_place_of_a_file_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "taken").write_text("a file")
+    for where in (tmp_path / "taken", tmp_path / "taken" / "deeper"):
+        with pytest.raises(OutputFolderError) as err:
+            writable_folder(where)
+        assert str(err.value) == (f"the output folder {where} cannot be made: {tmp_path / 'taken'} is a file, "
+                                  "not a folder; choose another output folder")
+        with pytest.raises(OutputFolderError):
+            run_jobs(jobs(1), work, ResultsLog(where / "r.jsonl", {"k": 1}), progress=False)
+    assert writable_folder(tmp_path / "new" / "run") == tmp_path / "new" / "run"
+    assert list((tmp_path / "new" / "run").iterdir()) == []  # the probe file is gone

@@ -135,6 +135,16 @@ def test_greedy_verify_and_scd_scores():
     assert s[1].item() == pytest.approx(expected, abs=1e-5)
 
 
+def test_scd_at_alpha_one_keeps_only_the_verifier_argmax():
+    """alpha = 1 (the largest the config allows): the plausible set is {log p_t = max log p_t}, so exactly
+    one token per position stays finite, the verifier's argmax, whatever the amateur says."""
+    g = torch.Generator().manual_seed(0)
+    t, b = torch.randn(3, 5, 50, generator=g) * 4, torch.randn(3, 5, 50, generator=g) * 4  # [B, K+1, V]
+    s = scd_scores(t, b, beta=1.0, alpha=1.0)
+    assert torch.isfinite(s).sum(-1).eq(1).all()
+    assert torch.equal(s.argmax(-1), t.argmax(-1))
+
+
 finite = st.floats(min_value=-30, max_value=30, allow_nan=False, allow_infinity=False)
 
 

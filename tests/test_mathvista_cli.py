@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from asymspec_vl.cli import main
+from asymspec_vl.evals.mathvista import release
+from asymspec_vl.evals.mathvista.extraction import extract
 from asymspec_vl.evals.mathvista.scoring import score
 from test_mathvista_data import render_standins
 
@@ -76,12 +78,21 @@ def test_limit_6_runs_all_four_methods_and_writes_every_artefact(full_run):
         assert r["benchmark"] == "mathvista" and r["task"] in ("GPS", "VQA", "FQA")
         assert 1 <= r["stats"]["emitted"] <= 4 and r["extractor"] == "rule"
         assert (r["prediction"], r["correct"]) == score(r["extraction"], r)
+        assert r["protocol"] == r["scored_by"] == "official"
+        assert r["verdicts"]["official"] == {k: r[k] for k in ("extraction", "extractor", "prediction", "correct")}
+        assert r["verdicts"]["official"]["extraction"] == extract(r["response"], r)
+        assert r["verdicts"]["release"]["extraction"] == release.extract(r["response"], r)
+        assert (r["verdicts"]["release"]["prediction"], r["verdicts"]["release"]["correct"]) == \
+            release.score(r["verdicts"]["release"]["extraction"], r)
     by_key = {(r["id"], r["method"]): r for r in recs}
     assert all(by_key[(p, "sd")]["response"] == by_key[(p, "floor")]["response"] for p in PIDS)  # SD == floor
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["models"]["verifier"].endswith("verifier") and manifest["config"]["K"] == 4
     assert manifest["config"]["beta"] == 1.0 and manifest["config"]["gamma"] == 0.5
     assert manifest["protocol"]["caption_chars"] == 1600 and manifest["protocol"]["ocr_chars"] == 800
+    assert manifest["protocol"]["name"] == "official"
+    assert table["title"] == "MathVista (prompts: official, scoring: official)"
+    assert stdout.startswith("# MathVista (prompts: official, scoring: official)")
     assert manifest["data"]["testmini.json"] == \
         "69b11b93718d6dceb450d786c2dac3b904e6f8e8aa856aec375d3dea7ba3677f"
     assert manifest["data"]["images"]["source"] == "folder" and manifest["pids"] == PIDS
@@ -179,19 +190,24 @@ def test_eval_score_with_llm_extraction_plumbing(full_run, tiny_models, tmp_path
 
 
 @pytest.mark.parametrize("batch", ["1", "2"])
-def test_a_broken_image_is_recorded_as_a_typed_error_and_the_run_goes_on(tiny_models, tmp_path, capsys, batch):
-    """Batched too: the group with the bad image is decoded again job by job, so the error lands on pid 3."""
+def test_a_broken_image_fails_only_the_methods_that_read_it(full_run, tiny_models, tmp_path, capsys, batch):
+    """pid 3's image is broken: the drafter's job is a typed error record (batched too: the group is decoded
+    again job by job, so the error lands on pid 3); the Floor never reads the image and answers as with a
+    good one."""
     render_standins(tmp_path / "mv" / "images", ["2", "3"])
     (tmp_path / "mv" / "images" / "3.png").write_bytes(b"not an image")
     assert main(eval_args(tiny_models, tmp_path / "mv", tmp_path / "out", "--limit", "2", "--methods",
-                          "floor", "--batch", batch)) == 0
+                          "floor,drafter", "--batch", batch)) == 0
     capsys.readouterr()
-    good, bad = records(tmp_path / "out")
-    assert good["id"] == "2" and "error" not in good
-    assert bad["id"] == "3" and bad["error"]["type"] == "InvalidImageError" and bad["correct"] is False
+    got = {(r["id"], r["method"]): r for r in records(tmp_path / "out")}
+    bad = got[("3", "drafter")]
+    assert bad["error"]["type"] == "InvalidImageError" and bad["correct"] is False
     assert bad["task"] == "GPS" and bad["answer"] and bad["benchmark"] == "mathvista"  # still scorable
-    row = json.loads((tmp_path / "out" / "table.json").read_text())["rows"][0]
-    assert (row["errors"], row["GPS"], row["n"]) == (1, 0.0, 2)
+    assert all("error" not in got[k] for k in [("2", "floor"), ("3", "floor"), ("2", "drafter")])
+    reference = {(r["id"], r["method"]): r["response"] for r in records(full_run[0])}
+    assert got[("3", "floor")]["response"] == reference[("3", "floor")]
+    rows = {r["method"]: r for r in json.loads((tmp_path / "out" / "table.json").read_text())["rows"]}
+    assert (rows["VL drafter alone"]["errors"], rows["VL drafter alone"]["n"], rows["Floor"]["errors"]) == (1, 2, 0)
     assert main(["eval", "score", str(tmp_path / "out" / "results.jsonl")]) == 0
 
 
@@ -209,3 +225,138 @@ def test_batched_run_gives_the_same_answers(full_run, tiny_models, images, tmp_p
     assert json.loads((out / "manifest.json").read_text())["batch"] == 4
     with pytest.raises(SystemExit):
         main(eval_args(tiny_models, images, tmp_path / "zero", "--batch", "0"))
+
+
+@pytest.fixture(scope="module")
+def release_run(tiny_models, images, tmp_path_factory):
+    """The same run under --protocol release (the authors' prompts and scoring)."""
+    out = tmp_path_factory.mktemp("run") / "release"
+    assert main(eval_args(tiny_models, images, out, "--protocol", "release")) == 0
+    return out
+
+
+def test_release_protocol_run_writes_the_same_artefacts(full_run, release_run, tiny_models, images, capsys):
+    official, out = full_run[0], release_run
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in official.iterdir())
+    tables = [json.loads((x / "table.json").read_text()) for x in (official, out)]
+    assert tables[1]["columns"] == tables[0]["columns"]
+    assert [r["method"] for r in tables[1]["rows"]] == [r["method"] for r in tables[0]["rows"]]
+    assert tables[1]["title"] == "MathVista (prompts: release, scoring: release)"
+    assert (out / "table.md").read_text().startswith("# MathVista (prompts: release, scoring: release)")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["protocol"]["name"] == "release" and manifest["pids"] == PIDS
+    recs = records(out)
+    assert sorted((r["id"], r["method"]) for r in recs) == sorted((p, m) for p in PIDS for m in METHODS)
+    for r in recs:  # the headline is the release's verdict; the official one is stored beside it
+        assert r["protocol"] == r["scored_by"] == "release" and r["extractor"] == "release-rules"
+        assert r["verdicts"]["release"] == {k: r[k] for k in ("extraction", "extractor", "prediction", "correct")}
+        assert (r["prediction"], r["correct"]) == release.score(release.extract(r["response"], r), r)
+        assert r["verdicts"]["official"]["prediction"] == score(extract(r["response"], r), r)[0]
+    ours = {(r["id"], r["method"]): r["response"] for r in records(official)}
+    theirs = {(r["id"], r["method"]): r["response"] for r in recs}
+    assert all(theirs[(p, "drafter")] == ours[(p, "drafter")] for p in PIDS)  # image + query in both
+    assert any(theirs[(p, "floor")] != ours[(p, "floor")] for p in PIDS)  # the verifier's text differs
+    assert main(eval_args(tiny_models, images, official, "--protocol", "release")) == 2  # no resume across
+    assert "other settings (differing: protocol)" in capsys.readouterr().err
+
+
+def test_eval_score_under_either_protocol(full_run, release_run, tmp_path, capsys):
+    official = records(full_run[0])
+    assert main(["eval", "score", str(full_run[0] / "results.jsonl"), "--protocol", "release",
+                 "--out", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out.startswith("# MathVista, re-scored (prompts: official, scoring: release)")
+    rescored = [json.loads(x) for x in (tmp_path / "r" / "rescored.jsonl").read_text().splitlines()]
+    assert [(r["scored_by"], r["correct"]) for r in rescored] == \
+        [("release", r["verdicts"]["release"]["correct"]) for r in official]
+    assert [r["verdicts"] for r in rescored] == [r["verdicts"] for r in official]
+    assert main(["eval", "score", str(release_run / "results.jsonl"), "--extract", "keep"]) == 0  # own protocol
+    printed = capsys.readouterr().out
+    assert printed.startswith("MathVista, re-scored (prompts: release, scoring: release)")
+    assert printed.split("\n", 2)[2].strip() == (release_run / "table.md").read_text().split("\n", 2)[2].strip()
+
+
+def run_with_read_only(folder: Path, args):
+    """Run the CLI with `folder` read-only: as root (whom permissions do not stop) under a read-only bind mount
+    in a user namespace, otherwise with the folder's write permissions removed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        cmd = ["unshare", "-rm", "sh", "-c", script, str(folder), *command(args)]
+    else:
+        folder.chmod(0o555)
+        cmd = command(args)
+    return subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def test_an_unusable_output_folder_is_one_line_naming_it(full_run, tiny_models, images, tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file")
+    results = str(full_run[0] / "results.jsonl")
+    for args in (eval_args(tiny_models, images, tmp_path / "taken"),
+                 eval_args(tiny_models, images, tmp_path / "taken" / "run"),
+                 ["eval", "score", results, "--out", str(tmp_path / "taken")]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err == (f"asymspec-vl: error: the output folder {args[args.index('--out') + 1]} cannot be made: "
+                       f"{tmp_path / 'taken'} is a file, not a folder; choose another output folder\n")
+    locked = tmp_path / "locked"
+    for args in (eval_args(tiny_models, images, locked / "run"), ["eval", "score", results, "--out", str(locked)]):
+        proc = run_with_read_only(locked, args)
+        target = args[args.index("--out") + 1]
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"asymspec-vl: error: cannot write in the output folder {target}: ")
+        assert ("read-only" if os.geteuid() == 0 else "permission denied") in proc.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, 2, 3]", "a testmini record must be a JSON object of a problem's fields, not int 1"),
+    ('{"2": 5}', "pid '2' maps to int 5; expected a pid -> problem object"),
+    ('"testmini"', "must hold a pid -> problem object or a list of problems, not str"),
+    ('{"2": {"question": "How many?"}}', "testmini record '2' lacks or mangles field 'answer'"),
+])
+def test_annotations_of_the_wrong_shape_are_one_line_naming_the_file(tiny_models, tmp_path, capsys, content,
+                                                                      message):
+    render_standins(tmp_path / "mv" / "images", ["2"])
+    (tmp_path / "mv" / "testmini.json").write_text(content)
+    assert main(eval_args(tiny_models, tmp_path / "mv", tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"asymspec-vl: error: {tmp_path / 'mv' / 'testmini.json'}")
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("response", 123, "has response=123 (int); expected text"),
+    ("choices", "A,B", "has choices=A,B; expected a list of texts or null"),
+    ("verdicts", {"release": 5}, "has verdicts={'release': 5}"),
+    ("method", None, "lacks its id or method"),
+])
+def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_run, tmp_path, capsys, field,
+                                                                          value, message):
+    recs = records(full_run[0])
+    recs[1] = dict(recs[1], **{field: value})
+    path = tmp_path / "edited" / "results.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["eval", "score", str(path)]) == 2
+    err = capsys.readouterr().err
+    method = recs[1]["method"] if field != "method" else None
+    assert err.startswith(f"asymspec-vl: error: {path}: the record of id '2', method {method!r} {message}")
+    assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["eval", "mathvista", "--help"], ["eval", "score", "--help"]])
+def test_help_states_each_default_once_as_typed(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: nothing wrapped
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    lines = [line for line in text.splitlines() if "(default" in line]
+    assert lines and all(line.count("(default") == 1 for line in lines)  # never "(...) (default: None)"
+    assert "(default: None)" not in text and "(default: False)" not in text and "['" not in text
+    if argv[1] == "mathvista":
+        assert "(default: floor,sd,drafter,asymspec)" in text and "(default: cuda if available)" in text
+        assert "(default: Qwen/Qwen3-VL-2B-Instruct)" in text and "(default: official)" in text
+        assert "default: ~/.cache/asymspec-vl/mathvista if it exists, else the hub\n" in text
+    else:
+        assert "(default: rule)" in text and "(default: of the protocol each run used)" in text

@@ -93,16 +93,25 @@ def test_requests_follow_the_protocol(problems, official, tiny_vl):
     long_caption = next(q for q in problems.values()
                         if official.has_caption(q.pid) and len(official.describe(key=q.pid).caption.strip()) > 1600
                         and len(official.describe(key=q.pid).ocr) > 800)
-    req = build_request(long_caption, Image.new("RGB", (64, 64)), official, EvalProtocol())
+    image = Image.new("RGB", (64, 64))
+    req = build_request(long_caption, "asymspec", image, official, EvalProtocol())
     full = official.describe(key=long_caption.pid)
-    assert req.caption == full.caption.strip()[:1600] and len(req.caption) == 1600
-    assert req.ocr == full.ocr.strip()[:800] and len(req.ocr) == 800
+    question = question_text(long_caption, EvalProtocol())
+    caption, ocr = full.caption.strip()[:1600], full.ocr.strip()[:800]
+    assert len(caption) == 1600 and len(ocr) == 800
+    view = f"Image description:\n{caption}\n\nText in the image (OCR):\n{ocr}\n\n{question}"
+    assert (req.question, req.image) == (view, image)
     prompts = build_prompts(req, tiny_vl.pair.processor, tiny_vl.pair.tokenizer)
-    assert req.caption in prompts.x_comp and req.ocr in prompts.x_comp and req.question in prompts.x_comp
-    assert req.caption in prompts.x_full and "<|image_pad|>" in prompts.x_full
-    assert req.caption not in prompts.x_question and req.question in prompts.x_question  # drafter alone
-    short = build_request(p, None, official, EvalProtocol(caption_chars=10, ocr_chars=0, cot_suffix=""))
-    assert len(short.caption) == 10 and short.ocr == "" and short.question == p.query.strip()
+    assert view in prompts.x_comp and view in prompts.x_full and "<|image_pad|>" in prompts.x_full
+    alone = build_prompts(build_request(long_caption, "drafter", image, official, EvalProtocol()),
+                          tiny_vl.pair.processor, tiny_vl.pair.tokenizer)
+    assert caption not in alone.x_question and question in alone.x_question  # drafter alone: image + question
+    for method in ("floor", "sd", "scd"):  # x_comp only: the same text, no image
+        text_only = build_request(long_caption, method, None, official, EvalProtocol())
+        assert text_only.image is None and text_only.question == view
+        assert build_prompts(text_only, tiny_vl.pair.processor, tiny_vl.pair.tokenizer).x_comp == prompts.x_comp
+    short = build_request(p, "floor", None, official, EvalProtocol(caption_chars=10, ocr_chars=0, cot_suffix=""))
+    assert short.question == f"Image description:\n{official.describe(key='2').caption[:10].strip()}\n\n{p.query}"
 
 
 def test_offline_folder_of_standin_images(tmp_path, problems):
@@ -119,7 +128,12 @@ def test_offline_folder_of_standin_images(tmp_path, problems):
         load_setup(str(tmp_path / "mv"), EvalProtocol(), limit=8)  # pids 9, 10, 12 have no image
     msg = str(err.value)
     assert "missing for 3 of 8" in msg and "9, 10, 12" in msg
-    assert f"{tmp_path / 'mv'}/images/" in msg and "--images" in msg and "AI4Math/MathVista" in msg
+    assert "--images" in msg and "AI4Math/MathVista" in msg
+    folder = tmp_path / "mv"
+    assert f"{folder}/images/<pid>.png" in msg and f"flat as {folder}/<pid>.png" in msg  # both layouts
+    render_standins(tmp_path / "flat", pids[:2])  # the flat layout works as the message says
+    flat = load_setup(str(tmp_path / "flat"), EvalProtocol(), limit=2)
+    assert flat.store.get(flat.problems[1]) == tmp_path / "flat" / "3.png"
     with pytest.raises(MissingImagesError, match="image folder not found"):
         open_images(tmp_path / "nowhere")
 

@@ -82,6 +82,24 @@ def test_list_chain_of_thought(response, expected):
     assert score(extract(response, LIST), LIST) == (expected, True)
 
 
+@pytest.mark.parametrize("boxed, value", [
+    ("-\\frac{-1}{2}", 0.5), ("\\frac{-1}{-2}", 0.5), ("-\\frac{1}{-2}", 0.5), ("-\\frac{-1}{-2}", -0.5),
+    ("-\\frac{1}{2}", -0.5), ("\\frac{-1}{2}", -0.5), ("\\dfrac{3}{4}", 0.75), ("-\\frac{0}{2}", 0.0),
+])
+def test_fraction_signs_multiply(boxed, value):
+    """The minus before \\frac and the signs inside it multiply (two negatives make a positive)."""
+    found = extract(f"So the slope is \\boxed{{{boxed}}}", FLOAT)
+    assert float(found) == value and found == str(value)
+
+
+def test_a_choice_inside_another_choice_gives_the_longer_one():
+    colours = {"question_type": "multi_choice", "answer_type": "text", "choices": ["red", "dark red", "blue"],
+               "answer": "dark red", "precision": None}
+    assert extract("The bar for 2020 is coloured dark red.\nThe final answer is dark red.", colours) == "dark red"
+    assert extract("Looking at the legend, the tallest bar is dark red", colours) == "dark red"
+    assert extract("The final answer is red.", colours) == "red"
+
+
 def test_nothing_found_gives_empty():
     assert extract("I cannot tell from the description.", INT) == ""
     assert extract("No list here.", LIST) == ""

@@ -447,3 +447,21 @@ def test_on_step_streams_growing_rows_with_their_labels(vl, method):
             assert (stats.emitted, stats.accepted) == (len(ids), sources.count(accepted_label))
             assert stats.steps == len(ids) - stats.accepted and stats.drafted == 2 * stats.steps
         assert res.stats.acceptance_per_position == [n / res.stats.steps for n in res.stats.accepted_at]
+
+
+def test_a_stop_token_exactly_at_the_budget_is_a_stop(vl, tiny_vl):
+    """The max_new-th token is the stop token: both backends end there with finish_reason "stop" (vLLM
+    checks stop tokens before the length, and the decoding loop agrees), tokens and counts alike."""
+    from asymspec_vl import AsymSpecConfig
+
+    from helpers import first_fresh_position
+
+    for method in ("asymspec", "scd"):
+        for seed in range(3):
+            req = random_request(seed)
+            free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, stop_token_ids=()))[0]
+            i = first_fresh_position(free.token_ids, 3 + seed)
+            cfg = AsymSpecConfig(K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],))
+            expected = _summary(tiny_vl.generate_batch([req], method, cfg))
+            assert expected[0][0] == free.token_ids[:i + 1] and expected[0][2] == "stop"
+            assert _summary(vl.generate_batch([req], method, cfg)) == expected

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 BENCHMARK = "mathvista"
@@ -12,13 +11,18 @@ DEFAULT_METHODS = "floor,sd,drafter,asymspec"
 def register(esub) -> None:
     from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods, positive_int
 
-    from .protocol import COT_SUFFIX, PAPER_DECODING
+    from ..help_format import DefaultsHelpFormatter
+    from .protocol import COT_SUFFIX, PAPER_DECODING, PROTOCOLS
 
     p = esub.add_parser("mathvista", help="MathVista testmini (the paper's Table 3 protocol by default)",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                        formatter_class=DefaultsHelpFormatter)
     p.add_argument("--methods", type=parse_methods, default=parse_methods(DEFAULT_METHODS),
                    help="comma list of floor, sd, drafter, asymspec, scd")
     p.add_argument("--out", default="runs/mathvista", help="output folder (rerun the same command to resume)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="official",
+                   help="prompts and headline scoring: official (MathVista's rules, comparable with its "
+                        "leaderboard) or release (the authors' released harness, comparable with the paper's "
+                        "Table 3); every result line keeps both protocols' verdicts")
     p.add_argument("--images", default=None,
                    help="a folder of testmini images (or of a parquet copy of the split), or 'hub'; default: "
                         "~/.cache/asymspec-vl/mathvista if it exists, else the hub")
@@ -50,15 +54,22 @@ def _run(args) -> int:
     from .protocol import EvalProtocol, parse_tasks
     from .run import run_eval
 
-    protocol = EvalProtocol(tasks=parse_tasks(args.tasks), require_caption=not args.all_problems,
-                            caption_chars=args.caption_chars, ocr_chars=args.ocr_chars, cot_suffix=args.cot_suffix)
+    protocol = EvalProtocol(name=args.protocol, tasks=parse_tasks(args.tasks),
+                            require_caption=not args.all_problems, caption_chars=args.caption_chars,
+                            ocr_chars=args.ocr_chars, cot_suffix=args.cot_suffix)
     return run_eval(args, config_from_args(args), protocol)
 
 
 def add_score_args(p) -> None:
+    from .protocol import PROTOCOLS
+
     g = p.add_argument_group("mathvista")
+    g.add_argument("--protocol", choices=PROTOCOLS, default=None,
+                   help="report the verdicts of these rules (default: of the protocol each run used); both "
+                        "protocols' verdicts are recomputed and stored either way")
     g.add_argument("--extract", choices=("keep", "rule", "llm"), default="rule",
-                   help="keep the stored extractions (re-normalize only), or extract again by rules / LLM")
+                   help="the official verdict: keep the stored extractions (re-normalize only), or extract "
+                        "again by rules / LLM (the release's verdict always uses its own rules)")
     g.add_argument("--verifier", default=None,
                    help="--extract llm: the extraction model (default: the verifier in the run's manifest.json)")
     g.add_argument("--device", default=None)
@@ -66,33 +77,56 @@ def add_score_args(p) -> None:
 
 
 def rescore(records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]) -> str:
-    """Re-extract (per --extract) and re-score `records`; returns the Markdown table; with `out`, writes
-    rescored.jsonl, the table, charts and breakdown there."""
+    """Re-extract (per --extract) and re-score `records` under both protocols, headline per --protocol;
+    returns the Markdown table; with `out`, writes rescored.jsonl, the table, charts and breakdown there."""
     import json
 
     from ..report import markdown_table
     from .protocol import PAPER_TASKS, TASKS
     from .run import table, write_outputs
-    from .scoring import score
+    from .verdicts import DEFAULT, headline, kept, label, verdicts
 
     extractor = _score_extractor(args, sources)
     fresh = []
     for rec in records:
         rec = dict(rec)
+        protocol = args.protocol or rec.get("protocol") or DEFAULT
         if not rec.get("error") and "response" in rec:
-            if extractor is not None:
-                rec["extraction"] = extractor.extract(rec["response"], rec, rec.get("query") or rec["question"])
-                rec["extractor"] = extractor.name
-            rec["prediction"], rec["correct"] = score(rec.get("extraction", ""), rec)
+            both = kept(rec) if extractor is None else \
+                verdicts(rec["response"], rec, rec.get("query") or rec["question"], extractor)
+            rec.update(headline(both, protocol))
+        else:
+            rec["scored_by"] = protocol
         fresh.append(rec)
     present = {r.get("task") for r in fresh}
     tasks = tuple(t for t in TASKS if t in PAPER_TASKS or t in present)  # Table 3's columns, plus any other
     if out is None:
-        return markdown_table(*table(fresh, methods, tasks))
+        return f"MathVista, re-scored ({label(fresh)})\n\n" + markdown_table(*table(fresh, methods, tasks))
     out.mkdir(parents=True, exist_ok=True)
     with (out / "rescored.jsonl").open("w", encoding="utf-8") as f:
         f.writelines(json.dumps(rec) + "\n" for rec in fresh)
-    return write_outputs(out, fresh, methods, tasks, "MathVista (re-scored)")[0]
+    return write_outputs(out, fresh, methods, tasks, "MathVista, re-scored")[0]
+
+
+def check_record(rec: dict) -> str | None:
+    """What makes a saved MathVista record unusable for re-scoring (a field of the wrong type), or None."""
+    for key in ("response", "question", "query", "answer", "question_type", "answer_type", "extraction"):
+        if key in rec and not isinstance(rec[key], str) and not (key == "query" and rec[key] is None):
+            return f"has {key}={str(rec[key])[:40]} ({type(rec[key]).__name__}); expected text"
+    missing = [k for k in ("question", "answer", "question_type", "answer_type") if k not in rec]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    stored = rec.get("verdicts", {})
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) and isinstance(v.get("extraction"), str)
+                                               and isinstance(v.get("extractor", ""), str) for v in stored.values()):
+        return f"has verdicts={str(stored)[:40]}; expected {{protocol: {{extraction: text, ...}}}}"
+    choices = rec.get("choices")
+    if choices is not None and not (isinstance(choices, list) and all(isinstance(c, str) for c in choices)):
+        return f"has choices={str(choices)[:40]}; expected a list of texts or null"
+    precision = rec.get("precision")
+    if precision is not None and (isinstance(precision, bool) or not isinstance(precision, (int, float))):
+        return f"has precision={str(precision)[:40]}; expected a number or null"
+    return None
 
 
 def _score_extractor(args, sources: list[Path]):

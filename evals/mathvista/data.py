@@ -75,6 +75,9 @@ def read_json(path: Path):
 
 def problem_from_record(rec: dict, queries: dict[str, str] | None = None) -> Problem:
     """A Problem from a testmini record (the JSON's or the hub / parquet row's fields; the image is ignored)."""
+    if not isinstance(rec, dict):
+        raise MathVistaDataError(f"a testmini record must be a JSON object of a problem's fields, not "
+                                 f"{type(rec).__name__} {str(rec)[:40]}")
     try:
         pid = str(rec["pid"])
         precision = rec.get("precision")
@@ -104,18 +107,31 @@ def load_problems(records: list[dict] | None = None) -> dict[str, Problem]:
 
 
 def read_annotation_file(path: Path) -> list[dict]:
-    """Testmini records from a local JSON (a pid -> record object or a list) or JSON-lines file."""
+    """Testmini records from a local JSON (a pid -> record object or a list) or JSON-lines file, each checked
+    to make a Problem (an error names the file)."""
     if path.suffix == ".jsonl":
         try:
-            return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
+            data = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise MathVistaDataError(f"{path} is not valid JSON lines: {e}") from e
-    data = read_json(path)
+    else:
+        data = read_json(path)
     if isinstance(data, dict):
-        return [{"pid": pid, **rec} for pid, rec in data.items()]
-    if isinstance(data, list):
-        return data
-    raise MathVistaDataError(f"{path} must hold a pid -> record object or a list of records")
+        bad = next((pid for pid, rec in data.items() if not isinstance(rec, dict)), None)
+        if bad is not None:
+            raise MathVistaDataError(f"{path}: pid {bad!r} maps to {type(data[bad]).__name__} "
+                                     f"{str(data[bad])[:40]}; expected a pid -> problem object")
+        data = [{"pid": pid, **rec} for pid, rec in data.items()]
+    elif not isinstance(data, list):
+        raise MathVistaDataError(f"{path} must hold a pid -> problem object or a list of problems, not "
+                                 f"{type(data).__name__}")
+    queries = read_json(data_files()["queries"])
+    for rec in data:
+        try:
+            problem_from_record(rec, queries)
+        except MathVistaDataError as e:
+            raise MathVistaDataError(f"{path}: {e}") from e
+    return data
 
 
 def _pid_order(pid: str):

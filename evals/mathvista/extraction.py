@@ -111,9 +111,9 @@ def number_in(span: str, last: bool = False) -> str | None:
     frac = _FRAC.search(s)
     if frac:
         sign, a, b = frac.groups()
-        value = _ratio(a, b)
+        value = _ratio(a, b, negate=bool(sign))  # -\frac{-1}{2} = 0.5: the signs multiply
         if value is not None:
-            return ("-" if sign and not value.startswith("-") else "") + value
+            return value
     slash = _SLASH.match(s)
     if slash:
         value = _ratio(*slash.groups())
@@ -125,11 +125,13 @@ def number_in(span: str, last: bool = False) -> str | None:
     return (found[-1] if last else found[0]).replace(",", "")
 
 
-def _ratio(a: str, b: str) -> str | None:
+def _ratio(a: str, b: str, negate: bool = False) -> str | None:
+    """a / b (negated if asked) printed as a float; None when it is not a number."""
     try:
-        return str(float(a) / float(b))
+        value = float(a) / float(b)
     except (ValueError, ZeroDivisionError):
         return None
+    return str((-value if negate else value) + 0.0)  # + 0.0: -0.0 prints as 0.0
 
 
 def list_in(text: str) -> str | None:

@@ -25,10 +25,10 @@ def default_image_dir() -> Path:
 
 def where_to_put(folder: Path) -> str:
     return (f"The MathVista text data ships with asymspec-vl; only the testmini images must come from elsewhere. "
-            f"Either put them in {folder}/images/ as <pid>.jpg or <pid>.png (the images/ folder of MathVista's "
-            f"data release, or the `decoded_image` field of the {HUB_ID} {SPLIT} split), or put a parquet copy "
-            f"of that split anywhere under {folder}, and pass --images {folder}; or, with access to the "
-            f"Hugging Face hub, pass --images hub.")
+            f"Either put them in {folder} as {folder}/images/<pid>.png (the images/ folder of MathVista's data "
+            f"release, or the `decoded_image` field of the {HUB_ID} {SPLIT} split) or flat as {folder}/<pid>.png "
+            f"(.jpg works too), or put a parquet copy of that split anywhere under {folder}, and pass "
+            f"--images {folder}; or, with access to the Hugging Face hub, pass --images hub.")
 
 
 class FolderImages:

@@ -1,13 +1,19 @@
 """The paper's MathVista protocol (§5.2, Appendix B): which problems, what each model reads, how it decodes.
 
 Defaults (the paper's): GPS + VQA + FQA problems with an official Bard caption (587 of testmini's 1,000);
-the verifier reads "Image description:\\n<Bard caption, first 1,600 characters>\\n\\nText in the image
-(OCR):\\n<official EasyOCR text in reading order, first 800 characters>\\n\\n<question>" (the layout of
-asymspec_vl.prompts.verifier_text); the drafter reads the image + that same text (AsymSpec) or the image +
-<question> alone (the drafter-alone baseline). <question> is the official zero-shot query (query.json:
-"Hint: ...\\nQuestion: ...\\nChoices: ...") + "\\n" + the chain-of-thought suffix
-"Let's think step by step, then give the final answer.". Greedy decoding, K = 4, beta = 1, gamma = 0.5,
-CDA gate, at most 1,024 new tokens.
+greedy decoding, K = 4, beta = 1, gamma = 0.5, CDA gate, at most 1,024 new tokens. <question> is the official
+zero-shot query (query.json: "Hint: ...\nQuestion: ...\nChoices: ...") + "\n" + the chain-of-thought suffix
+"Let's think step by step, then give the final answer.".
+
+Two prompt protocols (EvalProtocol.name) say what the verifier reads, x_comp's text:
+  official  "Image description:\n<Bard caption, stripped, first 1,600 characters>\n\nText in the image
+            (OCR):\n<official EasyOCR text in reading order, first 800 characters>\n\n<question>" (the layout of
+            asymspec_vl.prompts.verifier_text);
+  release   the authors' released harness: "Image caption: ...", "OCR text from image: ..." (EasyOCR texts in
+            stored order), <question> (release.py has the rules).
+The drafter reads the image + that same text (AsymSpec) or the image + <question> alone (the drafter-alone
+baseline). Floor, SD and SCD read x_comp only, so their requests carry no image: a broken image fails only
+the methods that read it (IMAGE_METHODS).
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from asymspec_vl.errors import ConfigError
-from asymspec_vl.prompts import Request
+from asymspec_vl.prompts import Request, verifier_text
 
+from . import release
 from .data import Problem
 
 TASKS = {"GPS": "geometry problem solving", "VQA": "visual question answering",
@@ -25,12 +32,15 @@ TASK_ABBREV = {v: k for k, v in TASKS.items()}
 PAPER_TASKS = ("GPS", "VQA", "FQA")
 COT_SUFFIX = "Let's think step by step, then give the final answer."
 PAPER_DECODING = {"K": 4, "beta": 1.0, "gamma": 0.5, "gate": "cda", "max_new_tokens": 1024}
+PROTOCOLS = ("official", "release")
+IMAGE_METHODS = ("drafter", "asymspec")  # x_question and x_full hold the image; floor, sd, scd read x_comp only
 
 
 @dataclass(frozen=True)
 class EvalProtocol:
     """What the eval selects and feeds the models (the decoding config is separate: AsymSpecConfig)."""
 
+    name: str = "official"  # the prompt protocol (PROTOCOLS); its scoring rules make the headline numbers
     tasks: tuple[str, ...] = PAPER_TASKS
     require_caption: bool = True  # keep only problems with an official Bard caption
     caption_chars: int = 1600
@@ -38,6 +48,8 @@ class EvalProtocol:
     cot_suffix: str = COT_SUFFIX
 
     def __post_init__(self) -> None:
+        if self.name not in PROTOCOLS:
+            raise ConfigError(f"unknown MathVista protocol {self.name!r}; choose from {', '.join(PROTOCOLS)}")
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or not self.tasks:
             raise ConfigError(f"unknown MathVista task(s) {unknown}; choose from {', '.join(TASKS)} or 'all'")
@@ -93,9 +105,25 @@ def question_text(problem: Problem, protocol: EvalProtocol) -> str:
     return f"{problem.query.strip()}\n{suffix}" if suffix else problem.query.strip()
 
 
-def build_request(problem: Problem, image, captioner, protocol: EvalProtocol) -> Request:
-    """The request of one problem: the question, the image, and the verifier's caption + OCR (cut)."""
+def verifier_view(problem: Problem, captioner, protocol: EvalProtocol) -> str:
+    """The verifier's whole user message (x_comp's text) under the protocol."""
+    question = question_text(problem, protocol)
+    if protocol.name == "release":
+        caption = captioner.captions.get(problem.pid, "")[:protocol.caption_chars]
+        ocr = release.ocr_join(captioner.ocr.get(problem.pid))[:protocol.ocr_chars]
+        return release.user_text(caption, ocr, question)
     text = captioner.describe(image=None, key=problem.pid)
-    return Request(question_text(problem, protocol), image,
-                   caption=text.caption.strip()[:protocol.caption_chars],
-                   ocr=text.ocr.strip()[:protocol.ocr_chars])
+    return verifier_text(question, text.caption.strip()[:protocol.caption_chars],
+                         text.ocr.strip()[:protocol.ocr_chars])
+
+
+def build_request(problem: Problem, method: str, image, captioner, protocol: EvalProtocol) -> Request:
+    """The request of one problem for one method. The drafter alone: the image + <question>; AsymSpec: the
+    image + the verifier's text (the same text is x_comp); floor, sd, scd: the verifier's text and no image
+    (image may be None for them: it is never read)."""
+    if method == "drafter":
+        return Request(question_text(problem, protocol), image)
+    view = verifier_view(problem, captioner, protocol)
+    if method in IMAGE_METHODS:
+        return Request(view, image)
+    return Request(view, full_context="")  # text only: x_comp is the view, the drafter's views go unused

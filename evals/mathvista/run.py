@@ -1,7 +1,8 @@
 """`asymspec-vl eval mathvista`: the protocol's problems x methods through the resumable runner, then the
 Table 3 layout (accuracy per task and overall, tokens/s, acceptance), charts, the official breakdown, a manifest.
 
-Output folder: results.jsonl (one line per problem and method, written as each finishes),
+Output folder: results.jsonl (one line per problem and method, written as each finishes; both protocols'
+verdicts in each line, verdicts.py),
 results.fingerprint.json (the settings a resume must match), table.md / .csv / .json, table.png and
 table_<task>.png, breakdown.json (official per-category accuracy, per method), manifest.json.
 """
@@ -13,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
-from .protocol import EvalProtocol, build_request, select, task_of
-from .scoring import breakdown, score
+from .protocol import IMAGE_METHODS, EvalProtocol, build_request, select, task_of
+from .scoring import breakdown
+from .verdicts import headline, label, verdicts
 
 METHOD_NAMES = {"drafter": "VL drafter alone", "floor": "Floor", "sd": "SD", "asymspec": "AsymSpec", "scd": "SCD"}
 RESULTS = "results.jsonl"
@@ -49,37 +51,40 @@ def load_setup(images, protocol: EvalProtocol, limit: int | None = None, pids: l
     return Setup(selected, store, captioner, protocol, text_files)
 
 
-def problem_fields(job: Job) -> dict:
-    """What every line of a problem carries, an error line too: the facts scoring and re-scoring need."""
+def problem_fields(job: Job, protocol: str) -> dict:
+    """What every line of a problem carries, an error line too: the facts scoring and re-scoring need, and
+    the protocol whose prompts the models read (its rules score the line)."""
     problem = job.payload
-    return {"benchmark": "mathvista", "task": task_of(problem), "query": problem.query, **problem.facts()}
+    return {"benchmark": "mathvista", "protocol": protocol, "scored_by": protocol, "task": task_of(problem),
+            "query": problem.query, **problem.facts()}
 
 
-def result_record(problem, res, extraction: str, extractor: str, save_trace: bool = False,
+def result_record(res, both: dict[str, dict], protocol: str, save_trace: bool = False,
                   elapsed_s: float | None = None, batch: int = 1) -> dict:
-    """The outcome fields of one problem and method (the runner adds id, method and problem_fields).
+    """The outcome fields of one problem and method (the runner adds id, method and problem_fields): the
+    response, both protocols' verdicts (`both`, headline: `protocol`'s), finish reason and statistics.
     elapsed_s: this request's share of its batch's decoding time (the batch's own time at batch 1)."""
-    prediction, correct = score(extraction, problem.facts())
     stats = res.stats.to_dict()
     if elapsed_s is not None:
         stats["elapsed_s"] = elapsed_s
-    rec = {"response": res.text, "extraction": extraction, "extractor": extractor, "prediction": prediction,
-           "correct": correct, "finish_reason": res.finish_reason, "batch": batch, "stats": stats}
+    rec = {"response": res.text, **headline(both, protocol), "finish_reason": res.finish_reason, "batch": batch,
+           "stats": stats}
     if save_trace:
         rec["trace"] = [[t.token_id, t.source] for t in res.trace]
     return rec
 
 
 def decode_group(vl, setup: Setup, cfg, extractor, group: list[Job], save_trace: bool = False) -> list[dict]:
-    """Records of one batch of problems for one method: build the requests, decode them together,
-    extract and score each answer."""
-    requests = [build_request(j.payload, setup.store.get(j.payload), setup.captioner, setup.protocol)
-                for j in group]
-    results = vl.generate_batch(requests, group[0].method, cfg)
+    """Records of one batch of problems for one method: build the requests (images only for the methods that
+    read them), decode them together, extract and score each answer under both protocols."""
+    method = group[0].method
+    requests = [build_request(j.payload, method, setup.store.get(j.payload) if method in IMAGE_METHODS else None,
+                              setup.captioner, setup.protocol) for j in group]
+    results = vl.generate_batch(requests, method, cfg)
     records = []
     for job, res, share in zip(group, results, elapsed_shares(results)):
-        extraction = extractor.extract(res.text, job.payload.facts(), job.payload.query)
-        records.append(result_record(job.payload, res, extraction, extractor.name, save_trace, share, len(group)))
+        both = verdicts(res.text, job.payload.facts(), job.payload.query, extractor)
+        records.append(result_record(res, both, setup.protocol.name, save_trace, share, len(group)))
     return records
 
 
@@ -91,10 +96,11 @@ def table(records: list[dict], methods: list[str], tasks: tuple[str, ...]) -> tu
 
 
 def write_outputs(out: Path, records: list[dict], methods: list[str], tasks: tuple[str, ...],
-                  title: str = "MathVista") -> tuple[str, dict]:
-    """Table (md, csv, json), charts and breakdown.json; returns the Markdown table and the paths."""
+                  heading: str = "MathVista") -> tuple[str, dict]:
+    """Table (md, csv, json; its title names the protocols that made it), charts and breakdown.json; returns
+    the Markdown table and the paths."""
     rows, columns = table(records, methods, tasks)
-    paths = write_summary(rows, columns, out, "table", title, [*tasks, "Overall"])
+    paths = write_summary(rows, columns, out, "table", f"{heading} ({label(records)})", [*tasks, "Overall"])
     per_method = {METHOD_NAMES.get(m, m): breakdown([r for r in records if r["method"] == m]) for m in methods}
     paths["breakdown"] = out / "breakdown.json"
     paths["breakdown"].write_text(json.dumps(per_method, indent=2))
@@ -112,7 +118,7 @@ def fingerprint(args, cfg, protocol: EvalProtocol, setup: Setup) -> dict:
 def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     from asymspec_vl.commands import load_from_args
 
-    out = Path(args.out)
+    out = writable_folder(args.out)  # before anything is loaded or computed
     setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
     jobs = [Job(p.pid, m, p) for p in setup.problems for m in args.methods]
@@ -123,7 +129,8 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
         extractor = _extractor(args, vl)
     work = BatchedWork(jobs, done, args.batch,
                        lambda group: decode_group(vl, setup, cfg, extractor, group, args.save_trace))
-    records = run_jobs(jobs, work, log, desc="mathvista", progress=not args.no_progress, base=problem_fields)
+    records = run_jobs(jobs, work, log, desc="mathvista", progress=not args.no_progress,
+                       base=lambda job: problem_fields(job, protocol.name))
     markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
     models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
                                          "text_drafter": args.text_drafter, "backend": args.backend}
