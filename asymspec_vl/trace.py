@@ -14,6 +14,26 @@ CONTRASTIVE = "contrastive"  # SCD's contrastive token at a mismatch or bonus po
 TOKEN_SOURCES = (DRAFT, FUSED, BONUS, VERIFIER, DRAFTER, CONTRASTIVE)
 
 
+@dataclass(frozen=True)
+class Labels:
+    """How a method labels the tokens one step commits."""
+
+    accepted: str  # each accepted draft
+    rejected: str  # the token emitted at the first rejection
+    all_passed: str  # the token emitted after every draft passed (the bonus position)
+
+
+# method -> its labels (methods.py names the methods)
+LABELS = {"asymspec": Labels(DRAFT, FUSED, BONUS), "sd": Labels(DRAFT, VERIFIER, BONUS),
+          "scd": Labels(DRAFT, CONTRASTIVE, CONTRASTIVE), "floor": Labels(VERIFIER, VERIFIER, VERIFIER),
+          "drafter": Labels(DRAFTER, DRAFTER, DRAFTER)}
+
+
+def step_sources(labels: Labels, num_drafts: int, num_accepted: int) -> list[str]:
+    """The labels of one step's committed tokens: the accepted drafts, then the token after them."""
+    return [labels.accepted] * num_accepted + [labels.all_passed if num_accepted == num_drafts else labels.rejected]
+
+
 @dataclass
 class Stats:
     """Counters of one request. acceptance_rate = accepted / drafted; mean_accepted_length = emitted / steps."""
@@ -24,6 +44,16 @@ class Stats:
     emitted: int = 0
     accepted_at: list[int] = field(default_factory=list)  # [K]: steps whose i-th draft was accepted
     elapsed_s: float = 0.0
+
+    def record(self, num_drafts: int, num_accepted: int, num_emitted: int) -> None:
+        """Count one speculation step: num_drafts verified, num_accepted of them kept, num_emitted tokens
+        committed (num_accepted + 1, fewer when a stop token or the budget cut the step)."""
+        self.steps += 1
+        self.drafted += num_drafts
+        self.accepted += num_accepted
+        for i in range(num_accepted):
+            self.accepted_at[i] += 1
+        self.emitted += num_emitted
 
     @property
     def acceptance_rate(self) -> float:

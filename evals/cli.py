@@ -69,10 +69,26 @@ def _score(args, modules) -> int:
         raise InputError(f"no scorer for benchmark(s) {unknown}; known: {sorted(k for k in scorers if k)}")
     for bench in benchmarks:
         mine = [r for r in records if r.get("benchmark") == bench]
-        methods = list(dict.fromkeys(r["method"] for r in mine))
+        methods = _run_order(list(dict.fromkeys(r["method"] for r in mine)), paths)
         out = None if args.out is None else Path(args.out) / (bench if len(benchmarks) > 1 else "")
         print(scorers[bench].rescore(mine, args, methods, out, paths))
     return 0
+
+
+def _run_order(methods: list[str], paths: list[Path]) -> list[str]:
+    """The methods in the order the run listed them (its manifest.json), when one run is re-scored: results
+    are written engine by engine, not in that order."""
+    import json
+
+    manifest = paths[0].parent / "manifest.json"
+    if len(paths) != 1 or not manifest.is_file():
+        return methods
+    try:
+        listed = json.loads(manifest.read_text(encoding="utf-8")).get("methods") or []
+    except (ValueError, AttributeError):
+        return methods
+    listed = [m for m in listed if m in methods] if isinstance(listed, list) else []
+    return listed + [m for m in methods if m not in listed]
 
 
 def _record_problem(rec: dict, scorers: dict) -> str | None:

@@ -340,7 +340,8 @@ def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_ru
     assert main(["eval", "score", str(path)]) == 2
     err = capsys.readouterr().err
     method = recs[1]["method"] if field != "method" else None
-    assert err.startswith(f"asymspec-vl: error: {path}: the record of id '2', method {method!r} {message}")
+    assert err.startswith(f"asymspec-vl: error: {path}: the record of id {recs[1]['id']!r}, method {method!r} "
+                          f"{message}")
     assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1
 
 

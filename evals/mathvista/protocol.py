@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from asymspec_vl.errors import ConfigError
+from asymspec_vl.methods import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
 from asymspec_vl.prompts import Request, verifier_text
 
 from . import release
@@ -33,7 +34,6 @@ PAPER_TASKS = ("GPS", "VQA", "FQA")
 COT_SUFFIX = "Let's think step by step, then give the final answer."
 PAPER_DECODING = {"K": 4, "beta": 1.0, "gamma": 0.5, "gate": "cda", "max_new_tokens": 1024}
 PROTOCOLS = ("official", "release")
-IMAGE_METHODS = ("drafter", "asymspec")  # x_question and x_full hold the image; floor, sd, scd read x_comp only
 
 
 @dataclass(frozen=True)

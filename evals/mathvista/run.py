@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from asymspec_vl.methods import engine_order
+
 from ..manifest import build_manifest, write_manifest
 from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
@@ -121,7 +123,8 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     out = writable_folder(args.out)  # before anything is loaded or computed
     setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
-    jobs = [Job(p.pid, m, p) for p in setup.problems for m in args.methods]
+    # method by method, grouped by engine: on a GPU, where one vLLM engine fits at a time, each starts once
+    jobs = [Job(p.pid, m, p) for m in engine_order(args.methods) for p in setup.problems]
     done = log.done_keys()
     vl = extractor = None
     if any(j.key not in done for j in jobs):  # models load only when something is left to do

@@ -1,0 +1,110 @@
+"""What each decoding method is, in one table: which model reads which view, which rule decides, how its tokens
+are labelled, which vLLM engine runs it. Both backends, the vLLM sampler, the statistics and the evals read
+this table; adding a method means a row here, its rule in gate.py, its labels in trace.py, and its tests.
+
+A step of every method (loop.py, Algorithm 1): the drafting source drafts K tokens greedily (none when the
+method has no drafting source: one greedy token per step), every scoring source reads the pending tokens plus
+the drafts in one forward, and the rule decides from the logits by name:
+  a  the drafter on x_full (image + full text)     b  the drafter on x_comp (caption + OCR + question)
+  t  the verifier on x_comp                        q  the drafter on x_question (image + question only)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import gate
+from . import trace as T
+from .config import AsymSpecConfig
+from .errors import ConfigError
+
+# decide(cfg, logits by name, drafts [B, K], banned [V] | None) -> StepOutcome
+Rule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None], gate.StepOutcome]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One model reading one view; `logits` names what its logits are in the step."""
+
+    model: str  # "drafter", "verifier", or "sd_drafter" (SD's text drafter: the VL drafter unless one is given)
+    view: str  # "x_full", "x_comp" or "x_question"
+    logits: str  # "a", "b", "t" or "q"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    drafting: Source | None  # drafts greedily; None: no drafts, each step emits the scorer's greedy token
+    scoring: tuple[Source, ...]  # read pending + drafts in one forward, logits at the K+1 positions
+    decide: Rule
+    engine: str  # the vLLM engine that runs it: "verifier", "drafter" (VL model alone) or "speculative"
+    fused_bonus_reads_last: bool = False  # the drafting source also reads d_K when cfg.bonus == "fused"
+    always_reads_last: bool = False  # ... always (its logits at position K+1 are part of the rule)
+
+    @property
+    def labels(self) -> T.Labels:
+        return T.LABELS[self.name]
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafting is not None
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        return ((self.drafting,) if self.drafting else ()) + self.scoring
+
+    @property
+    def views(self) -> tuple[str, ...]:
+        """The views the method's models read (what must fit a context window)."""
+        return tuple(dict.fromkeys(s.view for s in self.sources))
+
+    @property
+    def reads_image(self) -> bool:
+        return any(view in ("x_full", "x_question") for view in self.views)
+
+    def drafts_last(self, cfg: AsymSpecConfig) -> bool:
+        """Whether the drafting source also reads d_K (its logits at position K+1 are needed)."""
+        return self.always_reads_last or (self.fused_bonus_reads_last and cfg.bonus == "fused")
+
+
+DRAFTER_FULL = Source("drafter", "x_full", "a")
+DRAFTER_COMP = Source("drafter", "x_comp", "b")
+SD_DRAFTER = Source("sd_drafter", "x_comp", "sd")
+VERIFIER = Source("verifier", "x_comp", "t")
+DRAFTER_QUESTION = Source("drafter", "x_question", "q")
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("asymspec", DRAFTER_FULL, (DRAFTER_COMP, VERIFIER),
+           lambda cfg, x, d, banned: gate.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned),
+           "speculative", fused_bonus_reads_last=True),
+    Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned),
+           "speculative"),
+    Method("scd", DRAFTER_COMP, (VERIFIER,),
+           lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), "speculative",
+           always_reads_last=True),
+    Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), "verifier"),
+    Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
+           "drafter"),
+)}
+NAMES = tuple(METHODS)
+SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)  # the modes of a speculative engine
+IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
+
+
+def method(name: str) -> Method:
+    if name not in METHODS:
+        raise ConfigError(f"method={name!r} is invalid: expected one of {NAMES}")
+    return METHODS[name]
+
+
+def engine_order(names: list[str]) -> list[str]:
+    """`names` grouped by the vLLM engine each runs on, engines in order of first appearance, so that a run
+    that goes method by method starts each engine once. SD goes first among the speculative methods: with a
+    separate text drafter it has a speculative engine of its own."""
+    first: dict[str, int] = {}
+    for name in names:
+        first.setdefault(method(name).engine, len(first))
+    return sorted(names, key=lambda name: (first[method(name).engine], name != "sd"))
