@@ -2,13 +2,15 @@
 
 from .api import AsymSpecVL, GenerationResult, TraceToken
 from .config import AsymSpecConfig
-from .errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError, InputError,
-                     InvalidImageError, ModelPairError, PromptTooLongError, VocabularyMismatchError)
+from .errors import (AsymSpecError, BatchInputError, ConfigError, EmptyQuestionError, ImageTooLargeError, InputError,
+                     InvalidImageError, InvalidTextError, ModelPairError, PromptTooLongError, RequestFailedError,
+                     VocabularyMismatchError)
 from .prompts import Request
 
 __all__ = [
     "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request",
     "AsymSpecError", "ConfigError", "InputError", "InvalidImageError", "ImageTooLargeError",
-    "EmptyQuestionError", "PromptTooLongError", "ModelPairError", "VocabularyMismatchError",
+    "EmptyQuestionError", "InvalidTextError", "PromptTooLongError", "BatchInputError", "RequestFailedError",
+    "ModelPairError", "VocabularyMismatchError",
 ]
 __version__ = "0.1.0"

@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .config import AsymSpecConfig, check_method
+from .config import AsymSpecConfig, as_config, check_method, is_one_of
+from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
 from .loop import RowOutput
-from .prompts import Prompts, Request, encode_request
+from .prompts import EncodedRequest, Prompts, Request, encode_request
 from .trace import Stats
 from .vocab import ModelPair
 
 DEFAULT_DRAFTER = "Qwen/Qwen3-VL-2B-Instruct"
 DEFAULT_VERIFIER = "Qwen/Qwen3-32B"
 BACKENDS = ("hf", "vllm")
+ON_ERROR = ("mark", "raise")
 
 
 @dataclass
@@ -34,12 +36,13 @@ class GenerationResult:
     prompts: Prompts
     method: str
     config: AsymSpecConfig
-    finish_reason: str
+    finish_reason: str  # "stop" | "length" | "error" (the model run failed on this request: see `error`)
     meta: dict = field(default_factory=dict)
+    error: str = ""
 
     def to_dict(self) -> dict:
         return {"text": self.text, "token_ids": self.token_ids, "method": self.method,
-                "finish_reason": self.finish_reason, "stats": self.stats.to_dict(),
+                "finish_reason": self.finish_reason, "error": self.error, "stats": self.stats.to_dict(),
                 "trace": [t.__dict__ for t in self.trace], "prompts": self.prompts.__dict__,
                 "config": self.config.to_dict(), **self.meta}
 
@@ -91,24 +94,61 @@ class AsymSpecVL:
         return cls(pair, impl, names)
 
     def generate(self, image=None, question: str = "", caption: str = "", ocr: str = "",
-                 method: str = "asymspec", config: AsymSpecConfig | None = None,
+                 method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
                  full_context: str | None = None, compressed_context: str | None = None,
                  on_step: Callable | None = None) -> GenerationResult:
         """Answer one question. With an image: the drafter reads image + text, the verifier caption + OCR.
-        Text-only AsymSpec: pass full_context (drafter) and compressed_context (verifier) instead."""
+        Text-only AsymSpec: pass full_context (drafter) and compressed_context (verifier) instead.
+        Text arguments are str (caption / ocr None read as ""); config may be a dict of AsymSpecConfig
+        fields. A bad argument raises its own typed error (InvalidTextError, InvalidImageError, ...,
+        ConfigError) naming it; a failed model run raises RequestFailedError."""
         req = Request(question, image, caption, ocr, full_context, compressed_context)
-        return self.generate_batch([req], method, config, on_step)[0]
+        return self.generate_batch([req], method, config, on_step, on_error="raise")[0]
 
     def generate_batch(self, requests: list[Request], method: str = "asymspec",
-                       config: AsymSpecConfig | None = None, on_step: Callable | None = None
-                       ) -> list[GenerationResult]:
-        """Decode many requests together (different prompt lengths are fine). Every request is
-        validated before any model runs; a bad one raises its typed error and nothing is lost."""
-        cfg = config or AsymSpecConfig()
+                       config: AsymSpecConfig | dict | None = None, on_step: Callable | None = None,
+                       on_error: str = "mark") -> list[GenerationResult]:
+        """Decode many requests together (different prompt lengths are fine).
+
+        Every request is validated before any model runs: bad ones raise one BatchInputError naming each
+        by index (`errors`: index -> its typed error); a batch of one raises that request's own error.
+        If the model run fails on some requests, the others' results still come back: with
+        on_error="mark" (the default) a failed request's result has finish_reason "error" and the
+        message in `error`; with on_error="raise" a RequestFailedError carries all results."""
+        cfg = as_config(config)
         check_method(method)
-        encoded = [encode_request(r, self.pair.processor, self.pair.tokenizer) for r in requests]
+        self.pair.check_stop_ids(cfg)
+        if not is_one_of(on_error, ON_ERROR):
+            raise ConfigError(f"on_error={on_error!r} is invalid: expected one of {ON_ERROR}")
+        if on_step is not None and not callable(on_step):
+            raise ConfigError(f"on_step must be callable or None, got {type(on_step).__name__}")
+        encoded = self._validated(requests, method, cfg)
+        if not encoded:
+            return []
         outputs = self.backend.run(encoded, method, cfg, on_step=on_step)
-        return [self._result(e, o, method, cfg) for e, o in zip(encoded, outputs)]
+        results = [self._result(e, o, method, cfg) for e, o in zip(encoded, outputs)]
+        failed = [i for i, r in enumerate(results) if r.finish_reason == "error"]
+        if failed and on_error == "raise":
+            raise RequestFailedError(results, failed)
+        return results
+
+    def _validated(self, requests, method: str, cfg: AsymSpecConfig) -> list[EncodedRequest]:
+        """Encode every request and check it fits the models' context; collect every bad one by index."""
+        if not isinstance(requests, (list, tuple)):
+            raise InputError(f"requests must be a list of Request, got {type(requests).__name__}")
+        encoded, errors = [], {}
+        for i, r in enumerate(requests):
+            try:
+                enc = encode_request(r, self.pair.processor, self.pair.tokenizer)
+                self.backend.check_fits(enc, method, cfg)
+                encoded.append(enc)
+            except InputError as e:
+                errors[i] = e
+        if len(requests) == 1 and errors:
+            raise errors[0]
+        if errors:
+            raise BatchInputError(errors, len(requests))
+        return encoded
 
     def decode(self, token_ids: list[int]) -> str:
         return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -117,4 +157,5 @@ class AsymSpecVL:
         pieces = token_pieces(self.pair.tokenizer, out.token_ids)
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
-                                method, cfg, out.finish_reason, dict(enc.meta))
+                                method, cfg, out.finish_reason, dict(enc.meta), out.error)
+

@@ -43,35 +43,57 @@ class AsymSpecConfig:
                "K", self.K, "an integer in [1, 16]")
         _check(_real(self.beta) and 0.0 <= self.beta <= 10.0, "beta", self.beta, "a number in [0, 10]")
         _check(_real(self.gamma) and 0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a number in (0, 1]")
-        _check(self.gate in GATES, "gate", self.gate, f"one of {GATES}")
+        _check(is_one_of(self.gate, GATES), "gate", self.gate, f"one of {GATES}")
         _check(_real(self.lam) and 0.0 <= self.lam <= 100.0, "lam", self.lam, "a number in [0, 100]")
-        _check(self.delta_source in DELTA_SOURCES, "delta_source", self.delta_source,
+        _check(is_one_of(self.delta_source, DELTA_SOURCES), "delta_source", self.delta_source,
                f"one of {DELTA_SOURCES}")
-        _check(self.bonus in BONUS_RULES, "bonus", self.bonus, f"one of {BONUS_RULES}")
+        _check(is_one_of(self.bonus, BONUS_RULES), "bonus", self.bonus, f"one of {BONUS_RULES}")
         _check(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
                and 1 <= self.max_new_tokens <= 1_000_000,
                "max_new_tokens", self.max_new_tokens, "an integer in [1, 1000000]")
         _check(_real(self.scd_alpha) and 0.0 < self.scd_alpha <= 1.0, "scd_alpha", self.scd_alpha,
                "a number in (0, 1]")
         if self.stop_token_ids is not None:
-            ids = tuple(self.stop_token_ids)
-            _check(all(isinstance(i, int) and i >= 0 for i in ids), "stop_token_ids",
-                   self.stop_token_ids, "a sequence of non-negative token ids")
-            object.__setattr__(self, "stop_token_ids", ids)
+            ids = self.stop_token_ids
+            _check(isinstance(ids, (list, tuple, set, frozenset, range))
+                   and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids),
+                   "stop_token_ids", ids, "a list or tuple of non-negative token ids, or None")
+            object.__setattr__(self, "stop_token_ids", tuple(ids))
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = [k for k in changes if k not in names]
         if unknown:
-            raise ConfigError(f"unknown AsymSpecConfig field(s): {sorted(unknown)}")
+            raise ConfigError(f"unknown AsymSpecConfig field(s): {sorted(map(repr, unknown))}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
+def as_config(config) -> AsymSpecConfig:
+    """The config argument of the API: None (the defaults), an AsymSpecConfig, or a dict of its fields
+    (read as AsymSpecConfig(**config)); anything else raises ConfigError."""
+    if config is None:
+        return AsymSpecConfig()
+    if isinstance(config, AsymSpecConfig):
+        return config
+    if isinstance(config, dict):
+        if not all(isinstance(k, str) for k in config):
+            raise ConfigError(f"config keys must be AsymSpecConfig field names, got {sorted(map(repr, config))}")
+        return AsymSpecConfig().replace(**config)
+    raise ConfigError(f"config must be an AsymSpecConfig, a dict of its fields or None, got {type(config).__name__}")
+
+
+def is_one_of(x, allowed: tuple[str, ...]) -> bool:
+    return isinstance(x, str) and x in allowed
+
+
 def _real(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return isinstance(x, int) or math.isfinite(x)  # isfinite() cannot take ints beyond the float range
 
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:
@@ -80,6 +102,6 @@ def _check(ok: bool, name: str, value, allowed: str) -> None:
 
 
 def check_method(method: str) -> str:
-    if method not in METHODS:
+    if not is_one_of(method, METHODS):
         raise ConfigError(f"method={method!r} is invalid: expected one of {METHODS}")
     return method

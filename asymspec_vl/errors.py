@@ -29,8 +29,37 @@ class PromptTooLongError(InputError):
     """A prompt does not fit in a model's context window."""
 
 
+class InvalidTextError(InputError):
+    """A text argument (question, caption, ocr, a context) is not a str, or is not valid Unicode."""
+
+
+class BatchInputError(InputError):
+    """Some requests of a batch are invalid; nothing has run. `errors` maps each bad request's index to its
+    own typed error."""
+
+    def __init__(self, errors: dict[int, InputError], total: int):
+        self.errors = dict(sorted(errors.items()))
+        listed = "; ".join(f"request {i}: {type(e).__name__}: {e}" for i, e in self.errors.items())
+        super().__init__(f"{len(self.errors)} of {total} requests are invalid (nothing was run): {listed}")
+
+
+class RequestFailedError(AsymSpecError, RuntimeError):
+    """A model run failed on some requests (after they were validated). `results` holds every request's
+    GenerationResult, the failed ones with finish_reason "error" and their message in `error`;
+    `failed` lists their indices."""
+
+    def __init__(self, results: list, failed: list[int]):
+        self.results, self.failed = results, failed
+        listed = "; ".join(f"request {i}: {results[i].error}" for i in failed)
+        super().__init__(f"{len(failed)} of {len(results)} requests failed: {listed}")
+
+
 class ModelPairError(AsymSpecError, ValueError):
     """The drafter and verifier cannot be paired (e.g. different output vocabularies)."""
+
+
+class ChatTemplateError(ModelPairError):
+    """A model's chat template cannot frame a user message (it must hold the message verbatim, once)."""
 
 
 class VocabularyMismatchError(ModelPairError):

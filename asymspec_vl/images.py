@@ -1,4 +1,6 @@
-"""Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors."""
+"""Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors.
+How each pixel mode becomes RGB: image_modes.py. A multi-frame file (GIF, APNG, TIFF) gives its first frame;
+an EXIF orientation is applied (the model sees the image upright, as a viewer shows it)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ import os
 import warnings
 from pathlib import Path
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import ImageTooLargeError, InvalidImageError
+from .image_modes import array_to_rgb, image_to_rgb
 
 MAX_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
 MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -23,11 +26,9 @@ def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BY
     if isinstance(image, Image.Image):
         return _checked(image, max_pixels, "the PIL image")
     if _is_array(image):
-        try:
-            pil = Image.fromarray(image)
-        except (TypeError, ValueError) as e:
-            raise InvalidImageError(f"the array cannot be read as an image: {e}") from e
-        return _checked(pil, max_pixels, "the array")
+        if image.ndim >= 2:
+            _check_size((image.shape[1], image.shape[0]), max_pixels, "the array")
+        return array_to_rgb(image, "the array")
     if isinstance(image, (bytes, bytearray, memoryview)):
         data, name = bytes(image), "the image bytes"
     elif isinstance(image, (str, os.PathLike)):
@@ -86,6 +87,8 @@ def _check_size(size: tuple[int, int], max_pixels: int, name: str) -> None:
 def _checked(img: Image.Image, max_pixels: int, name: str) -> Image.Image:
     _check_size(img.size, max_pixels, name)
     try:
-        return img.convert("RGB")
-    except (OSError, ValueError) as e:
+        return image_to_rgb(ImageOps.exif_transpose(img), name)
+    except InvalidImageError:
+        raise
+    except (OSError, SyntaxError, ValueError) as e:
         raise InvalidImageError(f"{name} cannot be converted to RGB: {e}") from e

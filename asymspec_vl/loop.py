@@ -47,7 +47,8 @@ class RowOutput:
     token_ids: list[int] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # one of trace.TOKEN_SOURCES per token
     stats: T.Stats = field(default_factory=T.Stats)
-    finish_reason: str = "length"  # "stop" | "length"
+    finish_reason: str = "length"  # "stop" | "length" | "error" (a backend could not decode this row)
+    error: str = ""  # why, when finish_reason is "error"
 
 
 def plan_asymspec(cfg: AsymSpecConfig, full: LogitSource, comp: LogitSource, verifier: LogitSource,

@@ -3,18 +3,21 @@ and x_question (drafter-alone baseline: image + question), as chat-template stri
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
 
-from .errors import EmptyQuestionError, InvalidImageError
+from .errors import ChatTemplateError, EmptyQuestionError, InputError, InvalidImageError
 from .images import load_image
+from .user_text import SENTINEL, check_text, encode_pieces, template_pieces
 
 
 @dataclass
 class Request:
     """One question. Cross-modal: `image` (+ its caption / OCR text for the verifier).
-    Text-only AsymSpec: `full_context` for the drafter and `compressed_context` for the verifier."""
+    Text-only AsymSpec: `full_context` for the drafter and `compressed_context` for the verifier.
+    Text fields are str (caption / ocr None reads as ""); checked by checked_request."""
 
     question: str
     image: object = None
@@ -26,7 +29,8 @@ class Request:
 
 @dataclass
 class Prompts:
-    """The exact prompt strings each model reads (chat template applied)."""
+    """The exact prompt strings each model reads (chat template applied). Special-token strings inside the
+    user's text were read as ordinary text (user_text.py)."""
 
     x_full: str
     x_comp: str
@@ -69,45 +73,94 @@ def context_text(question: str, context: str | None) -> str:
     return question.strip()
 
 
-def _chat(template_owner, content, thinking_off: bool = True) -> str:
-    messages = [{"role": "user", "content": content}]
-    kwargs = {"enable_thinking": False} if thinking_off else {}
-    return template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+@dataclass(frozen=True)
+class Framed:
+    """One view's prompt: the user text between the chat template's pieces before and after it."""
+
+    before: str
+    text: str
+    after: str
+
+    @property
+    def prompt(self) -> str:
+        return self.before + self.text + self.after
+
+
+def checked_request(req: Request) -> Request:
+    """`req` with its text arguments checked (InvalidTextError names the argument). Coercions: caption or
+    ocr None reads as "" (none); full_context / compressed_context None means absent."""
+    if not isinstance(req, Request):
+        raise InputError(f"a request must be an asymspec_vl.Request, got {type(req).__name__}")
+    if req.question is None or (isinstance(req.question, str) and not req.question.strip()):
+        raise EmptyQuestionError("the question is empty")
+    return dataclasses.replace(
+        req, question=check_text("question", req.question),
+        caption=check_text("caption", req.caption, optional=True) or "",
+        ocr=check_text("ocr", req.ocr, optional=True) or "",
+        full_context=check_text("full_context", req.full_context, optional=True),
+        compressed_context=check_text("compressed_context", req.compressed_context, optional=True))
+
+
+def frame_views(req: Request, drafter_processor, verifier_tokenizer) -> tuple[Framed, Framed, Framed]:
+    """x_full, x_comp, x_question of a checked request (Qwen3 thinking disabled in every template)."""
+    def framed(owner, text: str, image: bool) -> Framed:
+        content = [{"type": "image"}, {"type": "text", "text": SENTINEL}] if image else SENTINEL
+        before, after = template_pieces(owner, content)
+        return Framed(before, text, after)
+
+    if req.image is not None:
+        comp = verifier_text(req.question, req.caption, req.ocr)
+        full = framed(drafter_processor, comp, image=True)
+        only_q = framed(drafter_processor, req.question.strip(), image=True)
+    elif req.full_context is not None:
+        comp = context_text(req.question, req.compressed_context)
+        full = only_q = framed(drafter_processor, context_text(req.question, req.full_context), image=False)
+    else:
+        raise InvalidImageError("a request needs an image (cross-modal) or full_context (text-only AsymSpec)")
+    return full, framed(verifier_tokenizer, comp, image=False), only_q
 
 
 def build_prompts(req: Request, drafter_processor, verifier_tokenizer) -> Prompts:
-    """x_full / x_comp / x_question strings for `req` (Qwen3 thinking disabled in every template)."""
-    if not isinstance(req.question, str) or not req.question.strip():
-        raise EmptyQuestionError("the question is empty")
-    if req.image is not None:
-        comp = verifier_text(req.question, req.caption, req.ocr)
-        full = _chat(drafter_processor, [{"type": "image"}, {"type": "text", "text": comp}])
-        only_q = _chat(drafter_processor, [{"type": "image"}, {"type": "text", "text": req.question.strip()}])
-    elif req.full_context is not None:
-        comp = context_text(req.question, req.compressed_context)
-        full = only_q = _chat(drafter_processor, context_text(req.question, req.full_context))
-    else:
-        raise InvalidImageError("a request needs an image (cross-modal) or full_context (text-only AsymSpec)")
-    return Prompts(x_full=full, x_comp=_chat(verifier_tokenizer, comp), x_question=only_q)
+    """x_full / x_comp / x_question strings for `req`."""
+    return _prompts(*frame_views(checked_request(req), drafter_processor, verifier_tokenizer))
 
 
 def encode_request(req: Request, drafter_processor, verifier_tokenizer) -> EncodedRequest:
-    """Build the prompts and tokenize each view; the image is decoded and validated once."""
-    prompts = build_prompts(req, drafter_processor, verifier_tokenizer)
-    comp = EncodedView(verifier_tokenizer(prompts.x_comp, add_special_tokens=False)["input_ids"])
+    """Check the request, build the prompts and tokenize each view (user text as ordinary text, see
+    user_text.py); the image is decoded, validated and processed once."""
+    req = checked_request(req)
+    full, comp, only_q = frame_views(req, drafter_processor, verifier_tokenizer)
+    prompts = _prompts(full, comp, only_q)
+    comp_view = EncodedView(encode_pieces(verifier_tokenizer, comp))
     if req.image is None:
-        tok = getattr(drafter_processor, "tokenizer", drafter_processor)
-        full = EncodedView(tok(prompts.x_full, add_special_tokens=False)["input_ids"])
-        return EncodedRequest(prompts, full, comp, full)
+        full_view = EncodedView(encode_pieces(getattr(drafter_processor, "tokenizer", drafter_processor), full))
+        return EncodedRequest(prompts, full_view, comp_view, full_view)
     image = load_image(req.image)
-    return EncodedRequest(prompts, _encode_image_view(drafter_processor, prompts.x_full, image), comp,
-                          _encode_image_view(drafter_processor, prompts.x_question, image),
-                          meta={"image_size": image.size})
+    pixel_values, grid = _vision_inputs(drafter_processor, image)
+    return EncodedRequest(prompts, _image_view(drafter_processor, full, pixel_values, grid), comp_view,
+                          _image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size})
 
 
-def _encode_image_view(processor, text: str, image) -> EncodedView:
+def _prompts(full: Framed, comp: Framed, only_q: Framed) -> Prompts:
+    return Prompts(x_full=full.prompt, x_comp=comp.prompt, x_question=only_q.prompt)
+
+
+def _vision_inputs(processor, image) -> tuple[torch.Tensor, torch.Tensor]:
+    """pixel_values [num_patches, C * T * P * P] and image_grid_thw [1, 3] (the processor's image processor)."""
     try:
-        enc = processor(text=[text], images=[image], return_tensors="pt", add_special_tokens=False)
+        out = processor.image_processor(images=[image], return_tensors="pt")
     except ValueError as e:  # e.g. an aspect ratio the image processor cannot resize
         raise InvalidImageError(f"the image processor refused the image: {e}") from e
-    return EncodedView(enc["input_ids"][0].tolist(), enc["pixel_values"], enc["image_grid_thw"])
+    return out["pixel_values"], out["image_grid_thw"]
+
+
+def _image_view(processor, view: Framed, pixel_values: torch.Tensor, grid: torch.Tensor) -> EncodedView:
+    """The view's ids with the template's one image placeholder repeated once per merged image token, as
+    the Qwen3-VL processor does."""
+    pad = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    ids = encode_pieces(processor.tokenizer, view)
+    if ids.count(pad) != 1:
+        raise ChatTemplateError(f"the drafter's chat template put {ids.count(pad)} image placeholders in a "
+                                "prompt with one image")
+    n = int(grid.prod()) // processor.image_processor.merge_size ** 2
+    return EncodedView([t for i in ids for t in ([i] * n if i == pad else [i])], pixel_values, grid)

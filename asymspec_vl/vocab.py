@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .config import AsymSpecConfig
-from .errors import VocabularyMismatchError
+from .errors import ConfigError, ModelPairError, VocabularyMismatchError
 
 # Tokens that only mark or pad vision inputs: emitting one would corrupt the next forward.
 STRUCTURAL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -44,6 +44,10 @@ class ModelPair:
         is_vl = "vision_config" in d_cfg
         proc = (AutoProcessor if is_vl else AutoTokenizer).from_pretrained(drafter, trust_remote_code=trust_remote_code)
         tok = AutoTokenizer.from_pretrained(verifier, trust_remote_code=trust_remote_code)
+        for name, t in ((drafter, getattr(proc, "tokenizer", proc)), (verifier, tok)):
+            if not t.is_fast:
+                raise ModelPairError(f"{name} has no fast tokenizer (tokenizer.json): it is needed to read user "
+                                     "text as ordinary text")
         check_same_vocabulary(getattr(proc, "tokenizer", proc), tok, drafter, verifier)
         dims = {drafter: output_dim(d_cfg), verifier: output_dim(v_cfg)}
         if text_drafter:
@@ -63,6 +67,20 @@ class ModelPair:
                 raise VocabularyMismatchError(
                     f"{type(m).__name__} has {m.get_output_embeddings().weight.shape[0]} output logits, "
                     f"the pair's vocabulary has {self.vocab_size}")
+
+    def check_stop_ids(self, cfg: AsymSpecConfig) -> None:
+        """Refuse stop tokens decoding can never emit (generation would silently run to its budget): ids
+        outside the vocabulary, and banned ones (vision placeholders, thinking markers, padding rows)."""
+        ids = cfg.stop_token_ids or ()
+        outside = sorted(i for i in ids if i >= self.vocab_size)
+        if outside:
+            raise ConfigError(f"AsymSpecConfig.stop_token_ids holds {outside}, outside the vocabulary of "
+                              f"{self.vocab_size} tokens (ids 0..{self.vocab_size - 1})")
+        never = sorted(set(ids) & set(self.banned_ids()))
+        if never:
+            names = [self.tokenizer.convert_ids_to_tokens(i) for i in never]
+            raise ConfigError(f"AsymSpecConfig.stop_token_ids holds {never} ({names}): tokens decoding never emits "
+                              "(vision placeholders, thinking markers, padding rows)")
 
     def stop_ids(self, cfg: AsymSpecConfig) -> set[int]:
         return set(cfg.stop_token_ids) if cfg.stop_token_ids is not None else set(self.eos_ids)

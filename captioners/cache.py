@@ -59,9 +59,10 @@ class CachedCaptioner:
         if path is None or not path.is_file():
             return None
         try:
-            return ImageText.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None  # a damaged entry is recomputed and overwritten
+            entry = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # an unreadable entry is recomputed and overwritten
+        return ImageText.from_dict(entry) if _well_formed(entry) else None  # so is one of the wrong shape
 
     def _write(self, ck: str, result: ImageText) -> None:
         path = self._path(ck)
@@ -72,3 +73,21 @@ class CachedCaptioner:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f)
         os.replace(tmp, path)
+
+
+def _well_formed(entry) -> bool:
+    """Whether a cache file holds an ImageText.to_dict(): text fields are str, OCR boxes {box [4, 2], text,
+    confidence}."""
+    if not isinstance(entry, dict) or not all(isinstance(entry.get(k, ""), str) for k in ("caption", "ocr", "source")):
+        return False
+    boxes = entry.get("ocr_boxes", [])
+    return isinstance(boxes, list) and all(_well_formed_box(b) for b in boxes)
+
+
+def _well_formed_box(box) -> bool:
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+    corners = box.get("box") if isinstance(box, dict) else None
+    return (isinstance(corners, list) and len(corners) == 4
+            and all(isinstance(p, list) and len(p) == 2 and all(number(x) for x in p) for p in corners)
+            and isinstance(box.get("text"), str) and number(box.get("confidence", 1.0)))

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from asymspec_vl import (AsymSpecConfig, AsymSpecVL, EmptyQuestionError, ImageTooLargeError,
-                         InvalidImageError, PromptTooLongError, Request, VocabularyMismatchError)
+from asymspec_vl import (AsymSpecConfig, AsymSpecVL, BatchInputError, ConfigError, EmptyQuestionError,
+                         ImageTooLargeError, InputError, InvalidImageError, InvalidTextError, PromptTooLongError,
+                         Request, RequestFailedError, VocabularyMismatchError)
 from asymspec_vl.tiny import TinySizes, train_tokenizer, write_text_model
 from helpers import random_image
 
 CFG = AsymSpecConfig(K=2, max_new_tokens=6)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def png_bytes(img: Image.Image) -> bytes:
@@ -78,8 +80,11 @@ def test_prompt_longer_than_context(tiny_vl, works_after):
 
 def test_bad_request_in_a_batch_fails_before_any_compute(tiny_vl, works_after):
     reqs = [Request("What is shown?", random_image(2)), Request("What is shown?", b"garbage")]
-    with pytest.raises(InvalidImageError):
+    with pytest.raises(BatchInputError) as info:
         tiny_vl.generate_batch(reqs, config=CFG)
+    assert list(info.value.errors) == [1] and isinstance(info.value.errors[1], InvalidImageError)
+    with pytest.raises(InvalidImageError):  # a batch of one raises the request's own error
+        tiny_vl.generate_batch(reqs[1:], config=CFG)
     works_after()
 
 
@@ -91,10 +96,168 @@ def test_vocabulary_mismatch(tiny_models, tmp_path):
 
 
 def test_unknown_method_and_backend(tiny_vl, tiny_models):
-    from asymspec_vl import ConfigError
-
     with pytest.raises(ConfigError, match="method"):
         tiny_vl.generate(random_image(0), "What?", method="ceiling")
     with pytest.raises(ConfigError, match="backend"):
         AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
                                    backend="onnx")
+
+
+# -- text and config arguments (issue 12, item 3) ------------------------------------------------------
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(question="What is \ud800 shown?"), InvalidTextError, r"question holds '\\ud800' at position 8"),
+    (dict(caption="a \udfff chart"), InvalidTextError, "caption holds .* lone surrogate"),
+    (dict(ocr="12 \ud83d"), InvalidTextError, "ocr holds"),
+    (dict(ocr=123), InvalidTextError, "ocr must be a str or None, got int"),
+    (dict(caption=["a", "chart"]), InvalidTextError, "caption must be a str or None, got list"),
+    (dict(question=42), InvalidTextError, "question must be a str, got int"),
+    (dict(question=None), EmptyQuestionError, "empty"),
+    (dict(image=None, full_context=b"bytes"), InvalidTextError, "full_context must be a str or None, got bytes"),
+    (dict(image=None, full_context="ctx", compressed_context="\ud800"), InvalidTextError, "compressed_context"),
+    (dict(config={"K": 0}), ConfigError, r"AsymSpecConfig.K=0"),
+    (dict(config={"topk": 3}), ConfigError, "unknown AsymSpecConfig field"),
+    (dict(config={1: 2}), ConfigError, "config keys"),
+    (dict(config="K=2"), ConfigError, "config must be an AsymSpecConfig, a dict of its fields or None, got str"),
+    (dict(config={"gate": ["cda"]}), ConfigError, "gate"),
+    (dict(config={"beta": 10 ** 400}), ConfigError, "beta"),
+    (dict(config={"stop_token_ids": 5}), ConfigError, "stop_token_ids"),
+    (dict(config={"stop_token_ids": "12"}), ConfigError, "stop_token_ids"),
+    (dict(method=None), ConfigError, "method=None"),
+    (dict(on_step=5), ConfigError, "on_step must be callable"),
+])
+def test_bad_arguments_raise_typed_errors_naming_them(tiny_vl, works_after, kwargs, error, words):
+    args = dict(image=random_image(0), question="What is shown?", config=CFG) | kwargs
+    with pytest.raises(error, match=words):
+        tiny_vl.generate(**args)
+    works_after()
+
+
+def test_documented_coercions(tiny_vl):
+    """caption / ocr None read as "" (no caption, no OCR); a dict config is AsymSpecConfig(**dict)."""
+    img = random_image(4)
+    ref = tiny_vl.generate(img, "What is shown?", caption="", ocr="", config=CFG)
+    same = tiny_vl.generate(img, "What is shown?", caption=None, ocr=None, config={"K": 2, "max_new_tokens": 6})
+    assert same.token_ids == ref.token_ids and same.prompts == ref.prompts and same.config == CFG
+
+
+# -- batches (issue 12, item 4) ---------------------------------------------------------------------------
+def test_batch_validation_names_every_bad_request_before_anything_runs(tiny_vl, works_after, monkeypatch):
+    long_caption = "a very long description of the figure " * 1500
+    reqs = [Request("What is shown?", random_image(1)), Request("  ", random_image(2)),
+            Request("What is shown?", random_image(3)), Request("What is shown?", b"not an image"),
+            Request("What?", random_image(4), ocr=123), "not a request",
+            Request("What?", random_image(5), caption=long_caption)]
+    monkeypatch.setattr(tiny_vl.backend, "run", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(BatchInputError) as info:
+        tiny_vl.generate_batch(reqs, method="floor", config=CFG)
+    e = info.value
+    assert {i: type(err) for i, err in e.errors.items()} == {
+        1: EmptyQuestionError, 3: InvalidImageError, 4: InvalidTextError, 5: InputError, 6: PromptTooLongError}
+    assert isinstance(e, InputError) and str(e).startswith("5 of 7 requests are invalid (nothing was run): ")
+    for i in e.errors:
+        assert f"request {i}: {type(e.errors[i]).__name__}: " in str(e)
+    with pytest.raises(InputError, match="requests must be a list"):
+        tiny_vl.generate_batch(Request("What?", random_image(1)), config=CFG)
+    monkeypatch.undo()
+    assert tiny_vl.generate_batch([], config=CFG) == []
+    works_after()
+
+
+@pytest.fixture
+def poisoned(tiny_vl, monkeypatch):
+    """Makes the transformers backend fail on any batch holding the request with caption "poison" (as a
+    model run that fails on one request would), and returns that request."""
+    from asymspec_vl.backends import hf_source
+    from asymspec_vl.prompts import encode_request
+
+    bad = Request("What is shown?", random_image(7), caption="poison")
+    bad_ids = encode_request(bad, tiny_vl.pair.processor, tiny_vl.pair.tokenizer).comp.ids
+    real_init = hf_source.HFSource.__init__
+
+    def init(self, model, prompts, pad_id, mm=None):
+        if bad_ids in [list(p) for p in prompts]:
+            raise RuntimeError("simulated failure of the poisoned request")
+        real_init(self, model, prompts, pad_id, mm)
+    monkeypatch.setattr(hf_source.HFSource, "__init__", init)
+    return bad
+
+
+def _alone(vl, req, method):
+    return vl.generate_batch([req], method, CFG)[0].token_ids
+
+
+@pytest.mark.parametrize("method", ["asymspec", "floor"])
+def test_a_failed_request_is_marked_and_the_finished_ones_come_back(tiny_vl, works_after, poisoned, method):
+    good = [Request("What is shown?", random_image(5), caption="a chart"), Request("How many?", random_image(6))]
+    results = tiny_vl.generate_batch([good[0], poisoned, good[1]], method, CFG)
+    assert [r.finish_reason != "error" for r in results] == [True, False, True]
+    assert [results[0].token_ids, results[2].token_ids] == [_alone(tiny_vl, g, method) for g in good]
+    failed = results[1]
+    assert failed.error == "RuntimeError: simulated failure of the poisoned request" and failed.token_ids == []
+    assert failed.to_dict()["error"] == failed.error
+
+    with pytest.raises(RequestFailedError, match="1 of 3 requests failed: request 1: RuntimeError") as info:
+        tiny_vl.generate_batch([good[0], poisoned, good[1]], method, CFG, on_error="raise")
+    assert info.value.failed == [1] and info.value.results[2].token_ids == results[2].token_ids
+    with pytest.raises(RuntimeError, match="simulated"):  # every request failed: not about one request
+        tiny_vl.generate_batch([poisoned, poisoned], method, CFG)
+    with pytest.raises(ConfigError, match="on_error"):
+        tiny_vl.generate_batch(good, method, CFG, on_error="ignore")
+    works_after()
+
+
+def test_a_caller_stopping_the_decoding_is_not_retried(tiny_vl, poisoned):
+    class Stop(Exception):
+        pass
+    calls = []
+
+    def on_step(rows):
+        calls.append(len(rows))
+        raise Stop()
+    with pytest.raises(Stop):
+        tiny_vl.generate_batch([Request("What?", random_image(1)), Request("Why?", random_image(2))], config=CFG,
+                               on_step=on_step)
+    assert calls == [2]
+    streamed = []
+    results = tiny_vl.generate_batch([Request("What?", random_image(1)), poisoned], config=CFG,
+                                     on_step=lambda rows: streamed.append([len(r.token_ids) for r in rows]))
+    assert streamed[-1] == [len(results[0].token_ids), 0]  # rows stream in batch order while decoded one by one
+
+
+# -- stop tokens (issue 12, item 6) ---------------------------------------------------------------------------
+def test_stop_token_ids_that_can_never_be_emitted_are_refused(tiny_vl, works_after):
+    vocab = tiny_vl.pair.vocab_size
+    with pytest.raises(ConfigError, match=f"holds \\[{vocab}, 999999\\], outside the vocabulary of {vocab} tokens"):
+        tiny_vl.generate(random_image(0), "What?", config=CFG.replace(stop_token_ids=(2, 999999, vocab)))
+    pad = tiny_vl.pair.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    with pytest.raises(ConfigError, match=r"\<\|image_pad\|\>.*never emits"):
+        tiny_vl.generate(random_image(0), "What?", config=CFG.replace(stop_token_ids=[pad]))
+    works_after()
+
+
+# -- the caption cache (issue 12, item 5) ---------------------------------------------------------------------
+@pytest.mark.parametrize("entry", ["[1, 2]", '"text"', '{"caption": 5}', '{"ocr": null}',
+                                   '{"ocr_boxes": [{"box": "x", "text": "a"}]}',
+                                   '{"ocr_boxes": [{"box": [[0, 0], [1, 0], [1, 1]], "text": "a"}]}',
+                                   '{"ocr_boxes": [{"box": [[0, 0], [1, 0], [1, 1], [0, 1]], "text": 7}]}'])
+def test_a_cache_entry_of_the_wrong_shape_is_recomputed(tmp_path, entry):
+    from asymspec_vl.captioners import CachedCaptioner, ImageText
+
+    class Counting:
+        name = "counting-v1"
+        calls = 0
+
+        def describe(self, image=None, key=None):
+            self.calls += 1
+            return ImageText(caption="a chart", ocr="12 30", source=self.name)
+
+    inner = Counting()
+    cache = CachedCaptioner(inner, directory=tmp_path)
+    img = random_image(0)
+    path = tmp_path / cache.cache_key(img)[:2] / f"{cache.cache_key(img)}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(entry)
+    assert cache.describe(img) == ImageText(caption="a chart", ocr="12 30", source="counting-v1")
+    assert inner.calls == 1 and cache.misses == 1
+    fresh = CachedCaptioner(inner, directory=tmp_path)  # the entry was rewritten: a new cache hits it
+    assert fresh.describe(img).caption == "a chart" and inner.calls == 1 and fresh.hits == 1

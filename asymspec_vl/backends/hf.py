@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import torch
@@ -13,6 +14,8 @@ from ..errors import PromptTooLongError
 from ..prompts import EncodedRequest, EncodedView
 from ..vocab import ModelPair
 from .hf_source import HFSource
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device_dtype(device: str | None, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
@@ -57,15 +60,13 @@ class HFBackend:
         pair.check_output_dims(d, v, td)
         return cls(pair, d, v, td)
 
-    def check_fits(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig) -> None:
-        """Refuse prompts that leave no room for one step in a model's context window."""
-        for i, r in enumerate(reqs):
-            for view, model, who in self._views(r, method):
-                limit = context_length(model)
-                if len(view.ids) + cfg.K + 2 > limit:
-                    raise PromptTooLongError(
-                        f"request {i}: the {who} prompt has {len(view.ids)} tokens; the {who}'s context "
-                        f"is {limit} tokens (with K={cfg.K} look-ahead)")
+    def check_fits(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> None:
+        """Refuse a prompt that leaves no room for one step in a model's context window."""
+        for view, model, who in self._views(r, method):
+            limit = context_length(model)
+            if len(view.ids) + cfg.K + 2 > limit:
+                raise PromptTooLongError(f"the {who} prompt has {len(view.ids)} tokens; the {who}'s context is "
+                                         f"{limit} tokens (with K={cfg.K} look-ahead)")
 
     def room(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> int:
         """Tokens a request may generate before some model's context is full."""
@@ -83,7 +84,44 @@ class HFBackend:
 
     def run(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
             on_step: Callable | None = None) -> list[loop.RowOutput]:
-        self.check_fits(reqs, method, cfg)
+        """Decode the batch. If that fails, each request is decoded alone: one that fails alone comes back
+        marked (finish_reason "error", its exception as message) beside the others' results. A failure
+        of every request (or of a batch of one) is not about a request: its exception propagates, as does
+        any exception raised by on_step (the caller stopping the decoding)."""
+        for r in reqs:
+            self.check_fits(r, method, cfg)
+        step = _CallerStep(on_step) if on_step else None
+        try:
+            return self._decode(reqs, method, cfg, step)
+        except Exception as e:
+            if len(reqs) == 1 or (step is not None and step.raised is e):
+                raise
+            log.warning("a batch of %d requests failed (%s: %s); decoding them one by one", len(reqs),
+                        type(e).__name__, e)
+        return self._one_by_one(reqs, method, cfg, step)
+
+    def _one_by_one(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
+                    step: "_CallerStep | None") -> list[loop.RowOutput]:
+        rows = [loop.RowOutput() for _ in reqs]
+        failures = []
+        for i, r in enumerate(reqs):
+            def one_step(one: list[loop.RowOutput], i: int = i) -> None:
+                rows[i] = one[0]
+                step(rows)
+            try:
+                rows[i] = self._decode([r], method, cfg, one_step if step else None)[0]
+            except Exception as e:
+                if step is not None and step.raised is e:
+                    raise
+                log.warning("request %d of the batch failed alone", i, exc_info=e)
+                failures.append(e)
+                rows[i] = loop.RowOutput(finish_reason="error", error=f"{type(e).__name__}: {e}")
+        if len(failures) == len(reqs):
+            raise failures[0]
+        return rows
+
+    def _decode(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
+                on_step: Callable | None) -> list[loop.RowOutput]:
         banned = self.pair.banned_mask(self.device)
         max_new = [min(cfg.max_new_tokens, self.room(r, method, cfg)) for r in reqs]
         verifier = lambda: self._source(self.verifier, [r.comp for r in reqs])  # noqa: E731
@@ -110,3 +148,17 @@ class HFBackend:
                                               ).to(self.device),
                   "row_image_grid_thw": [v.image_grid_thw for v in views]}
         return HFSource(model, [v.ids for v in views], self.pair.pad_id, mm)
+
+
+class _CallerStep:
+    """on_step, remembering an exception it raised: the caller stopping the decoding, not a failed request."""
+
+    def __init__(self, on_step: Callable):
+        self.on_step, self.raised = on_step, None
+
+    def __call__(self, rows: list[loop.RowOutput]) -> None:
+        try:
+            self.on_step(rows)
+        except BaseException as e:
+            self.raised = e
+            raise

@@ -21,16 +21,12 @@ from typing import Callable
 from .. import loop
 from .. import trace as T
 from ..config import AsymSpecConfig
-from ..errors import AsymSpecError, PromptTooLongError
+from ..errors import PromptTooLongError
 from ..prompts import EncodedRequest
 from ..vocab import ModelPair
 from .vllm_engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
-FINISH = {"stop": "stop", "length": "length"}
-
-
-class EngineRequestError(AsymSpecError, RuntimeError):
-    """The engine finished a request with an error (the message says why)."""
+FINISH = {"stop": "stop", "length": "length"}  # any other engine finish reason marks the request "error"
 
 
 class VLLMBackend:
@@ -83,20 +79,22 @@ class VLLMBackend:
         spec, _ = self.engine_for(method, cfg.K)
         return self.max_model_len(spec) - max(len(v.ids) for v in _views(r, method)) - cfg.K - 1
 
-    def check_fits(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig) -> None:
-        for i, r in enumerate(reqs):
-            if self.room(r, method, cfg) < 1:
-                spec, _ = self.engine_for(method, cfg.K)
-                longest = max(len(v.ids) for v in _views(r, method))
-                raise PromptTooLongError(f"request {i}: a {longest}-token prompt does not fit the engine's "
-                                         f"context of {self.max_model_len(spec)} tokens (with K={cfg.K})")
+    def check_fits(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> None:
+        if self.room(r, method, cfg) < 1:
+            spec, _ = self.engine_for(method, cfg.K)
+            longest = max(len(v.ids) for v in _views(r, method))
+            raise PromptTooLongError(f"a {longest}-token prompt does not fit the engine's context of "
+                                     f"{self.max_model_len(spec)} tokens (with K={cfg.K})")
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
             on_step: Callable | None = None) -> list[loop.RowOutput]:
+        """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
+        engine's message), the others finish as usual."""
         spec, mode = self.engine_for(method, cfg.K)
         llm = self.engine(spec)
-        self.check_fits(reqs, method, cfg)
+        for r in reqs:
+            self.check_fits(r, method, cfg)
         prompts = [self._prompt(llm, r, method) for r in reqs]
         params = [self._params(r, method, mode, cfg) for r in reqs]
         rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
@@ -158,17 +156,15 @@ class VLLMBackend:
 
         comp = o.outputs[0]
         tokens = list(comp.token_ids)
-        if comp.finish_reason not in FINISH:
-            _, _, error = from_output(o.kv_transfer_params)
-            raise EngineRequestError(f"the engine finished a request with '{comp.finish_reason}': "
-                                     f"{error or 'no detail'}")
+        stats, sources, error = from_output(o.kv_transfer_params)
         if mode == "plain":
             stats = T.Stats(steps=len(tokens), emitted=len(tokens))
             sources = [label] * len(tokens)
-        else:
-            stats, sources, _ = from_output(o.kv_transfer_params)
         stats.elapsed_s = elapsed
-        return loop.RowOutput(tokens, sources, stats, FINISH[comp.finish_reason])
+        if comp.finish_reason in FINISH:
+            return loop.RowOutput(tokens, sources, stats, FINISH[comp.finish_reason])
+        return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
+                                                              f"'{comp.finish_reason}': {error or 'no detail'}")
 
 
 class _StreamedStats:
