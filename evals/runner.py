@@ -22,7 +22,8 @@ API (shared by every eval: MathVista, the toy world, ...)
         the run (a bug) with every finished job already on disk. One process writes a log at a time
         (an flock on .<stem>.lock).
     BatchedWork(jobs, done, batch, decode)
-        a work(job) that decodes `batch` jobs of one method at a time: decode(group) -> one record per job;
+        a work(job) that decodes `batch` jobs of one method at a time: decode(group) -> one record (or the
+        job's typed error, e.g. failed(result) for a request the model run failed) per job;
         each record still reaches the log on its own. A typed error in a group is retried job by job, so it
         lands on the job that caused it. elapsed_shares(results) splits a batch's decoding time over its rows.
     read_records(path) -> [record, ...] (complete lines, for re-scoring; the file is not modified).
@@ -229,6 +230,14 @@ class BatchedWork:
                 self._run([j])
             return
         self.ready.update((j.key, rec) for j, rec in zip(group, records))
+
+
+def failed(res) -> AsymSpecError | None:
+    """A result the model run failed (finish_reason "error") as its job's typed error, recorded as such by
+    run_jobs; None for a finished result. decode functions return it in place of that job's record."""
+    from asymspec_vl.errors import RequestFailedError
+
+    return RequestFailedError([res], [0]) if res.finish_reason == "error" else None
 
 
 def elapsed_shares(results) -> list[float]:

@@ -216,3 +216,27 @@ def test_an_output_folder_in_place_of_a_file_is_refused_naming_the_file(tmp_path
             run_jobs(jobs(1), work, ResultsLog(where / "r.jsonl", {"k": 1}), progress=False)
     assert writable_folder(tmp_path / "new" / "run") == tmp_path / "new" / "run"
     assert list((tmp_path / "new" / "run").iterdir()) == []  # the probe file is gone
+
+
+def test_a_request_the_model_run_failed_is_an_error_record_not_a_scored_answer(tmp_path):
+    """generate_batch marks a request the engine failed (finish_reason "error") beside the finished ones; the
+    eval records that job as an error (counted in the table's errors column), the others as answers."""
+    from asymspec_vl.api import GenerationResult
+    from asymspec_vl.toy import eval as toy_eval
+    from asymspec_vl.toy import world
+    from asymspec_vl.trace import Stats
+
+    examples = world.heldout(3)
+
+    class EngineFailsTheSecond:
+        def generate_batch(self, requests, method, cfg):
+            return [GenerationResult(f"The answer is {ex.target}.", [1, 2, 3], [], Stats(emitted=3, elapsed_s=1.0),
+                                     None, method, cfg, "error" if i == 1 else "stop",
+                                     error="InvalidImageError: pixel_values hold NaN" if i == 1 else "")
+                    for i, ex in enumerate(examples[:len(requests)])]
+
+    records = toy_eval.evaluate(EngineFailsTheSecond(), examples, ["floor"], ResultsLog(tmp_path / "r.jsonl"),
+                                batch=3, progress=False)
+    assert [r.get("error", {}).get("type") for r in records] == [None, "RequestFailedError", None]
+    assert "pixel_values hold NaN" in records[1]["error"]["message"] and records[1]["correct"] is False
+    assert records[0]["correct"] is True and records[2]["correct"] is True

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import AsymSpecConfig
-from ..evals.runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs
+from ..evals.runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs
 from ..evals.summary import SPEED_COLUMNS, summarize, write_summary
 from ..prompts import Request
 from ..trace import FUSED
@@ -72,7 +72,7 @@ def decode_group(vl, group: list[Job], base: AsymSpecConfig = BASE) -> list[dict
     """Records of one batch of jobs (one variant): decoded together by one generate_batch call."""
     v = VARIANTS[group[0].method]
     results = vl.generate_batch([request_of(j.payload) for j in group], v.method, v.config(base))
-    return [record_of(j.payload, res, share, len(group))
+    return [failed(res) or record_of(j.payload, res, share, len(group))
             for j, res, share in zip(group, results, elapsed_shares(results))]
 
 

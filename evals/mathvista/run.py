@@ -16,7 +16,7 @@ from pathlib import Path
 from asymspec_vl.methods import engine_order
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, run_jobs, writable_folder
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
@@ -85,6 +85,9 @@ def decode_group(vl, setup: Setup, cfg, extractor, group: list[Job], save_trace:
     results = vl.generate_batch(requests, method, cfg)
     records = []
     for job, res, share in zip(group, results, elapsed_shares(results)):
+        if failed(res):
+            records.append(failed(res))
+            continue
         both = verdicts(res.text, job.payload.facts(), job.payload.query, extractor)
         records.append(result_record(res, both, setup.protocol.name, save_trace, share, len(group)))
     return records
