@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Callable
 
-from .config import AsymSpecConfig, as_config, check_method, is_one_of
+from . import budget
+from .config import AsymSpecConfig, as_config, is_one_of
 from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
 from .loop import RowOutput
+from .methods import Method
+from .methods import method as method_named
 from .prompts import EncodedRequest, Prompts, Request, encode_request
 from .trace import Stats
 from .vocab import ModelPair
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
 
 DEFAULT_DRAFTER = "Qwen/Qwen3-VL-2B-Instruct"
 DEFAULT_VERIFIER = "Qwen/Qwen3-32B"
@@ -65,7 +72,7 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 class AsymSpecVL:
     """A vision-language drafter reading the image steers a text-only verifier reading caption + OCR."""
 
-    def __init__(self, pair: ModelPair, backend, names: dict):
+    def __init__(self, pair: ModelPair, backend: "Backend", names: dict):
         self.pair, self.backend, self.names = pair, backend, names
 
     @classmethod
@@ -116,31 +123,32 @@ class AsymSpecVL:
         on_error="mark" (the default) a failed request's result has finish_reason "error" and the
         message in `error`; with on_error="raise" a RequestFailedError carries all results."""
         cfg = as_config(config)
-        check_method(method)
+        chosen = method_named(method)
         self.pair.check_stop_ids(cfg)
         if not is_one_of(on_error, ON_ERROR):
             raise ConfigError(f"on_error={on_error!r} is invalid: expected one of {ON_ERROR}")
         if on_step is not None and not callable(on_step):
             raise ConfigError(f"on_step must be callable or None, got {type(on_step).__name__}")
-        encoded = self._validated(requests, method, cfg)
+        encoded = self._validated(requests, chosen, cfg)
         if not encoded:
             return []
-        outputs = self.backend.run(encoded, method, cfg, on_step=on_step)
+        outputs = self.backend.run(encoded, chosen, cfg, on_step=on_step)
         results = [self._result(e, o, method, cfg) for e, o in zip(encoded, outputs)]
         failed = [i for i, r in enumerate(results) if r.finish_reason == "error"]
         if failed and on_error == "raise":
             raise RequestFailedError(results, failed)
         return results
 
-    def _validated(self, requests, method: str, cfg: AsymSpecConfig) -> list[EncodedRequest]:
+    def _validated(self, requests, method: Method, cfg: AsymSpecConfig) -> list[EncodedRequest]:
         """Encode every request and check it fits the models' context; collect every bad one by index."""
+        context = partial(self.backend.context_length, method=method, cfg=cfg)
         if not isinstance(requests, (list, tuple)):
             raise InputError(f"requests must be a list of Request, got {type(requests).__name__}")
         encoded, errors = [], {}
         for i, r in enumerate(requests):
             try:
                 enc = encode_request(r, self.pair.processor, self.pair.tokenizer)
-                self.backend.check_fits(enc, method, cfg)
+                budget.check_fits(enc, method, cfg, context)
                 encoded.append(enc)
             except InputError as e:
                 errors[i] = e

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .config import BONUS_RULES, DELTA_SOURCES, GATES, METHODS, AsymSpecConfig
+from .config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
+from .methods import NAMES as METHODS
 
 
 def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verifier: str | None = None) -> None:

@@ -11,7 +11,6 @@ from .errors import ConfigError
 GATES = ("cda", "fixed", "lambda", "kl")
 DELTA_SOURCES = ("contrastive", "raw", "scd")
 BONUS_RULES = ("verifier", "fused")
-METHODS = ("asymspec", "floor", "drafter", "sd", "scd")
 
 
 @dataclass(frozen=True)
@@ -99,9 +98,3 @@ def _real(x) -> bool:
 def _check(ok: bool, name: str, value, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"AsymSpecConfig.{name}={value!r} is invalid: expected {allowed}")
-
-
-def check_method(method: str) -> str:
-    if not is_one_of(method, METHODS):
-        raise ConfigError(f"method={method!r} is invalid: expected one of {METHODS}")
-    return method

@@ -69,8 +69,9 @@ def environment() -> list[tuple[str, str]]:
     else:
         rows.append(("GPU, driver", "none (nvidia-smi not found)"))
     from vllm.platforms import current_platform
+    from vllm_patches.version import is_cpu_build
 
-    rows.append(("vLLM platform", current_platform.device_name if not current_platform.is_cpu() else "cpu"))
+    rows.append(("vLLM platform", "cpu" if is_cpu_build() else current_platform.device_name))
     return rows
 
 
@@ -90,8 +91,9 @@ def _vllm_distribution() -> str:
 def attention_runs() -> list[AttentionRun]:
     """The CPU backend on the CPU build; on a GPU each backend vLLM 0.19 offers for a Qwen3 model there."""
     from vllm.platforms import current_platform
+    from vllm_patches.version import is_cpu_build
 
-    if current_platform.is_cpu():
+    if is_cpu_build():
         return [AttentionRun("CPU_ATTN", "float32")]
     runs = [AttentionRun("TRITON_ATTN", "float32", {"attention_config": {"backend": "TRITON_ATTN"}})]
     capability = current_platform.get_device_capability()

@@ -3,11 +3,11 @@
 One step for a batch of rows:
   1. the drafting source reads its pending tokens and drafts d_1..d_K greedily (K one-token forwards);
   2. each scoring source reads pending + d_1..d_K in one forward: logits at the K+1 positions;
-  3. `decide` (the gate/fusion math of gate.py) returns how many drafts each row keeps and the token after;
+  3. the method's rule (gate.py) returns how many drafts each row keeps and the token after;
   4. the committed tokens are appended to y, and every source keeps what y confirms (rollback of the rest).
-Methods are configurations of this one loop (see `plan_*`): AsymSpec drafts with the drafter on x_full and
-scores with the drafter on x_comp (b) and the verifier (t); SD/SCD draft on x_comp; Floor and drafter-alone
-are the K = 0 case (one scoring forward, its greedy token).
+Every method is this one loop with the sources and rule of its row in methods.py: AsymSpec drafts with the
+drafter on x_full and scores with the drafter on x_comp (b) and the verifier (t); SD and SCD draft on x_comp;
+Floor and drafter-alone have no drafting source (K = 0: one scoring forward, its greedy token).
 """
 
 from __future__ import annotations
@@ -20,24 +20,36 @@ import torch
 
 from . import trace as T
 from .config import AsymSpecConfig
-from .gate import StepOutcome, greedy, greedy_verify, scd_scores
-from .kernels.dispatch import asymspec_step  # Triton on CUDA, gate.asymspec_step elsewhere
+from .gate import StepOutcome, greedy
+from .methods import Method, Source
 from .sources import LogitSource
-
-# decide(draft_logits [B, K or K+1, V] | None, scores: list of [B, K+1, V], drafts [B, K]) -> StepOutcome
-Decide = Callable[[torch.Tensor | None, list[torch.Tensor], torch.Tensor], StepOutcome]
 
 
 @dataclass
 class Plan:
-    """How one method maps onto the loop."""
+    """One method on the loop: its sources and its rule for this run's config."""
 
-    K: int
-    drafter: LogitSource | None  # drafts greedily; None when K = 0
-    scorers: list[LogitSource]  # each scores pending + drafts in one forward
-    decide: Decide
-    draft_last: bool = False  # also run the drafter on d_K (a_{K+1} needed)
-    labels: tuple[str, str, str] = (T.DRAFT, T.FUSED, T.BONUS)  # accepted, at rejection, all passed
+    method: Method
+    cfg: AsymSpecConfig
+    drafter: LogitSource | None  # drafts greedily; None for a method without drafts
+    scorers: list[LogitSource]  # each scores pending + drafts in one forward, in method.scoring's order
+    banned: torch.Tensor | None  # [V] bool: tokens no rule may emit
+
+    @property
+    def K(self) -> int:
+        return self.cfg.K if self.method.speculative else 0
+
+    @property
+    def draft_last(self) -> bool:
+        """The drafter also reads d_K: its logits at position K+1 are part of the rule."""
+        return self.method.drafts_last(self.cfg)
+
+    def decide(self, drafted: torch.Tensor | None, scores: list[torch.Tensor], drafts: torch.Tensor) -> StepOutcome:
+        """drafted: the drafting source's logits [B, K or K+1, V]; scores: each scorer's [B, K+1, V]."""
+        logits = {source.logits: x for source, x in zip(self.method.scoring, scores)}
+        if self.method.drafting is not None:
+            logits[self.method.drafting.logits] = drafted
+        return self.method.decide(self.cfg, logits, drafts, self.banned)
 
 
 @dataclass
@@ -51,51 +63,37 @@ class RowOutput:
     error: str = ""  # why, when finish_reason is "error"
 
 
-def plan_asymspec(cfg: AsymSpecConfig, full: LogitSource, comp: LogitSource, verifier: LogitSource,
-                  banned: torch.Tensor | None) -> Plan:
-    def decide(a, scores, drafts):
-        b, t = scores
-        if a.shape[1] == cfg.K:  # a_{K+1} not drafted (bonus = argmax t_{K+1} does not read it)
-            a = torch.cat([a, b[:, -1:]], dim=1)
-        return asymspec_step(a, b, t, drafts, cfg, banned)
-    return Plan(cfg.K, full, [comp, verifier], decide, draft_last=cfg.bonus == "fused")
+def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],
+         banned: torch.Tensor | None) -> Plan:
+    """The plan of `method`: source(s) makes the logit source of each model + view the method reads."""
+    drafter = source(method.drafting) if method.drafting is not None else None
+    return Plan(method, cfg, drafter, [source(s) for s in method.scoring], banned)
 
 
-def plan_sd(cfg: AsymSpecConfig, drafter: LogitSource, verifier: LogitSource, banned) -> Plan:
-    return Plan(cfg.K, drafter, [verifier], lambda a, s, d: greedy_verify(s[0], d, banned),
-                labels=(T.DRAFT, T.VERIFIER, T.BONUS))
-
-
-def plan_scd(cfg: AsymSpecConfig, comp: LogitSource, verifier: LogitSource, banned) -> Plan:
-    def decide(b, scores, drafts):
-        return greedy_verify(scd_scores(scores[0], b, cfg.beta, cfg.scd_alpha), drafts, banned)
-    return Plan(cfg.K, comp, [verifier], decide, draft_last=True,
-                labels=(T.DRAFT, T.CONTRASTIVE, T.CONTRASTIVE))
-
-
-def plan_greedy(source: LogitSource, banned, label: str) -> Plan:
-    return Plan(0, None, [source], lambda a, s, d: greedy_verify(s[0], d, banned), labels=(label, label, label))
-
-
-def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int], banned: torch.Tensor | None,
+def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
         on_step: Callable[[list[RowOutput]], None] | None = None) -> list[RowOutput]:
-    """Decode until every row hits a stop token or its token budget max_new[r]."""
+    """Decode until every row hits a stop token or its token budget max_new[r]. The prompts are read
+    before the clock starts (tokens/s measures decoding)."""
     out = [RowOutput(stats=T.Stats(accepted_at=[0] * plan.K)) for _ in range(batch)]
     y: list[list[int]] = [[] for _ in range(batch)]
     active = [m > 0 for m in max_new]
+    for src in _sources(plan):
+        src.prefill()
     start = time.perf_counter()
     while any(active):
-        drafts, draft_logits = _draft(plan, y, active, banned)
+        drafts, draft_logits = _draft(plan, y, active)
         scores = []
         for src in plan.scorers:
             feed = [p + d if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
             scores.append(src.forward(feed)[:, -(plan.K + 1):])  # [B, K+1, V]
         drafts = drafts.to(scores[0].device)
         outcome = plan.decide(draft_logits, scores, drafts)
+        accepted = outcome.num_accepted.tolist()
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:
-                active[r] = _append(out[r], y[r], new, outcome, r, plan, max_new[r], stop_ids)
-        for src in ([plan.drafter] if plan.drafter else []) + plan.scorers:
+                labels = T.step_sources(plan.method.labels, plan.K, accepted[r])
+                active[r] = _append(out[r], y[r], new, labels, plan.K, accepted[r], max_new[r], stop_ids)
+        for src in _sources(plan):
             src.commit(y)
         if on_step:
             on_step(out)
@@ -105,7 +103,11 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int], banned: 
     return out
 
 
-def _draft(plan: Plan, y, active, banned) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _sources(plan: Plan) -> list[LogitSource]:
+    return ([plan.drafter] if plan.drafter else []) + plan.scorers
+
+
+def _draft(plan: Plan, y, active) -> tuple[torch.Tensor, torch.Tensor | None]:
     """K greedy drafts per row [B, K] and the drafter's logits at those positions [B, K(+1), V]."""
     if plan.K == 0:
         return torch.zeros(len(y), 0, dtype=torch.long), None  # moved to the scorers' device by run()
@@ -114,33 +116,27 @@ def _draft(plan: Plan, y, active, banned) -> tuple[torch.Tensor, torch.Tensor | 
     logits = [src.forward(feed)[:, -1]]  # [B, V]
     drafts = []
     for i in range(plan.K):
-        d = greedy(logits[-1], banned)  # [B]
+        d = greedy(logits[-1], plan.banned)  # [B]
         drafts.append(d)
         if i < plan.K - 1 or plan.draft_last:
             logits.append(src.forward([[x] if on else [] for x, on in zip(d.tolist(), active)])[:, -1])
     return torch.stack(drafts, 1), torch.stack(logits, 1)
 
 
-def _append(o: RowOutput, yr: list[int], new: list[int], outcome: StepOutcome, r: int, plan: Plan,
+def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_drafts: int, num_accepted: int,
             max_new: int, stop_ids: set[int]) -> bool:
-    """Commit one row's new tokens (cut at a stop token or the budget); return whether it goes on."""
-    n_acc, is_bonus = int(outcome.num_accepted[r]), bool(outcome.is_bonus[r])
-    st = o.stats
-    st.steps += 1
-    st.drafted += plan.K
-    st.accepted += n_acc
-    for i in range(n_acc):
-        st.accepted_at[i] += 1
-    labels = [plan.labels[0]] * n_acc + [plan.labels[2] if is_bonus else plan.labels[1]]
-    for tok, label in zip(new, labels):
-        yr.append(tok)
-        o.token_ids.append(tok)
-        o.sources.append(label)
-        st.emitted += 1
+    """Commit one row's new tokens (cut after a stop token, then at the budget); return whether it goes on."""
+    kept, going = [], True
+    for tok in new:
+        kept.append(tok)
         if tok in stop_ids:
-            o.finish_reason = "stop"
-            return False
-        if len(yr) >= max_new:
-            o.finish_reason = "length"
-            return False
-    return True
+            o.finish_reason, going = "stop", False
+            break
+        if len(yr) + len(kept) >= max_new:
+            o.finish_reason, going = "length", False
+            break
+    yr.extend(kept)
+    o.token_ids.extend(kept)
+    o.sources.extend(labels[:len(kept)])
+    o.stats.record(num_drafts, num_accepted, len(kept))
+    return going

@@ -18,7 +18,7 @@ import torch
 
 from . import gate
 from . import trace as T
-from .config import AsymSpecConfig
+from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
 
 # decide(cfg, logits by name, drafts [B, K], banned [V] | None) -> StepOutcome
@@ -40,6 +40,7 @@ class Method:
     drafting: Source | None  # drafts greedily; None: no drafts, each step emits the scorer's greedy token
     scoring: tuple[Source, ...]  # read pending + drafts in one forward, logits at the K+1 positions
     decide: Rule
+    reads: tuple[str, ...]  # the logits the rule reads
     engine: str  # the vLLM engine that runs it: "verifier", "drafter" (VL model alone) or "speculative"
     fused_bonus_reads_last: bool = False  # the drafting source also reads d_K when cfg.bonus == "fused"
     always_reads_last: bool = False  # ... always (its logits at position K+1 are part of the rule)
@@ -78,16 +79,17 @@ DRAFTER_QUESTION = Source("drafter", "x_question", "q")
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("asymspec", DRAFTER_FULL, (DRAFTER_COMP, VERIFIER),
-           lambda cfg, x, d, banned: gate.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned),
+           lambda cfg, x, d, banned: gate.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned), ("a", "b", "t"),
            "speculative", fused_bonus_reads_last=True),
-    Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned),
+    Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
            "speculative"),
     Method("scd", DRAFTER_COMP, (VERIFIER,),
-           lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), "speculative",
+           lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), ("b", "t"), "speculative",
            always_reads_last=True),
-    Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), "verifier"),
+    Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
+           "verifier"),
     Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
-           "drafter"),
+           ("q",), "drafter"),
 )}
 NAMES = tuple(METHODS)
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)  # the modes of a speculative engine
@@ -95,7 +97,8 @@ IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
 
 
 def method(name: str) -> Method:
-    if name not in METHODS:
+    """The method called `name`; ConfigError naming the choices for anything else."""
+    if not is_one_of(name, NAMES):
         raise ConfigError(f"method={name!r} is invalid: expected one of {NAMES}")
     return METHODS[name]
 

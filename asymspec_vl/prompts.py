@@ -54,6 +54,10 @@ class EncodedRequest:
     question: EncodedView
     meta: dict = field(default_factory=dict)
 
+    def view(self, name: str) -> EncodedView:
+        """"x_full", "x_comp" or "x_question" (the names methods.py uses)."""
+        return {"x_full": self.full, "x_comp": self.comp, "x_question": self.question}[name]
+
 
 def verifier_text(question: str, caption: str = "", ocr: str = "") -> str:
     """The verifier's user message: the image's caption and OCR text, then the question."""

@@ -17,6 +17,9 @@ import torch
 class LogitSource(Protocol):
     """What the decoding loop needs from a model + view + cache."""
 
+    def prefill(self) -> None:
+        """Read the prompts (all but each row's last token); once, before the first forward."""
+
     def pending(self, y: list[list[int]]) -> list[list[int]]:
         """Per row: committed tokens (prompt tail + y) not yet in the cache."""
 

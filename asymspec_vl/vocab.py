@@ -93,9 +93,14 @@ class ModelPair:
         return sorted(set(ids) | set(range(len(self.tokenizer), self.vocab_size)))
 
     def banned_mask(self, device) -> torch.Tensor:
-        mask = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)  # [V]
-        mask[self.banned_ids()] = True
-        return mask
+        return token_mask(self.banned_ids(), self.vocab_size, device)
+
+
+def token_mask(ids, vocab_size: int, device) -> torch.Tensor:
+    """[V] bool, True at `ids` (the banned set every argmax skips)."""
+    mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+    mask[list(ids)] = True
+    return mask
 
 
 def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str) -> None:

@@ -55,7 +55,7 @@ class VLMCaptioner:
         if self._model is None:
             from transformers import AutoProcessor
 
-            from asymspec_vl.backends.hf import load_causal_lm, resolve_device_dtype
+            from asymspec_vl.models import load_causal_lm, resolve_device_dtype
 
             device, dtype, trust = self._load_args
             dev, dt = resolve_device_dtype(device, dtype)

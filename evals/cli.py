@@ -16,7 +16,7 @@ from pathlib import Path
 
 EVAL_MODULES = [
     "asymspec_vl.evals.mathvista.cli",
-    "asymspec_vl.toy.eval_cli",
+    "asymspec_vl.evals.toy.cli",
 ]
 
 

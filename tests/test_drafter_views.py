@@ -4,7 +4,7 @@ import torch
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.backends.hf_source import HFSource
-from asymspec_vl.naive import logits_after
+from asymspec_vl.reference import logits_after
 from asymspec_vl.prompts import encode_request
 from helpers import random_request
 
@@ -60,7 +60,7 @@ def test_cached_forwards_equal_uncached_with_rollbacks(tiny_vl):
 
 def test_uncached_forward_with_mask_equals_cached(tiny_vl):
     """transformers 4.57: without a mask an uncached Qwen3-VL forward reads the M-RoPE jump after the image
-    as a packed-sequence boundary; the toolkit (naive.py included) always passes one."""
+    as a packed-sequence boundary; the toolkit (reference.py included) always passes one."""
     pair, model = tiny_vl.pair, tiny_vl.backend.drafter
     view = encode_request(random_request(5), pair.processor, pair.tokenizer).full
     ids = torch.tensor([view.ids])

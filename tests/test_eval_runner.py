@@ -222,7 +222,7 @@ def test_a_request_the_model_run_failed_is_an_error_record_not_a_scored_answer(t
     """generate_batch marks a request the engine failed (finish_reason "error") beside the finished ones; the
     eval records that job as an error (counted in the table's errors column), the others as answers."""
     from asymspec_vl.api import GenerationResult
-    from asymspec_vl.toy import eval as toy_eval
+    from asymspec_vl.evals.toy import eval as toy_eval
     from asymspec_vl.toy import world
     from asymspec_vl.trace import Stats
 

@@ -1,4 +1,4 @@
-"""The fused Triton gate kernels equal gate.asymspec_step (the torch reference); dispatch and layouts.
+"""The fused Triton gate kernels equal gate.asymspec_step (the torch reference); dispatch and the layout checks.
 
 Without a GPU the kernels run in triton's interpreter (TRITON_INTERPRET=1, set in conftest.py); on a CUDA
 machine the same tests run the compiled kernels."""
@@ -16,7 +16,7 @@ import torch
 from asymspec_vl import gate
 from asymspec_vl.config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
 from asymspec_vl.errors import ConfigError, InputError
-from asymspec_vl.kernels import PLACEHOLDER_TOKEN_ID, asymspec_sample, asymspec_step, backend_for
+from asymspec_vl.kernels import asymspec_step, backend_for
 from asymspec_vl.kernels.triton_gate import run_gate
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -80,8 +80,8 @@ def assert_same(out, ref):
 def run_padded(a, b, t, drafts, cfg, banned, num_drafts, block=None, chunks=None, div=True) -> gate.StepOutcome:
     """The kernels on the padded layout with explicit block / chunk sizes."""
     B, K1, _ = t.shape
-    _, n_acc, token, D = run_gate(a, b, t, drafts, num_drafts, cfg, banned, flat=False, num_reqs=B,
-                                  out_len=K1 - 1, with_divergence=div, block=block, chunks=chunks)
+    _, n_acc, token, D = run_gate(a, b, t, drafts, num_drafts, cfg, banned, with_divergence=div, block=block,
+                                  chunks=chunks)
     n = num_drafts if num_drafts is not None else torch.full_like(n_acc, K1 - 1)
     return gate.StepOutcome(n_acc.long(), token.long(), n_acc.long() == n.long(),
                             None if D is None else D.view(B, K1))
@@ -197,51 +197,6 @@ def test_hand_computed_five_token_cases_and_an_exact_threshold_tie(triton_path):
         assert (int(out.num_accepted), int(out.token)) == (0, token)
 
 
-def flat_case(seed, n_drafts, V, dtype):
-    """vLLM's flattened layout built from a padded case: rows of request i = its n_i drafts + bonus."""
-    K = max(max(n_drafts), 1)
-    a, b, t, drafts, banned, _ = make_case(seed, len(n_drafts), K, V, dtype, neg_inf=0.05, banned_frac=0.01)
-    keep = [(i, p) for i, n in enumerate(n_drafts) for p in range(n + 1)]
-    flat = [torch.stack([x[i, p] for i, p in keep]) for x in (a, b, t)]  # [num_tokens + num_reqs, V]
-    draft_ids = torch.tensor([int(drafts[i, p]) for i, n in enumerate(n_drafts) for p in range(n)],
-                             dtype=torch.int32, device=DEVICE)
-    cu = torch.tensor(n_drafts, device=DEVICE).cumsum(0).to(torch.int32)
-    return (a, b, t, drafts, banned), (*flat, draft_ids, cu, max(n_drafts))
-
-
-@pytest.mark.parametrize("backend", ["triton", "torch"])
-def test_flattened_vllm_layout_full_vocab(backend, monkeypatch):
-    monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", backend)
-    n_drafts = [0, 3, 1, 2]
-    cfg = AsymSpecConfig(K=3)
-    (a, b, t, drafts, banned), flat = flat_case(3, n_drafts, V_QWEN, torch.bfloat16)
-    assert_clear_margins(a, b, t, drafts, cfg)
-    out = asymspec_sample(*flat, cfg, banned, with_divergence=True)
-    assert out.token_ids.shape == (4, 4) and out.token_ids.dtype == torch.int32
-    ref = gate.asymspec_step(a, b, t, drafts, cfg, banned, torch.tensor(n_drafts, device=DEVICE))
-    row = 0
-    for i, n in enumerate(n_drafts):
-        k = int(ref.num_accepted[i])
-        expected = drafts[i, :k].tolist() + [int(ref.token[i])] + [PLACEHOLDER_TOKEN_ID] * (3 - k)
-        assert out.token_ids[i].tolist() == expected
-        assert int(out.num_accepted[i]) == k and int(out.num_committed[i]) == k + 1
-        torch.testing.assert_close(out.divergence[row:row + n + 1].cpu(), ref.divergence[i, :n + 1].cpu(),
-                                   atol=1e-5, rtol=1e-4)
-        row += n + 1
-
-
-def test_flattened_layout_large_batch_matches_torch_path(monkeypatch):
-    n_drafts = [int(x) for x in torch.randint(0, 9, (32,), generator=torch.Generator().manual_seed(5))]
-    cfg = AsymSpecConfig(K=8, gate="lambda", lam=0.3, bonus="fused")
-    (*_, banned), flat = flat_case(4, n_drafts, 33, torch.float32)
-    monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", "torch")
-    ref = asymspec_sample(*flat, cfg, banned)
-    monkeypatch.setenv("ASYMSPEC_GATE_BACKEND", "triton")
-    out = asymspec_sample(*flat, cfg, banned)
-    assert torch.equal(out.token_ids, ref.token_ids) and torch.equal(out.num_accepted, ref.num_accepted)
-    assert out.divergence is None
-
-
 def test_dispatch_picks_by_device(monkeypatch):
     monkeypatch.delenv("ASYMSPEC_GATE_BACKEND", raising=False)
     assert backend_for(torch.zeros(1)) == "torch"
@@ -271,13 +226,6 @@ def test_bad_inputs_raise_typed_errors():
         asymspec_step(a, b, t, drafts, cfg, banned=torch.zeros(20, device=DEVICE))
     with pytest.raises(InputError, match="num_drafts"):
         asymspec_step(a, b, t, drafts, cfg, num_drafts=torch.tensor([1, 3], device=DEVICE))
-    _, (fa, fb, ft, ids, cu, s) = flat_case(9, [2, 1], 20, torch.float32)
-    with pytest.raises(InputError, match="rows"):
-        asymspec_sample(fa[:-1], fb[:-1], ft[:-1], ids, cu, s, cfg)
-    with pytest.raises(InputError, match="cu_num_draft_tokens"):
-        asymspec_sample(fa, fb, ft, ids, cu.flip(0), s, cfg)
-    with pytest.raises(InputError, match="max_spec_len"):
-        asymspec_sample(fa, fb, ft, ids, cu, 1, cfg)
 
 
 def test_every_kernel_variant_compiles_for_a_cuda_gpu():

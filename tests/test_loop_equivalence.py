@@ -3,7 +3,7 @@
 import pytest
 
 from asymspec_vl import AsymSpecConfig
-from asymspec_vl.naive import naive_asymspec
+from asymspec_vl.reference import reference_asymspec
 from asymspec_vl.prompts import encode_request
 from helpers import random_request
 
@@ -23,7 +23,7 @@ def requests_and_refs(tiny_vl):
         refs[(K, bonus)] = (cfg, [])
         for r in reqs[:n]:
             enc = encode_request(r, pair.processor, pair.tokenizer)
-            refs[(K, bonus)][1].append(naive_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg,
+            refs[(K, bonus)][1].append(reference_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg,
                                                       pair.banned_mask(be.device), pair.stop_ids(cfg), MAX_NEW))
     return reqs, refs
 

@@ -12,7 +12,7 @@ import hashlib
 import pytest
 import torch
 
-from asymspec_vl import loop
+from asymspec_vl import loop, methods
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.gate import asymspec_step, greedy
 from asymspec_vl.sources import RowLedger
@@ -36,6 +36,9 @@ class ScriptedSource:
         for row in self.rows:
             row.n_cached = len(row.prompt) - 1
         self.forwards = 0
+
+    def prefill(self):
+        pass  # the prompts are in the slots from the start
 
     def pending(self, y):
         return [row.pending(yr) for row, yr in zip(self.rows, y)]
@@ -101,8 +104,9 @@ def test_loop_matches_recomputation_on_scripted_sources(K, gate, gamma, beta, bo
     full = ScriptedSource([p for p, _ in prompts], "full")
     comp = ScriptedSource([c for _, c in prompts], "comp")
     ver = ScriptedSource([c for _, c in prompts], "verifier")
-    plan = loop.plan_asymspec(cfg, full, comp, ver, None)
-    outs = loop.run(plan, len(prompts), [max_new] * len(prompts), stop, None)
+    sources = {methods.DRAFTER_FULL: full, methods.DRAFTER_COMP: comp, methods.VERIFIER: ver}
+    plan = loop.plan(methods.METHODS["asymspec"], cfg, sources.__getitem__, None)
+    outs = loop.run(plan, len(prompts), [max_new] * len(prompts), stop)
     assert [o.token_ids for o in outs] == reference(prompts, cfg, stop, max_new)
     sources = {s for o in outs for s in o.sources}
     assert "fused" in sources and ("draft" in sources or gate == "fixed")

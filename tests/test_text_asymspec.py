@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
-from asymspec_vl import loop as loop_module
-from asymspec_vl.naive import naive_asymspec
+from asymspec_vl.kernels import dispatch
+from asymspec_vl.reference import reference_asymspec
 from asymspec_vl.prompts import encode_request
 from helpers import random_request
 
@@ -44,7 +44,7 @@ def requests_and_refs(text_vl):
         refs[K] = (cfg, [])
         for r in reqs:
             enc = encode_request(r, pair.processor, pair.tokenizer)
-            refs[K][1].append(naive_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg,
+            refs[K][1].append(reference_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg,
                                              pair.banned_mask(be.device), pair.stop_ids(cfg), MAX_NEW))
     return reqs, refs
 
@@ -75,10 +75,10 @@ def test_the_equivalence_exercises_accepts_and_fusions(text_vl, requests_and_ref
 
 
 def test_text_and_cross_modal_share_the_gate_dispatch(text_vl, tiny_vl, monkeypatch):
-    """Both cases decide every step through kernels.dispatch.asymspec_step (the loop's only gate call)."""
+    """Both cases decide every step through kernels.dispatch.asymspec_step (gate.decide_asymspec's path)."""
     calls = []
-    real = loop_module.asymspec_step
-    monkeypatch.setattr(loop_module, "asymspec_step", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = dispatch.asymspec_step
+    monkeypatch.setattr(dispatch, "asymspec_step", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     cfg = AsymSpecConfig(K=2, max_new_tokens=4)
     text = text_vl.generate_batch([text_request(0)], config=cfg)[0]
     n_text = len(calls)

@@ -9,7 +9,7 @@ import pytest
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.toy import world
-from asymspec_vl.toy.eval import BASE, VARIANTS, request_of
+from asymspec_vl.evals.toy.eval import BASE, VARIANTS, request_of
 
 N = 60  # the fixed held-out sample: 20 questions of each type
 
@@ -70,7 +70,7 @@ def test_responses_follow_the_answer_format(results):
 
 def test_cached_loop_equals_algorithm_1_on_the_toy_pair(toy_vl):
     """Trained models make a fused token equal to the draft it replaced (a case random ones rarely hit)."""
-    from asymspec_vl.naive import naive_asymspec
+    from asymspec_vl.reference import reference_asymspec
     from asymspec_vl.prompts import encode_request
 
     pair, be = toy_vl.pair, toy_vl.backend
@@ -80,7 +80,7 @@ def test_cached_loop_equals_algorithm_1_on_the_toy_pair(toy_vl):
         ref = []
         for r in reqs:
             enc = encode_request(r, pair.processor, pair.tokenizer)
-            ref.append(naive_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg, pair.banned_mask(be.device),
+            ref.append(reference_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg, pair.banned_mask(be.device),
                                       pair.stop_ids(cfg), cfg.max_new_tokens))
         assert cached == ref
 

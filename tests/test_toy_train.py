@@ -42,7 +42,7 @@ def test_manifest_and_log(runs):
 def test_the_folders_load_and_generate(runs):
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
     from asymspec_vl.toy import world
-    from asymspec_vl.toy.eval import request_of
+    from asymspec_vl.evals.toy.eval import request_of
 
     out, _ = runs["one"]
     for f in ("config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json", "chat_template.jinja"):

@@ -4,7 +4,7 @@ responses for every variant of `eval toy` on a held-out sample (engines start on
 import pytest
 
 from asymspec_vl.toy import world
-from asymspec_vl.toy.eval import VARIANTS, request_of
+from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 
 pytestmark = pytest.mark.vllm
 

@@ -180,8 +180,7 @@ def test_bad_request_fails_alone(vl):
     b = vl.backend
     llm = b.engine(b.engine_for("asymspec", 2)[0])
     encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in range(5)]
-    prompts = [b._prompt(llm, e, "asymspec") for e in encs]
-    params = [b._params(e, "asymspec", "asymspec", cfg) for e in encs]
+    prompts, params = map(list, zip(*(b.engine_request(e, "asymspec", cfg) for e in encs)))
     alone = [generate(llm, [p], [q])[0].outputs[0].token_ids for p, q in zip(prompts[::2], params[::2])]
 
     def broken(i, **fields):
@@ -295,9 +294,9 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         from asymspec_vl.backends.vllm_engine import generate
 
         enc = encode_request(reqs[0], vl.pair.processor, vl.pair.tokenizer)
-        too_long = small._params(enc, "asymspec", "asymspec", cfg.replace(max_new_tokens=400))
-        outs = generate(llm, [small._prompt(llm, enc, "asymspec")] * 2, [too_long, small._params(enc, "asymspec",
-                                                                                              "asymspec", cfg)])
+        prompt, params = small.engine_request(enc, "asymspec", cfg)
+        _, too_long = small.engine_request(enc, "asymspec", cfg.replace(max_new_tokens=400))
+        outs = generate(llm, [prompt] * 2, [too_long, params])
         assert outs[0].outputs[0].finish_reason == "error"
         assert outs[0].kv_transfer_params["asymspec"]["error"].startswith("PoolExhaustedError")
         assert list(outs[1].outputs[0].token_ids) == rows[0].token_ids
@@ -429,11 +428,10 @@ def test_requests_without_extra_args_are_ordinary_speculative_decoding(vl, tiny_
 def test_on_step_streams_growing_rows_with_their_labels(vl, method):
     """Streamed rows grow by prefixes; while streaming, every token already carries the label the finished
     output reports (the engine's per-step rule applied to each step's new tokens), and the counters agree."""
-    from vllm_patches.stats import labels
-
     from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.trace import LABELS
 
-    accepted_label = labels(method)[0]
+    accepted_label = LABELS[method].accepted
     for s in range(4):
         snaps = []
         res = vl.generate(**_kw(random_request(s)), method=method, config=AsymSpecConfig(K=2, max_new_tokens=20),

@@ -60,8 +60,8 @@ def test_a_request_the_engine_fails_is_marked_and_the_others_come_back(vl, tiny_
     bad = Request("What is shown?", random_image(7), caption="poison")
     real_params = type(vl.backend)._params
 
-    def params(self, r, method, mode, cfg):  # the poisoned request reaches the engine with broken pixels
-        p = real_params(self, r, method, mode, cfg)
+    def params(self, r, method, mode, cfg, room):  # the poisoned request reaches the engine with broken pixels
+        p = real_params(self, r, method, mode, cfg, room)
         if "poison" in r.prompts.x_comp:
             p.extra_args["asymspec"]["pixel_values"] = pack_tensor(torch.zeros(3, 7))
         return p

@@ -2,12 +2,37 @@
 
 Loaded in every vLLM process through the `vllm.general_plugins` entry point (`register`), so `LLM(...)`
 with or without multiprocessing and `vllm serve` all get them; `apply()` installs them explicitly.
-Nothing in site-packages is modified: vLLM classes are wrapped attribute by attribute, each wrapper
-delegating to the original for every configuration but method "asymspec", and applying twice is a no-op.
+Nothing in site-packages is modified: vLLM classes are wrapped attribute by attribute (_patching.install),
+each hook calling vLLM's own method for every configuration but method "asymspec"; applying twice is a no-op.
 Use:
     LLM(model=verifier, speculative_config={"method": "asymspec", "model": drafter,
                                             "num_speculative_tokens": K}, ...)
 with per-request inputs in SamplingParams(extra_args=request_args.make_extra_args(...)).
+
+The paper's patches (Appendix E), file by file:
+  (1) per-request pixel_values / image_grid_thw from extra_args    request_args.py (schema), mm_cache.py
+  (2) the vision tower once per request, embeddings cached         mm_cache.py
+  (3) Qwen3-VL 3-D M-RoPE positions of the drafter's x_full        mrope.py
+  (4) the image embeddings into the drafter's x_full prefill       proposer.py (full_view_images, _first_full_pass)
+  (5) the drafter reads x_full whatever its length                 proposer.py (_open_full_view); switches.py
+The rest of the method:
+  the drafter's two views, drafting, b on x_comp                   proposer.py, drafter_pass.py
+  attention metadata for the drafter's own heads                   drafter_attention.py
+  the x_full KV cache and its admission control                    kv_pool.py, scheduler_patch.py (schedule)
+  the drafter's logits a kept between steps                        draft_logits.py
+  the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/methods.py, gate.py)
+  per-request state, failures                                      rows.py, faults.py (tensor parallelism)
+  the tokens emitted without a decision (prime, re-emit)           hidden_tokens.py
+  per-request statistics and token labels                          stats.py
+  named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, timing.py
+vLLM's hooks, file by file:
+  SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config     config_patch.py
+  GPUModelRunner: __init__, _update_states, execute_model, _prepare_inputs,
+    _build_attention_metadata, _model_forward, _sample, propose_draft_token_ids,
+    sample_tokens, profile_run                                                        runner_patch.py
+  CPUModelRunner: __init__, load_model                                                cpu_patch.py
+  Scheduler: __init__, add_request, schedule, _free_request, _preempt_request,
+    update_from_output                                                                scheduler_patch.py
 """
 
 from __future__ import annotations
@@ -17,7 +42,7 @@ import logging
 from .config_patch import METHOD
 from .request_args import make_extra_args
 from .switches import PATCH_SWITCHES, disabled
-from .version import SUPPORTED_VLLM_VERSIONS, UnsupportedVLLMVersionError, check_vllm_version
+from .version import SUPPORTED_VLLM_VERSIONS, UnsupportedVLLMVersionError, check_vllm_version, is_cpu_build
 
 __all__ = ["METHOD", "SUPPORTED_VLLM_VERSIONS", "UnsupportedVLLMVersionError", "apply", "register",
            "make_extra_args", "disabled", "PATCH_SWITCHES", "is_applied"]
@@ -40,7 +65,7 @@ def apply() -> None:
     patch_speculative_config()
     patch_model_runner()
     patch_scheduler()
-    if _cpu_build():
+    if is_cpu_build():
         patch_cpu_runner()
     _applied = True
 
@@ -57,9 +82,3 @@ def register() -> None:
         apply()
     except UnsupportedVLLMVersionError as e:
         logger.warning("%s The asymspec speculative method is not available.", e)
-
-
-def _cpu_build() -> bool:
-    from vllm.platforms import current_platform
-
-    return current_platform.is_cpu()

@@ -27,6 +27,7 @@ from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 from asymspec_vl.errors import AsymSpecError
 from asymspec_vl.gate import greedy
 from asymspec_vl.sources import RowLedger
+from asymspec_vl.vocab import token_mask
 
 from . import switches
 from .draft_logits import DraftLogits
@@ -292,7 +293,7 @@ class AsymSpecProposer(DraftModelProposer):
         starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
         fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
         groups = [[row for row, ok in zip(rows, fits) if ok]] + [[row] for row, ok in zip(rows, fits) if not ok]
-        no_ban = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)
+        no_ban = token_mask((), self.facts.vocab_size, self.device)
         drafts: dict[str, list[int]] = {}
         for group in (g for g in groups if g):
             tokens = {req_id: requests[req_id].output_token_ids[-1] for _, req_id, _ in group}

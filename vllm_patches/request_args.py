@@ -27,12 +27,13 @@ from dataclasses import dataclass
 import torch
 
 from asymspec_vl.config import AsymSpecConfig
+from asymspec_vl.methods import SPECULATIVE
 from asymspec_vl.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
 
 from .mrope import image_runs
 
 KEY = "asymspec"
-MODES = ("asymspec", "sd", "scd")
+MODES = SPECULATIVE  # methods.py's speculative methods
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
 

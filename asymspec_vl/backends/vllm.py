@@ -14,19 +14,21 @@ engine's max_model_len as the context) and statistics match the transformers bac
 
 from __future__ import annotations
 
+import copy
 import time
 from functools import partial
 from typing import Callable
 
-from .. import loop
+from .. import budget, loop
 from .. import trace as T
 from ..config import AsymSpecConfig
-from ..errors import PromptTooLongError
+from ..methods import Method
+from ..methods import method as method_named
 from ..prompts import EncodedRequest
 from ..vocab import ModelPair
 from .vllm_engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
-FINISH = {"stop": "stop", "length": "length"}  # any other engine finish reason marks the request "error"
+FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
 
 
 class VLLMBackend:
@@ -53,146 +55,131 @@ class VLLMBackend:
         """Shut down one cached engine (or all) and free its memory."""
         self.engines.close(spec)
 
-    def engine_for(self, method: str, K: int) -> tuple[EngineSpec, str]:
-        """The engine a method runs on, and the per-request mode for speculative engines. One speculative
-        engine per drafter serves sd, scd and asymspec at every K up to its own."""
-        if method == "floor":
+    def engine_for(self, method: Method | str, K: int) -> tuple[EngineSpec, str]:
+        """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
+        engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
+        up to its own."""
+        method = method if isinstance(method, Method) else method_named(method)
+        if method.engine == "verifier":
             return EngineSpec(self.verifier), "plain"
-        if method == "drafter":
+        if method.engine == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
-        drafter = self.text_drafter if (method == "sd" and self.text_drafter) else self.drafter
-        return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method
+        drafter = self.text_drafter if (method.drafting.model == "sd_drafter" and self.text_drafter) else self.drafter
+        return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method.name
 
-    def engine_order(self, methods: list[str]) -> list[str]:
-        """`methods` grouped by the engine each runs on (first appearance order), so that a run that goes
-        method by method starts each engine once."""
-        keys = [(spec.model, spec.drafter, spec.images) for spec in (self.engine_for(m, 1)[0] for m in methods)]
-        first = {key: i for i, key in reversed(list(enumerate(keys)))}
-        return [m for _, m in sorted(zip((first[k] for k in keys), methods), key=lambda x: x[0])]
-
-    # -- the token budget ------------------------------------------------------------------------
-    def max_model_len(self, spec: EngineSpec) -> int:
+    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig) -> int:
+        """Every view of a request runs in one engine: its max_model_len."""
+        spec, _ = self.engine_for(method, cfg.K)
         return int(self.engine(spec).llm_engine.vllm_config.model_config.max_model_len)
 
-    def room(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> int:
-        """Tokens a request may generate before its longest view fills the engine's context."""
-        spec, _ = self.engine_for(method, cfg.K)
-        return self.max_model_len(spec) - max(len(v.ids) for v in _views(r, method)) - cfg.K - 1
-
-    def check_fits(self, r: EncodedRequest, method: str, cfg: AsymSpecConfig) -> None:
-        if self.room(r, method, cfg) < 1:
-            spec, _ = self.engine_for(method, cfg.K)
-            longest = max(len(v.ids) for v in _views(r, method))
-            raise PromptTooLongError(f"a {longest}-token prompt does not fit the engine's context of "
-                                     f"{self.max_model_len(spec)} tokens (with K={cfg.K})")
-
     # -- running ---------------------------------------------------------------------------------
-    def run(self, reqs: list[EncodedRequest], method: str, cfg: AsymSpecConfig,
+    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
             on_step: Callable | None = None) -> list[loop.RowOutput]:
         """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
         engine's message), the others finish as usual."""
         spec, mode = self.engine_for(method, cfg.K)
         llm = self.engine(spec)
-        for r in reqs:
-            self.check_fits(r, method, cfg)
-        prompts = [self._prompt(llm, r, method) for r in reqs]
-        params = [self._params(r, method, mode, cfg) for r in reqs]
+        prompts, params = zip(*(self.engine_request(r, method, cfg) for r in reqs))
         rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
                 for _ in reqs]
-        label = T.DRAFTER if method == "drafter" else T.VERIFIER
         start = time.perf_counter()
-        progress = partial(self._progress, rows, _StreamedStats(mode, cfg.K, len(reqs)), label, on_step)
+        progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self._row(o, mode, label, elapsed) for o in finals]
+        return [self._row(o, method, mode, elapsed) for o in finals]
 
-    def _prompt(self, llm, r: EncodedRequest, method: str) -> dict:
-        if method != "drafter":
-            return {"prompt_token_ids": list(r.comp.ids)}
-        prompt = {"prompt_token_ids": list(r.question.ids)}
-        if r.question.pixel_values is not None:
-            # vLLM's processor expands each image's single placeholder token itself
-            prompt["prompt_token_ids"] = _collapse_runs(r.question.ids, self.pair.tokenizer.convert_tokens_to_ids(
-                "<|image_pad|>"))
+    def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig) -> tuple[dict, object]:
+        """What the method's engine receives for one request: its prompt and SamplingParams."""
+        method = method if isinstance(method, Method) else method_named(method)
+        spec, mode = self.engine_for(method, cfg.K)
+        room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg))
+        return self._prompt(self.engine(spec), r, method), self._params(r, method, mode, cfg, room)
+
+    def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
+        """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
+        on the drafter's, its image as embeddings from that engine's vision tower)."""
+        view = r.view(method.scoring[0].view if method.engine == "drafter" else "x_comp")
+        prompt = {"prompt_token_ids": list(view.ids)}
+        if view.pixel_values is not None:
             from vllm_patches.request_args import pack_tensor, unpack_tensor
 
-            packed = llm.collective_rpc("asymspec_image_embeddings", args=(pack_tensor(r.question.pixel_values),
-                                                                            pack_tensor(r.question.image_grid_thw)))[0]
-            embeds = unpack_tensor(packed, "image embeddings")
-            prompt["multi_modal_data"] = {"image": {"image_embeds": embeds, "image_grid_thw": r.question.image_grid_thw}}
+            # vLLM's processor expands each image's single placeholder token itself
+            prompt["prompt_token_ids"] = _collapse_runs(view.ids, self.pair.tokenizer.convert_tokens_to_ids(
+                "<|image_pad|>"))
+            packed = llm.collective_rpc("asymspec_image_embeddings",
+                                        args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)))[0]
+            prompt["multi_modal_data"] = {"image": {"image_embeds": unpack_tensor(packed, "image embeddings"),
+                                                    "image_grid_thw": view.image_grid_thw}}
         return prompt
 
-    def _params(self, r: EncodedRequest, method: str, mode: str, cfg: AsymSpecConfig):
+    def _params(self, r: EncodedRequest, method: Method, mode: str, cfg: AsymSpecConfig, room: int):
         from vllm import SamplingParams
 
         import vllm_patches
 
         banned = self.pair.banned_ids()
-        kw = dict(temperature=0.0, max_tokens=min(cfg.max_new_tokens, self.room(r, method, cfg)),
-                  ignore_eos=True, stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=False)
+        kw = dict(temperature=0.0, max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
+                  stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=False)
         if mode == "plain":
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
-        x_full = r.full if mode == "asymspec" else None
+        full = r.full if method.drafting.view == "x_full" else None
         extra = vllm_patches.make_extra_args(
-            mode, cfg, x_full=x_full.ids if x_full else None,
-            pixel_values=x_full.pixel_values if x_full else None,
-            image_grid_thw=x_full.image_grid_thw if x_full else None, banned=banned)
+            mode, cfg, x_full=full.ids if full else None, pixel_values=full.pixel_values if full else None,
+            image_grid_thw=full.image_grid_thw if full else None, banned=banned)
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, streamed: "_StreamedStats", label, on_step, step_outputs: dict) -> None:
+    def _progress(rows, streamed: "_StreamedStats", on_step, step_outputs: dict) -> None:
         for i, o in step_outputs.items():
-            toks = list(o.outputs[0].token_ids)
-            if streamed.mode == "plain":
-                rows[i].sources += [label] * (len(toks) - len(rows[i].token_ids))
-            else:
-                rows[i].sources, rows[i].stats = streamed.step(i, len(toks) - len(rows[i].token_ids))
-            rows[i].token_ids = toks
+            tokens = list(o.outputs[0].token_ids)
+            rows[i].sources, rows[i].stats = streamed.step(i, len(tokens) - len(rows[i].token_ids))
+            rows[i].token_ids = tokens
         on_step(rows)
 
     @staticmethod
-    def _row(o, mode: str, label: str, elapsed: float) -> loop.RowOutput:
+    def _row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
         from vllm_patches.stats import from_output
 
-        comp = o.outputs[0]
-        tokens = list(comp.token_ids)
+        completion = o.outputs[0]
+        tokens = list(completion.token_ids)
         stats, sources, error = from_output(o.kv_transfer_params)
         if mode == "plain":
             stats = T.Stats(steps=len(tokens), emitted=len(tokens))
-            sources = [label] * len(tokens)
+            sources = [method.labels.all_passed] * len(tokens)
         stats.elapsed_s = elapsed
-        if comp.finish_reason in FINISH:
-            return loop.RowOutput(tokens, sources, stats, FINISH[comp.finish_reason])
+        if completion.finish_reason in FINISH_REASONS:
+            return loop.RowOutput(tokens, sources, stats, completion.finish_reason)
         return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
-                                                              f"'{comp.finish_reason}': {error or 'no detail'}")
+                                                               f"'{completion.finish_reason}': {error or 'no detail'}")
 
 
 class _StreamedStats:
-    """Labels and counters while a speculative request streams: each engine step's new tokens are the
+    """Labels and counters while a request streams. On a speculative engine each step's new tokens are the
     accepted drafts and then the token the step emitted, counted by the engine's own rule
-    (vllm_patches.stats). Provisional only where the engine drafted fewer than K (near the context limit)
-    or a stop token cut the step; the finished output carries the engine's exact figures."""
+    (vllm_patches.stats); provisional only where the engine drafted fewer than K (near the context limit) or a
+    stop token cut the step: the finished output carries the engine's exact figures. Elsewhere each token is
+    one step of the method's greedy decoding."""
 
-    def __init__(self, mode: str, K: int, n: int):
+    def __init__(self, method: Method, mode: str, K: int, n: int):
         from vllm_patches.stats import EngineStats
 
-        self.mode, self.K = mode, K
+        self.method, self.mode, self.K = method, mode, K
         self.rows = [EngineStats(K, mode) for _ in range(n)] if mode != "plain" else []
+        self.plain = [loop.RowOutput() for _ in range(n)] if mode == "plain" else []
 
     def step(self, i: int, num_new: int) -> tuple[list[str], T.Stats]:
+        if self.mode == "plain":
+            row = self.plain[i]
+            for _ in range(num_new):
+                row.sources.append(self.method.labels.all_passed)
+                row.stats.record(0, 0, 1)
+            return list(row.sources), copy.deepcopy(row.stats)
         s = self.rows[i]
         while num_new > 0:  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
             n = min(num_new, self.K + 1)
             s.record(self.K, n, n)
             num_new -= n
-        return list(s.sources), T.Stats(steps=s.steps, drafted=s.drafted, accepted=s.accepted, emitted=s.emitted,
-                                        accepted_at=list(s.accepted_at))
-
-
-def _views(r: EncodedRequest, method: str):
-    if method == "drafter":
-        return [r.question]
-    return [r.comp, r.full] if method == "asymspec" else [r.comp]
+        return list(s.sources), copy.deepcopy(s.stats)
 
 
 def _collapse_runs(ids: list[int], token: int) -> list[int]:

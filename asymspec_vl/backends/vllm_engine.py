@@ -35,9 +35,9 @@ _request_ids = itertools.count()
 
 
 def on_cpu() -> bool:
-    from vllm.platforms import current_platform
+    from vllm_patches.version import is_cpu_build
 
-    return current_platform.is_cpu()
+    return is_cpu_build()
 
 
 def configure_environment() -> None:

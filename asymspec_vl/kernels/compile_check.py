@@ -29,15 +29,14 @@ def variants():
         sig = {"a_ptr": PTR[dtype], "b_ptr": PTR[dtype], "fpart_ptr": "*fp32", "dpart_ptr": "*fp32", **ROW,
                "chunk": "i32", "NC": "i32"}
         yield "_divergence_kernel", sig, {"BLOCK": 2048, "NC_P2": 64, "KL": kl}
-    for flat, has_n, gate, bonus_fused, has_div in (
-            [(f, True, g, False, True) for f in (True, False) for g in GATE_IDS.values()]
-            + [(False, False, 0, True, False)]):
+    for has_n, gate, bonus_fused, has_div in [(True, g, False, True) for g in GATE_IDS.values()] + [
+            (False, 0, True, False)]:
         p = PTR["bfloat16"]
-        sig = {"a_ptr": p, "b_ptr": p, "t_ptr": p, "drafts_ptr": "*i32" if flat else "*i64", "n_ptr": "*i32",
+        sig = {"a_ptr": p, "b_ptr": p, "t_ptr": p, "drafts_ptr": "*i64", "n_ptr": "*i32",
                "fpart_ptr": "*fp32", "ipart_ptr": "*i32", "dpart_ptr": "*fp32", "out_ptr": "*i32",
                "n_acc_ptr": "*i32", "token_ptr": "*i32", "div_ptr": "*fp32", **ROW, "st0": "i64", "st1": "i32",
                "K": "i32", "out_stride": "i32", "log_gamma": "fp32", "lam": "fp32", "NC": "i32"}
-        yield "_decide_kernel", sig, {"S_P2": 16, "NC_P2": 64, "FLAT": flat, "HAS_N": has_n, "GATE": gate,
+        yield "_decide_kernel", sig, {"S_P2": 16, "NC_P2": 64, "HAS_N": has_n, "GATE": gate,
                                       "BONUS_FUSED": bonus_fused, "HAS_DIV": has_div}
     assert len(DELTA_IDS) == 3  # the stats variants above cover delta ids 0, 1, 2
 

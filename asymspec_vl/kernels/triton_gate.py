@@ -146,19 +146,13 @@ def _divergence_kernel(a_ptr, b_ptr, fpart_ptr, dpart_ptr, V, P, sa0, sa1, sb0, 
 def _decide_kernel(a_ptr, b_ptr, t_ptr, drafts_ptr, n_ptr, fpart_ptr, ipart_ptr, dpart_ptr,
                    out_ptr, n_acc_ptr, token_ptr, div_ptr,
                    V, P, sa0, sa1, sb0, sb1, st0, st1, K, out_stride, log_gamma, lam, NC,
-                   S_P2: tl.constexpr, NC_P2: tl.constexpr, FLAT: tl.constexpr, HAS_N: tl.constexpr,
+                   S_P2: tl.constexpr, NC_P2: tl.constexpr, HAS_N: tl.constexpr,
                    GATE: tl.constexpr, BONUS_FUSED: tl.constexpr, HAS_DIV: tl.constexpr):
-    i = tl.program_id(0)  # request
-    if FLAT:  # n_ptr is cu_num_draft_tokens (inclusive cumulative sums)
-        d0 = tl.load(n_ptr + i - 1, mask=i > 0, other=0).to(tl.int32)
-        n = tl.load(n_ptr + i).to(tl.int32) - d0
-        row0 = d0 + i
-        span = n + 1
-    else:  # padded: K + 1 rows and K draft slots per request
-        n = tl.load(n_ptr + i).to(tl.int32) if HAS_N else tl.full([], 0, tl.int32) + K
-        d0 = i * K
-        row0 = i * (K + 1)
-        span = tl.full([], 0, tl.int32) + K + 1
+    i = tl.program_id(0)  # request: K + 1 rows and K draft slots, n of them real
+    n = tl.load(n_ptr + i).to(tl.int32) if HAS_N else tl.full([], 0, tl.int32) + K
+    d0 = i * K
+    row0 = i * (K + 1)
+    span = tl.full([], 0, tl.int32) + K + 1
     pos = tl.arange(0, S_P2)  # [S] positions of the request
     rows = row0 + pos
     in_span, is_draft = pos < span, pos < n
@@ -228,29 +222,27 @@ def plan_blocks(V: int, rows: int, device: torch.device, block: int | None = Non
 
 
 def _strides(x: torch.Tensor) -> tuple[int, int]:
-    """(batch stride, position stride) of a [B, P, V] tensor; a flat [rows, V] tensor is one batch."""
-    return (x.stride(0), x.stride(1)) if x.dim() == 3 else (0, x.stride(0))
+    """(batch stride, position stride) of a [B, P, V] tensor."""
+    return x.stride(0), x.stride(1)
 
 
-def run_gate(a, b, t, drafts, counts, cfg, banned, *, flat: bool, num_reqs: int, out_len: int,
-             with_divergence: bool, block: int | None = None, chunks: int | None = None):
+def run_gate(a, b, t, drafts, num_drafts, cfg, banned, *, with_divergence: bool, block: int | None = None,
+             chunks: int | None = None):
     """The kernels; under the interpreter numpy's warnings about -inf arithmetic (handled) are silenced."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore") if _interpreted(t) else nullcontext():
-        return _launch(a, b, t, drafts, counts, cfg, banned, flat, num_reqs, out_len, with_divergence, block,
-                       chunks)
+        return _launch(a, b, t, drafts, num_drafts, cfg, banned, with_divergence, block, chunks)
 
 
-def _launch(a, b, t, drafts, counts, cfg, banned, flat, num_reqs, out_len, with_divergence, block, chunks):
-    """Launch the three kernels. Padded: a, b, t [B, K+1, V], drafts [B, K], counts num_drafts [B] or None.
-    Flat: a, b, t [rows, V], drafts [num_draft_tokens], counts cu_num_draft_tokens [num_reqs].
-    -> token_ids [num_reqs, out_len + 1] int32 (-1 past the committed), num_accepted [num_reqs] int32,
-       token [num_reqs] int32 (the emitted one), divergence [rows] float32 or None."""
+def _launch(a, b, t, drafts, counts, cfg, banned, with_divergence, block, chunks):
+    """Launch the three kernels: a, b, t [B, K+1, V], drafts [B, K], counts num_drafts [B] or None.
+    -> token_ids [B, K + 1] int32 (-1 past the committed), num_accepted [B] int32, token [B] int32 (the
+       emitted one), divergence [B * (K+1)] float32 or None."""
     a, b, t = (x if x.stride(-1) == 1 else x.contiguous() for x in (a, b, t))
     drafts = drafts.contiguous()
     counts = counts.contiguous() if counts is not None else None
     dev, V = t.device, t.shape[-1]
     P, R = t.shape[-2], math.prod(t.shape[:-1])
-    K = 0 if flat else drafts.shape[1]
+    num_reqs, K = drafts.shape
     BLOCK, chunk, NC, warps = plan_blocks(V, R, dev, block, chunks)
     NC_P2 = triton.next_power_of_2(NC)
     fpart = torch.empty(R, NC, NF, dtype=torch.float32, device=dev)
@@ -266,13 +258,14 @@ def _launch(a, b, t, drafts, counts, cfg, banned, flat, num_reqs, out_len, with_
     if has_div:
         _divergence_kernel[(R, NC)](a, b, fpart, dpart, V, P, *strides[:4], chunk, NC, BLOCK=BLOCK,
                                     NC_P2=NC_P2, KL=cfg.gate == "kl", **opts)
-    token_ids = torch.full((num_reqs, out_len + 1), -1, dtype=torch.int32, device=dev)
+    token_ids = torch.full((num_reqs, K + 1), -1, dtype=torch.int32, device=dev)
     n_acc = torch.empty(num_reqs, dtype=torch.int32, device=dev)
     token = torch.empty(num_reqs, dtype=torch.int32, device=dev)
     div = torch.zeros(R, dtype=torch.float32, device=dev) if with_divergence else fpart
     n_arg = counts if counts is not None else n_acc
     _decide_kernel[(num_reqs,)](a, b, t, drafts, n_arg, fpart, ipart, dpart, token_ids, n_acc, token, div,
-                                V, P, *strides, K, out_len + 1, math.log(cfg.gamma), float(cfg.lam), NC,
-                                S_P2=triton.next_power_of_2(out_len + 1), NC_P2=NC_P2, FLAT=flat, HAS_N=counts is not None, GATE=GATE_IDS[cfg.gate],
+                                V, P, *strides, K, K + 1, math.log(cfg.gamma), float(cfg.lam), NC,
+                                S_P2=triton.next_power_of_2(K + 1), NC_P2=NC_P2, HAS_N=counts is not None,
+                                GATE=GATE_IDS[cfg.gate],
                                 BONUS_FUSED=cfg.bonus == "fused", HAS_DIV=with_divergence, **opts)
     return token_ids, n_acc, token, (div if with_divergence else None)

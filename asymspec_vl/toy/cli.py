@@ -1,5 +1,5 @@
 """`asymspec-vl toy ...`: train the toy pair (`toy train OUT_DIR`) and write toy-world examples (`toy example`).
-The eval is `asymspec-vl eval toy` (toy/eval_cli.py)."""
+The eval is `asymspec-vl eval toy` (evals/toy/cli.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ def _train(args) -> int:
     if args.scale <= 0 or args.eval_n < 0:
         raise ConfigError("--scale must be > 0 and --eval-n >= 0")
     cfg = dataclasses.replace(ToyTrainConfig(seed=args.seed, eval_n=args.eval_n)).scaled(args.scale)
-    manifest = train_pair(args.out_dir, cfg, workers=args.workers)
+    from ..evals.toy.eval import quick_heldout
+
+    manifest = train_pair(args.out_dir, cfg, workers=args.workers, heldout=quick_heldout)
     print(json.dumps({k: manifest[k] for k in ("final_loss", "vision_accuracy", "times", "heldout")
                       if k in manifest}, indent=2))
     print(f"models: {args.out_dir}/drafter {args.out_dir}/verifier\nmanifest: {args.out_dir}/manifest.json")

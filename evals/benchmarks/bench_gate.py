@@ -89,8 +89,7 @@ def bench_shape(B, K, args, device, copy_bw) -> list[dict]:
     if device.type == "cuda" or rows <= args.interpret_max_rows:
         name = "triton" if device.type == "cuda" else "triton (interpreter)"
         moved = (5 if two_pass else 3) * rows * args.vocab * elt
-        paths[name] = (lambda: run_gate(a, b, t, drafts, None, cfg, banned, flat=False, num_reqs=B, out_len=K,
-                                        with_divergence=False), moved)
+        paths[name] = (lambda: run_gate(a, b, t, drafts, None, cfg, banned, with_divergence=False), moved)
     out = []
     for name, (fn, moved) in paths.items():
         s = timed(fn, device, args.repeat if "interpreter" not in name else 1, warmup=1)

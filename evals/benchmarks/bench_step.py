@@ -1,17 +1,18 @@
-"""Benchmark: AsymSpec step time split by pass, and step time against generated length, cached vs naive.
+"""Benchmark: AsymSpec step time split by pass, and step time against generated length, cached vs from scratch.
 
     python -m asymspec_vl.evals.benchmarks.bench_step [--drafter PATH --verifier PATH] [--tokens 384] [--K 2]
 
 Prints the mean time per speculation step of each part of Algorithm 1 (the drafter's K autoregressive
 steps on x_full, the base pass of the drafter's weights on x_comp, the verifier pass, the gate/fusion math),
 then the step time in buckets of generated length for the cached loop (O(K) per step: flat) and for the
-from-scratch loop of naive.py (re-reads the whole prompt every forward: grows). Defaults to tiny random
+from-scratch loop of reference.py (re-reads the whole prompt every forward: grows). Defaults to tiny random
 models written to a temporary folder; stop tokens are disabled so every run reaches --tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from collections import defaultdict
@@ -19,8 +20,8 @@ from collections import defaultdict
 import torch
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
-from asymspec_vl import loop
-from asymspec_vl.naive import naive_asymspec
+from asymspec_vl import loop, methods
+from asymspec_vl.reference import reference_asymspec
 from asymspec_vl.prompts import encode_request
 
 
@@ -29,6 +30,9 @@ class Timed:
 
     def __init__(self, source, name: str, totals: dict):
         self.source, self.name, self.totals = source, name, totals
+
+    def prefill(self):
+        self.source.prefill()
 
     def pending(self, y):
         return self.source.pending(y)
@@ -78,20 +82,20 @@ def main() -> None:
     banned = pair.banned_mask(be.device)
 
     totals: dict = defaultdict(float)
-    full = Timed(be._source(be.drafter, [enc.full]), "drafter x_full (K steps)", totals)
-    comp = Timed(be._source(be.drafter, [enc.comp]), "base pass (drafter on x_comp)", totals)
-    ver = Timed(be._source(be.verifier, [enc.comp]), "verifier pass", totals)
-    plan = loop.plan_asymspec(cfg, full, comp, ver, banned)
-    decide = plan.decide
+    names = {methods.DRAFTER_FULL: "drafter x_full (K steps)", methods.DRAFTER_COMP: "base pass (drafter on x_comp)",
+             methods.VERIFIER: "verifier pass"}
+    asymspec = methods.METHODS["asymspec"]
+    plan = loop.plan(asymspec, cfg, lambda s: Timed(be._source(be.models[s.model], [enc.view(s.view)]),
+                                                    names[s], totals), banned)
 
-    def timed_decide(*a):
+    def timed_decide(cfg, logits, drafts, banned):
         t0 = time.perf_counter()
-        out = decide(*a)
+        out = asymspec.decide(cfg, logits, drafts, banned)
         totals["gate + fusion"] += time.perf_counter() - t0
         return out
-    plan.decide = timed_decide
+    plan.method = dataclasses.replace(asymspec, decide=timed_decide)
     stamps = [(0, time.perf_counter())]
-    out = loop.run(plan, 1, [args.tokens], set(), banned,
+    out = loop.run(plan, 1, [args.tokens], set(),
                    on_step=lambda rows: stamps.append((len(rows[0].token_ids), time.perf_counter())))[0]
     steps = out.stats.steps
     print(f"prompt tokens: x_full {len(enc.full.ids)}, x_comp {len(enc.comp.ids)}; K={args.K}; "
@@ -107,7 +111,7 @@ def main() -> None:
     naive = {}
     if not args.skip_naive:
         nstamps = [(0, time.perf_counter())]
-        naive_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg, banned, set(), args.tokens,
+        reference_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg, banned, set(), args.tokens,
                        on_step=lambda y: nstamps.append((len(y), time.perf_counter())))
         naive = buckets(nstamps, args.bucket)
     print(f"\nstep time (ms) by generated length (buckets of {args.bucket} tokens):")

@@ -25,7 +25,7 @@ def table_of(drafter: Path, verifier: Path, n: int, out: Path) -> dict[str, dict
     from asymspec_vl import AsymSpecVL
     from asymspec_vl.evals.runner import ResultsLog
     from asymspec_vl.toy import world
-    from asymspec_vl.toy.eval import evaluate, table
+    from asymspec_vl.evals.toy.eval import evaluate, table
 
     vl = AsymSpecVL.from_pretrained(drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32")
     records = evaluate(vl, world.heldout(n), KEYS, ResultsLog(out / "results.jsonl"), progress=False)

@@ -72,7 +72,7 @@ class LLMExtractor:
                         trust_remote_code: bool = False) -> "LLMExtractor":
         from transformers import AutoTokenizer
 
-        from asymspec_vl.backends.hf import load_causal_lm, resolve_device_dtype
+        from asymspec_vl.models import load_causal_lm, resolve_device_dtype
         from asymspec_vl.defaults import resolve
 
         local = resolve("verifier", path)

@@ -42,9 +42,10 @@ def _run(args) -> int:
     from asymspec_vl.commands import load_from_args
     from asymspec_vl.errors import ConfigError
 
-    from ..evals.manifest import build_manifest, write_manifest
-    from ..evals.runner import ResultsLog
-    from . import world
+    from asymspec_vl.toy import world
+
+    from ..manifest import build_manifest, write_manifest
+    from ..runner import ResultsLog
     from .eval import BASE, VARIANTS, evaluate, write_outputs
 
     if args.n < 1 or args.batch < 1 or args.threads < 0:
@@ -90,8 +91,9 @@ def rescore(records: list[dict], args, methods: list[str], out: Path | None, sou
     (with `out`: also rescored.jsonl, the table files and the charts there)."""
     import json
 
-    from ..evals.report import markdown_table
-    from . import world
+    from asymspec_vl.toy import world
+
+    from ..report import markdown_table
     from .eval import table, write_outputs
 
     fresh = []

@@ -27,7 +27,7 @@ def logits_after(model, view: EncodedView, extra: list[int], n: int) -> torch.Te
     return out.logits[0, -n:]
 
 
-def naive_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, cfg: AsymSpecConfig,
+def reference_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, cfg: AsymSpecConfig,
                    banned: torch.Tensor | None, stop_ids: set[int], max_new: int,
                    on_step: Callable[[list[int]], None] | None = None) -> list[int]:
     """Generated token ids of one request by Algorithm 1 with every forward recomputed.

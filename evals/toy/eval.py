@@ -7,12 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import AsymSpecConfig
-from ..evals.runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs
-from ..evals.summary import SPEED_COLUMNS, summarize, write_summary
-from ..prompts import Request
-from ..trace import FUSED
-from . import world
+from asymspec_vl.config import AsymSpecConfig
+from asymspec_vl.prompts import Request
+from asymspec_vl.toy import world
+from asymspec_vl.trace import FUSED
+
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs
+from ..summary import SPEED_COLUMNS, summarize, write_summary
 
 BENCHMARK = "toy"
 BASE = AsymSpecConfig(K=2, beta=1.0, gamma=0.5, max_new_tokens=48)  # answers are under 25 tokens
@@ -110,7 +111,7 @@ def quick_heldout(drafter: str | Path, verifier: str | Path, n: int,
     """Held-out accuracy of a freshly trained pair (for the training manifest): {variant: {qtype: %}}."""
     import tempfile
 
-    from ..api import AsymSpecVL
+    from asymspec_vl.api import AsymSpecVL
 
     vl = AsymSpecVL.from_pretrained(drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32")
     with tempfile.TemporaryDirectory() as tmp:

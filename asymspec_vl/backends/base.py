@@ -1,0 +1,26 @@
+"""The interface both backends implement (transformers: hf.py; vLLM: vllm.py), as the API uses them."""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from ..config import AsymSpecConfig
+from ..loop import RowOutput
+from ..methods import Method
+from ..prompts import EncodedRequest
+
+
+class Backend(Protocol):
+    name: str  # "hf" | "vllm"
+
+    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig) -> int:
+        """The context window `model` ("drafter", "sd_drafter", "verifier") has in a run of `method`."""
+
+    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
+            on_step: Callable[[list[RowOutput]], None] | None = None) -> list[RowOutput]:
+        """Decode validated requests together; one the run fails comes back with finish_reason "error" beside
+        the others' results. on_step(rows so far) after every decoding step; an exception it raises stops
+        the decoding and propagates."""
+
+    def close(self) -> None:
+        """Release what the backend holds (engines, device memory)."""
