@@ -92,7 +92,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            ("q",), "drafter"),
 )}
 NAMES = tuple(METHODS)
-SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)  # the modes of a speculative engine
+SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
+# what a speculative engine (the verifier as target, the drafter as draft model) can run per request: every
+# method whose models read x_full or x_comp (Floor: no drafts, the verifier's greedy tokens)
+SPECULATIVE_ENGINE_MODES = tuple(name for name, m in METHODS.items() if "x_question" not in m.views)
 IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
 
 

@@ -463,3 +463,29 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(vl, tiny_vl):
             expected = _summary(tiny_vl.generate_batch([req], method, cfg))
             assert expected[0][0] == free.token_ids[:i + 1] and expected[0][2] == "stop"
             assert _summary(vl.generate_batch([req], method, cfg)) == expected
+
+
+def test_floor_runs_on_the_speculative_engine(vl, tiny_vl):
+    """Mode "floor" on an asymspec engine (what a server holding one engine serves the Floor with): no drafts,
+    the verifier's greedy tokens, as the transformers backend's Floor gives them."""
+    import vllm_patches
+    from vllm import SamplingParams
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm_engine import generate
+    from asymspec_vl.prompts import encode_request
+
+    cfg = AsymSpecConfig(K=2, max_new_tokens=16)
+    reqs = [random_request(s) for s in range(4)]
+    expected = tiny_vl.generate_batch(reqs, "floor", cfg)
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    encs = [encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs]
+    params = [SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, stop_token_ids=sorted(vl.pair.stop_ids(cfg)),
+                             extra_args=vllm_patches.make_extra_args("floor", cfg, banned=vl.pair.banned_ids()))
+              for _ in encs]
+    outs = generate(llm, [{"prompt_token_ids": e.comp.ids} for e in encs], params)
+    for o, ref in zip(outs, expected):
+        info = o.kv_transfer_params["asymspec"]
+        assert list(o.outputs[0].token_ids) == ref.token_ids
+        assert info["sources"] == ["verifier"] * len(ref.token_ids) and info["drafted"] == 0
+        assert info["steps"] == len(ref.token_ids) == ref.stats.steps

@@ -26,6 +26,7 @@ from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 
 from asymspec_vl.errors import AsymSpecError
 from asymspec_vl.gate import greedy
+from asymspec_vl.methods import DRAFTER_COMP, METHODS
 from asymspec_vl.sources import RowLedger
 from asymspec_vl.vocab import token_mask
 
@@ -179,7 +180,10 @@ class AsymSpecProposer(DraftModelProposer):
             if not new or state.failed:
                 continue  # a prefill chunk (nothing committed) or a request about to be finished
             state.reemit = None
-            if state.mode == "asymspec":
+            drafting = METHODS[state.mode].drafting if state.args is not None else DRAFTER_COMP
+            if drafting is None:
+                continue  # Floor: no drafts, the verifier decodes alone
+            if drafting.view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 state.full.commit(y)
                 feed = state.full.pending(y)

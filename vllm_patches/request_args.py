@@ -1,7 +1,8 @@
 """The per-request AsymSpec inputs carried by SamplingParams.extra_args["asymspec"]: build and validate.
 
 Schema (all but `mode` optional):
-  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "sd" (drafter on x_comp, greedy
+  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's greedy
+                  tokens, for servers that hold one engine), "sd" (drafter on x_comp, greedy
                   verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
   config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that)
   x_full          the drafter's full prompt, token ids (mode "asymspec": required)
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 import torch
 
 from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.methods import SPECULATIVE
+from asymspec_vl.methods import SPECULATIVE_ENGINE_MODES
 from asymspec_vl.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
 
 from .mrope import image_runs
 
 KEY = "asymspec"
-MODES = SPECULATIVE  # methods.py's speculative methods
+MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
 

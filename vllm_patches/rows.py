@@ -84,7 +84,7 @@ class RequestRegistry:
         state.K = state.args.cfg.K
         state.banned_ids = tuple(sorted(state.args.banned or self.default_banned))
         state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
-        if state.args.mode == "asymspec":
+        if state.args.mode == "asymspec":  # the one mode whose drafter reads x_full
             prime = [state.prime] if state.prime is not None else []
             try:
                 open_full_view(req_id, state, list(request.prompt_token_ids) + prime)

@@ -29,9 +29,9 @@ class EngineStats:
     def record(self, num_drafts: int, num_generated: int, num_emitted: int) -> None:
         """One engine step: num_drafts verified, num_generated = accepted + 1 committed, num_emitted kept
         after the stop / length cut."""
-        if num_drafts == 0:  # no drafts fitted (near max_model_len): the verifier's greedy token, no speculation
+        if num_drafts == 0:  # Floor, or no drafts fitted (near max_model_len): the verifier's greedy token
             self.sources += [T.VERIFIER] * num_emitted
-            self.stats.emitted += num_emitted
+            self.stats.record(0, 0, num_emitted)
             return
         num_accepted = num_generated - 1
         self.sources += T.step_sources(labels(self.mode), num_drafts, num_accepted)[:num_emitted]
