@@ -1,7 +1,7 @@
 """One forward of the drafter over a ragged batch of rows against a paged KV cache.
 
-A row appends `tokens` to its cache at cache indices start..start+n-1 (n = len(tokens)) with the given
-rope positions; `block_table` lists the row's blocks (in the kernel's block size). The pass builds vLLM's
+A row appends `length` tokens to its cache at cache indices start..start+length-1 with the given rope
+positions; `block_table` lists the row's blocks (in the kernel's block size). The pass builds vLLM's
 CommonAttentionMetadata (query_start_loc, seq_lens, block table, slot mapping), lets the drafter's own
 attention builders (drafter_attention.py) plan it, and runs the model eagerly under a forward context of its
 own. With `kv` (layer name -> tensor) the drafter's attention layers read and write those tensors for the
@@ -19,10 +19,18 @@ import torch
 
 @dataclass
 class PassRow:
-    tokens: list[int]
+    length: int  # tokens the row appends in this pass
     start: int  # cache slots the row already holds
-    positions: torch.Tensor  # [3, n] (M-RoPE) or [n]
+    positions: torch.Tensor  # [3, length] (M-RoPE) or [length]
     block_table: torch.Tensor  # [num_blocks] int32, cache blocks of the row in order
+
+
+def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device: on CUDA through pinned memory, so that the
+    host goes on queueing the drafter's kernels (a plain copy from pageable memory synchronises the stream)."""
+    if device.type != "cuda":
+        return x.to(device)
+    return x.pin_memory().to(device, non_blocking=True)
 
 
 def chunk_feeds(lengths: list[int], budget: int) -> list[list[tuple[int, int, int]]]:
@@ -60,10 +68,10 @@ def bound_kv(layers: dict, kv: dict[str, torch.Tensor] | None):
 
 
 def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
-    """vLLM's CommonAttentionMetadata of a pass over `rows`."""
+    """vLLM's CommonAttentionMetadata of a pass over `rows` (built on the host, copied without a sync)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    n = torch.tensor([len(r.tokens) for r in rows], dtype=torch.int32)
+    n = torch.tensor([r.length for r in rows], dtype=torch.int32)
     start = torch.tensor([r.start for r in rows], dtype=torch.int32)
     query_start = torch.zeros(len(rows) + 1, dtype=torch.int32)
     query_start[1:] = n.cumsum(0)
@@ -71,35 +79,31 @@ def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
     width = max(len(r.block_table) for r in rows)
     table = torch.zeros(len(rows), width, dtype=torch.int32)  # padding -> block 0
     for i, r in enumerate(rows):
-        table[i, :len(r.block_table)] = r.block_table.cpu()
-    slots = torch.cat([_slots(table[i], r.start, len(r.tokens), block_size) for i, r in enumerate(rows)])
+        table[i, :len(r.block_table)] = r.block_table
+    row = torch.repeat_interleave(torch.arange(len(rows)), n.long())  # [N] the row of each token
+    index = torch.cat([torch.arange(r.start, r.start + r.length) for r in rows])  # [N] its cache index
+    slots = table.long()[row, index // block_size] * block_size + index % block_size  # [N]
     return CommonAttentionMetadata(
-        query_start_loc=query_start.to(device), query_start_loc_cpu=query_start, seq_lens=seq_lens.to(device),
-        _seq_lens_cpu=seq_lens, _num_computed_tokens_cpu=start, num_reqs=len(rows),
-        num_actual_tokens=int(query_start[-1]), max_query_len=int(n.max()), max_seq_len=int(seq_lens.max()),
-        block_table_tensor=table.to(device), slot_mapping=slots.to(device), causal=True)
+        query_start_loc=to_device(query_start, device), query_start_loc_cpu=query_start,
+        seq_lens=to_device(seq_lens, device), _seq_lens_cpu=seq_lens, _num_computed_tokens_cpu=start,
+        num_reqs=len(rows), num_actual_tokens=int(query_start[-1]), max_query_len=int(n.max()),
+        max_seq_len=int(seq_lens.max()), block_table_tensor=to_device(table, device),
+        slot_mapping=to_device(slots, device), causal=True)
 
 
 def run_pass(proposer, rows: list[PassRow], block_size: int, kv: dict[str, torch.Tensor] | None = None,
-             inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward `rows`; return hidden states [N, H] and each row's last-token index [B]."""
+             token_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward `rows` reading token_ids [N] (on the device) or inputs_embeds [N, H]; return hidden states
+    [N, H] and each row's last-token index [B] (on the device)."""
     from vllm.forward_context import set_forward_context
 
     device = proposer.device
     common = common_metadata(rows, block_size, device)
     metadata, slot_mapping = proposer.attention.build(common)
-    positions = torch.cat([r.positions for r in rows], dim=-1).to(device)
-    ids = None
-    if inputs_embeds is None:
-        ids = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.int32, device=device)
+    positions = to_device(torch.cat([r.positions for r in rows], dim=-1), device)
     with bound_kv(proposer.attn_layers, kv), set_forward_context(
             metadata, proposer.vllm_config, num_tokens=common.num_actual_tokens, slot_mapping=slot_mapping,
             skip_compiled=True):
-        hidden = proposer.model(input_ids=ids, positions=positions, inputs_embeds=inputs_embeds)
-    return hidden, (common.query_start_loc_cpu[1:] - 1).long().to(device)
-
-
-def _slots(table_row: torch.Tensor, start: int, n: int, block_size: int) -> torch.Tensor:
-    """Cache slot of indices start..start+n-1: block_table[j // bs] * bs + j % bs. [n] int64."""
-    j = torch.arange(start, start + n)
-    return table_row.long()[j // block_size] * block_size + j % block_size
+        hidden = proposer.model(input_ids=token_ids, positions=positions, inputs_embeds=inputs_embeds)
+    return hidden, (common.query_start_loc[1:] - 1).long()

@@ -33,7 +33,7 @@ from asymspec_vl.vocab import token_mask
 from . import switches
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
-from .drafter_pass import PassRow, chunk_feeds, run_pass
+from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
 from .faults import request_errors
 from .kv_pool import FullViewPool, reserve_bytes
 from .mm_cache import ImageCache
@@ -230,23 +230,34 @@ class AsymSpecProposer(DraftModelProposer):
         return drafts
 
     def _draft_full_view(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
+        """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
+        the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
         passes = [state.K + (state.args.cfg.bonus == "fused") for _, state, _ in rows]  # a_{K+1} for a fused bonus
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
         logits = [[row] for row in self._first_full_pass(rows, images)]  # a_1 per row
-        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned).tolist()  # d_1 per row
+        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row
+        drafted = [tokens]
         for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
-            batch = [self._full_pass_row(rows[r][0], rows[r][1], [tokens[r]]) for r in live]
-            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors)
+            index = torch.tensor(live, device=self.device) if len(live) < len(rows) else None
+            batch = [self._full_pass_row(rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
+            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors,
+                                    token_ids=tokens if index is None else tokens[index])
             step = self.model.compute_logits(hidden[last])  # [len(live), V]
-            for j, (r, d) in enumerate(zip(live, greedy(step, banned[live]).tolist())):
+            for j, r in enumerate(live):
                 logits[r].append(step[j])
-                tokens[r] = d
+            new = greedy(step, banned if index is None else banned[index])  # [len(live)]
+            tokens = new if index is None else tokens.index_put((index,), new)
+            drafted.append(tokens)
+        drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
         out = {}
-        for (req_id, state, _), lg in zip(rows, logits):
+        for (req_id, state, _), lg, row_drafts, n in zip(rows, logits, drafts, passes):
+            ledger = state.full  # the passes after the feed read d_1 .. d_{n-1}
+            start = ledger.n_cached + len(ledger.speculative)
+            ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
             a = torch.stack(lg)  # [K (+1), V]
             self.draft_logits.store(req_id, a)
-            state.drafts = greedy(a[:state.K], state.banned).tolist()
+            state.drafts = row_drafts[:state.K]
             out[req_id] = state.drafts
             if self.capture is not None and req_id not in self.capture:
                 self.capture[req_id] = {"x_full": tuple(state.args.x_full), "view": tuple(state.full.prompt),
@@ -261,18 +272,23 @@ class AsymSpecProposer(DraftModelProposer):
         last: list[torch.Tensor | None] = [None] * len(rows)
         image_rows = 0  # embeddings consumed by earlier chunks
         for chunk in chunk_feeds([len(f) for f in feeds], self.max_batched_tokens):
-            batch = [self._full_pass_row(rows[r][0], rows[r][1], feeds[r][lo:hi]) for r, lo, hi in chunk]
+            batch = []
+            for r, lo, hi in chunk:
+                req_id, state, feed = rows[r]
+                batch.append(self._full_pass_row(req_id, state, hi - lo))
+                state.full.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
+            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), self.device)
             embeds = None
             if images is not None:
                 mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
                 n_image = int(mask.sum())
                 if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
-                    ids = torch.tensor([t for row in batch for t in row.tokens], device=self.device)
                     embeds = self.model.embed_input_ids(
                         ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
-                        is_multimodal=mask.to(self.device))
+                        is_multimodal=to_device(mask, self.device))
                     image_rows += n_image
-            hidden, ends = run_pass(self, batch, self.pool.block_size, self.pool.tensors, embeds)
+            hidden, ends = run_pass(self, batch, self.pool.block_size, self.pool.tensors,
+                                    token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
             done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
             if done:
                 step = self.model.compute_logits(hidden[ends[done]])  # [len(done), V]
@@ -280,19 +296,20 @@ class AsymSpecProposer(DraftModelProposer):
                     last[chunk[j][0]] = row_logits
         return last
 
-    def _full_pass_row(self, req_id: str, state: RowState, tokens: list[int]) -> PassRow:
-        ledger = state.full
-        start = ledger.n_cached + len(ledger.speculative)
-        ledger.speculative.extend((start + k, t) for k, t in enumerate(tokens))
-        pos = view_positions(state.full_positions, state.delta, start, len(tokens), self.uses_mrope)
-        return PassRow(tokens, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
+    def _full_pass_row(self, req_id: str, state: RowState, length: int, offset: int = 0) -> PassRow:
+        """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
+        not yet recorded there)."""
+        start = state.full.n_cached + len(state.full.speculative) + offset
+        pos = view_positions(state.full_positions, state.delta, start, length, self.uses_mrope)
+        return PassRow(length, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
 
     def _draft_comp_view(self, rows) -> dict[str, list[int]]:
         """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves.
         Right after a prompt vLLM reserves none: a row whose drafts reach an unallocated block writes them
-        through vLLM's null block, so such rows draft one at a time (never sharing those slots)."""
+        through vLLM's null block, so such rows draft one at a time (never sharing those slots). The drafts
+        stay on the device until a group's last pass."""
         table = self.runner.input_batch.block_table[self.kv_cache_gid]
-        blocks = table.get_device_tensor(self.runner.input_batch.num_reqs).cpu()
+        blocks = table.get_cpu_tensor()[:self.runner.input_batch.num_reqs]  # [B, W] this step's, on the host
         requests = {req_id: self.runner.requests[req_id] for _, req_id, _ in rows}
         starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
         fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
@@ -300,15 +317,20 @@ class AsymSpecProposer(DraftModelProposer):
         no_ban = token_mask((), self.facts.vocab_size, self.device)
         drafts: dict[str, list[int]] = {}
         for group in (g for g in groups if g):
-            tokens = {req_id: requests[req_id].output_token_ids[-1] for _, req_id, _ in group}
+            tokens = to_device(torch.tensor([requests[req_id].output_token_ids[-1] for _, req_id, _ in group]),
+                               self.device)  # [G]
+            banned = torch.stack([state.banned if state.banned is not None else no_ban for _, _, state in group])
+            drafted = []
             for k in range(max(state.K for _, _, state in group)):
-                live = [row for row in group if k < row[2].K]
-                batch = [PassRow([tokens[req_id]], starts[req_id] + k,
-                                 generated_positions(starts[req_id] + k, 1, 0, self.uses_mrope), blocks[i])
-                         for i, req_id, _ in live]
-                hidden, last = run_pass(self, batch, table.block_size)
-                banned = torch.stack([state.banned if state.banned is not None else no_ban for _, _, state in live])
-                for (_, req_id, _), t in zip(live, greedy(self.model.compute_logits(hidden[last]), banned).tolist()):
-                    drafts.setdefault(req_id, []).append(t)
-                    tokens[req_id] = t
+                live = [j for j, (_, _, state) in enumerate(group) if k < state.K]
+                index = torch.tensor(live, device=self.device) if len(live) < len(group) else None
+                batch = [PassRow(1, starts[req_id] + k, generated_positions(starts[req_id] + k, 1, 0, self.uses_mrope),
+                                 blocks[i]) for i, req_id, _ in (group[j] for j in live)]
+                hidden, last = run_pass(self, batch, table.block_size,
+                                        token_ids=tokens if index is None else tokens[index])
+                new = greedy(self.model.compute_logits(hidden[last]), banned if index is None else banned[index])
+                tokens = new if index is None else tokens.index_put((index,), new)
+                drafted.append(tokens)
+            for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):
+                drafts[req_id] = row[:state.K]
         return drafts
