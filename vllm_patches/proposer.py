@@ -12,8 +12,8 @@
 The drafter always runs eagerly (never compiled or captured in CUDA graphs, whatever the engine's
 compilation settings): its passes change shape and inputs (token ids, image embeddings with DeepStack
 features) in ways a graph traced once cannot follow. The verifier keeps vLLM's compilation and CUDA graphs.
-The gate/fusion math does not live here (sampler.py calls the project's gate); requests are parsed and
-failed by the registry (rows.py).
+The passes of each view are in full_view.py and comp_view.py; the gate/fusion math does not live here
+(sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
 """
 
 from __future__ import annotations
@@ -25,19 +25,17 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 
 from asymspec_vl.errors import AsymSpecError
-from asymspec_vl.gate import greedy
 from asymspec_vl.methods import DRAFTER_COMP, METHODS
 from asymspec_vl.sources import RowLedger
-from asymspec_vl.vocab import token_mask
 
-from . import switches
+from . import comp_view, full_view, switches
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
-from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
 from .faults import request_errors
 from .kv_pool import FullViewPool, reserve_bytes
 from .mm_cache import ImageCache
-from .mrope import generated_positions, prompt_positions, view_positions
+from .full_view import FullViewImages
+from .mrope import prompt_positions
 from .request_args import EngineFacts
 from .rows import RequestRegistry, RowState
 
@@ -48,14 +46,6 @@ _VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id",
 class DraftPlan:
     full_rows: list[tuple[str, RowState, list[int]]]  # (req_id, state, x_full tokens to feed first)
     comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
-
-
-@dataclass
-class FullViewImages:
-    """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
-
-    embeddings: torch.Tensor  # [M, hidden * (1 + DeepStack levels)], in row and token order
-    masks: list[torch.Tensor]  # per full row: [len(feed)] bool, True at image_pad tokens
 
 
 def run_eagerly(model: torch.nn.Module) -> None:
@@ -201,136 +191,14 @@ class AsymSpecProposer(DraftModelProposer):
         return plan
 
     def full_view_images(self, plan: DraftPlan) -> FullViewImages | None:
-        """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
-        (their first step), and where those tokens are. A row whose vision tower fails is failed alone
-        (without tensor parallelism; see faults.py) and leaves the plan."""
-        embeds, masks, kept = [], [], []
-        for req_id, state, feed in plan.full_rows:
-            mask = torch.zeros(len(feed), dtype=torch.bool)
-            if state.sees_image and self.facts.image_token_id in feed:
-                try:
-                    embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
-                except self.request_errors as e:
-                    self.fail(req_id, state, e)
-                    continue
-                mask = torch.tensor(feed) == self.facts.image_token_id
-            masks.append(mask)
-            kept.append((req_id, state, feed))
-        plan.full_rows = kept
-        return FullViewImages(torch.cat(embeds), masks) if embeds else None
+        return full_view.full_view_images(self, plan)
 
     def propose(self, plan: DraftPlan, images: FullViewImages | None = None) -> dict[str, list[int]]:
         """Draft each row's K tokens: asymspec rows from x_full (with the image embeddings on their first
         pass), the others from x_comp. Returns req_id -> drafts."""
         drafts = {}
         if plan.full_rows:
-            drafts.update(self._draft_full_view(plan.full_rows, images))
+            drafts.update(full_view.draft(self, plan.full_rows, images))
         if plan.comp_rows:
-            drafts.update(self._draft_comp_view(plan.comp_rows))
-        return drafts
-
-    def _draft_full_view(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
-        """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
-        the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
-        passes = [state.K + (state.args.cfg.bonus == "fused") for _, state, _ in rows]  # a_{K+1} for a fused bonus
-        banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
-        logits = [[row] for row in self._first_full_pass(rows, images)]  # a_1 per row
-        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row
-        drafted = [tokens]
-        for k in range(1, max(passes)):
-            live = [r for r in range(len(rows)) if k < passes[r]]
-            index = torch.tensor(live, device=self.device) if len(live) < len(rows) else None
-            batch = [self._full_pass_row(rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
-            hidden, last = run_pass(self, batch, self.pool.block_size, self.pool.tensors,
-                                    token_ids=tokens if index is None else tokens[index])
-            step = self.model.compute_logits(hidden[last])  # [len(live), V]
-            for j, r in enumerate(live):
-                logits[r].append(step[j])
-            new = greedy(step, banned if index is None else banned[index])  # [len(live)]
-            tokens = new if index is None else tokens.index_put((index,), new)
-            drafted.append(tokens)
-        drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
-        out = {}
-        for (req_id, state, _), lg, row_drafts, n in zip(rows, logits, drafts, passes):
-            ledger = state.full  # the passes after the feed read d_1 .. d_{n-1}
-            start = ledger.n_cached + len(ledger.speculative)
-            ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
-            a = torch.stack(lg)  # [K (+1), V]
-            self.draft_logits.store(req_id, a)
-            state.drafts = row_drafts[:state.K]
-            out[req_id] = state.drafts
-            if self.capture is not None and req_id not in self.capture:
-                self.capture[req_id] = {"x_full": tuple(state.args.x_full), "view": tuple(state.full.prompt),
-                                        "drafts": list(state.drafts), "a": a[:state.K].float().cpu()}
-        return out
-
-    def _first_full_pass(self, rows, images: FullViewImages | None) -> list[torch.Tensor]:
-        """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
-        most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
-        row's last feed token, a_1 (each [V])."""
-        feeds = [feed for _, _, feed in rows]
-        last: list[torch.Tensor | None] = [None] * len(rows)
-        image_rows = 0  # embeddings consumed by earlier chunks
-        for chunk in chunk_feeds([len(f) for f in feeds], self.max_batched_tokens):
-            batch = []
-            for r, lo, hi in chunk:
-                req_id, state, feed = rows[r]
-                batch.append(self._full_pass_row(req_id, state, hi - lo))
-                state.full.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
-            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), self.device)
-            embeds = None
-            if images is not None:
-                mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
-                n_image = int(mask.sum())
-                if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
-                    embeds = self.model.embed_input_ids(
-                        ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
-                        is_multimodal=to_device(mask, self.device))
-                    image_rows += n_image
-            hidden, ends = run_pass(self, batch, self.pool.block_size, self.pool.tensors,
-                                    token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
-            done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
-            if done:
-                step = self.model.compute_logits(hidden[ends[done]])  # [len(done), V]
-                for j, row_logits in zip(done, step):
-                    last[chunk[j][0]] = row_logits
-        return last
-
-    def _full_pass_row(self, req_id: str, state: RowState, length: int, offset: int = 0) -> PassRow:
-        """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
-        not yet recorded there)."""
-        start = state.full.n_cached + len(state.full.speculative) + offset
-        pos = view_positions(state.full_positions, state.delta, start, length, self.uses_mrope)
-        return PassRow(length, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
-
-    def _draft_comp_view(self, rows) -> dict[str, list[int]]:
-        """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves.
-        Right after a prompt vLLM reserves none: a row whose drafts reach an unallocated block writes them
-        through vLLM's null block, so such rows draft one at a time (never sharing those slots). The drafts
-        stay on the device until a group's last pass."""
-        table = self.runner.input_batch.block_table[self.kv_cache_gid]
-        blocks = table.get_cpu_tensor()[:self.runner.input_batch.num_reqs]  # [B, W] this step's, on the host
-        requests = {req_id: self.runner.requests[req_id] for _, req_id, _ in rows}
-        starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
-        fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
-        groups = [[row for row, ok in zip(rows, fits) if ok]] + [[row] for row, ok in zip(rows, fits) if not ok]
-        no_ban = token_mask((), self.facts.vocab_size, self.device)
-        drafts: dict[str, list[int]] = {}
-        for group in (g for g in groups if g):
-            tokens = to_device(torch.tensor([requests[req_id].output_token_ids[-1] for _, req_id, _ in group]),
-                               self.device)  # [G]
-            banned = torch.stack([state.banned if state.banned is not None else no_ban for _, _, state in group])
-            drafted = []
-            for k in range(max(state.K for _, _, state in group)):
-                live = [j for j, (_, _, state) in enumerate(group) if k < state.K]
-                index = torch.tensor(live, device=self.device) if len(live) < len(group) else None
-                batch = [PassRow(1, starts[req_id] + k, generated_positions(starts[req_id] + k, 1, 0, self.uses_mrope),
-                                 blocks[i]) for i, req_id, _ in (group[j] for j in live)]
-                hidden, last = run_pass(self, batch, table.block_size,
-                                        token_ids=tokens if index is None else tokens[index])
-                new = greedy(self.model.compute_logits(hidden[last]), banned if index is None else banned[index])
-                tokens = new if index is None else tokens.index_put((index,), new)
-                drafted.append(tokens)
-            for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):
-                drafts[req_id] = row[:state.K]
+            drafts.update(comp_view.draft(self, plan.comp_rows))
         return drafts

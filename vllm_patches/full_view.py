@@ -1,0 +1,120 @@
+"""The drafter's x_full view: its feed (the whole prompt with the image on a request's first step, chunked),
+then one pass per draft, and the image embeddings its prefill reads (the paper's patch 4). The drafted tokens
+stay on the device until the last pass; a and the drafts go to the proposer's buffer and the request's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from asymspec_vl.gate import greedy
+
+from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
+from .mrope import view_positions
+
+
+@dataclass
+class FullViewImages:
+    """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
+
+    embeddings: torch.Tensor  # [M, hidden * (1 + DeepStack levels)], in row and token order
+    masks: list[torch.Tensor]  # per full row: [len(feed)] bool, True at image_pad tokens
+
+
+def full_view_images(drafter, plan) -> FullViewImages | None:  # drafter: the AsymSpecProposer
+    """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
+    (their first step), and where those tokens are. A row whose vision tower fails is failed alone
+    (without tensor parallelism; see faults.py) and leaves the plan."""
+    embeds, masks, kept = [], [], []
+    for req_id, state, feed in plan.full_rows:
+        mask = torch.zeros(len(feed), dtype=torch.bool)
+        if state.sees_image and drafter.facts.image_token_id in feed:
+            try:
+                embeds.extend(drafter.images.embeddings(req_id))  # patch (2): once per request
+            except drafter.request_errors as e:
+                drafter.fail(req_id, state, e)
+                continue
+            mask = torch.tensor(feed) == drafter.facts.image_token_id
+        masks.append(mask)
+        kept.append((req_id, state, feed))
+    plan.full_rows = kept
+    return FullViewImages(torch.cat(embeds), masks) if embeds else None
+
+
+def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
+    """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
+    the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
+    passes = [state.K + (state.args.cfg.bonus == "fused") for _, state, _ in rows]  # a_{K+1} for a fused bonus
+    banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
+    logits = [[row] for row in first_pass(drafter, rows, images)]  # a_1 per row
+    tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row
+    drafted = [tokens]
+    for k in range(1, max(passes)):
+        live = [r for r in range(len(rows)) if k < passes[r]]
+        index = torch.tensor(live, device=drafter.device) if len(live) < len(rows) else None
+        batch = [pass_row(drafter, rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
+        hidden, last = run_pass(drafter, batch, drafter.pool.block_size, drafter.pool.tensors,
+                                token_ids=tokens if index is None else tokens[index])
+        step = drafter.model.compute_logits(hidden[last])  # [len(live), V]
+        for j, r in enumerate(live):
+            logits[r].append(step[j])
+        new = greedy(step, banned if index is None else banned[index])  # [len(live)]
+        tokens = new if index is None else tokens.index_put((index,), new)
+        drafted.append(tokens)
+    drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
+    out = {}
+    for (req_id, state, _), lg, row_drafts, n in zip(rows, logits, drafts, passes):
+        ledger = state.full  # the passes after the feed read d_1 .. d_{n-1}
+        start = ledger.n_cached + len(ledger.speculative)
+        ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
+        a = torch.stack(lg)  # [K (+1), V]
+        drafter.draft_logits.store(req_id, a)
+        state.drafts = row_drafts[:state.K]
+        out[req_id] = state.drafts
+        if drafter.capture is not None and req_id not in drafter.capture:
+            drafter.capture[req_id] = {"x_full": tuple(state.args.x_full), "view": tuple(state.full.prompt),
+                                       "drafts": list(state.drafts), "a": a[:state.K].float().cpu()}
+    return out
+
+
+def first_pass(drafter, rows, images: FullViewImages | None) -> list[torch.Tensor]:
+    """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
+    most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
+    row's last feed token, a_1 (each [V])."""
+    feeds = [feed for _, _, feed in rows]
+    last: list[torch.Tensor | None] = [None] * len(rows)
+    image_rows = 0  # embeddings consumed by earlier chunks
+    for chunk in chunk_feeds([len(f) for f in feeds], drafter.max_batched_tokens):
+        batch = []
+        for r, lo, hi in chunk:
+            req_id, state, feed = rows[r]
+            batch.append(pass_row(drafter, req_id, state, hi - lo))
+            state.full.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
+        ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), drafter.device)
+        embeds = None
+        if images is not None:
+            mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
+            n_image = int(mask.sum())
+            if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
+                embeds = drafter.model.embed_input_ids(
+                    ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
+                    is_multimodal=to_device(mask, drafter.device))
+                image_rows += n_image
+        hidden, ends = run_pass(drafter, batch, drafter.pool.block_size, drafter.pool.tensors,
+                                token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
+        done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
+        if done:
+            step = drafter.model.compute_logits(hidden[ends[done]])  # [len(done), V]
+            for j, row_logits in zip(done, step):
+                last[chunk[j][0]] = row_logits
+    return last
+
+
+def pass_row(drafter, req_id: str, state, length: int, offset: int = 0) -> PassRow:
+    """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
+    not yet recorded there)."""
+    start = state.full.n_cached + len(state.full.speculative) + offset
+    pos = view_positions(state.full_positions, state.delta, start, length, drafter.uses_mrope)
+    return PassRow(length, start, pos, torch.tensor(drafter.pool.blocks[req_id], dtype=torch.int32))
