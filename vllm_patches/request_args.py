@@ -235,14 +235,15 @@ def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
 
 
 
-def is_plain_greedy(sp) -> bool:
+def is_plain_greedy(params) -> bool:
     """Greedy decoding without logits processing (the only decoding AsymSpec's gate defines)."""
-    return (sp is not None and sp.temperature < 1e-5 and sp.logprobs is None and not sp.logit_bias
-            and not sp.bad_words and not sp.allowed_token_ids and sp.presence_penalty == 0
-            and sp.frequency_penalty == 0 and sp.repetition_penalty == 1 and not sp.min_tokens)
+    return (params is not None and params.temperature < 1e-5 and params.logprobs is None and not params.logit_bias
+            and not params.bad_words and not params.allowed_token_ids and params.presence_penalty == 0
+            and params.frequency_penalty == 0 and params.repetition_penalty == 1 and not params.min_tokens)
 
 
-def check_greedy(sp) -> None:
-    if not is_plain_greedy(sp):
+def check_greedy(params) -> None:
+    """RequestArgsError unless the SamplingParams decode greedily without logits processing."""
+    if not is_plain_greedy(params):
         raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no logprobs, "
                                "penalties, logit_bias, bad_words, allowed_token_ids or min_tokens")
