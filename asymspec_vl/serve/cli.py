@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 
 from asymspec_vl.commands import add_model_args, comma_list, positive_int
 
@@ -109,5 +110,8 @@ def _serve(args) -> int:
         server.should_exit = True
 
     app.state.serve.on_load_failure = stop
+    # uvicorn drains on SIGTERM, then raises the signal again under the handler it found: make that a no-op, so a
+    # drained stop exits 0 (SIGINT keeps its KeyboardInterrupt)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     server.run()
     return 1 if app.state.serve.load_error is not None else 0
