@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "asymspec_vl.evals.cli",
     "asymspec_vl.toy.cli",
     "asymspec_vl.doctor",
+    "asymspec_vl.serve.cli",
 ]
 
 

@@ -1,0 +1,167 @@
+"""The ASGI app of `asymspec-vl serve` (FastAPI): POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.
+
+The app listens at once and loads the models in the background: until they are ready, /health and the /v1 routes
+answer 503. /v1 routes need `Authorization: Bearer <key>` when the server has a key (compared in constant time);
+/health and /metrics do not, as in vLLM's server. Errors are OpenAI error objects (errors.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from contextlib import asynccontextmanager
+from typing import Callable
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import AsymSpecError
+from .captioning import ViewMaker
+from .chat import ChatService
+from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, ServerNotReadyError, error_body,
+                     status_of)
+from .metrics import ServeMetrics
+from .settings import ServeSettings
+from .translate import translate
+
+logger = logging.getLogger(__name__)
+
+
+class ServerState:
+    """What the routes share: settings, metrics, and once loaded the chat service (runner + captioners)."""
+
+    def __init__(self, settings: ServeSettings):
+        self.settings, self.metrics = settings, ServeMetrics()
+        self.service: ChatService | None = None
+        self.load_error: BaseException | None = None
+        self.on_load_failure: Callable[[BaseException], None] = lambda e: None
+
+    def ready(self) -> ChatService:
+        if self.service is not None:
+            return self.service
+        if self.load_error is not None:
+            raise ServerNotReadyError(f"the models failed to load: {type(self.load_error).__name__}: {self.load_error}")
+        raise ServerNotReadyError("the models are loading; try again in a moment")
+
+    async def load(self, load_runner, build_captioner) -> None:
+        """load_runner(settings, loop) -> Runner and build_captioner(vl) -> captioner or None, off the event loop."""
+        try:
+            runner = await asyncio.to_thread(load_runner, self.settings, asyncio.get_running_loop())
+            views = ViewMaker(await asyncio.to_thread(build_captioner, runner.vl) if build_captioner else None)
+            self.metrics.cache = {k: c for k, c in views.captioners.items() if c is not None}
+            self.service = ChatService(self.settings, runner, views, self.metrics)
+            logger.info("asymspec-vl serve: ready (%s backend, methods %s)", self.settings.backend, runner.methods)
+        except Exception as e:
+            logger.exception("asymspec-vl serve: loading the models failed")
+            self.load_error = e
+            self.on_load_failure(e)
+
+    def close(self) -> None:
+        if self.service is not None:
+            self.service.views.close()
+            self.service.runner.close()
+
+
+def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> FastAPI:
+    state = ServerState(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loading = asyncio.create_task(state.load(load_runner, build_captioner))
+        yield
+        await loading  # a load in progress runs to its end (its engines must be shut down, not orphaned)
+        state.close()
+
+    app = FastAPI(title="asymspec-vl", lifespan=lifespan)
+    app.state.serve = state
+
+    @app.exception_handler(AsymSpecError)
+    async def known_error(request: Request, e: AsymSpecError):
+        state.metrics.error(e)
+        return JSONResponse(error_body(e), status_code=status_of(e))
+
+    @app.exception_handler(Exception)
+    async def unknown_error(request: Request, e: Exception):
+        logger.exception("asymspec-vl serve: an unexpected error")
+        state.metrics.error(e)
+        return JSONResponse(error_body(e), status_code=500)
+
+    async def authorized(request: Request) -> None:
+        key = settings.api_key
+        if key is None:
+            return
+        sent = request.headers.get("authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
+            raise AuthenticationError("a missing or wrong API key: send 'Authorization: Bearer <key>'")
+
+    @app.get("/health")
+    async def health() -> Response:
+        await state.ready().runner.check_health()
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if state.service is not None:
+            state.metrics.engine = await state.service.runner.engine_gauges()
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    async def models():
+        from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
+
+        card = ModelCard(id=settings.served_model_name, owned_by="asymspec-vl", root=settings.verifier)
+        return JSONResponse(ModelList(data=[card]).model_dump())
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
+    async def chat_completions(raw_request: Request):
+        service = state.ready()
+        job = translate(parse_chat_request(await read_body(raw_request, settings.max_body_bytes)), settings)
+        return await _respond(service, job, raw_request=raw_request)
+
+    return app
+
+
+async def _respond(service: ChatService, job, raw_request: Request):
+    """Answer a checked job; a client that disconnects cancels this (and so aborts its request in the engine)."""
+    from vllm.entrypoints.utils import with_cancellation
+
+    @with_cancellation
+    async def respond(raw_request: Request):
+        prepared = await service.prepare(job)
+        model = service.settings.served_model_name
+        if job.stream:
+            return StreamingResponse(service.events(prepared, model), media_type="text/event-stream")
+        response = await service.answer(prepared, model)
+        return JSONResponse(response.model_dump(exclude_none=True))
+
+    return await respond(raw_request=raw_request)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, at most `limit` bytes (413 beyond). A body declared over twice the limit is refused unread; a
+    smaller one is read to its end first (discarding past the limit) so that its client gets the 413 cleanly."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > 2 * limit:
+        raise BodyTooLargeError(f"the request body is {declared} bytes; the limit is {limit}")
+    body, size = bytearray(), 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            body += chunk
+        elif size > 2 * limit:
+            break
+    if size > limit:
+        raise BodyTooLargeError(f"the request body is over the limit of {limit} bytes")
+    return bytes(body)
+
+
+def parse_chat_request(body: bytes):
+    """vLLM's ChatCompletionRequest of the body; MalformedRequestError listing what is wrong."""
+    from pydantic import ValidationError
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    try:
+        return ChatCompletionRequest.model_validate_json(body)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()[:5])
+        raise MalformedRequestError(f"the body is not a chat completion request: {problems}") from e

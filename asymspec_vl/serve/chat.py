@@ -1,0 +1,147 @@
+"""One chat completion, from a checked ChatJob to the answer: fetch the image, complete the verifier's view, encode
+the three views and check they fit, then decode, as one JSON response or as server-sent events (each decoding
+step's tokens in one chunk). Every check runs before the first token, so a bad request gets its HTTP error even
+when it asked to stream; a failure after that ends the stream with an error event. A request past the server's
+timeout, or whose client left, is aborted in the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+from .. import budget
+from ..errors import AsymSpecError, ConfigError
+from ..methods import METHODS, Method
+from ..prompts import EncodedRequest, Request, encode_request
+from . import responses as R
+from .captioning import View, ViewMaker
+from .errors import RequestTimeoutError, error_body
+from .media import fetch_image
+from .metrics import ServeMetrics
+from .runner import Progress, Runner
+from .settings import ServeSettings
+from .translate import ChatJob
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Prepared:
+    """A request ready to decode."""
+
+    job: ChatJob
+    method: Method
+    enc: EncodedRequest
+    view: View
+    started: float  # time.monotonic() when the request arrived
+    deadline: float  # loop time by which it must be done
+
+
+class ChatService:
+    def __init__(self, settings: ServeSettings, runner: Runner, views: ViewMaker, metrics: ServeMetrics):
+        self.settings, self.runner, self.views, self.metrics = settings, runner, views, metrics
+
+    async def prepare(self, job: ChatJob) -> Prepared:
+        """Every check of the request, then its encoded views (the whole request counts against the timeout)."""
+        started, deadline = time.monotonic(), asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        if job.method not in self.runner.methods:
+            raise ConfigError(f"method {job.method!r} is not served here: this server runs {list(self.runner.methods)}"
+                              " (the drafter alone needs a server started with --drafter-engine)")
+        self.runner.vl.pair.check_stop_ids(job.cfg)
+        method = METHODS[job.method]
+        try:
+            async with asyncio.timeout(self.settings.request_timeout_s):
+                image = await fetch_image(job.image_url, self.settings)
+                view = await self.views.view(image, job.caption, job.ocr)
+                request = Request(job.question, image, caption=view.caption, ocr=view.ocr)
+                enc = await asyncio.to_thread(self._encode, request, method, job)
+        except TimeoutError as e:
+            raise RequestTimeoutError(f"preparing the request took over {self.settings.request_timeout_s} s") from e
+        return Prepared(job, method, enc, view, started, deadline)
+
+    def _encode(self, request: Request, method: Method, job: ChatJob) -> EncodedRequest:
+        pair = self.runner.vl.pair
+        enc = encode_request(request, pair.processor, pair.tokenizer)
+        budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
+        return enc
+
+    async def progress(self, p: Prepared) -> AsyncIterator[Progress]:
+        """The runner's steps, each awaited against the request's deadline; leaving early aborts the request."""
+        loop = asyncio.get_running_loop()
+        first = True
+        async with aclosing(self.runner.stream(p.enc, p.method, p.job.cfg)) as steps:
+            while True:
+                try:
+                    step = await asyncio.wait_for(anext(steps), p.deadline - loop.time())
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as e:
+                    raise RequestTimeoutError(f"the request ran over the server's timeout of "
+                                              f"{self.settings.request_timeout_s} s and was aborted") from e
+                if first and step.token_ids:
+                    self.metrics.first_token.observe(time.monotonic() - p.started)
+                    first = False
+                yield step
+
+    def finish(self, p: Prepared, step: Progress):
+        """(text, row, usage, asymspec object) of the finished request, counted in the metrics."""
+        row = R.finished_row(step.row)
+        self.metrics.finished(p.job.method, row)
+        self.metrics.latency.observe(time.monotonic() - p.started)
+        usage = R.usage(p.job, p.enc, len(row.token_ids))
+        return (self.runner.vl.decode(row.token_ids), row, usage,
+                R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.view))
+
+    async def answer(self, p: Prepared, model: str):
+        """The whole ChatCompletionResponse."""
+        last = None
+        async with self._counted(p), aclosing(self.progress(p)) as steps:
+            async for last in steps:
+                pass
+            text, row, usage, asymspec = self.finish(p, last)
+        return R.completion(p.job, model, text, row, usage, asymspec)
+
+    async def events(self, p: Prepared, model: str) -> AsyncIterator[str]:
+        """Server-sent events: the role, then the text each step committed, then the finish reason with the
+        asymspec object, the usage if asked, and [DONE]; an error after the first event ends the stream with
+        an error event."""
+        created, deltas, sent = R.now(), R.TextDeltas(self.runner.vl.decode), 0
+        yield R.chunk(p.job, model, created, content="", role="assistant")
+        try:
+            async with self._counted(p), aclosing(self.progress(p)) as steps:
+                async for step in steps:
+                    if step.row is None:
+                        text = deltas.push(step.token_ids)
+                        yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:])
+                        sent = len(step.token_ids)
+                        continue
+                    text, row, usage, asymspec = self.finish(p, step)
+                    yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
+                                  token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec)
+                    if p.job.include_usage:
+                        yield R.chunk(p.job, model, created, usage_info=usage)
+        except Exception as e:  # the status line is sent: the error travels as an event
+            self.metrics.error(e)
+            if not isinstance(e, AsymSpecError):
+                logger.exception("a streamed request failed")
+            yield f"data: {json.dumps(error_body(e))}\n\n"
+        yield "data: [DONE]\n\n"
+
+    @asynccontextmanager
+    async def _counted(self, p: Prepared):
+        """In flight while inside; a request left before it finished counts as "disconnected"."""
+        self.metrics.in_flight.inc()
+        finished = False
+        try:
+            yield
+            finished = True
+        finally:
+            self.metrics.in_flight.dec()
+            if not finished and sys.exc_info()[0] in (None, asyncio.CancelledError, GeneratorExit):
+                self.metrics.ended(p.job.method, "disconnected")

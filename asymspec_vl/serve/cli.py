@@ -1,0 +1,117 @@
+"""`asymspec-vl serve`: the OpenAI-compatible chat server (flags, then uvicorn with a bounded drain on SIGTERM)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+from asymspec_vl.commands import add_model_args, comma_list, positive_int
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def register(sub) -> None:
+    from .settings import ServeSettings
+
+    d = ServeSettings("", "")
+    p = sub.add_parser("serve", help="an OpenAI-compatible chat server: images + questions in, AsymSpec answers out")
+    add_model_args(p, drafter="embedded", verifier="embedded")
+    p.set_defaults(backend="vllm")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--api-key", default=os.environ.get("ASYMSPEC_VL_API_KEY"),
+                   help="key the /v1 routes require as 'Authorization: Bearer KEY' (default: $ASYMSPEC_VL_API_KEY)")
+    g.add_argument("--served-model-name", default=d.served_model_name, help="the model name clients send")
+    g.add_argument("-K", "--K", dest="K", type=positive_int, default=d.K,
+                   help="the engine's draft tokens per step; requests may ask for any K up to it")
+    g.add_argument("--drafter-engine", action="store_true",
+                   help="vLLM: also start an engine with the VL drafter as target, for method 'drafter'")
+    g.add_argument("--drafter-memory", type=_positive_float, default=d.drafter_memory,
+                   help="the drafter engine's share of GPU memory (its gpu_memory_utilization)")
+    g = p.add_argument_group("engine (as `vllm serve` takes them)")
+    g.add_argument("--data-parallel-size", type=positive_int, default=None)
+    g.add_argument("--max-model-len", type=positive_int, default=None)
+    g.add_argument("--gpu-memory-utilization", type=_positive_float, default=None)
+    g.add_argument("--max-num-seqs", type=positive_int, default=None, help="requests decoded at once")
+    g.add_argument("--enforce-eager", action="store_true", default=None, help="no torch.compile / CUDA graphs")
+    g = p.add_argument_group("the verifier's view when a request sends no caption / OCR text")
+    g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr", help="EasyOCR runs offline on the CPU")
+    g.add_argument("--caption-model", default="none",
+                   help="VLM that writes captions: 'none', 'drafter' (the VL drafter), 'embedded', a hub id or a path")
+    g.add_argument("--caption-cache", default=None, help="folder caching captions / OCR by image content "
+                                                         "(default: ~/.cache/asymspec-vl/captions)")
+    g.add_argument("--no-caption-cache", action="store_true", help="keep the caption cache in memory only")
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-body-mb", type=_positive_float, default=d.max_body_bytes / 2**20)
+    g.add_argument("--max-image-mb", type=_positive_float, default=d.max_image_bytes / 2**20)
+    g.add_argument("--max-image-pixels", type=positive_int, default=d.max_image_pixels)
+    g.add_argument("--max-tokens", type=positive_int, default=d.max_tokens,
+                   help="the largest max_tokens a request may ask for (and the default)")
+    g.add_argument("--request-timeout", type=_positive_float, default=d.request_timeout_s, help="seconds")
+    g.add_argument("--drain-timeout", type=_positive_float, default=d.drain_timeout_s,
+                   help="seconds requests in flight may take to finish after SIGTERM")
+    g.add_argument("--allowed-media-domains", type=comma_list, default=[],
+                   help="hosts image URLs may be fetched from (comma list; '*': any); default: data: URLs only")
+    g.add_argument("--allowed-local-media-path", default=None, help="a folder file:// image URLs may read from")
+    g.add_argument("--media-fetch-timeout", type=_positive_float, default=d.media_fetch_timeout_s)
+    p.set_defaults(func=_serve)
+
+
+def settings_from_args(args):
+    from asymspec_vl.errors import ConfigError
+
+    from .settings import ServeSettings
+
+    if args.text_drafter:
+        raise ConfigError("--text-drafter is not offered by serve: SD drafts with the VL drafter on the server")
+    if args.trust_remote_code:
+        raise ConfigError("--trust-remote-code is not offered by serve: a server never runs code from model repos")
+    engine = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
+                                ("data_parallel_size", args.data_parallel_size), ("max_model_len", args.max_model_len),
+                                ("gpu_memory_utilization", args.gpu_memory_utilization),
+                                ("max_num_seqs", args.max_num_seqs), ("enforce_eager", args.enforce_eager))
+              if v is not None}
+    return ServeSettings(
+        args.drafter, args.verifier, backend=args.backend, served_model_name=args.served_model_name,
+        api_key=args.api_key or None, K=args.K, drafter_engine=args.drafter_engine, drafter_memory=args.drafter_memory,
+        engine_kwargs=engine, dtype=args.dtype, device=args.device, max_body_bytes=int(args.max_body_mb * 2**20),
+        max_image_bytes=int(args.max_image_mb * 2**20), max_image_pixels=args.max_image_pixels,
+        max_tokens=args.max_tokens, request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout,
+        allowed_media_domains=tuple(args.allowed_media_domains), allowed_local_media_path=args.allowed_local_media_path,
+        media_fetch_timeout_s=args.media_fetch_timeout)
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from asymspec_vl.demo.cli import build_captioner
+
+    from .app import create_app
+    from .hf_runner import HFRunner
+    from .vllm_runner import VLLMRunner
+
+    settings = settings_from_args(args)
+    runner = VLLMRunner if settings.backend == "vllm" else HFRunner
+    app = create_app(settings, runner.load, lambda vl: build_captioner(args, vl))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                                           timeout_graceful_shutdown=settings.drain_timeout_s))
+
+    def stop(error: BaseException) -> None:
+        server.should_exit = True
+
+    app.state.serve.on_load_failure = stop
+    # uvicorn drains on SIGTERM, then raises the signal again under the handler it found: make that a no-op, so a
+    # drained stop exits 0 (SIGINT keeps its KeyboardInterrupt)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    server.run()
+    return 1 if app.state.serve.load_error is not None else 0

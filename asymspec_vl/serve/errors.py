@@ -1,0 +1,65 @@
+"""The server's typed errors and their HTTP form: an OpenAI error object {"error": {message, type, param, code}}.
+
+Every error a request can get is an AsymSpecError; its status comes from its class (the first match of
+STATUS in the class's method resolution order), its `type` is the class name, so a client (and the
+/metrics error counter) can tell an InvalidImageError from a PromptTooLongError."""
+
+from __future__ import annotations
+
+from ..errors import AsymSpecError, ConfigError, InputError
+
+
+class MalformedRequestError(InputError):
+    """The body is not JSON, or not a chat completion request (a missing or mistyped field)."""
+
+
+class UnsupportedRequestError(InputError):
+    """A field of the request the server does not serve (sampling, tools, several messages, ...)."""
+
+
+class TooManyImagesError(InputError):
+    """More images than the one a request's views hold."""
+
+
+class UnknownModelError(InputError):
+    """The request names a model this server does not serve."""
+
+
+class BodyTooLargeError(InputError):
+    """The request body is larger than the server accepts."""
+
+
+class AuthenticationError(AsymSpecError):
+    """A missing or wrong API key."""
+
+
+class ServerNotReadyError(AsymSpecError):
+    """The models are still loading (or failed to load)."""
+
+
+class RequestTimeoutError(AsymSpecError):
+    """A request ran past the server's per-request timeout; it was aborted in the engine."""
+
+
+class GenerationFailedError(AsymSpecError):
+    """The model run failed on a request that passed validation (the engine's message says why)."""
+
+
+STATUS: dict[type, int] = {UnknownModelError: 404, BodyTooLargeError: 413, InputError: 400, ConfigError: 400,
+                           AuthenticationError: 401, ServerNotReadyError: 503, RequestTimeoutError: 504}
+
+
+def status_of(error: BaseException) -> int:
+    """The HTTP status of an error: 500 for anything that is not a known client or availability error."""
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_body(error: BaseException) -> dict:
+    """The OpenAI error object of `error` (vLLM's ErrorResponse schema)."""
+    from vllm.entrypoints.openai.engine.protocol import ErrorInfo, ErrorResponse
+
+    info = ErrorInfo(message=str(error) or type(error).__name__, type=type(error).__name__, code=status_of(error))
+    return ErrorResponse(error=info).model_dump()

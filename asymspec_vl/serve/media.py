@@ -1,0 +1,108 @@
+"""An `image_url` of a chat message -> the image: data: URLs always; http(s) only from the hosts the operator
+allows (--allowed-media-domains), file:// only inside the folder the operator allows
+(--allowed-local-media-path), as vLLM's own server gates them.
+
+The bytes are capped before anything is decoded (a data: URL by its base64 length, a download as it streams,
+a file by its size), then asymspec_vl.images.load_image decodes them with the pixel cap (a decompression bomb
+is refused from its header). vLLM's MediaConnector is not used: it returns decoded images, with no byte cap."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ..errors import ImageTooLargeError, InvalidImageError
+from ..images import load_image
+from .settings import ServeSettings
+
+
+async def fetch_image(url: str, settings: ServeSettings):
+    """The RGB PIL image an image_url names; InvalidImageError / ImageTooLargeError say what is wrong."""
+    if not isinstance(url, str) or not url:
+        raise InvalidImageError("image_url.url must be a non-empty string")
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "data":
+        data = data_url_bytes(url, settings.max_image_bytes)
+    elif scheme in ("http", "https"):
+        data = await _download(url, settings)
+    elif scheme == "file":
+        data = await asyncio.to_thread(_local_file, url, settings)
+    else:
+        raise InvalidImageError(f"image_url must be a data:, http(s): or file: URL, got {_shown(url)}")
+    return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes)
+
+
+def data_url_bytes(url: str, max_bytes: int) -> bytes:
+    """The bytes of a base64 data: URL of an image media type."""
+    header, sep, payload = url[len("data:"):].partition(",")
+    if not sep:
+        raise InvalidImageError("the data: URL has no ',' before its data")
+    media_type, *params = header.split(";")
+    if "base64" not in params:
+        raise InvalidImageError("the data: URL must be base64-encoded (data:image/png;base64,...)")
+    if media_type and not media_type.lower().startswith("image/"):
+        raise InvalidImageError(f"the data: URL holds {media_type!r}, not an image media type")
+    if len(payload) // 4 * 3 > max_bytes:
+        raise ImageTooLargeError(f"the image is about {len(payload) // 4 * 3} bytes; the limit is {max_bytes}")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise InvalidImageError(f"the data: URL is not valid base64: {e}") from e
+
+
+def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
+    """A host is allowed when "*" is listed, or it is a listed domain or a subdomain of one."""
+    host = host.lower().rstrip(".")
+    return any(d == "*" or host == d.lower() or host.endswith("." + d.lower()) for d in allowed)
+
+
+async def _download(url: str, settings: ServeSettings) -> bytes:
+    import httpx
+
+    host = urlparse(url).hostname or ""
+    if not settings.allowed_media_domains:
+        raise InvalidImageError("this server does not fetch image URLs: send the image as a data: URL (the "
+                                "operator can allow hosts with --allowed-media-domains)")
+    if not host_allowed(host, settings.allowed_media_domains):
+        raise InvalidImageError(f"fetching images from {host!r} is not allowed (allowed: "
+                                f"{', '.join(settings.allowed_media_domains)})")
+    data = bytearray()
+    try:  # redirects are not followed: they could leave the allowed hosts
+        async with httpx.AsyncClient(timeout=settings.media_fetch_timeout_s, follow_redirects=False) as client:
+            async with client.stream("GET", url) as response:
+                if response.status_code != 200:
+                    raise InvalidImageError(f"fetching {_shown(url)} gave HTTP {response.status_code}")
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > settings.max_image_bytes:
+                        raise ImageTooLargeError(f"the image at {_shown(url)} is over the limit of "
+                                                 f"{settings.max_image_bytes} bytes")
+    except httpx.HTTPError as e:
+        raise InvalidImageError(f"fetching {_shown(url)} failed: {type(e).__name__}: {e}") from e
+    return bytes(data)
+
+
+def _local_file(url: str, settings: ServeSettings) -> bytes:
+    if settings.allowed_local_media_path is None:
+        raise InvalidImageError("this server does not read local files: send the image as a data: URL (the "
+                                "operator can allow a folder with --allowed-local-media-path)")
+    parsed = urlparse(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise InvalidImageError(f"file: URLs must name a local path, got host {parsed.netloc!r}")
+    root = Path(settings.allowed_local_media_path).resolve()
+    path = Path(unquote(parsed.path)).resolve()
+    if not path.is_relative_to(root):
+        raise InvalidImageError(f"{path} is outside the allowed folder {root}")
+    if not path.is_file():
+        raise InvalidImageError(f"image file not found: {path}")
+    if path.stat().st_size > settings.max_image_bytes:
+        raise ImageTooLargeError(f"{path} is {path.stat().st_size} bytes; the limit is {settings.max_image_bytes}")
+    return path.read_bytes()
+
+
+def _shown(url: str) -> str:
+    """A URL as an error message shows it (data: payloads and long URLs cut)."""
+    return url if len(url) <= 80 else url[:77] + "..."

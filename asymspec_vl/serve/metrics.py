@@ -1,0 +1,97 @@
+"""Prometheus metrics of `asymspec-vl serve` (/metrics), in a registry of their own.
+
+Counters (rate() them): requests by method and finish reason, errors by type, and per method the tokens emitted,
+steps, drafts and accepted drafts, δ-fused tokens. Gauges: requests in flight, tokens/s over the last minute, per
+method the acceptance rate (accepted / drafted) and mean accepted length (emitted / steps) since the start, the
+captioner cache's hits and misses, and what the engines hold (read from them at each scrape). Histograms: time to
+first token and request latency."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from ..loop import RowOutput
+from ..trace import FUSED
+
+WINDOW_S = 60.0
+PREFIX = "asymspec_"
+
+
+class ServeMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        r, p = self.registry, PREFIX
+        self.in_flight = Gauge(p + "requests_in_flight", "chat completions being answered", registry=r)
+        self.requests = Counter(p + "requests", "chat completions answered", ["method", "finish_reason"], registry=r)
+        self.errors = Counter(p + "errors", "requests answered with an error, by error type", ["type"], registry=r)
+        self.tokens = Counter(p + "generated_tokens", "tokens emitted", ["method"], registry=r)
+        self.steps = Counter(p + "steps", "decoding steps", ["method"], registry=r)
+        self.drafted = Counter(p + "drafted_tokens", "draft tokens verified", ["method"], registry=r)
+        self.accepted = Counter(p + "accepted_tokens", "draft tokens accepted", ["method"], registry=r)
+        self.fused = Counter(p + "fused_tokens", "tokens chosen by delta-fusion at a rejection", ["method"], registry=r)
+        self.first_token = Histogram(p + "time_to_first_token_seconds", "request start to its first token", registry=r)
+        self.latency = Histogram(p + "request_latency_seconds", "request start to its last token", registry=r)
+        self.recent: deque[tuple[float, int]] = deque()  # (time, tokens) of requests finished in the last WINDOW_S
+        self.totals: dict[str, list[int]] = {}  # method -> [drafted, accepted, emitted, steps]
+        self.cache: dict[str, object] = {}  # captioner field -> its CachedCaptioner (hits, misses)
+        self.engine: dict[str, float] = {}  # figures the runner read from its engines at this scrape
+        self.registry.register(_Derived(self))
+
+    def finished(self, method: str, row: RowOutput) -> None:
+        s = row.stats
+        self.requests.labels(method, row.finish_reason).inc()
+        for counter, n in ((self.tokens, s.emitted), (self.steps, s.steps), (self.drafted, s.drafted),
+                           (self.accepted, s.accepted), (self.fused, row.sources.count(FUSED))):
+            counter.labels(method).inc(n)
+        totals = self.totals.setdefault(method, [0, 0, 0, 0])
+        for i, n in enumerate((s.drafted, s.accepted, s.emitted, s.steps)):
+            totals[i] += n
+        self.recent.append((time.monotonic(), s.emitted))
+
+    def ended(self, method: str, reason: str) -> None:
+        """A request that ended without a finished row (client gone, timeout)."""
+        self.requests.labels(method, reason).inc()
+
+    def error(self, error: BaseException) -> None:
+        self.errors.labels(type(error).__name__).inc()
+
+    def tokens_per_s(self) -> float:
+        while self.recent and self.recent[0][0] < time.monotonic() - WINDOW_S:
+            self.recent.popleft()
+        return sum(n for _, n in self.recent) / WINDOW_S
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Derived:
+    """Gauges computed at scrape time."""
+
+    def __init__(self, metrics: ServeMetrics):
+        self.m = metrics
+
+    def collect(self):
+        m, p = self.m, PREFIX
+        yield GaugeMetricFamily(p + "tokens_per_second", f"tokens emitted per second over the last {WINDOW_S:.0f} s",
+                                value=m.tokens_per_s())
+        rate = GaugeMetricFamily(p + "acceptance_rate", "accepted / drafted since the start", labels=["method"])
+        length = GaugeMetricFamily(p + "mean_accepted_length", "emitted / steps since the start", labels=["method"])
+        for method, (drafted, accepted, emitted, steps) in sorted(m.totals.items()):
+            rate.add_metric([method], accepted / drafted if drafted else 0.0)
+            length.add_metric([method], emitted / steps if steps else 0.0)
+        yield rate
+        yield length
+        cache = GaugeMetricFamily(p + "captioner_cache", "captioner cache lookups", labels=["field", "result"])
+        for field, captioner in sorted(m.cache.items()):
+            cache.add_metric([field, "hit"], getattr(captioner, "hits", 0))
+            cache.add_metric([field, "miss"], getattr(captioner, "misses", 0))
+        yield cache
+        engine = GaugeMetricFamily(p + "engine_requests", "requests the engines hold: unfinished in an engine's "
+                                   "front end, or rows of the asymspec drafter", labels=["what", "engine"])
+        for key, value in sorted(m.engine.items()):
+            engine.add_metric(key.split(":", 1), value)
+        yield engine

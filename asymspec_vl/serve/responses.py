@@ -1,0 +1,93 @@
+"""The OpenAI objects the server answers with (vLLM's ChatCompletionResponse and chunk classes), their `usage`,
+and the `asymspec` object beside them: the method, its statistics (acceptance rate, mean accepted length, the
+δ-fused count, ...), where the verifier's view came from, and when asked the per-token trace and the prompts."""
+
+from __future__ import annotations
+
+import time
+
+from ..api import token_pieces
+from ..loop import RowOutput
+from ..methods import method as method_named
+from ..prompts import EncodedRequest
+from ..trace import FUSED
+from .captioning import View
+from .errors import GenerationFailedError
+from .translate import ChatJob
+
+
+class TextDeltas:
+    """The answer's text as its tokens arrive: each push returns what the new tokens added. A character split over
+    byte-level tokens waits for its last byte, so the deltas join to the decode of all the tokens."""
+
+    def __init__(self, decode):
+        self.decode, self.sent = decode, ""
+
+    def push(self, token_ids: list[int], final: bool = False) -> str:
+        text = self.decode(token_ids)
+        if not final:
+            text = text.rstrip("\ufffd")
+        if not text.startswith(self.sent):
+            return ""
+        delta, self.sent = text[len(self.sent):], text
+        return delta
+
+
+def finished_row(row: RowOutput) -> RowOutput:
+    """The row of a finished request; GenerationFailedError (500) with the engine's message when the run failed."""
+    if row.finish_reason == "error":
+        raise GenerationFailedError(f"the model run failed on this request: {row.error}")
+    return row
+
+
+def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
+    """Prompt tokens: the view the method's engine reads (x_comp; x_question for the drafter alone)."""
+    from vllm.entrypoints.openai.engine.protocol import UsageInfo
+
+    prompt = len(enc.view(method_named(job.method).scoring[0].view).ids)
+    return UsageInfo(prompt_tokens=prompt, completion_tokens=num_tokens, total_tokens=prompt + num_tokens)
+
+
+def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, view: View) -> dict:
+    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids")}
+    out = {"method": job.method, **row.stats.to_dict(), "fused": row.sources.count(FUSED), "config": config,
+           "view": view.sources}
+    if job.return_trace:
+        pieces = token_pieces(vl.pair.tokenizer, row.token_ids)
+        out["trace"] = [{"token_id": i, "text": p, "source": s} for i, p, s in zip(row.token_ids, pieces, row.sources)]
+    if job.return_prompts:
+        out["prompts"] = dict(vars(enc.prompts))
+    return out
+
+
+def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict):
+    from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponse,
+                                                                  ChatCompletionResponseChoice, ChatMessage)
+
+    choice = ChatCompletionResponseChoice(index=0, message=ChatMessage(role="assistant", content=text),
+                                          finish_reason=row.finish_reason,
+                                          token_ids=row.token_ids if job.return_token_ids else None)
+    return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
+                                  asymspec=asymspec)
+
+
+def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,
+          token_ids: list[int] | None = None, finish_reason: str | None = None, asymspec: dict | None = None,
+          usage_info=None) -> str:
+    """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
+    choices, as OpenAI sends it."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
+                                                                  ChatCompletionStreamResponse)
+    from vllm.entrypoints.openai.engine.protocol import DeltaMessage
+
+    ids = {"token_ids": token_ids} if job.return_token_ids and token_ids is not None else {}
+    choices = [] if usage_info is not None else [ChatCompletionResponseStreamChoice(
+        index=0, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
+    extra = {"asymspec": asymspec} if asymspec is not None else {}
+    event = ChatCompletionStreamResponse(id=job.response_id, object="chat.completion.chunk", created=created,
+                                         model=model, choices=choices, usage=usage_info, **extra)
+    return f"data: {event.model_dump_json(exclude_unset=True)}\n\n"
+
+
+def now() -> int:
+    return int(time.time())

@@ -1,0 +1,43 @@
+"""What the server needs from a backend (vllm_runner.py: continuous batching on AsyncLLM engines; hf_runner.py:
+transformers, one batch at a time): validated requests in, the tokens of each step out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable, Protocol
+
+from ..api import AsymSpecVL
+from ..config import AsymSpecConfig
+from ..loop import RowOutput
+from ..methods import Method
+from ..prompts import EncodedRequest
+
+
+@dataclass
+class Progress:
+    """A request after a decoding step: every token so far; `row` once it finished (its tokens, per-token sources,
+    statistics, finish_reason "stop" | "length" | "error" and the error message)."""
+
+    token_ids: list[int]
+    row: RowOutput | None = None
+
+
+class Runner(Protocol):
+    vl: AsymSpecVL  # the model pair (tokenizer, processor) and its backend
+    methods: tuple[str, ...]  # the methods this server runs
+
+    def context_of(self, method: Method, cfg: AsymSpecConfig) -> Callable[[str], int]:
+        """The context window of each model ("drafter", "sd_drafter", "verifier") in a run of `method`."""
+
+    def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
+        """Decode one request; a Progress after every step it took, the last one with `row`. Closing the iterator
+        early (a client gone, a timeout) aborts the request in the engine."""
+
+    async def engine_gauges(self) -> dict[str, float]:
+        """Figures read from the engines for /metrics (e.g. requests they hold)."""
+
+    async def check_health(self) -> None:
+        """Raise if an engine is dead."""
+
+    def close(self) -> None:
+        """Shut the engines down."""

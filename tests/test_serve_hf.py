@@ -1,0 +1,65 @@
+"""`asymspec-vl serve --backend hf`: the transformers runner (one batch at a time) behind the same app. Its answers
+are the library's tokens for every method, streamed or not, when requests arrive together; SIGTERM drains and
+exits 0."""
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from serve_support import EXAMPLES, ServerProcess, chat_body, data_url
+
+TOY = [e for e in json.loads((EXAMPLES / "examples.json").read_text()) if e["image"].startswith("toy-")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc = ServerProcess(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
+                         tmp_path_factory.mktemp("serve-hf") / "server.log")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        code = proc.terminate()
+        print(proc.tail())
+        assert code == 0
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from asymspec_vl import AsymSpecVL
+
+    return AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded")
+
+
+def ask(client, example, method, stream=False):
+    msgs = chat_body(example["question"], data_url(EXAMPLES / example["image"]))["messages"]
+    reply = client.chat.completions.create(
+        model="asymspec-vl", messages=msgs, max_tokens=32, stream=stream,
+        extra_body={"caption": example["caption"], "ocr": "", "method": method, "return_token_ids": True})
+    if not stream:
+        return reply.choices[0].token_ids, reply.choices[0].message.content
+    chunks = [c for c in reply if c.choices]
+    return ([i for c in chunks for i in (getattr(c.choices[0], "token_ids", None) or [])],
+            "".join(c.choices[0].delta.content or "" for c in chunks))
+
+
+def test_concurrent_requests_of_every_method_get_the_librarys_tokens(server, reference):
+    from asymspec_vl import AsymSpecConfig
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    jobs = [(e, m, s) for m in ("asymspec", "floor", "drafter", "sd", "scd") for e in TOY[:2] for s in (False, True)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda j: ask(client, *j), jobs))
+    for (example, method, _), (ids, text) in zip(jobs, got):
+        ref = reference.generate(str(EXAMPLES / example["image"]), example["question"], caption=example["caption"],
+                                 method=method, config=AsymSpecConfig(K=2, max_new_tokens=32))
+        assert (ids, text) == (ref.token_ids, ref.text), (example["image"], method)
+
+
+def test_a_request_past_the_server_K_is_refused(server):
+    body = chat_body("What?", data_url(EXAMPLES / "toy-read.png"), config={"K": 3})
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert reply.status_code == 400 and "over the server's K=2" in reply.json()["error"]["message"]

@@ -1,0 +1,252 @@
+"""`asymspec-vl serve` without a server: request translation and its refusals, image URLs and their caps, error
+statuses, the streamed text deltas, settings and flags. The server end to end: test_serve_vllm.py, test_serve_hf.py."""
+
+import io
+import threading
+from functools import partial
+from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+import pytest
+from PIL import Image
+
+from test_bad_input import bomb_png  # a PNG header declaring a huge image
+from serve_support import EXAMPLES, chat_body, data_url
+
+PNG = (EXAMPLES / "toy-read.png").read_bytes()
+
+
+def settings(**kw):
+    from asymspec_vl.serve.settings import ServeSettings
+
+    return ServeSettings("embedded", "embedded", **kw)
+
+
+def job(body: dict, **kw):
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from asymspec_vl.serve.translate import translate
+
+    return translate(ChatCompletionRequest.model_validate(body), settings(**kw))
+
+
+def body(**fields) -> dict:
+    return chat_body("What number is on the red square?", data_url(PNG), **fields)
+
+
+# -- translation -------------------------------------------------------------------------------------
+def test_a_plain_request_becomes_asymspec_at_the_servers_K_and_token_cap():
+    j = job(body(), K=3, max_tokens=77)
+    assert (j.method, j.cfg.K, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == ("asymspec", 3, 77, None)
+    assert (j.caption, j.ocr, j.stream, j.return_trace, j.return_prompts) == (None, None, False, False, False)
+    assert j.question == "What number is on the red square?" and j.image_url.startswith("data:image/png;base64,")
+
+
+def test_extras_select_method_settings_view_and_what_comes_back():
+    j = job(body(method="scd", caption="a caption", ocr="", config={"K": 2, "beta": 0.5, "gate": "fixed"},
+                 return_trace=True, return_prompts=True, max_tokens=9, stop_token_ids=[7], stream=True,
+                 stream_options={"include_usage": True}))
+    assert (j.method, j.caption, j.ocr, j.return_trace, j.return_prompts, j.stream, j.include_usage) == \
+        ("scd", "a caption", "", True, True, True, True)
+    assert (j.cfg.K, j.cfg.beta, j.cfg.gate, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == (2, 0.5, "fixed", 9, (7,))
+
+
+@pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0, "top_p": 1, "n": 1}, {"seed": 3},
+                                    {"logprobs": False}, {"stop": []}, {"user": "me"}, {"tool_choice": "none"}])
+def test_greedy_neutral_fields_are_accepted(fields):
+    job(body(**fields))
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"temperature": 0.7}, "temperature"), ({"top_p": 0.9}, "top_p"), ({"n": 2}, "n"),
+    ({"logprobs": True}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"stop": ["\n"]}, "stop"), ({"min_tokens": 3}, "min_tokens"),
+    ({"response_format": {"type": "json_object"}}, "response_format"), ({"ignore_eos": True}, "ignore_eos"),
+    ({"chat_template": "{{ x }}"}, "chat_template"), ({"vllm_xargs": {"a": "b"}}, "vllm_xargs")])
+def test_what_the_server_does_not_serve_is_refused_by_name(fields, named):
+    from asymspec_vl.serve.errors import UnsupportedRequestError
+
+    with pytest.raises(UnsupportedRequestError, match=named):
+        job(body(**fields))
+
+
+def test_unknown_extras_methods_and_settings_are_refused():
+    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.serve.errors import UnsupportedRequestError
+
+    with pytest.raises(UnsupportedRequestError, match="captions"):
+        job(body(captions="x"))
+    with pytest.raises(ConfigError, match="method='beam'"):
+        job(body(method="beam"))
+    with pytest.raises(ConfigError, match="gammma"):
+        job(body(config={"gammma": 0.5}))
+    with pytest.raises(ConfigError, match="gamma"):
+        job(body(config={"gamma": 5}))
+    with pytest.raises(ConfigError, match="over the server's K=4"):
+        job(body(config={"K": 6}))
+    with pytest.raises(ConfigError, match="max_tokens and stop_token_ids"):
+        job(body(config={"max_new_tokens": 6}))
+    with pytest.raises(UnsupportedRequestError, match="over this server's limit of 50"):
+        job(body(max_tokens=51), max_tokens=50)
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        job(body(max_tokens=0))
+    with pytest.raises(UnsupportedRequestError, match="return_trace"):
+        job(body(return_trace="yes"))
+
+
+def test_the_message_must_be_one_user_turn_with_one_image_and_a_question():
+    from asymspec_vl.errors import EmptyQuestionError, InvalidImageError, InvalidTextError
+    from asymspec_vl.serve.errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
+
+    url = data_url(PNG)
+    with pytest.raises(TooManyImagesError, match="2 images"):
+        job(chat_body("q?", [url, url]))
+    with pytest.raises(EmptyQuestionError):
+        job(chat_body(" \n ", url))
+    with pytest.raises(InvalidImageError, match="no image"):
+        job({"messages": [{"role": "user", "content": "just text"}]})
+    two = body()
+    two["messages"] = [{"role": "system", "content": "be brief"}] + two["messages"]
+    with pytest.raises(UnsupportedRequestError, match="'system', 'user'"):
+        job(two)
+    audio = body()
+    audio["messages"][0]["content"].append({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}})
+    with pytest.raises(UnsupportedRequestError, match="input_audio"):
+        job(audio)
+    with pytest.raises(InvalidTextError, match="ocr"):
+        job(body(ocr=12))
+    with pytest.raises(UnknownModelError, match="gpt-4o"):
+        job(body(model="gpt-4o"))
+
+
+def test_errors_have_their_http_status_and_an_openai_error_object():
+    from asymspec_vl.errors import ConfigError, ImageTooLargeError, PromptTooLongError
+    from asymspec_vl.serve import errors as E
+
+    cases = {E.UnknownModelError("m"): 404, E.BodyTooLargeError("b"): 413, ImageTooLargeError("i"): 400,
+             PromptTooLongError("p"): 400, ConfigError("c"): 400, E.TooManyImagesError("t"): 400,
+             E.AuthenticationError("a"): 401, E.ServerNotReadyError("s"): 503, E.RequestTimeoutError("r"): 504,
+             E.GenerationFailedError("g"): 500, RuntimeError("x"): 500}
+    for error, status in cases.items():
+        assert E.status_of(error) == status, error
+    assert E.error_body(ImageTooLargeError("too big")) == {
+        "error": {"message": "too big", "type": "ImageTooLargeError", "param": None, "code": 400}}
+
+
+# -- image URLs ----------------------------------------------------------------------------------------
+def fetch(url, **kw):
+    import asyncio
+
+    from asymspec_vl.serve.media import fetch_image
+
+    return asyncio.run(fetch_image(url, settings(**kw)))
+
+
+def test_data_urls_decode_to_the_images_pixels():
+    image = fetch(data_url(PNG))
+    assert image.tobytes() == Image.open(io.BytesIO(PNG)).convert("RGB").tobytes()
+
+
+def test_data_urls_that_are_not_images_or_too_large_are_refused_before_decoding():
+    from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
+
+    with pytest.raises(InvalidImageError, match="not an image file"):
+        fetch(data_url(b"certainly not a png"))
+    with pytest.raises(InvalidImageError, match="not valid base64"):
+        fetch("data:image/png;base64,@@@@")
+    with pytest.raises(InvalidImageError, match="base64-encoded"):
+        fetch("data:image/png,rawbytes")
+    with pytest.raises(InvalidImageError, match="text/plain"):
+        fetch(data_url(PNG, "text/plain"))
+    with pytest.raises(ImageTooLargeError, match="limit is 100"):
+        fetch(data_url(PNG), max_image_bytes=100)
+    with pytest.raises(ImageTooLargeError, match="3000x3000 = 9000000 pixels; the limit is 1000000"):
+        fetch(data_url(bomb_png(3000, 3000)), max_image_pixels=1_000_000)
+    with pytest.raises(ImageTooLargeError, match="decompression bomb"):  # Pillow's own guard, past our default cap
+        fetch(data_url(bomb_png(30000, 30000)))
+
+
+def test_local_files_only_inside_the_allowed_folder(tmp_path):
+    from asymspec_vl.errors import InvalidImageError
+
+    (tmp_path / "ok.png").write_bytes(PNG)
+    url = (tmp_path / "ok.png").as_uri()
+    with pytest.raises(InvalidImageError, match="--allowed-local-media-path"):
+        fetch(url)
+    assert fetch(url, allowed_local_media_path=str(tmp_path)).size == Image.open(io.BytesIO(PNG)).size
+    with pytest.raises(InvalidImageError, match="outside the allowed folder"):
+        fetch((EXAMPLES / "toy-read.png").as_uri(), allowed_local_media_path=str(tmp_path))
+    with pytest.raises(InvalidImageError, match="outside the allowed folder"):
+        fetch(url.replace("ok.png", "../ok.png"), allowed_local_media_path=str(tmp_path / "sub"))
+
+
+@pytest.fixture()
+def http_images(tmp_path):
+    """A local HTTP server with the toy image and a large file."""
+    (tmp_path / "img.png").write_bytes(PNG)
+    (tmp_path / "big.png").write_bytes(PNG + b"\0" * 200_000)
+    server = HTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_http_urls_only_from_allowed_hosts_and_capped_while_downloading(http_images):
+    from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
+    from asymspec_vl.serve.media import host_allowed
+
+    with pytest.raises(InvalidImageError, match="--allowed-media-domains"):
+        fetch(http_images + "/img.png")
+    with pytest.raises(InvalidImageError, match="'127.0.0.1' is not allowed"):
+        fetch(http_images + "/img.png", allowed_media_domains=("example.com",))
+    assert fetch(http_images + "/img.png", allowed_media_domains=("127.0.0.1",)).size == \
+        Image.open(io.BytesIO(PNG)).size
+    with pytest.raises(InvalidImageError, match="HTTP 404"):
+        fetch(http_images + "/missing.png", allowed_media_domains=("*",))
+    with pytest.raises(ImageTooLargeError, match="over the limit"):
+        fetch(http_images + "/big.png", allowed_media_domains=("*",), max_image_bytes=100_000)
+    assert host_allowed("img.example.com", ("example.com",)) and not host_allowed("badexample.com", ("example.com",))
+
+
+# -- streamed text -------------------------------------------------------------------------------------
+def test_text_deltas_join_to_the_decoded_answer_and_never_show_half_a_character():
+    from transformers import AutoTokenizer
+
+    from asymspec_vl.defaults import embedded_models
+    from asymspec_vl.serve.responses import TextDeltas
+
+    tok = AutoTokenizer.from_pretrained(embedded_models()["verifier"])
+    ids = tok.encode("9 × 14 = 126 ✓ 答案 é") + [tok.convert_tokens_to_ids("<|im_end|>")]
+    decode = partial(tok.decode, skip_special_tokens=True)
+    assert any(decode(ids[:n]).endswith("\ufffd") for n in range(len(ids)))  # some tokens end mid-character
+    deltas = TextDeltas(decode)
+    pieces = [deltas.push(ids[:n]) for n in range(1, len(ids))] + [deltas.push(ids, final=True)]
+    assert "".join(pieces) == decode(ids) == "9 × 14 = 126 ✓ 答案 é"
+    assert not any("\ufffd" in p for p in pieces)
+
+
+# -- settings and flags --------------------------------------------------------------------------------
+def test_settings_refuse_bad_limits_and_a_gpu_share_over_one():
+    from asymspec_vl.errors import ConfigError
+
+    for bad in ({"max_tokens": 0}, {"request_timeout_s": -1}, {"backend": "tgi"}, {"api_key": ""},
+                {"drafter_memory": 1.5}, {"allowed_media_domains": ("",)}):
+        with pytest.raises(ConfigError):
+            settings(**bad)
+    with pytest.raises(ConfigError, match="exceed the whole GPU"):
+        settings(drafter_engine=True, drafter_memory=0.3, engine_kwargs={"gpu_memory_utilization": 0.8})
+
+
+def test_the_serve_command_turns_flags_into_settings(monkeypatch):
+    from asymspec_vl.cli import build_parser
+    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.serve.cli import settings_from_args
+
+    monkeypatch.setenv("ASYMSPEC_VL_API_KEY", "from-env")
+    args = build_parser().parse_args(["serve", "--max-model-len", "2048", "--tensor-parallel-size", "2", "-K", "3",
+                                      "--allowed-media-domains", "a.org, b.org", "--max-image-mb", "1"])
+    s = settings_from_args(args)
+    assert (s.backend, s.api_key, s.K, s.allowed_media_domains, s.max_image_bytes) == \
+        ("vllm", "from-env", 3, ("a.org", "b.org"), 2**20)
+    assert s.engine_kwargs == {"tensor_parallel_size": 2, "max_model_len": 2048}
+    with pytest.raises(ConfigError, match="--trust-remote-code"):
+        settings_from_args(build_parser().parse_args(["serve", "--trust-remote-code"]))
