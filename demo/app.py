@@ -15,7 +15,6 @@ from . import render
 from .board import BASELINES
 from .handlers import NO_ANSWER, Handlers
 from .service import DemoService
-from .uploads import image_input
 
 EXAMPLES_DIR = Path(__file__).parent / "examples"
 CSS = """
@@ -71,7 +70,7 @@ def build_demo(service: DemoService) -> gr.Blocks:
         gr.Markdown(_header(names, toy))
         with gr.Row():
             with gr.Column(scale=1):
-                image = image_input(label="Image", sources=["upload", "clipboard"], elem_id="image")
+                image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image")
                 message = gr.HTML("", elem_id="message")
                 question = gr.Textbox(label="Question", lines=2, elem_id="question",
                                       placeholder="Which number does the yellow circle carry?" if toy else
@@ -111,21 +110,27 @@ def build_demo(service: DemoService) -> gr.Blocks:
                     drafter = gr.HTML(NO_ANSWER[2], elem_id="drafter-answer")
                 with gr.Accordion("Full results (prompts each model read, trace, stats)", open=False):
                     results = gr.JSON(label="results", elem_id="results")
+                refused = gr.State(False)  # describe() refused the last upload and emptied the image box
                 api_describe = gr.Button(visible=False)
                 api_answer = gr.Button(visible=False)
 
         inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines]
         panels = [asym, floor, drafter, stats, results]
-        # the page's own events are private (named page_*); /describe and /answer are the public API
-        image.upload(handlers.describe, image, [image, caption, ocr, message, *panels], show_progress_on=[caption, ocr],
-                     api_name="page_describe", api_visibility="private")
+        # The events that read the image skip Gradio's preprocessing (it opens the file with Pillow: a traceback
+        # for a file that is no image, Pillow's warning for a large one); uploads.load_upload checks it instead.
+        # The page's own events are private (named page_*); /describe and /answer are the public API.
+        raw, page = dict(preprocess=False), dict(api_visibility="private")
+        image.upload(handlers.describe, image, [image, caption, ocr, message, *panels, refused],
+                     show_progress_on=[caption, ocr], api_name="page_describe", **raw, **page)
+        image.change(handlers.removed, [image, refused], [message, *panels, refused], queue=False,
+                     show_progress="hidden", api_name="page_removed", **raw, **page)
         begun = run.click(handlers.begin, None, [message, *panels, run], queue=False, show_progress="hidden",
-                          api_name="page_begin", api_visibility="private")
+                          api_name="page_begin", **page)
         begun.then(handlers.answer, inputs, [message, *panels, run], concurrency_id="models", show_progress_on=[asym],
-                   api_name="page_answer", api_visibility="private")
-        stop.click(handlers.stop, None, None, queue=False, api_name="page_stop", api_visibility="private")
-        api_describe.click(handlers.api_describe, image, [caption, ocr], api_name="describe")
-        api_answer.click(handlers.api_answer, inputs, panels, api_name="answer", concurrency_id="models")
+                   api_name="page_answer", **raw, **page)
+        stop.click(handlers.stop, None, None, queue=False, api_name="page_stop", **page)
+        api_describe.click(handlers.api_describe, image, [caption, ocr], api_name="describe", **raw)
+        api_answer.click(handlers.api_answer, inputs, panels, api_name="answer", concurrency_id="models", **raw)
     return demo
 
 

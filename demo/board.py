@@ -34,7 +34,8 @@ class Panel:
         if self.state == DONE:
             return f"done: {self.ending}"
         if self.state == STOPPED:
-            return f"stopped after {len(self.pieces)} tokens" if self.pieces else "stopped before its first token"
+            n = len(self.pieces)
+            return f"stopped after {n} token{'s' if n != 1 else ''}" if n else "stopped before its first token"
         if self.state == FAILED:
             return "failed: see the message"
         return {WAITING: "waiting…", DECODING: "decoding…", NOT_RUN: "not run"}[self.state]

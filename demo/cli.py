@@ -85,11 +85,10 @@ def captioner_label(args) -> str:
     """Which captioners prefill the verifier's view, in words for the page."""
     caption = {"none": None, "drafter": f"the VL drafter ({args.drafter})"}.get(args.caption_model,
                                                                                 args.caption_model)
-    ocr = "EasyOCR" if args.ocr == "easyocr" else None
-    if caption is None and ocr is None:
+    if caption is None and args.ocr == "none":
         return "No captioner and no OCR run here: type what the verifier should read."
-    parts = [f"Caption by {caption}" if caption else "no captioner (type the caption)",
-             f"OCR by {ocr}" if ocr else "no OCR (type the text in the image)"]
+    parts = ["OCR by EasyOCR" if args.ocr == "easyocr" else "no OCR (type the text in the image)",
+             f"caption by {caption}" if caption else "no captioner (type the caption)"]
     return f"Filled in on upload: {'; '.join(parts)}. Edit freely."
 
 

@@ -17,6 +17,7 @@ from .service import DemoService
 
 log = logging.getLogger(__name__)
 NO_ANSWER = tuple(render.panel_html(m, [], "no answer yet") for m in PANELS)
+CLEARED = (*NO_ANSWER, render.stats_html([]), {})  # the three panels, stats, results with no answer
 # The heading of the page's message, per error type (the first match in this order).
 HEADINGS = ((ImageTooLargeError, "The image is too large"), (InvalidImageError, "The image cannot be used"),
             (EmptyQuestionError, "There is no question"), (PromptTooLongError, "The input is too long"),
@@ -56,13 +57,17 @@ class Handlers:
 
     def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
                request: gr.Request):
+        # the message is left alone unless this answer fails: begin() cleared it, and a refused upload meanwhile
+        # (which stops this answer) writes its own
         stop = self.service.stops.current(request.session_hash)
         shown = Board.blank(NOT_RUN).outputs()
         try:
             for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
                                              baselines, stop=stop):
-                yield ("", *shown, gr.skip())
-            yield ("", *shown, gr.update(interactive=True))
+                yield (gr.skip(), *shown, gr.skip())
+            if stop is not None and stop.superseded:  # a new image arrived: this answer is about the old one
+                shown = CLEARED
+            yield (gr.skip(), *shown, gr.update(interactive=True))
         except Exception as e:
             yield (message(e), *shown, gr.update(interactive=True))
         finally:
@@ -71,15 +76,26 @@ class Handlers:
     def stop(self, request: gr.Request) -> None:
         self.service.stops.stop(request.session_hash)
 
-    def describe(self, image):
-        """Upload: the verifier's view prefilled, old answers cleared; a refused file is removed from the image
-        box (no broken-image icon). Outputs: image, caption, OCR, message, the three panels, stats, results."""
-        cleared = (*NO_ANSWER, render.stats_html([]), {})
+    def describe(self, image, request: gr.Request):
+        """Upload: a running answer (about the old image) stops and its panels clear, the verifier's view is
+        prefilled; a refused file leaves the image box (no broken-image icon). Outputs: image, caption, OCR,
+        message, the three panels, stats, results, whether the file was refused (see removed())."""
+        self.service.stops.stop(request.session_hash, superseded=True)
         try:
             caption, ocr = self.service.describe_image(image)
         except Exception as e:
-            return (None, "", "", message(e), *cleared)
-        return (gr.skip(), caption, ocr, "", *cleared)
+            return (None, "", "", message(e), *CLEARED, True)
+        return (gr.skip(), caption, ocr, "", *CLEARED, False)
+
+    def removed(self, image, refused: bool, request: gr.Request):
+        """The image box changed. Emptied (the user removed the image, or the page refused a file before
+        uploading it: wrong type, too big): a running answer stops, the answers and any old message go, since
+        they were about an image no longer shown; emptied by describe() after a refusal: its message stays.
+        Outputs: message, the three panels, stats, results, refused (reset)."""
+        if image is not None or refused:
+            return (gr.skip(),) * 6 + (False,)
+        self.service.stops.stop(request.session_hash, superseded=True)
+        return ("", *CLEARED, False)
 
     # The API (gradio_client): errors raise, as gr.Error with the typed error's class as title.
     def api_answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines):

@@ -93,7 +93,9 @@ STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted 
 
 
 def stats_html(rows: list[dict]) -> str:
-    """A table with one row per method that has started; figures that do not apply are empty."""
+    """A table with one row per method that has started (none: no table); figures that do not apply are empty."""
+    if not rows:
+        return ""
     head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
     body = "".join(
         f'<tr class="stats-{html.escape(r["method"], quote=True)}">'

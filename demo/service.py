@@ -15,7 +15,7 @@ from asymspec_vl.errors import ConfigError, EmptyQuestionError
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
 from .streaming import Cancelled, Snapshot, stream_generate
-from .uploads import Upload, load_upload
+from .uploads import Upload, as_upload, load_upload
 
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -38,9 +38,10 @@ class DemoService:
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
         self._decoded_lock = threading.Lock()
 
-    def load(self, upload: Upload | str | None) -> Image.Image:
-        """The uploaded image, checked against the demo's limits and decoded once per file (the models and
-        captioners only read it)."""
+    def load(self, image) -> Image.Image:
+        """The uploaded image (anything uploads.as_upload takes), checked against the demo's limits and decoded
+        once per file (the models and captioners only read it)."""
+        upload = as_upload(image)
         key = _file_key(upload)
         with self._decoded_lock:
             if key in self._decoded:
@@ -109,43 +110,49 @@ class DemoService:
                 raise
 
 
+class StopSignal(threading.Event):
+    """Set by the Stop button, or by a new upload (`superseded`: the answer is about an image no longer shown)."""
+
+    superseded = False
+
+
 class StopSignals:
-    """The Stop button of each browser session: armed when Answer is clicked (so a Stop while the answer waits in
-    the queue counts), set by Stop, dropped when the answer ends."""
+    """The Stop signal of each browser session's answer: armed when Answer is clicked (so a Stop while the answer
+    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends."""
 
     def __init__(self):
-        self._signals: dict[str, threading.Event] = {}
+        self._signals: dict[str, StopSignal] = {}
         self._lock = threading.Lock()
 
-    def arm(self, session: str) -> threading.Event:
+    def arm(self, session: str) -> StopSignal:
         with self._lock:
-            self._signals[session] = threading.Event()
+            self._signals[session] = StopSignal()
             return self._signals[session]
 
-    def current(self, session: str) -> threading.Event | None:
+    def current(self, session: str) -> StopSignal | None:
         with self._lock:
             return self._signals.get(session)
 
-    def stop(self, session: str) -> None:
+    def stop(self, session: str, superseded: bool = False) -> None:
         with self._lock:
             signal = self._signals.get(session)
         if signal is not None:
+            signal.superseded = signal.superseded or superseded
             signal.set()
 
-    def release(self, session: str, signal: threading.Event | None) -> None:
+    def release(self, session: str, signal: StopSignal | None) -> None:
         with self._lock:
             if signal is not None and self._signals.get(session) is signal:
                 del self._signals[session]
 
 
-def _file_key(upload) -> tuple | None:
+def _file_key(upload: Upload | None) -> tuple | None:
     """What identifies an uploaded file's content: its path, size and modification time (None: no file)."""
-    path = upload.path if isinstance(upload, Upload) else upload
     try:
-        st = os.stat(path)
-    except (OSError, TypeError, ValueError):
+        st = os.stat(upload.path)
+    except (AttributeError, OSError, ValueError):
         return None
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    return (os.path.realpath(upload.path), st.st_size, st.st_mtime_ns)
 
 
 def _as_int(name: str, x) -> int:

@@ -9,7 +9,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import gradio as gr
 from PIL import Image
 
 from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
@@ -27,29 +26,26 @@ class Upload:
     name: str
 
 
-def image_input(**kwargs) -> gr.Image:
-    """A gr.Image whose server-side value is an Upload: Gradio opens nothing; load_upload checks and decodes.
-    (Replacing this instance's preprocess avoids a gr.Image subclass, for which Gradio writes a .pyi stub.)"""
-    component = gr.Image(type="filepath", image_mode=None, format="png", **kwargs)
-    preprocess = component.preprocess
-
-    def as_upload(payload) -> Upload | None:
-        if payload is None:
-            return None
-        if payload.url and payload.url.startswith("data:"):  # a pasted image: Gradio writes it to a file
-            return Upload(preprocess(payload), "the pasted image")
-        return Upload(payload.path, Path(payload.orig_name or payload.path).name)
-
-    component.preprocess = as_upload
-    return component
+def as_upload(payload) -> Upload | None:
+    """The page's image value as it arrives (the demo's events skip Gradio's preprocessing, which opens the file
+    with Pillow): Gradio's file data (path in its upload folder, the user's file name), a plain path, or None."""
+    if payload is None or isinstance(payload, Upload):
+        return payload
+    if isinstance(payload, (str, os.PathLike)):
+        return Upload(str(payload), Path(payload).name) if str(payload) else None
+    path, name = (payload.get("path"), payload.get("orig_name")) if isinstance(payload, dict) else (
+        getattr(payload, "path", None), getattr(payload, "orig_name", None))
+    if not path:
+        raise InvalidImageError("The image did not arrive on the server: upload it again.")
+    return Upload(str(path), Path(name or path).name)
 
 
-def load_upload(upload: Upload | str | None, max_pixels: int, max_bytes: int) -> Image.Image:
-    """The image decoded once, as RGB; InvalidImageError / ImageTooLargeError with a message for the user."""
-    if upload is None or upload == "":
+def load_upload(payload, max_pixels: int, max_bytes: int) -> Image.Image:
+    """The image (anything as_upload takes) decoded once, as RGB; InvalidImageError / ImageTooLargeError with
+    a message for the user."""
+    upload = as_upload(payload)
+    if upload is None:
         raise InvalidImageError("There is no image yet: upload one, or click an example.")
-    if isinstance(upload, (str, os.PathLike)):
-        upload = Upload(str(upload), Path(upload).name)
     name = upload.name
     if (Path(name).suffix or Path(upload.path).suffix).lower() not in IMAGE_SUFFIXES:
         raise InvalidImageError(f"{name} is not an image file: upload {IMAGE_KINDS}.")

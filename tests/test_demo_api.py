@@ -182,8 +182,9 @@ def test_uploads_over_the_size_limit_are_refused(client, app, tmp_path):
 @pytest.mark.parametrize("over, title, match", [
     (dict(question="  "), "EmptyQuestionError", "The question is empty"),
     (dict(K=2.5), "ConfigError", "K=2.5 is invalid"),
-    (dict(gamma=0.001), "Error", "less than minimum value"),  # the slider's own range check
-    (dict(gate="nope"), "Error", "not in the list of choices"),
+    (dict(gamma=0.0), "ConfigError", "gamma=0.0 is invalid"),
+    (dict(gate="nope"), "ConfigError", "gate='nope' is invalid"),
+    (dict(baselines=["sd"]), "ConfigError", "unknown baseline(s) sd"),
 ])
 def test_bad_settings_are_messages(client, over, title, match):
     err = _error(client, **over)

@@ -14,7 +14,7 @@ from asymspec_vl.demo.handlers import Handlers
 from asymspec_vl.demo.service import DemoService
 from asymspec_vl.demo.uploads import Upload
 
-from test_demo_units import spans
+from test_demo_units import spans, stopped_after
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CHART = Path(__file__).resolve().parents[1] / "demo" / "examples" / "chart.png"
@@ -68,7 +68,7 @@ def test_stop_mid_answer_keeps_the_partial_answer(tiny_vl):
                            config=AsymSpecConfig(**SETTINGS))
     shown = [t for _, _, t in spans(asym)]
     assert 0 < len(shown) < len(ref.trace) and shown == [t.text for t in ref.trace[:len(shown)]]
-    assert _status(asym) == f"stopped after {len(shown)} tokens"
+    assert _status(asym) == stopped_after(len(shown))
     assert _status(floor) == _status(drafter) == "not run" and vl.calls == ["asymspec"]
     assert "<td>stopped</td>" in table and results == {}
     assert 'class="error' not in asym + floor + drafter
@@ -83,7 +83,7 @@ def test_stop_after_the_first_panel(tiny_vl):
     stop.clear()
     frames, _ = _answer(Interrupting(tiny_vl, "floor", at=1, action=stop.set), stop)
     asym, floor, drafter, _, results = frames[-1]
-    assert _status(asym).startswith("done: ") and _status(floor) == f"stopped after {len(spans(floor))} tokens"
+    assert _status(asym).startswith("done: ") and _status(floor) == stopped_after(len(spans(floor)))
     assert len(spans(floor)) >= 1 and _status(drafter) == "not run" and set(results) == {"asymspec"}
 
 
@@ -121,14 +121,19 @@ def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_pat
 
     wide = tmp_path / "wide.png"
     Image.new("RGB", (400, 300)).save(wide)
-    image, caption, ocr, message, *panels = handlers.describe(Upload(str(wide), "wide.png"))
-    assert image is None and caption == ocr == ""  # the refused file leaves the image box
+    image, caption, ocr, message, *panels, refused = handlers.describe(Upload(str(wide), "wide.png"), request)
+    assert image is None and caption == ocr == "" and refused is True  # the refused file leaves the image box
     assert "The image is too large" in message and "wide.png is 400×300 = 120,000 pixels" in message
     assert all("no answer yet" in p for p in panels[:3])
+    kept = handlers.removed(None, True, request)  # the box emptied by that refusal: its message stays
+    assert kept[0] == {"__type__": "update"} and kept[-1] is False
+    cleared = handlers.removed(None, False, request)  # emptied in the page (the user, or a file it refused)
+    assert cleared[0] == "" and all("no answer yet" in p for p in cleared[1:4]) and cleared[-1] is False
+    assert handlers.removed({"path": str(CHART)}, False, request)[0] == {"__type__": "update"}
 
     out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
-    message, asym, *_ = out[-1]
-    assert message == "" and _status(asym).startswith("done: ")
+    assert all(frame[0] == {"__type__": "update"} for frame in out)  # the message (begin cleared it) stays
+    assert _status(out[-1][1]).startswith("done: ")
     assert handlers.service.stops.current("s1") is None  # released when the answer ended
 
 
@@ -170,3 +175,20 @@ def test_each_upload_is_decoded_once(tiny_vl, monkeypatch, tmp_path):
         list(service.answer(Upload(str(upload), "chart.png"), QUESTION, CAPTION, "", *SETTINGS.values(),
                             ["floor", "drafter"]))
     assert decodes == ["zip"]  # PNG's decoder ran once: the upload, not once per event or per method
+
+
+def test_a_new_upload_stops_the_running_answer_and_clears_its_panels(tiny_vl, tmp_path):
+    request = SimpleNamespace(session_hash="s3")
+    upload = tmp_path / "new.png"
+    Image.new("RGB", (40, 30), "white").save(upload)
+    uploaded = []
+    vl = Interrupting(tiny_vl, "asymspec", at=1, action=lambda: uploaded.append(
+        handlers.describe(Upload(str(upload), "new.png"), request)))
+    handlers = Handlers(DemoService(vl, AsymSpecConfig()))
+    handlers.begin(request)
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    assert uploaded[0][3] == "" and vl.calls == ["asymspec"]  # the upload was fine; the answer stopped
+    message, asym, floor, drafter, table, results, button = out[-1]
+    assert message == {"__type__": "update"}  # left to the upload's own message
+    assert all(_status(p) == "no answer yet" and not spans(p) for p in (asym, floor, drafter))
+    assert results == {} and button["interactive"] is True

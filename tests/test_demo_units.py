@@ -45,6 +45,11 @@ def spans(markup: str):
     return p.spans
 
 
+def stopped_after(n: int) -> str:
+    """A stopped panel's status line."""
+    return f"stopped after {n} token" if n == 1 else f"stopped after {n} tokens"
+
+
 def test_token_text_is_escaped_and_round_trips():
     pieces = [("<script>alert(1)</script>", T.DRAFT), (" a & b", T.FUSED), ("\n\"x\"", T.BONUS)]
     markup = render.panel_html("asymspec", pieces, status="done <stop>")
@@ -118,6 +123,10 @@ def test_stop_keeps_the_partial_answer_and_marks_the_rest_not_run():
     asym, floor, drafter, table, _ = board.outputs()
     assert _panel_text(asym) == ("a", "done: token limit")
     assert _panel_text(floor) == ("xy", "stopped after 2 tokens") and _panel_text(drafter)[1] == "not run"
+    single = Board(["floor"])
+    single.snapshot("floor", [1], ["x"], [T.VERIFIER], T.Stats(steps=1, emitted=1), 1.0)
+    single.settle(STOPPED, "floor")
+    assert _panel_text(single.outputs()[1])[1] == "stopped after 1 token"
     assert "<td>stopped</td>" in table.split('class="stats-floor"')[1]
     assert [board.panels[m].state for m in ("asymspec", "floor", "drafter")] == [DONE, STOPPED, NOT_RUN]
     before = Board(["asymspec"])

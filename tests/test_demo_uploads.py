@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
-from asymspec_vl.demo.uploads import Upload, load_upload
+from asymspec_vl.demo.uploads import Upload, as_upload, load_upload
 
 LIMITS = dict(max_pixels=16_000_000, max_bytes=10 * 2**20)
 
@@ -84,3 +84,13 @@ def test_a_good_upload_is_decoded_to_rgb(tmp_path):
     image = load_upload(Upload(str(path), "p.png"), **LIMITS)
     assert image.mode == "RGB" and image.size == (30, 20) and image.getpixel((0, 0)) == (10, 20, 30)
     assert load_upload(str(path), **LIMITS).size == (30, 20)  # a plain path is named by its file name
+
+
+def test_gradios_file_data_keeps_the_users_file_name(tmp_path):
+    stored = tmp_path / "9f8e7d" / "image.png"
+    assert as_upload({"path": str(stored), "orig_name": "holiday photo.png", "url": None}) == \
+        Upload(str(stored), "holiday photo.png")
+    assert as_upload({"path": str(stored), "orig_name": None}) == Upload(str(stored), "image.png")
+    assert as_upload(None) is None and as_upload("") is None
+    with pytest.raises(InvalidImageError, match="did not arrive on the server: upload it again"):
+        as_upload({"path": None, "url": "https://example.com/x.png"})
