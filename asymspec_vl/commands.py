@@ -14,20 +14,20 @@ from .trace import FUSED
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default once, as a user writes it ("a, b" for a list), and none where it says
-    nothing (None, False, "") or where the help text already explains it; descriptions keep their lines."""
+    """Shows each option's default once, as a user types it ("a,b" for a list), and none where it says nothing
+    (None, False, empty) or where the help text already states it ("default: ..."); descriptions keep their
+    lines."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        says_nothing = default is None or default is False or default == "" or default == argparse.SUPPRESS
-        if not action.option_strings or says_nothing or "default" in text.lower():
+        text, default = action.help or "", action.default
+        says_nothing = default is None or default is False or default is argparse.SUPPRESS or default in ("", [], ())
+        if not action.option_strings or says_nothing or "default:" in text.lower():
             return text
         if isinstance(default, (list, tuple)):
-            shown = ", ".join(map(str, default))
+            shown = ",".join(map(str, default))
         else:
             shown = f"{default:g}" if isinstance(default, float) else str(default)
-        return f"{text} (default: {shown.replace('%', '%%')})"
+        return f"{text} (default: {shown.replace('%', '%%')})"  # the help text is %-formatted next
 
 
 def is_embedded(name: str | None, role: str = "drafter") -> bool:

@@ -87,6 +87,14 @@ def test_stop_after_the_first_panel(tiny_vl):
     assert len(spans(floor)) >= 1 and _status(drafter) == "not run" and set(results) == {"asymspec"}
 
 
+def test_stop_while_waiting_in_the_queue_runs_nothing(tiny_vl):
+    stop = threading.Event()
+    stop.set()  # Stop clicked before this answer left the queue
+    vl = Interrupting(tiny_vl, "asymspec", at=99, action=None)
+    frames, _ = _answer(vl, stop)
+    assert vl.calls == [] and all(_status(p) == "not run" for p in frames[-1][:3])
+
+
 class Broken(RuntimeError):
     pass
 
