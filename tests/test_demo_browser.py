@@ -277,11 +277,11 @@ def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
     assert source == "Filled in on upload: OCR by EasyOCR; no captioner (type the caption). Edit freely."
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
     assert image.size["width"] >= 2 * 256  # the 256-pixel chart scaled up to the column, not shown at 256
+    _screenshot(browser, "demo-upload.png")
     _click_example(browser, wait)
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#image img").get_property("naturalWidth") == 96)
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
     assert image.size["width"] >= 4 * 96 and image.value_of_css_property("image-rendering") == "pixelated"
-    _screenshot(browser, "demo-upload.png")
 
 
 def test_examples_are_the_toy_scenes_shown_whole(server, browser):
