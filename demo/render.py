@@ -37,7 +37,7 @@ def token_span(text: str, source: str) -> str:
     """One token as a coloured <span>; its text is HTML-escaped, its source is in the class and tooltip."""
     label, colour = SOURCE_STYLES.get(source, (source, "#ffffff"))
     return (f'<span class="tok tok-{html.escape(source, quote=True)}" title="{html.escape(label, quote=True)}" '
-            f'style="background:{colour};border-radius:3px;padding:0 1px">{html.escape(text)}</span>')
+            f'style="background:{colour}">{html.escape(text)}</span>')
 
 
 def panel_html(method: str, pieces: list[tuple[str, str]], status: str) -> str:
