@@ -7,7 +7,22 @@ import importlib
 import os
 import sys
 
+from .commands import HelpFormatter
 from .errors import AsymSpecError
+
+DESCRIPTION = """\
+Answer questions about images with a text-only LLM (the verifier, e.g.
+Qwen3-32B) that reads a caption and the OCR text of the image, while a small
+vision-language drafter (e.g. Qwen3-VL-2B) that sees the pixels steers it token
+by token (AsymSpec speculative decoding). Without --drafter / --verifier the
+commands run the embedded toy pair, offline on the CPU."""
+EPILOG = """\
+start here:
+  asymspec-vl demo             a web page: upload an image, ask, see where
+                               each token of the answer came from
+  asymspec-vl eval toy         the toy world's table: AsymSpec and baselines
+  asymspec-vl toy example DIR  toy scenes, with the commands that answer them
+`asymspec-vl COMMAND --help` lists a command's options."""
 
 # Each module defines register(subparsers); its handlers import heavy libraries lazily.
 COMMAND_MODULES = [
@@ -21,9 +36,16 @@ COMMAND_MODULES = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help (and its subcommands' help, unless they choose) uses HelpFormatter."""
+
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="asymspec-vl", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = Parser(prog="asymspec-vl", description=DESCRIPTION, epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser

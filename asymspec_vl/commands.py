@@ -1,12 +1,61 @@
-"""Core subcommands (`generate`, `tiny-models`) and the model / config flags other subcommands share."""
+"""Core subcommands (`generate`, `tiny-models`), the model / config flags other subcommands share, and the help
+formatter every subcommand uses."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
+from pathlib import Path
 
 from .config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
 from .methods import NAMES as METHODS
+from .trace import FUSED
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default once, as a user types it ("a,b" for a list), and none where it says nothing
+    (None, False, empty) or where the help text already states it ("default: ..."); descriptions keep their
+    lines."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text, default = action.help or "", action.default
+        says_nothing = default is None or default is False or default is argparse.SUPPRESS or default in ("", [], ())
+        if not action.option_strings or says_nothing or "default:" in text.lower():
+            return text
+        if isinstance(default, (list, tuple)):
+            shown = ",".join(map(str, default))
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"  # the help text is %-formatted next
+
+
+def is_embedded(name: str | None, role: str = "drafter") -> bool:
+    """Whether `name` is the embedded toy pair's model for `role` (by the name `embedded` or by its folder)."""
+    from .defaults import EMBEDDED, embedded_models
+    from .errors import ModelPairError
+
+    if name is None:
+        return False
+    if name == EMBEDDED:
+        return True
+    try:
+        folder = embedded_models()[role]
+    except ModelPairError:  # the pair is not installed: nothing can be it
+        return False
+    return folder is not None and Path(name).resolve() == Path(folder).resolve()
+
+
+def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
+    """The embedded toy drafter is no captioner (it writes toy-world answers): refuse it by name, before any
+    model loads. `flag` names the option, `otherwise` what the user can do instead."""
+    from .errors import ConfigError
+
+    if is_embedded(name):
+        raise ConfigError(f"the embedded toy drafter cannot caption images (it only answers questions about its "
+                          f"toy scenes): pass {flag} with a vision-language model (a hub id such as "
+                          f"Qwen/Qwen3-VL-2B-Instruct, or a local folder), or {otherwise}")
 
 
 def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verifier: str | None = None) -> None:
@@ -14,12 +63,14 @@ def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verif
 
     g = p.add_argument_group("models")
     g.add_argument("--drafter", default=drafter or DEFAULT_DRAFTER,
-                   help="VL drafter: hub id, local path, or 'embedded' (the offline default pair)")
+                   help="VL drafter: hub id, local path, or 'embedded' (the offline toy pair)")
     g.add_argument("--verifier", default=verifier or DEFAULT_VERIFIER,
                    help="text-only verifier: hub id, local path, or 'embedded'")
-    g.add_argument("--text-drafter", default=None, help="SD's text drafter (default: the VL drafter on text)")
-    g.add_argument("--backend", default="hf", choices=BACKENDS)
-    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    g.add_argument("--text-drafter", default=None,
+                   help="SD's text drafter: hub id or local path (default: the VL drafter, reading text)")
+    g.add_argument("--backend", default="hf", choices=BACKENDS,
+                   help="hf: transformers; vllm: vLLM 0.19 with the AsymSpec patches")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)")
     g.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 ...")
     g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM backend: GPUs per model")
     g.add_argument("--trust-remote-code", action="store_true", help="allow model repos to run their own code")
@@ -28,13 +79,17 @@ def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verif
 def add_config_args(p: argparse.ArgumentParser, K: int = 2, max_new_tokens: int = 256) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument("-K", "--K", dest="K", type=int, default=K, help="draft tokens per step")
-    g.add_argument("--beta", type=float, default=1.0, help="delta-fusion weight")
-    g.add_argument("--gamma", type=float, default=0.5, help="acceptance threshold")
-    g.add_argument("--gate", default="cda", choices=GATES)
-    g.add_argument("--lam", type=float, default=0.1, help="lambda of the 'lambda' gate")
-    g.add_argument("--delta-source", default="contrastive", choices=DELTA_SOURCES)
-    g.add_argument("--bonus", default="verifier", choices=BONUS_RULES)
-    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    g.add_argument("--beta", type=float, default=1.0, help="δ-fusion weight β at a rejection: argmax(t + β·δ)")
+    g.add_argument("--gamma", type=float, default=0.5, help="acceptance threshold γ: accept iff p_t > γ_eff·p_b")
+    g.add_argument("--gate", default="cda", choices=GATES,
+                   help="γ_eff: cda = γ·exp(−JSD(a‖b)) (the paper), fixed = γ, lambda = γ·exp(−λ·Δ), "
+                        "kl = γ·exp(−KL(a‖b))")
+    g.add_argument("--lam", type=float, default=0.1, help="λ of the 'lambda' gate")
+    g.add_argument("--delta-source", default="contrastive", choices=DELTA_SOURCES,
+                   help="δ: contrastive = a − b (the paper), raw = a, scd = t − b")
+    g.add_argument("--bonus", default="verifier", choices=BONUS_RULES,
+                   help="token after K accepted drafts: verifier = argmax(t) (the paper), fused = argmax(t + β·δ)")
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="answer length limit in tokens")
 
 
 def config_from_args(args) -> AsymSpecConfig:
@@ -79,36 +134,52 @@ def parse_methods(text: str) -> list[str]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="answer one question about an image")
+    p = sub.add_parser("generate", help="answer one question about an image (AsymSpec and the baselines)",
+                       description="Answer one question about an image. The drafter reads the image; the "
+                                   "verifier reads only --caption and --ocr.")
     p.add_argument("--image", required=True, help="image file")
-    p.add_argument("--question", required=True)
+    p.add_argument("--question", required=True, help="the question about the image")
     p.add_argument("--caption", default="", help="the verifier's description of the image")
     p.add_argument("--ocr", default="", help="text read from the image, for the verifier")
-    p.add_argument("--methods", type=parse_methods, default=["asymspec"], help=f"comma list of {METHODS}")
+    p.add_argument("--methods", type=parse_methods, default=["asymspec"],
+                   help=f"comma-separated, from: {', '.join(METHODS)}")
     p.add_argument("--json", action="store_true", help="print one JSON object per method")
     add_model_args(p, drafter="embedded", verifier="embedded")
     add_config_args(p)
     p.set_defaults(func=_generate)
 
     p = sub.add_parser("tiny-models", help="write tiny random Qwen3 / Qwen3-VL models to DIR (tests, demos)")
-    p.add_argument("dir")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("dir", help="output folder")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     p.set_defaults(func=_tiny_models)
 
 
 def _generate(args) -> int:
-    vl = load_from_args(args)
     cfg = config_from_args(args)
+    if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
+        print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
+              "the image. Describe the image with --caption / --ocr; `asymspec-vl caption "
+              f"{shlex.quote(args.image)}` reads its text (OCR).", file=sys.stderr)
+    vl = load_from_args(args)
     for method in args.methods:
         res = vl.generate(args.image, args.question, caption=args.caption, ocr=args.ocr, method=method, config=cfg)
         if args.json:
             print(json.dumps(res.to_dict()))
             continue
-        s = res.stats
-        print(f"== {method}: {s.emitted} tokens, {s.tokens_per_s:.1f} tok/s, acceptance "
-              f"{s.acceptance_rate:.2f}, mean accepted length {s.mean_accepted_length:.2f}")
+        print(f"== {method}: {summary(method, res.stats, res.trace)}")
         print(res.text)
     return 0
+
+
+def summary(method: str, stats, trace) -> str:
+    """The figures that apply to `method`: acceptance and mean accepted length only where drafts were made,
+    δ-fused tokens only for AsymSpec."""
+    parts = [f"{stats.emitted} tokens", f"{stats.tokens_per_s:.1f} tokens/s"]
+    if stats.drafted:
+        parts += [f"acceptance {stats.acceptance_rate:.2f}", f"mean accepted length {stats.mean_accepted_length:.2f}"]
+    if method == "asymspec":
+        parts.append(f"{sum(t.source == FUSED for t in trace)} δ-fused")
+    return ", ".join(parts)
 
 
 def _tiny_models(args) -> int:

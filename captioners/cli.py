@@ -1,22 +1,27 @@
-"""`asymspec-vl caption IMAGE`: print the caption (a local VLM, by default the embedded drafter) and OCR text."""
+"""`asymspec-vl caption IMAGE`: print the OCR text (EasyOCR) and, with --model, a caption by that vision-language
+model: what the verifier would read, each part headed by what produced it."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 
 def register(sub) -> None:
-    p = sub.add_parser("caption", help="caption and OCR one image (what the verifier would read)")
+    p = sub.add_parser("caption", help="OCR one image, and caption it with --model (what the verifier would read)",
+                       description="Print what the verifier would read about an image: its OCR text (EasyOCR, "
+                                   "offline) and, with --model, a caption by that vision-language model.")
     p.add_argument("image", help="image file")
-    p.add_argument("--model", default="embedded",
-                   help="vision-language captioning model: hub id, local path or 'embedded' (default)")
+    p.add_argument("--model", default=None,
+                   help="vision-language model that writes the caption: hub id or local path (default: none, "
+                        "OCR only; the embedded toy drafter cannot caption)")
     p.add_argument("--prompt", default=None, help="the instruction given to the captioning model")
     p.add_argument("--max-new-tokens", type=int, default=256, help="caption length limit in tokens")
-    p.add_argument("--no-caption", action="store_true", help="OCR only")
+    p.add_argument("--no-caption", action="store_true", help="OCR only, even with --model")
     p.add_argument("--no-ocr", action="store_true", help="caption only")
     p.add_argument("--ocr-min-confidence", type=float, default=0.0, help="drop OCR boxes below this confidence")
-    p.add_argument("--device", default=None, help="cpu, cuda ... (default: cuda if available)")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--device", default=None, help="cpu, cuda ... (default: cuda if available, else cpu)")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 ...")
     p.add_argument("--trust-remote-code", action="store_true", help="allow the model repo to run its own code")
     p.add_argument("--cache-dir", default=None, help="caption cache folder (default: ~/.cache/asymspec-vl/captions)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
@@ -25,6 +30,9 @@ def register(sub) -> None:
 
 
 def _caption(args) -> int:
+    from importlib import metadata
+
+    from asymspec_vl.commands import check_captioning_model
     from asymspec_vl.defaults import cache_dir
     from asymspec_vl.errors import InputError
     from asymspec_vl.images import load_image
@@ -32,12 +40,16 @@ def _caption(args) -> int:
     from .base import CombinedCaptioner
     from .cache import CachedCaptioner
 
-    if args.no_caption and args.no_ocr:
-        raise InputError("--no-caption and --no-ocr together leave nothing to do")
+    wants_caption = args.model is not None and not args.no_caption
+    if not wants_caption and args.no_ocr:
+        raise InputError("nothing to do: --no-ocr leaves only the caption, and there is none without --model "
+                         "(or with --no-caption)")
+    if wants_caption:
+        check_captioning_model(args.model, "--model", "leave --model out for OCR only")
     image = load_image(args.image)  # a bad image fails before any model loads
     directory = None if args.no_cache else (args.cache_dir or cache_dir() / "captions")
     caption = ocr = None
-    if not args.no_caption:
+    if wants_caption:
         from .vlm import DEFAULT_PROMPT, VLMCaptioner
 
         caption = CachedCaptioner(VLMCaptioner(args.model, device=args.device, dtype=args.dtype,
@@ -52,8 +64,12 @@ def _caption(args) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False))
         return 0
+    parts = []
     if caption is not None:
-        print(f"Caption:\n{result.caption}")
+        parts.append(f"Caption (by {args.model}):\n{result.caption}")
+    elif not args.no_caption:
+        print("no caption: pass --model with a vision-language model to caption the image", file=sys.stderr)
     if ocr is not None:
-        print(("\n" if caption is not None else "") + f"OCR text:\n{result.ocr}")
+        parts.append(f"OCR text (by EasyOCR {metadata.version('easyocr')}):\n{result.ocr}")
+    print("\n\n".join(parts))
     return 0

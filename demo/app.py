@@ -2,118 +2,82 @@
 
 from __future__ import annotations
 
-import functools
-import html
-import inspect
 import json
-import logging
+import warnings
 from pathlib import Path
 
 import gradio as gr
-from PIL import Image
 
+from asymspec_vl.commands import is_embedded
 from asymspec_vl.config import GATES
-from asymspec_vl.errors import AsymSpecError
 
 from . import render
-from .service import BASELINES, DemoService
+from .board import BASELINES
+from .handlers import NO_ANSWER, Handlers
+from .service import DemoService
 
-log = logging.getLogger(__name__)
 EXAMPLES_DIR = Path(__file__).parent / "examples"
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
-CSS = (".answer{min-height:3em} .answer-status{color:#666;font-size:0.85em} "
-       "table.stats td,table.stats th{padding:2px 6px}")
+CSS = """
+.answer{min-height:3em} .answer-status{color:#555;font-size:0.85em;margin-top:2px}
+.answer-tokens{white-space:pre-wrap;line-height:2.1;font-family:ui-monospace,monospace;font-size:1.05em}
+.tok{border-radius:3px;padding:1px 1px;margin-right:2px;box-shadow:inset 0 0 0 1px rgba(0,0,0,0.22)}
+table.stats{width:100%;font-size:0.9em} table.stats td,table.stats th{padding:2px 5px}
+.message{border:1px solid #c0392b;border-left-width:6px;border-radius:4px;padding:8px 12px;background:#fdf0ee}
+#message:not(:has(.message)){display:none}
+#image .upload-container,#image .image-frame{width:100% !important}
+#image .image-frame img{width:100%;height:auto;max-height:420px;object-fit:contain}
+#examples .container{width:144px;height:auto;max-height:108px}
+#examples .container img{width:100%;height:auto;max-height:108px;object-fit:contain}
+"""
+# Small images (the toy scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
+HEAD = """<script>
+document.addEventListener("load", (event) => {
+  const img = event.target;
+  if (img.tagName === "IMG" && img.naturalWidth > 0 && img.naturalWidth <= 320) {
+    img.style.imageRendering = "pixelated";
+  }
+}, true);
+</script>"""
 # System fonts only: the page must not fetch anything from the internet.
 THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                           font_mono=["ui-monospace", "monospace"])
 
 
-def checked_image_input(**kwargs) -> gr.Image:
-    """A gr.Image (type filepath) whose server-side check turns a wrong file type or an unreadable upload
-    into a message. The check wraps this instance's preprocess (a gr.Image subclass would make Gradio write
-    a .pyi stub next to this module)."""
-    component = gr.Image(type="filepath", image_mode=None, format="png", **kwargs)
-    preprocess = component.preprocess
-
-    def checked(payload):
-        if payload is None:
-            return None
-        is_data_url = bool(payload.url and payload.url.startswith("data:"))
-        suffix = Path(payload.orig_name or payload.path or "").suffix.lower()
-        if not is_data_url and suffix not in IMAGE_SUFFIXES:
-            raise gr.Error(_escape(f"unsupported file type '{suffix or '(none)'}': upload an image "
-                                   f"({', '.join(IMAGE_SUFFIXES)})"), title="InvalidImageError",
-                           print_exception=False)
-        try:
-            return preprocess(payload)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-            raise gr.Error(_escape(f"the upload is not a readable image ({type(e).__name__})"),
-                           title="InvalidImageError", print_exception=False) from e
-
-    component.preprocess = checked
-    return component
-
-
-def _escape(text: str) -> str:
-    """gr.Error renders its message as HTML: escape it (quotes are harmless in text and kept readable)."""
-    return html.escape(text, quote=False)
-
-
-def _message(e: Exception) -> gr.Error:
-    """The toolkit's typed errors become messages in the page; anything else a short note (logged)."""
-    if isinstance(e, gr.Error):
-        return e
-    if isinstance(e, AsymSpecError):
-        return gr.Error(_escape(str(e)), title=type(e).__name__, print_exception=False)
-    log.exception("demo: unexpected error")
-    return gr.Error(_escape(f"the request failed ({type(e).__name__}); see the server log"),
-                    title="Internal error")
-
-
-def _messages(fn):
-    """Wrap an event handler so that its errors are shown as messages, never as a stack trace."""
-    @functools.wraps(fn)
-    def plain(*args):
-        try:
-            return fn(*args)
-        except Exception as e:
-            raise _message(e) from e
-
-    @functools.wraps(fn)
-    def streaming(*args):
-        try:
-            yield from fn(*args)
-        except Exception as e:
-            raise _message(e) from e
-
-    return streaming if inspect.isgeneratorfunction(fn) else plain
-
-
-def load_examples() -> list[list[str]]:
-    """Rows [image path, question, caption, OCR] from demo/examples/examples.json (all offline)."""
+def load_examples(toy_only: bool) -> list[list[str]]:
+    """Rows [image path, question, caption, OCR] from demo/examples/examples.json; toy_only: the toy scenes alone
+    (what the embedded pair can answer), otherwise every example."""
     entries = json.loads((EXAMPLES_DIR / "examples.json").read_text())
     return [[str(EXAMPLES_DIR / e["image"]), e["question"], e.get("caption", ""), e.get("ocr", "")]
-            for e in entries]
+            for e in entries if e["world"] == "toy" or not toy_only]
+
+
+def _header(names: dict, toy: bool) -> str:
+    models = ("the embedded toy pair: a tiny Qwen3-VL drafter and a tiny Qwen3 verifier trained on scenes of "
+              "coloured shapes carrying digits" if toy else
+              f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}`")
+    return ("# AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption and "
+            "OCR text below. Every token of the answer is coloured by where it came from.\n\n"
+            f"Models: {models} · backend `{names.get('backend')}`")
 
 
 def build_demo(service: DemoService) -> gr.Blocks:
-    """The page and its API: /describe (image -> caption, OCR) and /answer (streams the answers)."""
+    """The page, and its API: /describe (image -> caption, OCR) and /answer (streams the answers)."""
     cfg, names = service.base_config, service.vl.names
+    toy = is_embedded(names.get("drafter")) and is_embedded(names.get("verifier"), "verifier")
+    handlers = Handlers(service)
     # uploads older than an hour are deleted every hour (Gradio's cache would otherwise grow without bound)
     with gr.Blocks(title="AsymSpec-VL demo", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
-        gr.Markdown("# AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only "
-                    "the caption and OCR text below. Every token of the answer is coloured by where it came from.\n\n"
-                    f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}` · "
-                    f"backend `{names.get('backend')}`")
+        gr.Markdown(_header(names, toy))
         with gr.Row():
             with gr.Column(scale=1):
-                image = checked_image_input(label="Image", sources=["upload", "clipboard"], elem_id="image")
+                image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image")
+                message = gr.HTML("", elem_id="message")
                 question = gr.Textbox(label="Question", lines=2, elem_id="question",
-                                      placeholder="What is the value of the tallest bar?")
+                                      placeholder="Which number does the yellow circle carry?" if toy else
+                                      "What is the value of the tallest bar?")
                 with gr.Accordion("The verifier's view (editable)", open=True):
-                    source = getattr(service.captioner, "name", None)
-                    gr.Markdown(f"Prefilled on upload by `{source}`; edit freely." if source else
-                                "No captioner is running: type what the verifier should read.")
+                    gr.Markdown(service.captioner_label or "No captioner runs here: type what the verifier "
+                                                           "should read.", elem_id="view-source")
                     caption = gr.Textbox(label="Caption", lines=3, elem_id="caption",
                                          placeholder="A description of the image for the verifier")
                     ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr",
@@ -131,33 +95,55 @@ def build_demo(service: DemoService) -> gr.Blocks:
                 with gr.Row():
                     run = gr.Button("Answer", variant="primary", elem_id="answer-button")
                     stop = gr.Button("Stop", elem_id="stop-button")
-                gr.Examples(load_examples(), inputs=[image, question, caption, ocr], label="Examples (offline)")
+                gr.Examples(load_examples(toy_only=toy), inputs=[image, question, caption, ocr],
+                            label="Examples (offline)", elem_id="examples")
+                if toy:
+                    gr.Markdown("These are toy scenes, the only images the embedded pair can read. Charts and "
+                                "photos need real models: start the demo with `--drafter` and `--verifier`.",
+                                elem_id="examples-note")
             with gr.Column(scale=1):
-                asym = gr.HTML(render.placeholder_html("asymspec", "no answer yet"), label="asymspec_answer",
-                               elem_id="asymspec-answer")
+                asym = gr.HTML(NO_ANSWER[0], elem_id="asymspec-answer")
                 gr.HTML(render.legend_html(), elem_id="legend")
-                stats = gr.HTML(render.stats_html([]), label="stats", elem_id="stats")
+                stats = gr.HTML(render.stats_html([]), elem_id="stats")
                 with gr.Row():
-                    floor = gr.HTML(render.placeholder_html("floor", "no answer yet"), label="floor_answer",
-                                    elem_id="floor-answer")
-                    drafter = gr.HTML(render.placeholder_html("drafter", "no answer yet"), label="drafter_answer",
-                                      elem_id="drafter-answer")
+                    floor = gr.HTML(NO_ANSWER[1], elem_id="floor-answer")
+                    drafter = gr.HTML(NO_ANSWER[2], elem_id="drafter-answer")
                 with gr.Accordion("Full results (prompts each model read, trace, stats)", open=False):
                     results = gr.JSON(label="results", elem_id="results")
+                refused = gr.State(False)  # describe() refused the last upload and emptied the image box
+                api_describe = gr.Button(visible=False)
+                api_answer = gr.Button(visible=False)
 
-        image.upload(_messages(service.describe_image), image, [caption, ocr], api_name="describe")
-        event = run.click(_messages(service.answer), [image, question, caption, ocr, k, beta, gamma, gate, max_tokens,
-                                                  baselines], [asym, floor, drafter, stats, results],
-                          api_name="answer", concurrency_limit=1)
-        stop.click(None, None, None, cancels=[event], api_name=False)
+        inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines]
+        panels = [asym, floor, drafter, stats, results]
+        # The events that read the image skip Gradio's preprocessing (it opens the file with Pillow: a traceback
+        # for a file that is no image, Pillow's warning for a large one); uploads.load_upload checks it instead.
+        # The page's own events are private (named page_*); /describe and /answer are the public API.
+        raw, page = dict(preprocess=False), dict(api_visibility="private")
+        image.upload(handlers.describe, image, [image, caption, ocr, message, *panels, refused],
+                     show_progress_on=[caption, ocr], api_name="page_describe", **raw, **page)
+        image.change(handlers.removed, [image, refused], [message, *panels, refused], queue=False,
+                     show_progress="hidden", api_name="page_removed", **raw, **page)
+        begun = run.click(handlers.begin, None, [message, *panels, run], queue=False, show_progress="hidden",
+                          api_name="page_begin", **page)
+        begun.then(handlers.answer, inputs, [message, *panels, run], concurrency_id="models", show_progress_on=[asym],
+                   api_name="page_answer", **raw, **page)
+        stop.click(handlers.stop, None, None, queue=False, api_name="page_stop", **page)
+        api_describe.click(handlers.api_describe, image, [caption, ocr], api_name="describe", **raw)
+        api_answer.click(handlers.api_answer, inputs, panels, api_name="answer", concurrency_id="models", **raw)
     return demo
 
 
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, max_file_bytes: int | None = None,
            block: bool = True, quiet: bool = False) -> gr.Blocks:
-    """Serve the page (no share link, no server-side rendering); upload size limited to max_file_bytes."""
+    """Serve the page (no share link, no server-side rendering); upload size limited to max_file_bytes. One
+    generation runs at a time (the models are shared); the others wait in the queue, each page showing its place."""
+    # Warnings about Gradio's own code, logged per request, tell the operator nothing: Starlette's about a name
+    # Gradio's routes use, pandas' deprecations inside Gradio's queue.
+    warnings.filterwarnings("ignore", message=".*HTTP_422_UNPROCESSABLE_ENTITY.*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"gradio\.")
     demo.queue(default_concurrency_limit=1)
     demo.launch(server_name=host, server_port=port, max_file_size=max_file_bytes, share=False, ssr_mode=False,
                 prevent_thread_lock=not block, quiet=quiet, show_error=False, allowed_paths=[str(EXAMPLES_DIR)],
-                theme=THEME, css=CSS, footer_links=["api"])
+                theme=THEME, css=CSS, head=HEAD, footer_links=["api"])
     return demo

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import math
+import socket
 
-from asymspec_vl.commands import add_config_args, add_model_args, config_from_args, load_from_args
+from asymspec_vl.commands import (add_config_args, add_model_args, check_captioning_model, config_from_args,
+                                  load_from_args)
+from asymspec_vl.errors import ConfigError
+from asymspec_vl.images import MAX_FILE_BYTES, MAX_PIXELS
 
 
-def _positive(kind):
+def _positive(kind, most: float):
     def parse(text: str):
-        value = kind(text)
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text} is not a number") from None
+        if not math.isfinite(value) or value <= 0 or value > most:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: expected a number above 0, at most {most:g}")
         return value
     return parse
 
@@ -21,26 +29,34 @@ def register(sub) -> None:
     from .service import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 
     p = sub.add_parser("demo", help="serve the Gradio demo: upload an image, ask a question, see where "
-                                    "each token of the answer came from")
+                                    "each token of the answer came from",
+                       description="Serve the demo page. Without --drafter / --verifier it runs the embedded toy "
+                                   "pair on the CPU, with toy scenes as examples.")
     add_model_args(p, drafter="embedded", verifier="embedded")
     add_config_args(p, K=2, max_new_tokens=64)
     g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
                    help="OCR that fills the OCR box on upload (EasyOCR runs offline on the CPU)")
     g.add_argument("--caption-model", default="none",
-                   help="VLM that fills the caption box on upload: 'none' (type it), 'drafter' (reuse the loaded "
-                        "VL drafter), 'embedded', a hub id or a local path")
+                   help="vision-language model that fills the caption box on upload: none (the user types it), "
+                        "drafter (reuse the loaded VL drafter), a hub id or a local path")
     g.add_argument("--caption-cache", default=None,
                    help="folder caching captions / OCR by image content (default: ~/.cache/asymspec-vl/captions)")
     g.add_argument("--no-caption-cache", action="store_true", help="keep the caption cache in memory only")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    g.add_argument("--port", type=int, default=7860)
-    g.add_argument("--max-upload-mb", type=_positive(float), default=DEFAULT_MAX_FILE_BYTES / 2**20,
-                   help="largest image file accepted, in MiB")
-    g.add_argument("--max-image-pixels", type=_positive(int), default=DEFAULT_MAX_IMAGE_PIXELS,
-                   help="largest image accepted, in pixels (width x height)")
+    g.add_argument("--port", type=int, default=7860, help="port to listen on")
+    g.add_argument("--max-upload-mb", type=_positive(float, MAX_FILE_BYTES / 2**20),
+                   default=DEFAULT_MAX_FILE_BYTES / 2**20, help="largest image file accepted, in MiB")
+    g.add_argument("--max-image-pixels", type=_positive(int, MAX_PIXELS), default=DEFAULT_MAX_IMAGE_PIXELS,
+                   help="largest image accepted, in pixels (width × height)")
     p.set_defaults(func=_demo)
+
+
+def check_caption_model(args) -> None:
+    """The embedded toy drafter is no captioner: refuse it (by name, or as the drafter) before anything loads."""
+    model = args.drafter if args.caption_model == "drafter" else args.caption_model
+    check_captioning_model(model, "--caption-model", "leave it at none and type the caption in the page")
 
 
 def build_captioner(args, vl):
@@ -48,6 +64,7 @@ def build_captioner(args, vl):
     from asymspec_vl.captioners import CachedCaptioner, CombinedCaptioner
     from asymspec_vl.defaults import cache_dir
 
+    check_caption_model(args)
     directory = None if args.no_caption_cache else (args.caption_cache or cache_dir() / "captions")
     caption = ocr = None
     if args.caption_model != "none":
@@ -64,19 +81,52 @@ def build_captioner(args, vl):
     return None if caption is None and ocr is None else CombinedCaptioner(caption, ocr)
 
 
-def _demo(args) -> int:
-    from asymspec_vl.errors import ConfigError
+def captioner_label(args) -> str:
+    """Which captioners prefill the verifier's view, in words for the page."""
+    caption = {"none": None, "drafter": f"the VL drafter ({args.drafter})"}.get(args.caption_model,
+                                                                                args.caption_model)
+    if caption is None and args.ocr == "none":
+        return "No captioner and no OCR run here: type what the verifier should read."
+    parts = ["OCR by EasyOCR" if args.ocr == "easyocr" else "no OCR (type the text in the image)",
+             f"caption by {caption}" if caption else "no captioner (type the caption)"]
+    return f"Filled in on upload: {'; '.join(parts)}. Edit freely."
 
+
+def check_port(host: str, port: int) -> None:
+    """Fail before the models load when the address cannot be served (the port taken, an unknown host)."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+            probe.bind(address)
+    except OSError as e:
+        raise ConfigError(f"cannot serve on {host}:{port}: {_why(e)}") from e
+
+
+def _why(e: OSError) -> str:
+    if isinstance(e, socket.gaierror):
+        return "unknown host: pass --host with an address of this machine (127.0.0.1, 0.0.0.0 ...)"
+    if e.errno == errno.EADDRINUSE:
+        return "the port is in use (another demo?): choose another one with --port"
+    if e.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need root): choose a port above 1023 with --port"
+    return f"{e.strerror or e}: choose another --host / --port"
+
+
+def _demo(args) -> int:
     from .app import build_demo, launch
     from .service import DemoService
 
-    cfg = config_from_args(args)  # validated before the models load
+    cfg = config_from_args(args)  # checked before the models load
+    check_caption_model(args)
+    check_port(args.host, args.port)
     vl = load_from_args(args)
     max_bytes = int(args.max_upload_mb * 2**20)
-    service = DemoService(vl, cfg, captioner=build_captioner(args, vl), max_image_pixels=args.max_image_pixels,
-                          max_file_bytes=max_bytes)
+    service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
+                          max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
     try:
         launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
-    except OSError as e:  # e.g. the port is taken
-        raise ConfigError(f"cannot serve on {args.host}:{args.port}: {e}") from e
+    except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)
+        raise ConfigError(f"cannot serve on {args.host}:{args.port}: the port is in use: choose another one "
+                          "with --port") from e
     return 0

@@ -37,24 +37,23 @@ def token_span(text: str, source: str) -> str:
     """One token as a coloured <span>; its text is HTML-escaped, its source is in the class and tooltip."""
     label, colour = SOURCE_STYLES.get(source, (source, "#ffffff"))
     return (f'<span class="tok tok-{html.escape(source, quote=True)}" title="{html.escape(label, quote=True)}" '
-            f'style="background:{colour};border-radius:3px;padding:0 1px">{html.escape(text)}</span>')
+            f'style="background:{colour}">{html.escape(text)}</span>')
 
 
-def answer_html(method: str, pieces: list[tuple[str, str]], status: str = "") -> str:
-    """The answer of `method` as coloured tokens; pieces = [(token text, trace source)]."""
-    body = "".join(token_span(t, s) for t, s in pieces) or '<span class="placeholder">…</span>'
-    status_html = f'<div class="answer-status">{html.escape(status)}</div>' if status else ""
+def panel_html(method: str, pieces: list[tuple[str, str]], status: str) -> str:
+    """One method's panel: its title, its answer as coloured tokens (pieces = [(token text, trace source)]) and a
+    status line (waiting, decoding, done, stopped, not run)."""
+    tokens = "".join(token_span(t, s) for t, s in pieces)
+    body = f'<div class="answer-tokens">{tokens}</div>' if tokens else ""
     return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
             f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
-            f'<div class="answer-tokens" style="white-space:pre-wrap;line-height:1.9;font-family:monospace">'
-            f'{body}</div>{status_html}</div>')
+            f'{body}<div class="answer-status">{html.escape(status)}</div></div>')
 
 
-def placeholder_html(method: str, text: str) -> str:
-    """A panel with a message instead of an answer (not run, waiting)."""
-    return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
-            f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
-            f'<div class="answer-status">{html.escape(text)}</div></div>')
+def message_html(title: str, text: str) -> str:
+    """The one message of the page (a refused upload, an empty question ...); "" clears it."""
+    return (f'<div class="message" role="alert"><b>{html.escape(title)}</b><br>{html.escape(text)}</div>'
+            if text else "")
 
 
 def legend_html(sources=(T.DRAFT, T.FUSED, T.BONUS, T.VERIFIER, T.DRAFTER)) -> str:
@@ -64,37 +63,45 @@ def legend_html(sources=(T.DRAFT, T.FUSED, T.BONUS, T.VERIFIER, T.DRAFTER)) -> s
     return f'<ul class="legend" style="list-style:none;padding-left:0;margin:0">{items}</ul>'
 
 
-def _fmt(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
+def _cell(x: float | int | None, digits: int | None = None) -> str:
+    """A figure, or an empty cell where it does not apply to the method."""
+    if x is None:
+        return ""
+    return str(x) if digits is None else f"{x:.{digits}f}"
 
 
-def stats_row(method: str, stats: T.Stats, sources: list[str], elapsed_s: float | None = None,
-              finish: str = "") -> dict:
-    """The figures shown for one method. Acceptance figures only where drafts were made (AsymSpec, SD).
-    elapsed_s: wall time so far while streaming (stats.elapsed_s is set only when decoding ends)."""
+def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, status: str) -> dict:
+    """The figures that apply to one method: acceptance rate and mean accepted length where drafts were made
+    (AsymSpec, SD, SCD), δ-fused tokens for AsymSpec only. elapsed_s: wall time so far while decoding
+    (stats.elapsed_s is set only when decoding ends)."""
     elapsed = stats.elapsed_s if stats.elapsed_s > 0 else (elapsed_s or 0.0)
+    speculative = stats.drafted > 0
     return {
         "method": method,
         "tokens": stats.emitted,
         "steps": stats.steps,
-        "acceptance_rate": stats.acceptance_rate if stats.drafted else None,
-        "mean_accepted_length": stats.mean_accepted_length if stats.steps else None,
+        "acceptance_rate": stats.acceptance_rate if speculative else None,
+        "mean_accepted_length": stats.mean_accepted_length if speculative else None,
+        "fused": fused if method == "asymspec" else None,
         "tokens_per_s": stats.emitted / elapsed if elapsed > 0 else None,
-        "fused": sum(s == T.FUSED for s in sources),
-        "finish": finish,
+        "status": status,
     }
 
 
+STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
+                 "tokens/s", "status")
+
+
 def stats_html(rows: list[dict]) -> str:
-    """A table with one row per method: tokens, steps, acceptance rate, mean accepted length, δ-fused
-    tokens, tokens/s, finish reason (stop / length / running)."""
-    head = ("<tr><th>method</th><th>tokens</th><th>steps</th><th>acceptance rate</th>"
-            "<th>mean accepted length</th><th>δ-fused tokens</th><th>tokens/s</th><th>finish</th></tr>")
+    """A table with one row per method that has started (none: no table); figures that do not apply are empty."""
+    if not rows:
+        return ""
+    head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
     body = "".join(
         f'<tr class="stats-{html.escape(r["method"], quote=True)}">'
         f'<td>{html.escape(METHOD_NAMES.get(r["method"], r["method"]))}</td>'
-        f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_fmt(r["acceptance_rate"])}</td>'
-        f'<td>{_fmt(r["mean_accepted_length"])}</td><td>{r["fused"]}</td><td>{_fmt(r["tokens_per_s"], 1)}</td>'
-        f'<td>{html.escape(r["finish"])}</td></tr>'
+        f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_cell(r["acceptance_rate"], 2)}</td>'
+        f'<td>{_cell(r["mean_accepted_length"], 2)}</td><td>{_cell(r["fused"])}</td>'
+        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{html.escape(r["status"])}</td></tr>'
         for r in rows)
-    return f'<table class="stats" style="width:100%">{head}{body}</table>'
+    return f'<table class="stats">{head}{body}</table>'

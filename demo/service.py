@@ -1,43 +1,59 @@
-"""What the demo's events do, without Gradio: validate the inputs, describe an image, stream the answers."""
+"""What the demo's events do, without Gradio: check the inputs, describe an image, stream the answers, stop."""
 
 from __future__ import annotations
 
+import os
 import threading
+from collections import OrderedDict
 from typing import Iterator
 
 from PIL import Image
 
 from asymspec_vl.api import token_pieces
 from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.errors import ConfigError, EmptyQuestionError, InvalidImageError
-from asymspec_vl.images import load_image
+from asymspec_vl.errors import ConfigError, EmptyQuestionError
 
-from . import render
-from .streaming import Snapshot, stream_generate
+from .board import BASELINES, FAILED, STOPPED, Board, Outputs
+from .streaming import Cancelled, Snapshot, stream_generate
+from .uploads import Upload, as_upload, load_upload
 
-BASELINES = ("floor", "drafter")
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
-# answer(...) yields: AsymSpec panel, Floor panel, drafter panel (HTML), stats table (HTML), results (dict)
-Outputs = tuple[str, str, str, str, dict]
+DECODED_KEPT = 4  # decoded uploads kept: the upload's describe and the answers after it decode the file once
 
 
 class DemoService:
     """The models and limits behind the page. One generation at a time (the models are shared)."""
 
-    def __init__(self, vl, base_config: AsymSpecConfig | None = None, captioner=None,
+    def __init__(self, vl, base_config: AsymSpecConfig | None = None, captioner=None, captioner_label: str = "",
                  max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
         """captioner: an asymspec_vl.captioners.Captioner (describe(image) -> ImageText with .caption, .ocr)
-        that prefills the verifier's view on upload; None leaves the view for the user to type."""
+        that prefills the verifier's view on upload, captioner_label says which in words ("OCR by EasyOCR;
+        no captioner"); None leaves the view for the user to type."""
         self.vl, self.base_config, self.captioner = vl, base_config or AsymSpecConfig(), captioner
+        self.captioner_label = captioner_label
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
         self.lock = threading.Lock()
+        self.stops = StopSignals()
+        self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
+        self._decoded_lock = threading.Lock()
 
     def load(self, image) -> Image.Image:
-        """The uploaded image (a path from Gradio), decoded and checked against the demo's limits."""
-        if image is None or (isinstance(image, str) and not image):
-            raise InvalidImageError("no image: upload an image first")
-        return load_image(image, max_pixels=self.max_image_pixels, max_bytes=self.max_file_bytes)
+        """The uploaded image (anything uploads.as_upload takes), checked against the demo's limits and decoded
+        once per file (the models and captioners only read it)."""
+        upload = as_upload(image)
+        key = _file_key(upload)
+        with self._decoded_lock:
+            if key in self._decoded:
+                self._decoded.move_to_end(key)
+                return self._decoded[key]
+        image = load_upload(upload, self.max_image_pixels, self.max_file_bytes)
+        if key is not None:
+            with self._decoded_lock:
+                self._decoded[key] = image
+                while len(self._decoded) > DECODED_KEPT:
+                    self._decoded.popitem(last=False)
+        return image
 
     def config(self, K, beta, gamma, gate, max_new_tokens) -> AsymSpecConfig:
         """The page's controls on top of the command line's configuration (validated by AsymSpecConfig)."""
@@ -46,49 +62,97 @@ class DemoService:
 
     def describe_image(self, image) -> tuple[str, str]:
         """Caption and OCR text for the verifier's view; empty (for the user to type) without a captioner."""
+        img = self.load(image)
         if self.captioner is None:
             return "", ""
-        img = self.load(image)
         with self.lock:  # a VLM captioner may share the device with the drafter
             text = self.captioner.describe(img)
         return text.caption or "", text.ocr or ""
 
     def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-               baselines=BASELINES) -> Iterator[Outputs]:
+               baselines=BASELINES, stop: threading.Event | None = None) -> Iterator[Outputs]:
         """Stream AsymSpec's answer, then each chosen baseline's, re-rendering all panels at every step.
-        Every input is validated before any model runs; errors are the toolkit's typed errors."""
+        Every input is checked before any model runs (a typed error, nothing yielded). `stop` set (the Stop
+        button) ends the answer at the next step: the partial answer is kept and marked stopped, the panels not
+        reached are marked not run. An error while decoding yields the board with that panel marked failed,
+        then propagates."""
         cfg = self.config(K, beta, gamma, gate, max_new_tokens)
         if not isinstance(question, str) or not question.strip():
-            raise EmptyQuestionError("the question is empty: type a question about the image")
+            raise EmptyQuestionError("The question is empty: type a question about the image.")
         unknown = set(baselines or ()) - set(BASELINES)
         if unknown:
-            raise ConfigError(f"unknown baseline(s) {sorted(unknown)}: choose from {BASELINES}")
-        img = self.load(image)
-        methods = ["asymspec"] + [m for m in BASELINES if m in (baselines or ())]
-        panels = {m: render.placeholder_html(m, "waiting…" if m in methods else "not run")
-                  for m in ("asymspec", *BASELINES)}
-        rows: dict[str, dict] = {}
-        results: dict[str, dict] = {}
+            raise ConfigError(f"unknown baseline(s) {', '.join(sorted(unknown))}: choose from {', '.join(BASELINES)}")
+        decoded = self.load(image)
+        board = Board(["asymspec"] + [m for m in BASELINES if m in (baselines or ())], self.vl.pair.stop_ids(cfg))
+        yield board.outputs()
+        for method in board.methods:
+            if stop is not None and stop.is_set():  # stopped between two panels, or before the first
+                board.settle(STOPPED, None)
+                yield board.outputs()
+                return
+            try:
+                for item in stream_generate(self.vl, self.lock, stop, image=decoded, question=question,
+                                            caption=caption or "", ocr=ocr or "", method=method, config=cfg):
+                    if isinstance(item, Snapshot):
+                        pieces = token_pieces(self.vl.pair.tokenizer, item.token_ids)
+                        board.snapshot(method, item.token_ids, pieces, item.sources, item.stats, item.elapsed_s)
+                    else:
+                        board.finish(method, item.token_ids, [t.text for t in item.trace],
+                                     [t.source for t in item.trace], item.stats, item.finish_reason, item.to_dict())
+                    yield board.outputs()
+            except Cancelled:
+                board.settle(STOPPED, method)
+                yield board.outputs()
+                return
+            except Exception:
+                board.settle(FAILED, method)
+                yield board.outputs()
+                raise
 
-        def outputs() -> Outputs:
-            table = render.stats_html([rows[m] for m in methods if m in rows])
-            return panels["asymspec"], panels["floor"], panels["drafter"], table, dict(results)
 
-        yield outputs()
-        for method in methods:
-            for item in stream_generate(self.vl, self.lock, image=img, question=question, caption=caption or "",
-                                        ocr=ocr or "", method=method, config=cfg):
-                if isinstance(item, Snapshot):
-                    pieces = list(zip(token_pieces(self.vl.pair.tokenizer, item.token_ids), item.sources))
-                    panels[method] = render.answer_html(method, pieces, "decoding…")
-                    rows[method] = render.stats_row(method, item.stats, item.sources, item.elapsed_s, "running")
-                else:
-                    sources = [t.source for t in item.trace]
-                    panels[method] = render.answer_html(method, [(t.text, t.source) for t in item.trace],
-                                                        f"done ({item.finish_reason})")
-                    rows[method] = render.stats_row(method, item.stats, sources, finish=item.finish_reason)
-                    results[method] = item.to_dict()
-                yield outputs()
+class StopSignal(threading.Event):
+    """Set by the Stop button, or by a new upload (`superseded`: the answer is about an image no longer shown)."""
+
+    superseded = False
+
+
+class StopSignals:
+    """The Stop signal of each browser session's answer: armed when Answer is clicked (so a Stop while the answer
+    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends."""
+
+    def __init__(self):
+        self._signals: dict[str, StopSignal] = {}
+        self._lock = threading.Lock()
+
+    def arm(self, session: str) -> StopSignal:
+        with self._lock:
+            self._signals[session] = StopSignal()
+            return self._signals[session]
+
+    def current(self, session: str) -> StopSignal | None:
+        with self._lock:
+            return self._signals.get(session)
+
+    def stop(self, session: str, superseded: bool = False) -> None:
+        with self._lock:
+            signal = self._signals.get(session)
+        if signal is not None:
+            signal.superseded = signal.superseded or superseded
+            signal.set()
+
+    def release(self, session: str, signal: StopSignal | None) -> None:
+        with self._lock:
+            if signal is not None and self._signals.get(session) is signal:
+                del self._signals[session]
+
+
+def _file_key(upload: Upload | None) -> tuple | None:
+    """What identifies an uploaded file's content: its path, size and modification time (None: no file)."""
+    try:
+        st = os.stat(upload.path)
+    except (AttributeError, OSError, ValueError):
+        return None
+    return (os.path.realpath(upload.path), st.st_size, st.st_mtime_ns)
 
 
 def _as_int(name: str, x) -> int:

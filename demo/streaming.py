@@ -23,20 +23,25 @@ class Snapshot:
 
 
 class Cancelled(Exception):
-    """Raised inside on_step when the consumer stopped listening (the page's Stop button, a closed tab)."""
+    """Raised inside on_step when the consumer stopped listening (a closed tab, a cancelled API call) or `stop`
+    was set (the page's Stop button); stream_generate re-raises it to the consumer."""
 
 
-def stream_generate(vl, lock: threading.Lock, cancel: threading.Event | None = None, **generate_kwargs
+def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = None, **generate_kwargs
                     ) -> Iterator[Snapshot | object]:
     """Yield Snapshots while `vl.generate(**generate_kwargs)` decodes, then its GenerationResult.
-    Errors of the generation are re-raised here. Snapshots that arrive faster than the consumer takes
-    them are coalesced into the latest one. Closing the iterator stops the decoding at its next step."""
-    cancel = cancel or threading.Event()
+    Errors of the generation are re-raised here, Cancelled when `stop` was set. Snapshots that arrive faster
+    than the consumer takes them are coalesced into the latest one. Setting `stop` or closing the iterator
+    stops the decoding at its next step."""
+    closed = threading.Event()
     events: queue.Queue = queue.Queue()
     start = time.perf_counter()
 
+    def cancelled() -> bool:
+        return closed.is_set() or (stop is not None and stop.is_set())
+
     def on_step(rows) -> None:  # rows: list[loop.RowOutput], one row here
-        if cancel.is_set():
+        if cancelled():
             raise Cancelled()
         r = rows[0]
         events.put(("step", Snapshot(list(r.token_ids), list(r.sources), copy.deepcopy(r.stats),
@@ -45,7 +50,7 @@ def stream_generate(vl, lock: threading.Lock, cancel: threading.Event | None = N
     def work() -> None:
         try:
             with lock:  # one generation at a time on the shared models
-                if cancel.is_set():
+                if cancelled():
                     raise Cancelled()
                 events.put(("done", vl.generate(on_step=on_step, **generate_kwargs)))
         except BaseException as e:  # handed to the consumer, which re-raises it
@@ -55,13 +60,17 @@ def stream_generate(vl, lock: threading.Lock, cancel: threading.Event | None = N
     worker.start()
     try:
         while True:
-            kind, payload = events.get()
-            while kind == "step" and not events.empty():  # coalesce: only the newest state matters
-                kind, payload = events.get_nowait()
-            if kind == "error":
-                raise payload
-            yield payload
-            if kind == "done":
-                return
+            batch = [events.get()]
+            while not events.empty():  # coalesce: of the steps that arrived, only the newest state matters
+                batch.append(events.get_nowait())
+            steps = [payload for kind, payload in batch if kind == "step"]
+            if steps:
+                yield steps[-1]
+            for kind, payload in batch:
+                if kind == "error":
+                    raise payload
+                if kind == "done":
+                    yield payload
+                    return
     finally:
-        cancel.set()  # a consumer that stops early ends the decoding at its next step
+        closed.set()  # a consumer that stops early ends the decoding at its next step

@@ -190,7 +190,11 @@ def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch)
                           str(tmp_path / "c"), "--device", "cpu"], capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("Caption:\n") and f"OCR text:\n{KNOWN_TEXT}\n" in out.stdout
+    from importlib import metadata
+
+    heading = f"Caption (by {tiny_models['vl_drafter']}):\n"  # each part says what produced it
+    assert out.stdout.startswith(heading)
+    assert f"OCR text (by EasyOCR {metadata.version('easyocr')}):\n{KNOWN_TEXT}\n" in out.stdout
     assert len(list((tmp_path / "c").rglob("*.json"))) == 2  # the caption and the OCR result, cached
     import asymspec_vl.backends.hf
     import asymspec_vl.captioners.ocr
@@ -203,15 +207,15 @@ def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch)
                      "4", "--json", "--cache-dir", str(tmp_path / "c")]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ocr"] == KNOWN_TEXT and len(data["ocr_boxes"]) == 3
-    assert out.stdout.startswith(f"Caption:\n{data['caption']}\n")
+    assert out.stdout.startswith(f"{heading}{data['caption']}\n")
     assert main(["caption", str(tmp_path / "missing.png"), "--no-caption"]) == 2
     assert "image file not found" in capsys.readouterr().err
     assert main(["caption", str(text_image), "--no-caption", "--no-ocr"]) == 2
     assert "nothing to do" in capsys.readouterr().err
 
 
-def test_caption_command_defaults_to_the_embedded_model():
+def test_caption_command_defaults_to_ocr_only():
     from asymspec_vl.cli import build_parser
 
-    args = build_parser().parse_args(["caption", "x.png"])
-    assert args.model == "embedded" and not args.no_ocr and not args.no_caption
+    args = build_parser().parse_args(["caption", "x.png"])  # no captioning model unless one is named
+    assert args.model is None and not args.no_ocr and not args.no_caption

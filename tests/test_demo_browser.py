@@ -1,5 +1,7 @@
-"""Headless Chromium drives the served demo (`asymspec-vl demo` on the embedded models) like a user would:
-upload, question, answer with coloured tokens and stats, error messages, examples; screenshots to test-artifacts/."""
+"""Headless Chromium drives the demo like a user: `asymspec-vl demo` on the embedded toy pair (upload, OCR, the
+coloured answer, every bad upload and the empty question, the examples), and a paced copy of the same page where
+each decoding step takes half a second, so that Stop lands mid-answer and a second session waits in the queue.
+Screenshots go to test-artifacts/."""
 
 import json
 import os
@@ -16,14 +18,20 @@ import pytest
 from asymspec_vl import trace as T
 from asymspec_vl.demo import render
 
+from test_demo_units import stopped_after
+from test_demo_uploads import png_header
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 EXAMPLES = ROOT / "demo" / "examples"
 CHART = EXAMPLES / "chart.png"
+MULT = json.loads((EXAMPLES / "examples.json").read_text())[0]  # 9 × 14 on the yellow triangle
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--window-size=1400,1800"]
 WAIT_S = 300  # model loading and CPU decoding on a shared 2-core machine
+PANELS = ("asymspec-answer", "floor-answer", "drafter-answer")
+STEP_PAUSE_S = 0.5  # the paced page: every decoding step takes at least this long
 
 
 def _free_port() -> int:
@@ -36,34 +44,37 @@ def _tail(path: Path) -> str:
     return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
 
+def _wait_until_served(url: str, alive=lambda: True, log: Path | None = None) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        if not alive():
+            pytest.fail(f"the demo server exited:\n{_tail(log) if log else ''}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the demo server did not answer within {WAIT_S} s:\n{_tail(log) if log else ''}")
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`asymspec-vl demo` on a free port of 127.0.0.1, run from a scratch folder; stopped at the end."""
+    """`asymspec-vl demo` on a free port of 127.0.0.1 (uploads up to 1 MiB), run from a scratch folder."""
     tmp = tmp_path_factory.mktemp("demo-server")
     port, log = _free_port(), tmp / "server.log"
     exe = Path(sys.executable).with_name("asymspec-vl")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "asymspec_vl.cli"]
-    cmd += ["demo", "--host", "127.0.0.1", "--port", str(port), "--max-new-tokens", "12",
+    cmd += ["demo", "--host", "127.0.0.1", "--port", str(port), "--max-new-tokens", "24", "--max-upload-mb", "1",
             "--caption-cache", str(tmp / "captions")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the demo server exited with {proc.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the demo server did not answer within {WAIT_S} s:\n{_tail(log)}")
-            time.sleep(1)
-        yield url
+        _wait_until_served(f"http://127.0.0.1:{port}/", lambda: proc.poll() is None, log)
+        yield f"http://127.0.0.1:{port}/"
     finally:
         proc.terminate()
         try:
@@ -71,11 +82,44 @@ def server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert "Traceback" not in _tail(log), _tail(log)  # user errors are messages, not server tracebacks
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-4000:]  # user errors are messages, not server tracebacks
+    assert "Warning" not in text, text[-4000:]  # the log keeps what the operator needs (item 10)
+
+
+class PacedVL:
+    """The embedded pipeline with every decoding step lasting STEP_PAUSE_S: a click reliably lands mid-answer."""
+
+    def __init__(self, vl):
+        self.vl = vl
+
+    def __getattr__(self, name):
+        return getattr(self.vl, name)
+
+    def generate(self, on_step=None, **kwargs):
+        def paced(rows):
+            time.sleep(STEP_PAUSE_S)
+            on_step(rows)
+        return self.vl.generate(on_step=paced, **kwargs)
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
+def paced_server():
+    """The demo page on the embedded toy pair, paced, served from this process (no captioner)."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.service import DemoService
+
+    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")
+    port = _free_port()
+    demo = launch(build_demo(DemoService(PacedVL(vl), AsymSpecConfig(K=2, max_new_tokens=24))), port=port,
+                  block=False, quiet=True)
+    _wait_until_served(f"http://127.0.0.1:{port}/")
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def _chromium(profile: Path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -86,9 +130,14 @@ def browser(tmp_path_factory):
                     "apt-get install -y chromium chromium-driver (.ci/run installs them)")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"]:
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}"]:
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    driver = _chromium(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
     driver.quit()
 
@@ -98,7 +147,7 @@ def _open(browser, url):
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(url)
-    wait = WebDriverWait(browser, WAIT_S)
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#question textarea"))
     return wait
 
@@ -119,8 +168,55 @@ def _type(browser, elem_id, text):
         box.send_keys(text)
 
 
+def _status(browser, panel) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, f"#{panel} .answer-status").text
+
+
+def _tokens(browser, panel) -> list:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.CSS_SELECTOR, f"#{panel} span.tok")
+
+
+def _messages(browser) -> list[str]:
+    """Every message the page shows: its own message box and Gradio's toasts."""
+    from selenium.webdriver.common.by import By
+
+    return [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#message .message, [data-testid=toast-text]")
+            if e.is_displayed()]
+
+
+def _error_badges(browser) -> list:
+    """Gradio's red "Error" badges over components (what a failed event leaves)."""
+    from selenium.webdriver.common.by import By
+
+    badges = browser.find_elements(By.XPATH, "//*[@data-testid='status-tracker']//*[normalize-space(text())='Error']")
+    return [e for e in badges if e.is_displayed()]
+
+
+def _click_example(browser, wait, example=MULT):
+    from selenium.webdriver.common.by import By
+
+    cell = next(c for c in browser.find_elements(By.CSS_SELECTOR, "#examples td")
+                if c.text.strip() and example["question"].startswith(c.text.strip().rstrip(".")[:30]))
+    cell.click()
+    wait.until(lambda d: _box(d, "question").get_attribute("value") == example["question"])
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
+
+
+def _answer(browser, wait, until=("asymspec-answer", "floor-answer", "drafter-answer")):
+    from selenium.webdriver.common.by import By
+
+    wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())  # the last answer has ended
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: all(_status(d, p).startswith("done") for p in until))
+
+
 def _screenshot(browser, name) -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
+    browser.execute_script("window.scrollTo(0, 0)")
     path = ARTIFACTS / name
     assert browser.save_screenshot(str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -132,84 +228,204 @@ def _rgb(hex_colour: str) -> str:
     return f"rgba({r}, {g}, {b}, 1)"
 
 
-def test_upload_ask_and_read_the_coloured_answer(server, browser):
+def _stats_cells(browser, method) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#stats tr.stats-{method} td")]
+
+
+def test_the_toy_example_answered_with_coloured_tokens(server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, server)
-    browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(CHART))
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
-    # EasyOCR (the demo's default OCR) fills the verifier's OCR box from the uploaded pixels
-    wait.until(lambda d: "Sales per year" in _box(d, "ocr").get_attribute("value"))
-    _type(browser, "caption", "A bar chart of sales per year, 2019 to 2022.")
-    _type(browser, "question", "What is the value of the tallest bar?")
-    browser.find_element(By.ID, "answer-button").click()
-    panels = ("asymspec-answer", "floor-answer", "drafter-answer")
-    wait.until(lambda d: all(d.find_element(By.CSS_SELECTOR, f"#{p} .answer-status").text.startswith("done")
-                             for p in panels))
-
+    _click_example(browser, wait)
+    _answer(browser, wait)
     expected = {"asymspec-answer": {T.DRAFT, T.FUSED, T.BONUS}, "floor-answer": {T.VERIFIER},
                 "drafter-answer": {T.DRAFTER}}
-    counts = {}
     for panel, allowed in expected.items():
-        tokens = browser.find_elements(By.CSS_SELECTOR, f"#{panel} span.tok")
+        tokens = _tokens(browser, panel)
         assert tokens, f"no tokens in {panel}"
-        counts[panel] = len(tokens)
         for tok in tokens:
             source = tok.get_attribute("class").split("tok-")[1]
             assert source in allowed
             assert tok.value_of_css_property("background-color") == _rgb(render.SOURCE_STYLES[source][1])
+        text = browser.find_element(By.ID, panel).text
+        assert "<|im_end|>" not in text and "im_end" not in text  # the end token is the status, not a token
+    assert "126" in browser.find_element(By.ID, "asymspec-answer").text  # 9 × 14: the drafter's digit, the
+    assert "126" not in browser.find_element(By.ID, "floor-answer").text  # verifier's arithmetic
 
     legend = browser.find_element(By.ID, "legend").text
     assert all(render.SOURCE_STYLES[s][0] in legend for s in (T.DRAFT, T.FUSED, T.BONUS))
     header = [th.text.replace("\n", " ") for th in browser.find_elements(By.CSS_SELECTOR, "#stats th")]
-    assert header[:7] == ["method", "tokens", "steps", "acceptance rate", "mean accepted length",
-                          "δ-fused tokens", "tokens/s"]
-    for method, panel in (("asymspec", "asymspec-answer"), ("floor", "floor-answer")):
-        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#stats tr.stats-{method} td")]
-        assert int(cells[1]) == counts[panel]
-        assert float(cells[6]) > 0  # tokens/s
-        assert float(cells[4]) >= 1.0  # mean accepted length: at least one token per step
-        if method == "asymspec":
-            assert 0.0 <= float(cells[3]) <= 1.0
-        else:
-            assert cells[3] == "–"
+    assert header == ["method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
+                      "tokens/s", "status"]
+    asym, floor = _stats_cells(browser, "asymspec"), _stats_cells(browser, "floor")
+    assert 0.0 <= float(asym[3]) <= 1.0 and float(asym[4]) >= 1.0 and int(asym[5]) >= 0 and float(asym[6]) > 0
+    assert floor[3:6] == ["", "", ""] and float(floor[6]) > 0  # the Floor drafts nothing: nothing shown
+    assert asym[7] in ("end of answer", "token limit") and "stop" not in asym[7]
     _screenshot(browser, "demo-answer.png")
 
 
-def test_errors_are_messages_in_the_page(server, browser, tmp_path):
+def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, server)
-    upload = browser.find_element(By.CSS_SELECTOR, "#image input[type=file]")
-
-    def toast(text):
-        wait.until(lambda d: any(text in t.text for t in d.find_elements(By.CSS_SELECTOR, "[data-testid=toast-text]")))
-
-    notes = tmp_path / "notes.txt"
-    notes.write_text("not an image")
-    upload.send_keys(str(notes))
-    toast("Invalid file type")  # the page refuses it before uploading
-    fake = tmp_path / "fake.png"
-    fake.write_text("not an image either")
-    upload.send_keys(str(fake))
-    toast("the upload is not a readable image")  # the server's check, shown by the /describe event
     browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(CHART))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
-    browser.find_element(By.ID, "answer-button").click()  # no question typed
-    toast("the question is empty")
-    _screenshot(browser, "demo-error.png")
-    assert "Traceback" not in browser.find_element(By.TAG_NAME, "body").text
+    wait.until(lambda d: "Sales per year" in _box(d, "ocr").get_attribute("value"))  # EasyOCR, from the pixels
+    source = browser.find_element(By.ID, "view-source").text
+    assert source == "Filled in on upload: OCR by EasyOCR; no captioner (type the caption). Edit freely."
+    image = browser.find_element(By.CSS_SELECTOR, "#image img")
+    assert image.size["width"] >= 2 * 256  # the 256-pixel chart scaled up to the column, not shown at 256
+    _screenshot(browser, "demo-upload.png")
+    _click_example(browser, wait)
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#image img").get_property("naturalWidth") == 96)
+    image = browser.find_element(By.CSS_SELECTOR, "#image img")
+    assert image.size["width"] >= 4 * 96 and image.value_of_css_property("image-rendering") == "pixelated"
 
 
-def test_examples_fill_the_inputs(server, browser):
+def test_examples_are_the_toy_scenes_shown_whole(server, browser):
+    from selenium.webdriver.common.by import By
+
+    _open(browser, server)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#examples tbody tr")
+    assert len(rows) == 3 and "Charts and photos need real models" in browser.find_element(By.ID, "examples-note").text
+    for thumb in browser.find_elements(By.CSS_SELECTOR, "#examples img"):
+        assert thumb.get_property("naturalWidth") == 96 and thumb.value_of_css_property("object-fit") == "contain"
+        assert thumb.size["width"] >= 2.5 * thumb.size["height"]  # the whole 96×32 scene, not a square crop
+
+
+def _bad_upload_cases(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    fake = tmp_path / "fake.png"
+    fake.write_text("not an image either")
+    heavy = tmp_path / "heavy.png"
+    heavy.write_bytes(b"\x89PNG" + bytes(2 * 2**20))  # over the server's 1 MiB
+    return [  # (file, the message, the page refuses it before uploading)
+        (notes, "Invalid file type", True),
+        (fake, "fake.png cannot be read as an image: upload a PNG, JPEG, WebP, BMP, GIF or TIFF image.", False),
+        (Path(png_header(tmp_path / "huge.png", 12_000, 12_000)),
+         "huge.png is 12000×12000 = 144,000,000 pixels; this demo accepts up to 16,000,000 pixels (e.g. "
+         "4000×4000). Resize the image, or ask whoever runs the demo to raise --max-image-pixels.", False),
+        (Path(png_header(tmp_path / "big.png", 5000, 5000)), "big.png is 5000×5000 = 25,000,000 pixels", False),
+        (heavy, "exceed the maximum allowed size", True),
+    ]
+
+
+def test_each_bad_upload_is_one_message_and_the_page_works_after(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    for path, text, refused_by_the_page in _bad_upload_cases(tmp_path):
+        wait = _open(browser, server)
+        _click_example(browser, wait)
+        _answer(browser, wait, until=("asymspec-answer",))
+        browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(path))
+        wait.until(lambda d: any(text in m for m in _messages(d)), f"{path.name}: no message {text!r}")
+        time.sleep(1)  # a second message, a late badge or an answer would show by now
+        assert len(_messages(browser)) == 1, _messages(browser)
+        assert not _error_badges(browser)
+        body = browser.find_element(By.TAG_NAME, "body").text
+        assert "Traceback" not in body and "/tmp" not in body and "decompression bomb" not in body
+        if not refused_by_the_page:  # the server refused it: the file left the image box (no broken-image icon)
+            assert not browser.find_elements(By.CSS_SELECTOR, "#image img")
+        if browser.find_elements(By.CSS_SELECTOR, "#image img"):  # the old image stayed, and its answer with it
+            assert _tokens(browser, "asymspec-answer")
+        else:  # no image: no answer either
+            assert not any(_tokens(browser, p) for p in PANELS)
+            assert all(_status(browser, p) == "no answer yet" for p in PANELS)
+        _screenshot(browser, f"demo-bad-upload-{path.name.replace('.', '-')}.png")
+        _click_example(browser, wait)  # the page works after
+        _answer(browser, wait, until=("asymspec-answer",))
+        assert not browser.find_elements(By.CSS_SELECTOR, "#message .message")
+
+
+def test_the_empty_question_is_one_message_and_clears_the_answer(server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, server)
-    first = json.loads((EXAMPLES / "examples.json").read_text())[0]
-    cell = next(c for c in browser.find_elements(By.CSS_SELECTOR, "td, button")
-                if c.text.strip() == first["question"])
-    cell.click()
-    wait.until(lambda d: _box(d, "question").get_attribute("value") == first["question"])
-    assert _box(browser, "caption").get_attribute("value") == first["caption"]
-    assert _box(browser, "ocr").get_attribute("value") == first["ocr"]
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
+    _click_example(browser, wait)
+    _answer(browser, wait)
+    _type(browser, "question", "")
+    wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: _messages(d))
+    time.sleep(1)
+    assert _messages(browser) == ["There is no question\nThe question is empty: type a question about the image."]
+    assert not _error_badges(browser) and not any(_tokens(browser, p) for p in PANELS)
+    assert all(_status(browser, p) == "not run" for p in PANELS)
+    assert browser.find_element(By.ID, "answer-button").is_enabled()
+    _screenshot(browser, "demo-empty-question.png")
+    _type(browser, "question", MULT["question"])
+    _answer(browser, wait)  # the page works after, and the message is gone
+    assert not _messages(browser)
+
+
+def _settled_after_stop(browser, wait):
+    """The page after Stop: no panel decoding or waiting, no error badge, Answer usable again."""
+    from selenium.webdriver.common.by import By
+
+    wait.until(lambda d: not any(_status(d, p) in ("decoding…", "waiting…") for p in PANELS))
+    wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())
+    time.sleep(1)  # nothing changes any more
+    assert not _error_badges(browser) and not _messages(browser)
+    assert not any(_status(browser, p) in ("decoding…", "waiting…") for p in PANELS)
+
+
+def test_stop_mid_answer_keeps_the_partial_answer(paced_server, browser):
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, paced_server)
+    _click_example(browser, wait)
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: _tokens(d, "asymspec-answer") and _status(d, "asymspec-answer") == "decoding…")
+    browser.find_element(By.ID, "stop-button").click()
+    _settled_after_stop(browser, wait)
+    status, shown = _status(browser, "asymspec-answer"), len(_tokens(browser, "asymspec-answer"))
+    assert status == stopped_after(shown) and shown >= 1
+    assert _status(browser, "floor-answer") == _status(browser, "drafter-answer") == "not run"
+    assert _stats_cells(browser, "asymspec")[7] == "stopped"
+    _screenshot(browser, "demo-stop-mid-answer.png")
+    _answer(browser, wait)  # the next Answer works
+    assert "126" in browser.find_element(By.ID, "asymspec-answer").text
+
+
+def test_stop_after_the_first_panel(paced_server, browser):
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, paced_server)
+    _click_example(browser, wait)
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: _status(d, "asymspec-answer").startswith("done") and _tokens(d, "floor-answer"))
+    browser.find_element(By.ID, "stop-button").click()
+    _settled_after_stop(browser, wait)
+    assert _status(browser, "asymspec-answer").startswith("done: ")
+    shown = len(_tokens(browser, "floor-answer"))
+    assert _status(browser, "floor-answer") == stopped_after(shown)
+    assert _status(browser, "drafter-answer") == "not run"
+    assert [_stats_cells(browser, m)[7] for m in ("asymspec", "floor")] == ["end of answer", "stopped"]
+    _screenshot(browser, "demo-stop-after-first-panel.png")
+    _answer(browser, wait)
+
+
+def test_a_second_session_sees_its_place_in_the_queue(paced_server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    other = _chromium(tmp_path / "profile-2")
+    try:
+        waits = [_open(b, paced_server) for b in (browser, other)]
+        for b, w in zip((browser, other), waits):
+            _click_example(b, w)
+        browser.find_element(By.ID, "answer-button").click()
+        waits[0].until(lambda d: _status(d, "asymspec-answer") == "decoding…")
+        other.find_element(By.ID, "answer-button").click()
+        waits[1].until(lambda d: "queue: 1/1" in d.find_element(By.ID, "asymspec-answer").text)
+        assert _status(other, "asymspec-answer") == "waiting…"
+        _screenshot(other, "demo-queue.png")
+        browser.find_element(By.ID, "stop-button").click()  # the first session stops: the second one starts
+        waits[1].until(lambda d: _status(d, "asymspec-answer").startswith("done"))
+        assert "126" in other.find_element(By.ID, "asymspec-answer").text
+        other.find_element(By.ID, "stop-button").click()
+        _settled_after_stop(other, waits[1])
+    finally:
+        other.quit()

@@ -1,4 +1,5 @@
-"""`asymspec-vl demo` flags: defaults, refused values, the captioner they build, a taken port as a clear error."""
+"""`asymspec-vl demo` flags: defaults, refused values, the captioner they build and how the page names it, a
+toy drafter refused as captioner, a taken port as a clear error that points to --port (before any model loads)."""
 
 import socket
 from types import SimpleNamespace
@@ -16,12 +17,14 @@ def test_defaults_are_the_offline_models_and_easyocr():
     assert args.max_upload_mb == 10 and args.max_image_pixels == 16_000_000
 
 
-@pytest.mark.parametrize("argv", [["--max-upload-mb", "0"], ["--max-upload-mb", "nan"],
-                                  ["--max-image-pixels", "-5"], ["--ocr", "tesseract"], ["--backend", "onnx"]])
+@pytest.mark.parametrize("argv", [["--max-upload-mb", "0"], ["--max-upload-mb", "nan"], ["--max-upload-mb", "51"],
+                                  ["--max-image-pixels", "-5"], ["--max-image-pixels", "64000001"],
+                                  ["--max-image-pixels", "many"], ["--ocr", "tesseract"], ["--backend", "onnx"]])
 def test_bad_flags_are_refused(argv, capsys):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(["demo", *argv])
-    assert e.value.code == 2 and "demo: error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "demo: error" in err and "Traceback" not in err
 
 
 def test_the_captioner_follows_the_flags(tmp_path):
@@ -29,7 +32,7 @@ def test_the_captioner_follows_the_flags(tmp_path):
     from asymspec_vl.demo.cli import build_captioner
 
     base = dict(caption_model="none", caption_cache=str(tmp_path), no_caption_cache=False, device="cpu",
-                dtype="auto", trust_remote_code=False)
+                dtype="auto", trust_remote_code=False, drafter="embedded")
     assert build_captioner(SimpleNamespace(ocr="none", **base), vl=None) is None
     both = build_captioner(SimpleNamespace(ocr="easyocr", **base), vl=None)
     assert isinstance(both, CombinedCaptioner) and both.caption is None
@@ -37,11 +40,45 @@ def test_the_captioner_follows_the_flags(tmp_path):
     assert "easyocr" in both.ocr.name
 
 
-def test_a_taken_port_is_a_clear_error(capsys):
+@pytest.mark.parametrize("flags, label", [
+    (dict(ocr="easyocr", caption_model="none"), "Filled in on upload: OCR by EasyOCR; no captioner (type the "
+                                                "caption). Edit freely."),
+    (dict(ocr="none", caption_model="none"), "No captioner and no OCR run here: type what the verifier should read."),
+    (dict(ocr="easyocr", caption_model="drafter"), "Filled in on upload: OCR by EasyOCR; caption by the VL drafter "
+                                                   "(Qwen/Qwen3-VL-2B-Instruct). Edit freely."),
+    (dict(ocr="none", caption_model="/models/vlm"), "Filled in on upload: no OCR (type the text in the image); "
+                                                    "caption by /models/vlm. Edit freely."),
+])
+def test_the_page_says_in_words_what_fills_the_view(flags, label):
+    from asymspec_vl.demo.cli import captioner_label
+
+    text = captioner_label(SimpleNamespace(drafter="Qwen/Qwen3-VL-2B-Instruct", **flags))
+    assert text == label and "=" not in text and "None" not in text
+
+
+@pytest.mark.parametrize("argv", [["--caption-model", "drafter"], ["--caption-model", "embedded"]])
+def test_the_toy_drafter_is_refused_as_captioner(argv, capsys):
+    assert main(["demo", "--ocr", "none", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "the embedded toy drafter cannot caption images" in err and "--caption-model" in err
+
+
+def test_a_taken_port_is_a_clear_error_before_the_models_load(capsys, monkeypatch):
+    import asymspec_vl.demo.cli as demo_cli
+
+    monkeypatch.setattr(demo_cli, "load_from_args", lambda args: pytest.fail("the models loaded first"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         rc = main(["demo", "--port", str(port), "--ocr", "none"])
+    err = capsys.readouterr().err
     assert rc == 2
-    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert f"cannot serve on 127.0.0.1:{port}: the port is in use (another demo?): choose another one with --port" \
+           in err
+    assert "server_port" not in err and "launch()" not in err
+
+
+def test_an_unknown_host_is_a_clear_error(capsys):
+    assert main(["demo", "--host", "no-such-host.invalid", "--ocr", "none"]) == 2
+    assert "unknown host: pass --host with an address of this machine" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""Demo pieces without a server: token colouring and escaping, stats rows, streaming, input validation."""
+"""Demo pieces without a server: token colouring and escaping, stats rows, the board's states, streaming, Stop
+signals, input validation."""
 
 import html
 import threading
@@ -11,7 +12,8 @@ from asymspec_vl import trace as T
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.errors import ConfigError, EmptyQuestionError, ImageTooLargeError, InvalidImageError
 from asymspec_vl.demo import render
-from asymspec_vl.demo.service import DemoService
+from asymspec_vl.demo.board import DONE, FAILED, NOT_RUN, STOPPED, Board
+from asymspec_vl.demo.service import DemoService, StopSignals
 from asymspec_vl.demo.streaming import Cancelled, Snapshot, stream_generate
 
 
@@ -43,9 +45,14 @@ def spans(markup: str):
     return p.spans
 
 
+def stopped_after(n: int) -> str:
+    """A stopped panel's status line."""
+    return f"stopped after {n} token" if n == 1 else f"stopped after {n} tokens"
+
+
 def test_token_text_is_escaped_and_round_trips():
     pieces = [("<script>alert(1)</script>", T.DRAFT), (" a & b", T.FUSED), ("\n\"x\"", T.BONUS)]
-    markup = render.answer_html("asymspec", pieces, status="done <stop>")
+    markup = render.panel_html("asymspec", pieces, status="done <stop>")
     assert "<script>" not in markup and "done &lt;stop&gt;" in markup
     got = spans(markup)
     assert [(c, t) for c, _, t in got] == [(f"tok tok-{s}", text) for text, s in pieces]
@@ -62,22 +69,91 @@ def test_every_source_has_its_own_colour_and_a_legend_entry():
         assert html.escape(render.LEGEND_HELP[s]) in legend
 
 
-def test_stats_rows_follow_the_counters():
+def test_stats_rows_show_only_what_applies_to_each_method():
     st = T.Stats(steps=4, drafted=8, accepted=6, emitted=10, accepted_at=[4, 2], elapsed_s=2.0)
-    row = render.stats_row("asymspec", st, [T.DRAFT] * 6 + [T.FUSED] * 3 + [T.BONUS], finish="stop")
+    row = render.stats_row("asymspec", st, 3, None, "end of answer")
     assert row["acceptance_rate"] == pytest.approx(0.75)
     assert row["mean_accepted_length"] == pytest.approx(2.5)
     assert row["tokens_per_s"] == pytest.approx(5.0)
-    assert row["fused"] == 3 and row["tokens"] == 10 and row["finish"] == "stop"
+    assert row["fused"] == 3 and row["tokens"] == 10 and row["status"] == "end of answer"
     # while streaming, stats.elapsed_s is 0: the wall time so far is used
-    live = render.stats_row("asymspec", T.Stats(steps=1, drafted=2, accepted=1, emitted=2), [], elapsed_s=0.5)
+    live = render.stats_row("asymspec", T.Stats(steps=1, drafted=2, accepted=1, emitted=2), 0, 0.5, "decoding…")
     assert live["tokens_per_s"] == pytest.approx(4.0)
-    # no drafts (Floor, drafter alone): acceptance is not a number, shown as a dash
-    floor = render.stats_row("floor", T.Stats(steps=3, emitted=3, elapsed_s=1.0), [T.VERIFIER] * 3)
-    assert floor["acceptance_rate"] is None
+    # no drafts (Floor, drafter alone): no acceptance rate, no mean accepted length, no δ-fused count
+    floor = render.stats_row("floor", T.Stats(steps=3, emitted=3, elapsed_s=1.0), 0, None, "token limit")
+    assert floor["acceptance_rate"] is floor["mean_accepted_length"] is floor["fused"] is None
+    # SD drafts (acceptance applies) but never fuses
+    sd = render.stats_row("sd", T.Stats(steps=2, drafted=4, accepted=2, emitted=4, elapsed_s=1.0), 0, None, "")
+    assert sd["acceptance_rate"] == pytest.approx(0.5) and sd["fused"] is None
     table = render.stats_html([row, floor])
     assert "<td>0.75</td>" in table and "<td>2.50</td>" in table and "<td>5.0</td>" in table
-    assert '<tr class="stats-floor"><td>Floor</td><td>3</td><td>3</td><td>–</td>' in table
+    assert '<tr class="stats-floor"><td>Floor</td><td>3</td><td>3</td><td></td><td></td><td></td><td>3.0</td>' \
+           '<td>token limit</td></tr>' in table
+    assert "finish" not in table and "stop" not in table  # the end of the text is not called "stop"
+
+
+def _panel_text(markup: str) -> tuple[str, str]:
+    """(the answer's token texts joined, the status line) of a panel."""
+    return "".join(t for _, _, t in spans(markup)), markup.split('class="answer-status">')[1].split("</div>")[0]
+
+
+def test_board_shows_the_end_token_as_the_status_not_as_a_token():
+    board = Board(["asymspec", "floor"], end_ids={9})
+    board.snapshot("asymspec", [1, 2], ["a", "b"], [T.DRAFT, T.FUSED], T.Stats(steps=1, drafted=2, emitted=2), 0.5)
+    asym, floor, drafter, table, results = board.outputs()
+    assert _panel_text(asym) == ("ab", "decoding…") and _panel_text(floor)[1] == "waiting…"
+    assert _panel_text(drafter)[1] == "not run" and "stats-floor" not in table and results == {}
+    stats = T.Stats(steps=2, drafted=4, emitted=3, elapsed_s=1.0)
+    board.finish("asymspec", [1, 2, 9], ["a", "b", "<|im_end|>"], [T.DRAFT, T.FUSED, T.FUSED], stats, "stop",
+                 {"text": "ab"})
+    board.finish("floor", [5, 6], ["c", "d"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2, elapsed_s=1.0),
+                 "length", {"text": "cd"})
+    asym, floor, _, table, results = board.outputs()
+    assert _panel_text(asym) == ("ab", "done: end of answer") and "im_end" not in asym
+    assert _panel_text(floor) == ("cd", "done: token limit")
+    assert "<td>2</td><td>" in table.split('class="stats-asymspec"')[1]  # both fused tokens counted, the end's too
+    assert set(results) == {"asymspec", "floor"} and board.panels["asymspec"].state == DONE
+
+
+def test_stop_keeps_the_partial_answer_and_marks_the_rest_not_run():
+    board = Board(["asymspec", "floor", "drafter"])
+    board.finish("asymspec", [1], ["a"], [T.BONUS], T.Stats(steps=1, emitted=1, elapsed_s=1.0), "length", {})
+    board.snapshot("floor", [1, 2], ["x", "y"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2), 1.0)
+    board.settle(STOPPED, "floor")
+    asym, floor, drafter, table, _ = board.outputs()
+    assert _panel_text(asym) == ("a", "done: token limit")
+    assert _panel_text(floor) == ("xy", "stopped after 2 tokens") and _panel_text(drafter)[1] == "not run"
+    single = Board(["floor"])
+    single.snapshot("floor", [1], ["x"], [T.VERIFIER], T.Stats(steps=1, emitted=1), 1.0)
+    single.settle(STOPPED, "floor")
+    assert _panel_text(single.outputs()[1])[1] == "stopped after 1 token"
+    assert "<td>stopped</td>" in table.split('class="stats-floor"')[1]
+    assert [board.panels[m].state for m in ("asymspec", "floor", "drafter")] == [DONE, STOPPED, NOT_RUN]
+    before = Board(["asymspec"])
+    before.settle(STOPPED, None)  # Stop before the first panel started
+    assert _panel_text(before.outputs()[0])[1] == "not run"
+
+
+def test_an_error_marks_the_running_panel_failed():
+    board = Board(["asymspec", "floor"])
+    board.settle(FAILED, "asymspec")
+    asym, floor, *_ = board.outputs()
+    assert _panel_text(asym)[1] == "failed: see the message" and _panel_text(floor)[1] == "not run"
+
+
+def test_stop_signals_belong_to_one_session_and_one_answer():
+    signals = StopSignals()
+    signals.stop("a")  # nothing armed: nothing happens
+    first = signals.arm("a")
+    other = signals.arm("b")
+    signals.stop("a")
+    assert first.is_set() and not other.is_set()
+    second = signals.arm("a")  # a new Answer click: a fresh signal
+    assert not second.is_set() and signals.current("a") is second
+    signals.release("a", first)  # the old answer ending does not drop the new one's signal
+    assert signals.current("a") is second
+    signals.release("a", second)
+    assert signals.current("a") is None
 
 
 class FakeVL:
@@ -130,6 +206,31 @@ def test_closing_the_stream_stops_the_decoding_and_frees_the_lock():
     assert vl.stopped_at is not None and vl.stopped_at < 10_000
 
 
+class StopAt(FakeVL):
+    """Sets `stop` from inside the decoding after `at` steps: no timing involved."""
+
+    def __init__(self, stop: threading.Event, at: int):
+        super().__init__(steps=100)
+        self.stop, self.at = stop, at
+
+    def generate(self, on_step=None, **kwargs):
+        def step(rows):
+            on_step(rows)
+            if len(rows[0].token_ids) == self.at:
+                self.stop.set()
+        return super().generate(on_step=step, **kwargs)
+
+
+def test_setting_stop_ends_the_stream_with_cancelled_after_the_last_step():
+    stop = threading.Event()
+    vl = StopAt(stop, at=3)
+    seen = []
+    with pytest.raises(Cancelled):
+        for snap in stream_generate(vl, threading.Lock(), stop):
+            seen.append(snap.token_ids)
+    assert vl.stopped_at == 3 and seen[-1] == [0, 1, 2]  # the newest snapshot arrives before the Cancelled
+
+
 class NoModels:
     """An AsymSpecVL that must not be reached: validation happens before any model runs."""
 
@@ -159,9 +260,9 @@ def _png(path, size):
     (dict(max_new_tokens=None), ConfigError, "max_new_tokens"),
     (dict(question="   "), EmptyQuestionError, "question is empty"),
     (dict(baselines=["sd"]), ConfigError, "baseline"),
-    (dict(image=None), InvalidImageError, "upload an image"),
-    (dict(image="big"), ImageTooLargeError, "pixels"),
-    (dict(image="text"), InvalidImageError, "not an image"),
+    (dict(image=None), InvalidImageError, "no image yet: upload one"),
+    (dict(image="big"), ImageTooLargeError, "big.png is 101×100 = 10,100 pixels; this demo accepts up to 10,000"),
+    (dict(image="text"), InvalidImageError, "text.png cannot be read as an image"),
 ])
 def test_bad_inputs_raise_typed_errors_before_any_model_runs(service, tmp_path, args, error, match):
     images = {"ok": _png(tmp_path / "ok.png", (50, 40)), "big": _png(tmp_path / "big.png", (101, 100)),
@@ -180,6 +281,6 @@ def test_file_size_limit_and_describe_without_a_captioner(service, tmp_path):
     from PIL import Image
 
     Image.new("RGB", (90, 90), "red").save(noisy)  # BMP: 24 KB > the 20 KB limit
-    with pytest.raises(ImageTooLargeError, match="bytes"):
+    with pytest.raises(ImageTooLargeError, match="noisy.bmp is 0.* MB; this demo accepts image files up to "):
         service.load(str(noisy))
     assert service.describe_image(_png(tmp_path / "x.png", (10, 10))) == ("", "")

@@ -3,18 +3,17 @@ The eval is `asymspec-vl eval toy` (evals/toy/cli.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import shlex
 
 
 def register(sub) -> None:
     p = sub.add_parser("toy", help="the toy image-QA world: train its drafter/verifier pair, write examples")
     tsub = p.add_subparsers(dest="toy_command", required=True, metavar="TOY")
 
-    t = tsub.add_parser("train", help="train a tiny Qwen3-VL drafter + tiny Qwen3 verifier into OUT_DIR",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    t.add_argument("out_dir")
-    t.add_argument("--seed", type=int, default=0)
+    t = tsub.add_parser("train", help="train a tiny Qwen3-VL drafter + tiny Qwen3 verifier into OUT_DIR")
+    t.add_argument("out_dir", help="output folder: drafter/, verifier/, manifest.json")
+    t.add_argument("--seed", type=int, default=0, help="seed of the data and the weights")
     t.add_argument("--workers", type=int, choices=(1, 2), default=2,
                    help="2: the drafter and the verifier train at once in two processes (one core each)")
     t.add_argument("--scale", type=float, default=1.0,
@@ -22,9 +21,10 @@ def register(sub) -> None:
     t.add_argument("--eval-n", type=int, default=150, help="held-out questions scored into the manifest")
     t.set_defaults(func=_train)
 
-    e = tsub.add_parser("example", help="write held-out toy examples (PNG + JSON with caption and question)")
-    e.add_argument("out_dir")
-    e.add_argument("--n", type=int, default=3)
+    e = tsub.add_parser("example", help="write held-out toy scenes (PNG + JSON with caption and question) and "
+                                        "print the commands that answer them")
+    e.add_argument("out_dir", help="output folder")
+    e.add_argument("--n", type=int, default=3, help="number of scenes")
     e.set_defaults(func=_example)
 
 
@@ -58,5 +58,7 @@ def _example(args) -> int:
         (out / f"{ex.uid}.json").write_text(json.dumps(
             {"image": f"{ex.uid}.png", "qtype": ex.qtype, "caption": ex.caption, "question": ex.question,
              "answer": ex.answer}, indent=2) + "\n")
-        print(f"{out / ex.uid}.png  --caption {json.dumps(ex.caption)} --question {json.dumps(ex.question)}")
+        command = ["asymspec-vl", "generate", "--image", str(out / f"{ex.uid}.png"), "--caption", ex.caption,
+                   "--question", ex.question, "--methods", "asymspec,floor,drafter"]
+        print(f"# expected answer: {ex.answer}\n{shlex.join(command)}")
     return 0

@@ -1,0 +1,112 @@
+"""The demo's event handlers. The page's never raise: a bad input becomes the page's one message, the panels show
+no stale answer, and no component is marked with an error badge. The API's raise gr.Error (gradio_client's AppError)."""
+
+from __future__ import annotations
+
+import html
+import logging
+
+import gradio as gr
+
+from asymspec_vl.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
+                                InvalidImageError, PromptTooLongError)
+
+from . import render
+from .board import NOT_RUN, PANELS, WAITING, Board
+from .service import DemoService
+
+log = logging.getLogger(__name__)
+NO_ANSWER = tuple(render.panel_html(m, [], "no answer yet") for m in PANELS)
+CLEARED = (*NO_ANSWER, render.stats_html([]), {})  # the three panels, stats, results with no answer
+# The heading of the page's message, per error type (the first match in this order).
+HEADINGS = ((ImageTooLargeError, "The image is too large"), (InvalidImageError, "The image cannot be used"),
+            (EmptyQuestionError, "There is no question"), (PromptTooLongError, "The input is too long"),
+            (ConfigError, "A setting is out of range"), (AsymSpecError, "The request cannot be served"))
+
+
+def message(e: Exception) -> str:
+    """The page's message for an error: the toolkit's typed errors in their own words, anything else a short
+    note (the details go to the server log)."""
+    heading = next((h for kind, h in HEADINGS if isinstance(e, kind)), None)
+    if heading is None:
+        log.error("demo: unexpected error", exc_info=e)
+        return render.message_html("Something went wrong on the server",
+                                   f"The request failed ({type(e).__name__}); the server log has the details.")
+    return render.message_html(heading, str(e))
+
+
+def api_error(e: Exception) -> gr.Error:
+    """The API's error: the typed error's class as the title (gr.Error renders its message as HTML: escaped)."""
+    if isinstance(e, AsymSpecError):
+        return gr.Error(html.escape(str(e), quote=False), title=type(e).__name__, print_exception=False)
+    log.error("demo: unexpected error", exc_info=e)
+    return gr.Error(f"the request failed ({type(e).__name__}); see the server log", title="Internal error")
+
+
+class Handlers:
+    """Bound to one DemoService; each method is one event of the page or the API."""
+
+    def __init__(self, service: DemoService):
+        self.service = service
+
+    # The page: Answer arms the session's Stop and clears the panels at once (even while the answer waits in
+    # the queue), then answer() streams; outputs: message, the three panels, stats, results, the Answer button.
+    def begin(self, request: gr.Request):
+        self.service.stops.arm(request.session_hash)
+        return ("", *Board.blank(WAITING).outputs(), gr.update(interactive=False))
+
+    def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
+               request: gr.Request):
+        # the message is left alone unless this answer fails: begin() cleared it, and a refused upload meanwhile
+        # (which stops this answer) writes its own
+        stop = self.service.stops.current(request.session_hash)
+        shown = Board.blank(NOT_RUN).outputs()
+        try:
+            for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
+                                             baselines, stop=stop):
+                yield (gr.skip(), *shown, gr.skip())
+            if stop is not None and stop.superseded:  # a new image arrived: this answer is about the old one
+                shown = CLEARED
+            yield (gr.skip(), *shown, gr.update(interactive=True))
+        except Exception as e:
+            yield (message(e), *shown, gr.update(interactive=True))
+        finally:
+            self.service.stops.release(request.session_hash, stop)
+
+    def stop(self, request: gr.Request) -> None:
+        self.service.stops.stop(request.session_hash)
+
+    def describe(self, image, request: gr.Request):
+        """Upload: a running answer (about the old image) stops and its panels clear, the verifier's view is
+        prefilled; a refused file leaves the image box (no broken-image icon). Outputs: image, caption, OCR,
+        message, the three panels, stats, results, whether the file was refused (see removed())."""
+        self.service.stops.stop(request.session_hash, superseded=True)
+        try:
+            caption, ocr = self.service.describe_image(image)
+        except Exception as e:
+            return (None, "", "", message(e), *CLEARED, True)
+        return (gr.skip(), caption, ocr, "", *CLEARED, False)
+
+    def removed(self, image, refused: bool, request: gr.Request):
+        """The image box changed. Emptied (the user removed the image, or the page refused a file before
+        uploading it: wrong type, too big): a running answer stops, the answers and any old message go, since
+        they were about an image no longer shown; emptied by describe() after a refusal: its message stays.
+        Outputs: message, the three panels, stats, results, refused (reset)."""
+        if image is not None or refused:
+            return (gr.skip(),) * 6 + (False,)
+        self.service.stops.stop(request.session_hash, superseded=True)
+        return ("", *CLEARED, False)
+
+    # The API (gradio_client): errors raise, as gr.Error with the typed error's class as title.
+    def api_answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines):
+        try:
+            yield from self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
+                                           baselines)
+        except Exception as e:
+            raise api_error(e) from e
+
+    def api_describe(self, image):
+        try:
+            return self.service.describe_image(image)
+        except Exception as e:
+            raise api_error(e) from e

@@ -1,0 +1,94 @@
+"""The uploaded image: the name the user gave it, the demo's own limits checked before anything is decoded, the
+one decode (asymspec_vl.images.load_image), and messages that name the file, the limit and what to do."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image
+
+from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
+from asymspec_vl.images import load_image
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+IMAGE_KINDS = "a PNG, JPEG, WebP, BMP, GIF or TIFF image"
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An image file on the server (`path`, in Gradio's upload folder) and the name the user knows it by."""
+
+    path: str
+    name: str
+
+
+def as_upload(payload) -> Upload | None:
+    """The page's image value as it arrives (the demo's events skip Gradio's preprocessing, which opens the file
+    with Pillow): Gradio's file data (path in its upload folder, the user's file name), a plain path, or None."""
+    if payload is None or isinstance(payload, Upload):
+        return payload
+    if isinstance(payload, (str, os.PathLike)):
+        return Upload(str(payload), Path(payload).name) if str(payload) else None
+    path, name = (payload.get("path"), payload.get("orig_name")) if isinstance(payload, dict) else (
+        getattr(payload, "path", None), getattr(payload, "orig_name", None))
+    if not path:
+        raise InvalidImageError("The image did not arrive on the server: upload it again.")
+    return Upload(str(path), Path(name or path).name)
+
+
+def load_upload(payload, max_pixels: int, max_bytes: int) -> Image.Image:
+    """The image (anything as_upload takes) decoded once, as RGB; InvalidImageError / ImageTooLargeError with
+    a message for the user."""
+    upload = as_upload(payload)
+    if upload is None:
+        raise InvalidImageError("There is no image yet: upload one, or click an example.")
+    name = upload.name
+    if (Path(name).suffix or Path(upload.path).suffix).lower() not in IMAGE_SUFFIXES:
+        raise InvalidImageError(f"{name} is not an image file: upload {IMAGE_KINDS}.")
+    try:
+        size = os.stat(upload.path).st_size
+    except OSError as e:
+        raise InvalidImageError(f"{name} did not arrive on the server: upload it again.") from e
+    if size > max_bytes:
+        raise ImageTooLargeError(f"{name} is {_megabytes(size)}; this demo accepts image files up to "
+                                 f"{_megabytes(max_bytes)}. Save it smaller (e.g. as JPEG), or ask whoever runs "
+                                 "the demo to raise --max-upload-mb.")
+    _check_pixels(upload.path, name, max_pixels)
+    try:
+        return load_image(upload.path, max_pixels=max_pixels, max_bytes=max_bytes)
+    except ImageTooLargeError as e:  # cannot happen after the checks above unless the file changed meanwhile
+        raise ImageTooLargeError(f"{name} is too large for this demo: upload a smaller image.") from e
+    except InvalidImageError as e:
+        raise InvalidImageError(f"{name} cannot be read as an image (the file is damaged or cut short): "
+                                f"upload {IMAGE_KINDS}.") from e
+
+
+def _check_pixels(path: str, name: str, max_pixels: int) -> None:
+    """Read only the header: the width and height, against the demo's pixel limit."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the demo's own limit decides
+            with Image.open(path) as probe:
+                width, height = probe.size
+    except Image.DecompressionBombError as e:
+        raise ImageTooLargeError(f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; "
+                                 f"{_pixel_limit(max_pixels)}") from e
+    except (OSError, SyntaxError, ValueError) as e:
+        raise InvalidImageError(f"{name} cannot be read as an image: upload {IMAGE_KINDS}.") from e
+    if width * height > max_pixels:
+        raise ImageTooLargeError(f"{name} is {width}×{height} = {width * height:,} pixels; "
+                                 f"{_pixel_limit(max_pixels)}")
+
+
+def _pixel_limit(max_pixels: int) -> str:
+    side = math.isqrt(max_pixels)
+    return (f"this demo accepts up to {max_pixels:,} pixels (e.g. {side}×{side}). Resize the image, or ask "
+            "whoever runs the demo to raise --max-image-pixels.")
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 2**20:.1f}".removesuffix(".0") + " MB"

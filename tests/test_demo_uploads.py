@@ -1,0 +1,96 @@
+"""The demo's uploads: each refused file gets one message that names it as the user named it, states the demo's
+own limit and what to do (no server path, no Pillow internals, no Pillow warning); a good file is decoded once."""
+
+import struct
+import warnings
+import zlib
+
+import pytest
+from PIL import Image
+
+from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
+from asymspec_vl.demo.uploads import Upload, as_upload, load_upload
+
+LIMITS = dict(max_pixels=16_000_000, max_bytes=10 * 2**20)
+
+
+def png_header(path, width: int, height: int) -> str:
+    """A PNG that declares width x height but holds no pixel data: the size check must not need to decode."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b""))
+                     + chunk(b"IEND", b""))
+    return str(path)
+
+
+def _refused(upload, error=InvalidImageError, **limits) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. Pillow's DecompressionBombWarning must not reach the log
+        with pytest.raises(error) as e:
+            load_upload(upload, **{**LIMITS, **limits})
+    text = str(e.value)
+    assert "/" not in text.split(" ")[0] and "tmp" not in text  # the user's name for the file, not a server path
+    for internal in ("decompression bomb", "89478485", "UnidentifiedImageError", "Error"):
+        assert internal not in text
+    return text
+
+
+def test_too_many_pixels_names_the_file_the_limit_and_the_fix(tmp_path):
+    upload = Upload(png_header(tmp_path / "a1b2c3", 5000, 5000), "photo.png")  # stored under a server name
+    text = _refused(upload, ImageTooLargeError)
+    assert text.startswith("photo.png is 5000×5000 = 25,000,000 pixels; this demo accepts up to 16,000,000 "
+                           "pixels (e.g. 4000×4000).")
+    assert "Resize the image" in text and "--max-image-pixels" in text
+
+
+@pytest.mark.parametrize("side", [12_000, 20_000])  # above Pillow's warning limit; above its error limit
+def test_pillows_own_limits_never_show(tmp_path, side):
+    text = _refused(Upload(png_header(tmp_path / "x.png", side, side), "huge.png"), ImageTooLargeError)
+    assert text.startswith("huge.png ") and "this demo accepts up to 16,000,000 pixels" in text
+
+
+def test_a_file_over_the_size_limit(tmp_path):
+    heavy = tmp_path / "heavy.png"
+    heavy.write_bytes(b"\x89PNG" + bytes(3 * 2**20))
+    text = _refused(Upload(str(heavy), "heavy.png"), ImageTooLargeError, max_bytes=2 * 2**20)
+    assert text.startswith("heavy.png is 3 MB; this demo accepts image files up to 2 MB.")
+    assert "--max-upload-mb" in text
+
+
+def test_not_an_image(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    assert _refused(Upload(str(notes), "notes.txt")).startswith("notes.txt is not an image file: upload a PNG")
+    fake = tmp_path / "fake.png"
+    fake.write_text("not a picture")
+    assert _refused(Upload(str(fake), "fake.png")).startswith("fake.png cannot be read as an image: upload a PNG")
+    assert _refused(None) == "There is no image yet: upload one, or click an example."
+
+
+def test_a_damaged_image(tmp_path):
+    good = tmp_path / "good.png"
+    Image.effect_noise((64, 64), 50).convert("RGB").save(good)
+    cut = tmp_path / "cut.png"
+    cut.write_bytes(good.read_bytes()[:300])  # the header is fine, the pixels are cut short
+    assert _refused(Upload(str(cut), "cut.png")).startswith("cut.png cannot be read as an image (the file is "
+                                                            "damaged or cut short)")
+
+
+def test_a_good_upload_is_decoded_to_rgb(tmp_path):
+    path = tmp_path / "p.png"
+    Image.new("RGBA", (30, 20), (10, 20, 30, 255)).save(path)
+    image = load_upload(Upload(str(path), "p.png"), **LIMITS)
+    assert image.mode == "RGB" and image.size == (30, 20) and image.getpixel((0, 0)) == (10, 20, 30)
+    assert load_upload(str(path), **LIMITS).size == (30, 20)  # a plain path is named by its file name
+
+
+def test_gradios_file_data_keeps_the_users_file_name(tmp_path):
+    stored = tmp_path / "9f8e7d" / "image.png"
+    assert as_upload({"path": str(stored), "orig_name": "holiday photo.png", "url": None}) == \
+        Upload(str(stored), "holiday photo.png")
+    assert as_upload({"path": str(stored), "orig_name": None}) == Upload(str(stored), "image.png")
+    assert as_upload(None) is None and as_upload("") is None
+    with pytest.raises(InvalidImageError, match="did not arrive on the server: upload it again"):
+        as_upload({"path": None, "url": "https://example.com/x.png"})
