@@ -32,6 +32,7 @@ class HFSource:
         self.rope_delta = [0] * len(prompts)
         self.images = images or {}  # image inputs (pixel_values, image_grid_thw, per-row grids), read by the prefill
         self.prefilled = False
+        self.sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
 
     # -- the LogitSource protocol -------------------------------------------------------------
     def prefill(self) -> None:
@@ -108,8 +109,21 @@ class HFSource:
                 self.rows[r].speculative.extend((S + n - len(toks) + k, t) for k, t in enumerate(toks))
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         kwargs = {k: v for k, v in extra.items() if not k.startswith("row_")}
-        out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=pos,
+        out = self.model(input_ids=ids, attention_mask=self._attention_mask(S, n), position_ids=pos,
                          past_key_values=self.cache, use_cache=True,
                          cache_position=torch.arange(S, S + n, device=self.device),
                          logits_to_keep=logits_to_keep, **kwargs)
         return out.logits  # [B, n, V] (or [B, 1, V] at prefill)
+
+    def _attention_mask(self, start: int, n: int) -> torch.Tensor:
+        """The mask of a forward of n new slots after `start` slots. Where transformers' SDPA attention needs a
+        4D mask (a hole in the cache, or several new tokens after cached ones) it is built here, [B, 1, n, S]
+        bool, slot s visible from new token i iff it is valid and s <= start + i: the very mask transformers
+        would build (by vmap over a per-element function, which costs more than a decoder layer of a small
+        model). Elsewhere, and for other attention implementations, the validity mask [B, S] as transformers
+        takes it."""
+        if self.sdpa and not (bool(self.valid.all()) and (n == 1 or start == 0)):
+            slots = torch.arange(start + n, device=self.device)
+            causal = slots <= torch.arange(start, start + n, device=self.device).unsqueeze(1)  # [n, S]
+            return (self.valid.unsqueeze(1) & causal).unsqueeze(1)  # [B, 1, n, S]
+        return self.valid.long()

@@ -1,5 +1,5 @@
-"""`asymspec-vl toy ...`: train the toy pair (`toy train OUT_DIR`) and write toy-world examples (`toy example`).
-The eval is `asymspec-vl eval toy` (evals/toy/cli.py)."""
+"""`asymspec-vl toy ...`: train the toy pair (`toy train OUT_DIR`), write toy-world examples (`toy example`) and
+the heavy verifier (`toy heavy OUT_DIR --cost-ratio R`). The eval is `asymspec-vl eval toy` (evals/toy/cli.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def register(sub) -> None:
     e.add_argument("--n", type=int, default=3, help="number of scenes")
     e.set_defaults(func=_example)
 
+    h = tsub.add_parser("heavy", help="write a verifier with the embedded verifier's exact logits and R x its cost "
+                        "(extra decoder layers that add exactly 0), for speed figures in the real regime")
+    h.add_argument("out_dir")
+    h.add_argument("--cost-ratio", required=True, metavar="R",
+                   help="layers x R: a number from 1 to 64 that gives a whole number of layers "
+                        "(multiples of 0.25 for the embedded 4-layer verifier)")
+    h.add_argument("--verifier", default=None, help="a local Qwen3-style verifier folder (default: the embedded one)")
+    h.set_defaults(func=_heavy)
+
 
 def _train(args) -> int:
     import dataclasses
@@ -43,6 +52,16 @@ def _train(args) -> int:
     print(json.dumps({k: manifest[k] for k in ("final_loss", "vision_accuracy", "times", "heldout")
                       if k in manifest}, indent=2))
     print(f"models: {args.out_dir}/drafter {args.out_dir}/verifier\nmanifest: {args.out_dir}/manifest.json")
+    return 0
+
+
+def _heavy(args) -> int:
+    from ..evals.runner import writable_folder
+    from .heavy import layer_count, write_heavy_verifier
+
+    layers = layer_count(args.cost_ratio, args.verifier)  # a bad ratio is refused before anything is written
+    out = write_heavy_verifier(writable_folder(args.out_dir), args.cost_ratio, args.verifier)
+    print(f"heavy verifier ({layers} decoder layers, cost ratio {float(args.cost_ratio):g}): {out}")
     return 0
 
 
