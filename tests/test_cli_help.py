@@ -52,7 +52,7 @@ def test_every_option_has_help_and_its_default_once(path):
 def test_generate_and_demo_help_show_their_defaults():
     helps = _option_help(_subparser(build_parser(), ["generate"]))
     assert "(default: 2)" in helps["-K"] and "(default: 256)" in helps["--max-new-tokens"]
-    assert "comma-separated, from: asymspec, floor, drafter, sd, scd (default: asymspec)" in helps["--methods"]
+    assert "comma-separated, from: asymspec, sd, scd, floor, drafter (default: asymspec)" in helps["--methods"]
     for option in ("--question", "--backend", "--gate", "--delta-source", "--bonus"):
         assert len(helps[option].split()) > 4, helps[option]
     assert "(default: cda)" in helps["--gate"] and "JSD" in helps["--gate"]

@@ -49,7 +49,7 @@ def ask(client, example, method, stream=False):
 def test_concurrent_requests_of_every_method_get_the_librarys_tokens(server, reference):
     from asymspec_vl import AsymSpecConfig
 
-    client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
     jobs = [(e, m, s) for m in ("asymspec", "floor", "drafter", "sd", "scd") for e in TOY[:2] for s in (False, True)]
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda j: ask(client, *j), jobs))

@@ -250,3 +250,47 @@ def test_the_serve_command_turns_flags_into_settings(monkeypatch):
     assert s.engine_kwargs == {"tensor_parallel_size": 2, "max_model_len": 2048}
     with pytest.raises(ConfigError, match="--trust-remote-code"):
         settings_from_args(build_parser().parse_args(["serve", "--trust-remote-code"]))
+
+
+# -- the transformers runner ------------------------------------------------------------------------
+def test_the_hf_runner_batches_waiting_requests_that_hold_tensors():
+    """Requests queued behind a running batch: those sharing its method and config decode together, the other one
+    after; a request's tensors never decide which batch it is in (a job is compared by identity)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import torch
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.methods import METHODS
+    from asymspec_vl.serve.hf_runner import HFRunner
+
+    started, release, batches = threading.Event(), threading.Event(), []
+
+    def run(encs, method, cfg, on_step=None):
+        batches.append((method.name, [int(e.sum()) for e in encs]))
+        started.set()
+        release.wait(30)
+        return [RowOutput(token_ids=[int(e.sum())]) for e in encs]
+
+    runner = HFRunner(SimpleNamespace(backend=SimpleNamespace(run=run)))
+
+    async def answer(value: int, method: str, K: int):
+        stream = runner.stream(torch.full((3,), value), METHODS[method], AsymSpecConfig(K=K))
+        return [p.token_ids async for p in stream][-1]
+
+    async def main():
+        first = asyncio.ensure_future(answer(1, "asymspec", 2))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+        rest = [asyncio.ensure_future(answer(v, m, K)) for v, m, K in
+                ((2, "asymspec", 2), (3, "floor", 2), (4, "asymspec", 2))]
+        await asyncio.sleep(0.2)  # all three wait behind the first batch
+        release.set()
+        return await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+
+    try:
+        assert asyncio.run(main()) == [[3], [6], [9], [12]]
+        assert batches == [("asymspec", [3]), ("asymspec", [6, 12]), ("floor", [9])]
+    finally:
+        runner.close()

@@ -62,7 +62,7 @@ def server(tmp_path_factory):
 def client(server):
     from openai import OpenAI
 
-    return OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+    return OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")

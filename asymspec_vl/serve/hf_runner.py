@@ -25,7 +25,7 @@ class _BatchLeft(Exception):
     """Every request of the batch was abandoned: stop decoding it."""
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself: compared by identity (its fields hold tensors)
 class _Job:
     enc: EncodedRequest
     method: Method
@@ -88,7 +88,7 @@ class HFRunner:
             if waiting:
                 batch = [j for j in waiting if (j.method.name, j.cfg) == (waiting[0].method.name, waiting[0].cfg)]
                 batch = batch[:self.max_batch]
-                waiting = [j for j in waiting if j not in batch]
+                waiting = [j for j in waiting if all(j is not b for b in batch)]
                 self._run(batch)
 
     def _run(self, batch: list[_Job]) -> None:
