@@ -128,6 +128,35 @@ def test_changing_method_and_K_starts_each_engine_once(tiny_models, tiny_vl):
         vl.backend.close()
 
 
+def test_a_closed_engine_releases_its_model_and_kv_cache(tiny_models):
+    """An evicted or closed in-process engine leaves no vLLM model behind (vLLM's memoized signature checks held
+    the model, its attention layers and their KV cache for the life of the process)."""
+    import gc
+
+    import torch
+
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    def vllm_models() -> list[str]:
+        gc.unfreeze()  # vLLM freezes the heap after start-up: frozen objects are not listed
+        return [type(o).__name__ for o in gc.get_objects()
+                if isinstance(o, torch.nn.Module) and type(o).__module__.startswith("vllm.model_executor.models")
+                and type(o).__name__.endswith(("ForCausalLM", "ForConditionalGeneration"))]
+
+    gc.collect()
+    before = vllm_models()
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm")
+    try:
+        vl.generate_batch([random_request(0)], "floor", AsymSpecConfig(max_new_tokens=3))
+        assert len(vllm_models()) > len(before)
+    finally:
+        vl.backend.close()
+    del vl
+    gc.collect()
+    assert vllm_models() == before
+
+
 # -- 3. no pickled functions: named worker RPCs work with multiprocessing --------------------------
 MULTIPROC_SCRIPT = """
 import json, os, sys

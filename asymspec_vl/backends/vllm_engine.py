@@ -129,6 +129,7 @@ class EngineCache:
             if llm is not None:
                 shutdown_engine(llm)
             del llm
+        _forget_closed_models()
         gc.collect()
         if not self.live:
             _release_process_memory()
@@ -136,6 +137,19 @@ class EngineCache:
 
 def _describe(spec: EngineSpec) -> str:
     return f"{spec.model} + drafter {spec.drafter} (K={spec.K})" if spec.drafter else spec.model
+
+
+def _forget_closed_models() -> None:
+    """Let a closed in-process engine's model go. vLLM memoizes `supports_kw` (functools.lru_cache) and calls it
+    with the model's bound `__init__` / `forward` when it checks the loaded model (interfaces_base.is_vllm_model
+    from the model runner): the cache keys keep the model, and through its attention layers the KV cache, alive
+    for the life of the process (about 1 GB per closed engine of the embedded pair on the CPU build). An engine
+    core in its own process (vLLM's default on GPUs) takes all of it with it when it exits."""
+    from vllm.utils import func_utils
+
+    clear = getattr(func_utils.supports_kw, "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 def _release_process_memory() -> None:
