@@ -144,10 +144,12 @@ def browser(tmp_path_factory):
 
 def _open(browser, url):
     from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(url)
-    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+    # a panel Gradio re-renders between finding an element and reading it: look again at the next poll
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,))
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#question textarea"))
     return wait
 
