@@ -87,6 +87,18 @@ class ServerProcess:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
+def served(args: list[str], log: Path, api_key: str | None = None, probe_body: dict | None = None):
+    """A module fixture's body: the server ready, then (after the module) stopped by SIGTERM, which must exit 0."""
+    proc = ServerProcess(args, log, api_key=api_key)
+    try:
+        proc.wait_ready(probe_body=probe_body)
+        yield proc
+    finally:
+        code = proc.terminate()
+        print(proc.tail())
+        assert code == 0
+
+
 def _json(response: httpx.Response):
     try:
         return response.json()

@@ -9,22 +9,15 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from serve_support import EXAMPLES, ServerProcess, chat_body, data_url
+from serve_support import EXAMPLES, chat_body, data_url, served
 
 TOY = [e for e in json.loads((EXAMPLES / "examples.json").read_text()) if e["image"].startswith("toy-")]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    proc = ServerProcess(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
-                         tmp_path_factory.mktemp("serve-hf") / "server.log")
-    try:
-        proc.wait_ready()
-        yield proc
-    finally:
-        code = proc.terminate()
-        print(proc.tail())
-        assert code == 0
+    yield from served(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
+                      tmp_path_factory.mktemp("serve-hf") / "server.log")
 
 
 @pytest.fixture(scope="module")
