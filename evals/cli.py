@@ -21,15 +21,12 @@ EVAL_MODULES = [
 
 
 def register(sub) -> None:
-    from .help_format import DefaultsHelpFormatter
-
     p = sub.add_parser("eval", help="run an evaluation (MathVista, ...) or re-score saved results")
     esub = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     modules = [importlib.import_module(name) for name in EVAL_MODULES]
     for module in modules:
         module.register(esub)
-    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs",
-                        formatter_class=DefaultsHelpFormatter)
+    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs")
     s.add_argument("results", nargs="+", help="results.jsonl file(s); with several, rows are labelled "
                                               "<folder>/<method>")
     s.add_argument("--out", default=None, help="write the re-scored JSONL, table and charts here")

@@ -32,7 +32,7 @@ def draft(drafter, rows) -> dict[str, list[int]]:
         drafted = []
         for k in range(max(state.K for _, _, state in group)):
             live = [j for j, (_, _, state) in enumerate(group) if k < state.K]
-            index = torch.tensor(live, device=drafter.device) if len(live) < len(group) else None
+            index = to_device(torch.tensor(live), drafter.device) if len(live) < len(group) else None
             batch = [PassRow(1, starts[req_id] + k, generated_positions(starts[req_id] + k, 1, 0, drafter.uses_mrope),
                              blocks[i]) for i, req_id, _ in (group[j] for j in live)]
             hidden, last = run_pass(drafter, batch, table.block_size,

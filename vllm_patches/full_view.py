@@ -53,7 +53,7 @@ def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
     drafted = [tokens]
     for k in range(1, max(passes)):
         live = [r for r in range(len(rows)) if k < passes[r]]
-        index = torch.tensor(live, device=drafter.device) if len(live) < len(rows) else None
+        index = to_device(torch.tensor(live), drafter.device) if len(live) < len(rows) else None
         batch = [pass_row(drafter, rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
         hidden, last = run_pass(drafter, batch, drafter.pool.block_size, drafter.pool.tensors,
                                 token_ids=tokens if index is None else tokens[index])

@@ -122,7 +122,7 @@ class HFSource:
         would build (by vmap over a per-element function, which costs more than a decoder layer of a small
         model). Elsewhere, and for other attention implementations, the validity mask [B, S] as transformers
         takes it."""
-        if self.sdpa and not (bool(self.valid.all()) and (n == 1 or start == 0)):
+        if self.sdpa and not ((n == 1 or start == 0) and bool(self.valid.all())):
             slots = torch.arange(start + n, device=self.device)
             causal = slots <= torch.arange(start, start + n, device=self.device).unsqueeze(1)  # [n, S]
             return (self.valid.unsqueeze(1) & causal).unsqueeze(1)  # [B, 1, n, S]

@@ -29,10 +29,6 @@ class ViewMaker:
         self.captioners = {"caption": getattr(captioner, "caption", None), "ocr": getattr(captioner, "ocr", None)}
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="asymspec-captioner")
 
-    @property
-    def names(self) -> dict:
-        return {k: c.name if c is not None else "none" for k, c in self.captioners.items()}
-
     async def view(self, image, caption: str | None, ocr: str | None) -> View:
         sent = {"caption": caption, "ocr": ocr}
         missing = [k for k in FIELDS if sent[k] is None and self.captioners[k] is not None]

@@ -90,13 +90,12 @@ class ChatService:
                 yield step
 
     def finish(self, p: Prepared, step: Progress):
-        """(text, row, usage, asymspec object) of the finished request, counted in the metrics."""
+        """(row, usage, asymspec object) of the finished request, counted in the metrics."""
         row = R.finished_row(step.row)
         self.metrics.finished(p.job.method, row)
         self.metrics.latency.observe(time.monotonic() - p.started)
         usage = R.usage(p.job, p.enc, len(row.token_ids))
-        return (self.runner.vl.decode(row.token_ids), row, usage,
-                R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.view))
+        return row, usage, R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.view)
 
     async def answer(self, p: Prepared, model: str):
         """The whole ChatCompletionResponse."""
@@ -104,8 +103,8 @@ class ChatService:
         async with self._counted(p), aclosing(self.progress(p)) as steps:
             async for last in steps:
                 pass
-            text, row, usage, asymspec = self.finish(p, last)
-        return R.completion(p.job, model, text, row, usage, asymspec)
+            row, usage, asymspec = self.finish(p, last)
+        return R.completion(p.job, model, self.runner.vl.decode(row.token_ids), row, usage, asymspec)
 
     async def events(self, p: Prepared, model: str) -> AsyncIterator[str]:
         """Server-sent events: the role, then the text each step committed, then the finish reason with the
@@ -121,7 +120,7 @@ class ChatService:
                         yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:])
                         sent = len(step.token_ids)
                         continue
-                    text, row, usage, asymspec = self.finish(p, step)
+                    row, usage, asymspec = self.finish(p, step)
                     yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
                                   token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec)
                     if p.job.include_usage:

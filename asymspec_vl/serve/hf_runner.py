@@ -88,7 +88,7 @@ class HFRunner:
             if waiting:
                 batch = [j for j in waiting if (j.method.name, j.cfg) == (waiting[0].method.name, waiting[0].cfg)]
                 batch = batch[:self.max_batch]
-                waiting = [j for j in waiting if all(j is not b for b in batch)]
+                waiting = [j for j in waiting if j not in batch]  # by identity (eq=False)
                 self._run(batch)
 
     def _run(self, batch: list[_Job]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -60,9 +59,6 @@ class ServeSettings:
             _check(_positive(getattr(self, name)), name, getattr(self, name), "a positive number of seconds")
         _check(all(isinstance(d, str) and d.strip() for d in self.allowed_media_domains), "allowed_media_domains",
                self.allowed_media_domains, "host names (or '*')")
-
-    def replace(self, **changes) -> "ServeSettings":
-        return dataclasses.replace(self, **changes)
 
 
 def _positive(x) -> bool:

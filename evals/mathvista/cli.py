@@ -11,11 +11,9 @@ DEFAULT_METHODS = "floor,sd,drafter,asymspec"
 def register(esub) -> None:
     from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods, positive_int
 
-    from ..help_format import DefaultsHelpFormatter
     from .protocol import COT_SUFFIX, PAPER_DECODING, PROTOCOLS
 
-    p = esub.add_parser("mathvista", help="MathVista testmini (the paper's Table 3 protocol by default)",
-                        formatter_class=DefaultsHelpFormatter)
+    p = esub.add_parser("mathvista", help="MathVista testmini (the paper's Table 3 protocol by default)")
     p.add_argument("--methods", type=parse_methods, default=parse_methods(DEFAULT_METHODS),
                    help="comma list of floor, sd, drafter, asymspec, scd")
     p.add_argument("--out", default="runs/mathvista", help="output folder (rerun the same command to resume)")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from .eval import BENCHMARK
@@ -24,8 +23,7 @@ def register(esub) -> None:
 
     from .eval import variants
 
-    p = esub.add_parser("toy", help="the toy world (embedded pair): drafter alone, Floor, SD, SCD, AsymSpec",
-                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = esub.add_parser("toy", help="the toy world (embedded pair): drafter alone, Floor, SD, SCD, AsymSpec")
     p.add_argument("--n", type=int, default=DEFAULT_N, help="held-out questions (read / sum / mult in turn)")
     p.add_argument("--variants", type=_keys, default=",".join(v.key for v in variants()),
                    help="comma list of table rows")
