@@ -294,3 +294,90 @@ def test_the_hf_runner_batches_waiting_requests_that_hold_tensors():
         assert batches == [("asymspec", [3]), ("asymspec", [6, 12]), ("floor", [9])]
     finally:
         runner.close()
+
+
+# -- malformed requests and routes (the app with a stand-in runner: nothing past translation runs) ------------
+@pytest.fixture()
+def app_client():
+    """The app on a stand-in runner, through Starlette's test client (no socket); exceptions become responses."""
+    from types import SimpleNamespace
+
+    from starlette.testclient import TestClient
+
+    from asymspec_vl.serve.app import create_app
+
+    async def healthy():
+        return None
+
+    runner = SimpleNamespace(vl=None, methods=("asymspec",), close=lambda: None, check_health=healthy)
+    with TestClient(create_app(settings(), lambda s, loop: runner), raise_server_exceptions=False) as client:
+        yield client
+
+
+def openai_error(reply, status: int, kind: str, says: str = "") -> None:
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert (error["type"], error["code"]) == (kind, status) and says in error["message"], error
+
+
+def with_content(content) -> dict:
+    return {"messages": [{"role": "user", "content": content}]}
+
+
+IMAGE_PART = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
+
+
+@pytest.mark.parametrize("raw, kind, says", [
+    ("[1, 2]", "MalformedRequestError", "must be a JSON object"),
+    ('[{"messages": [{"role": "user", "content": "hi"}]}]', "MalformedRequestError", "must be a JSON object"),
+    ('{"messages": 1}', "MalformedRequestError", "wrong type"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "structured_outputs": 1}', "MalformedRequestError",
+     "wrong type"),
+    ('{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": "x"}', "MalformedRequestError", "wrong type"),
+    (with_content(["just a string", IMAGE_PART]), "MalformedRequestError", "must be an object with a 'type'"),
+    (with_content([1, IMAGE_PART]), "MalformedRequestError", "not a list of content parts"),
+    (with_content([{"type": "text", "text": 5}, IMAGE_PART]), "InvalidTextError", "must be a string, got int"),
+    (with_content([{"type": "text", "text": ["a"]}, IMAGE_PART]), "InvalidTextError", "got list"),
+    (with_content([{"type": "text", "text": None}, IMAGE_PART]), "InvalidTextError", "got NoneType"),
+])
+def test_bodies_of_the_wrong_shape_get_a_400_error_object(app_client, raw, kind, says):
+    import json
+
+    content = raw if isinstance(raw, str) else json.dumps(raw)
+    reply = app_client.post("/v1/chat/completions", content=content, headers={"content-type": "application/json"})
+    openai_error(reply, 400, kind, says)
+
+
+def test_unknown_routes_wrong_methods_and_the_docs_get_openai_error_objects(app_client):
+    openai_error(app_client.get("/v2/nothing"), 404, "RouteNotFoundError", "no route GET /v2/nothing")
+    openai_error(app_client.get("/v1/chat/completions"), 405, "MethodNotAllowedError", "allowed: POST")
+    openai_error(app_client.post("/health"), 405, "MethodNotAllowedError", "allowed: GET")
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        openai_error(app_client.get(path), 404, "RouteNotFoundError")
+    assert app_client.get("/health").status_code == 200  # the routes themselves still answer
+
+
+@pytest.mark.parametrize("url, says", [
+    ("http://xn--a.com/x.png", "not a valid URL"),  # a punycode label IDNA refuses
+    ("http://\u2603.com/x.png", "not a valid URL"),  # a non-ASCII host IDNA refuses
+    ("http://a\u200b.org/x.png", "not a valid URL"),
+    ("http://[::1/x.png", "not a valid URL")])
+def test_image_urls_with_hosts_no_url_parser_takes_are_refused_as_invalid_images(url, says):
+    from asymspec_vl.errors import InvalidImageError
+
+    with pytest.raises(InvalidImageError, match=says):
+        fetch(url, allowed_media_domains=("*",))
+
+
+def test_local_file_urls_with_nul_bytes_or_unreadable_names_are_refused_as_invalid_images(tmp_path):
+    from asymspec_vl.errors import InvalidImageError
+
+    (tmp_path / "ok.png").write_bytes(PNG)
+    (tmp_path / "dir.png").mkdir()
+    root = {"allowed_local_media_path": str(tmp_path)}
+    with pytest.raises(InvalidImageError, match="NUL byte"):
+        fetch(f"file://{tmp_path}/ok.png%00.txt", **root)
+    with pytest.raises(InvalidImageError, match="cannot read"):
+        fetch(f"file://{tmp_path}/{'a' * 300}.png", **root)  # a name over the file system's 255
+    with pytest.raises(InvalidImageError, match="not a regular file"):
+        fetch((tmp_path / "dir.png").as_uri(), **root)

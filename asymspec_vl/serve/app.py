@@ -14,12 +14,13 @@ from typing import Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import AsymSpecError
 from .captioning import ViewMaker
 from .chat import ChatService
-from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, ServerNotReadyError, error_body,
-                     status_of)
+from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
+                     RouteNotFoundError, ServerNotReadyError, error_body, status_of, validation_problems)
 from .metrics import ServeMetrics
 from .settings import ServeSettings
 from .translate import translate
@@ -72,8 +73,20 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         await loading  # a load in progress runs to its end (its engines must be shut down, not orphaned)
         state.close()
 
-    app = FastAPI(title="asymspec-vl", lifespan=lifespan)
+    # no /docs, /redoc or /openapi.json: they would answer without the key (and load Swagger from a CDN)
+    app = FastAPI(title="asymspec-vl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.serve = state
+
+    @app.exception_handler(StarletteHTTPException)
+    async def route_error(request: Request, e: StarletteHTTPException):
+        """Starlette's own 404 / 405 (no such route or method) as OpenAI error objects."""
+        if e.status_code == 405:
+            error = MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path} (allowed: "
+                                          f"{(e.headers or {}).get('Allow', 'none')})")
+        else:
+            error = RouteNotFoundError(f"no route {request.method} {request.url.path}: this server answers POST "
+                                       "/v1/chat/completions, GET /v1/models, GET /health and GET /metrics")
+        return JSONResponse(error_body(error), status_code=status_of(error), headers=e.headers)
 
     @app.exception_handler(AsymSpecError)
     async def known_error(request: Request, e: AsymSpecError):
@@ -156,12 +169,18 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def parse_chat_request(body: bytes):
-    """vLLM's ChatCompletionRequest of the body; MalformedRequestError listing what is wrong."""
+    """vLLM's ChatCompletionRequest of the body; MalformedRequestError listing what is wrong. The body must be one
+    JSON object: vLLM's before-validators assume one (and some fields of the wrong type), and raise TypeError /
+    AttributeError where pydantic would have listed the problem."""
     from pydantic import ValidationError
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
+    if not body.lstrip(b" \t\r\n").startswith(b"{"):
+        raise MalformedRequestError("the body must be a JSON object (a chat completion request)")
     try:
         return ChatCompletionRequest.model_validate_json(body)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()[:5])
-        raise MalformedRequestError(f"the body is not a chat completion request: {problems}") from e
+        raise MalformedRequestError(f"the body is not a chat completion request: {validation_problems(e)}") from e
+    except (TypeError, AttributeError, ValueError) as e:  # a vLLM validator met a field of the wrong type
+        raise MalformedRequestError(f"the body is not a chat completion request: a field has the wrong type "
+                                    f"({type(e).__name__}: {e})") from e

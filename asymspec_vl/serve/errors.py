@@ -29,6 +29,14 @@ class BodyTooLargeError(InputError):
     """The request body is larger than the server accepts."""
 
 
+class RouteNotFoundError(AsymSpecError):
+    """No route at this path."""
+
+
+class MethodNotAllowedError(AsymSpecError):
+    """The route exists, but not for this HTTP method."""
+
+
 class AuthenticationError(AsymSpecError):
     """A missing or wrong API key."""
 
@@ -46,7 +54,12 @@ class GenerationFailedError(AsymSpecError):
 
 
 STATUS: dict[type, int] = {UnknownModelError: 404, BodyTooLargeError: 413, InputError: 400, ConfigError: 400,
-                           AuthenticationError: 401, ServerNotReadyError: 503, RequestTimeoutError: 504}
+                           RouteNotFoundError: 404, MethodNotAllowedError: 405, AuthenticationError: 401, ServerNotReadyError: 503, RequestTimeoutError: 504}
+
+
+def validation_problems(error) -> str:
+    """A pydantic ValidationError's first problems, one line: "where: what; ..."."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors()[:5])
 
 
 def status_of(error: BaseException) -> int:

@@ -62,17 +62,21 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
 async def _download(url: str, settings: ServeSettings) -> bytes:
     import httpx
 
-    host = urlparse(url).hostname or ""
     if not settings.allowed_media_domains:
         raise InvalidImageError("this server does not fetch image URLs: send the image as a data: URL (the "
                                 "operator can allow hosts with --allowed-media-domains)")
-    if not host_allowed(host, settings.allowed_media_domains):
+    try:
+        parsed = httpx.URL(url)
+        host, ascii_host = parsed.host, parsed.raw_host.decode("ascii")
+    except (httpx.InvalidURL, ValueError, UnicodeError) as e:  # UnicodeError: a host IDNA refuses
+        raise InvalidImageError(f"the image URL {_shown(url)} is not a valid URL: {e}") from e
+    if not any(host_allowed(h, settings.allowed_media_domains) for h in (host, ascii_host)):
         raise InvalidImageError(f"fetching images from {host!r} is not allowed (allowed: "
                                 f"{', '.join(settings.allowed_media_domains)})")
     data = bytearray()
     try:  # redirects are not followed: they could leave the allowed hosts
         async with httpx.AsyncClient(timeout=settings.media_fetch_timeout_s, follow_redirects=False) as client:
-            async with client.stream("GET", url) as response:
+            async with client.stream("GET", parsed) as response:
                 if response.status_code != 200:
                     raise InvalidImageError(f"fetching {_shown(url)} gave HTTP {response.status_code}")
                 async for chunk in response.aiter_bytes():
@@ -89,18 +93,28 @@ def _local_file(url: str, settings: ServeSettings) -> bytes:
     if settings.allowed_local_media_path is None:
         raise InvalidImageError("this server does not read local files: send the image as a data: URL (the "
                                 "operator can allow a folder with --allowed-local-media-path)")
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError as e:
+        raise InvalidImageError(f"the image URL {_shown(url)} is not a valid URL: {e}") from e
     if parsed.netloc not in ("", "localhost"):
         raise InvalidImageError(f"file: URLs must name a local path, got host {parsed.netloc!r}")
+    name = unquote(parsed.path)
+    if "\0" in name:
+        raise InvalidImageError("the file: URL's path holds a NUL byte (%00)")
     root = Path(settings.allowed_local_media_path).resolve()
-    path = Path(unquote(parsed.path)).resolve()
-    if not path.is_relative_to(root):
-        raise InvalidImageError(f"{path} is outside the allowed folder {root}")
-    if not path.is_file():
-        raise InvalidImageError(f"image file not found: {path}")
-    if path.stat().st_size > settings.max_image_bytes:
-        raise ImageTooLargeError(f"{path} is {path.stat().st_size} bytes; the limit is {settings.max_image_bytes}")
-    return path.read_bytes()
+    try:
+        path = Path(name).resolve()  # resolved first: "sub/../x" and symlinks are judged by where they lead
+        if not path.is_relative_to(root):
+            raise InvalidImageError(f"{path} is outside the allowed folder {root}")
+        if not path.is_file():
+            raise InvalidImageError(f"no image file at {path} (missing, or not a regular file)")
+        size = path.stat().st_size
+        if size > settings.max_image_bytes:
+            raise ImageTooLargeError(f"{path} is {size} bytes; the limit is {settings.max_image_bytes}")
+        return path.read_bytes()
+    except OSError as e:  # a name too long, no permission, ...
+        raise InvalidImageError(f"cannot read {_shown(name)}: {e.strerror or e}") from e
 
 
 def _shown(url: str) -> str:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from ..config import AsymSpecConfig, as_config
 from ..errors import ConfigError, EmptyQuestionError, InvalidImageError, InvalidTextError
 from ..methods import method as method_named
-from .errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
+from .errors import (MalformedRequestError, TooManyImagesError, UnknownModelError, UnsupportedRequestError,
+                     validation_problems)
 from .settings import ServeSettings
 
 EXTRAS = ("method", "caption", "ocr", "config", "return_trace", "return_prompts")
@@ -98,13 +99,14 @@ def user_message(messages: list) -> tuple[str, str]:
     if len(messages) != 1 or messages[0].get("role") != "user":
         roles = [m.get("role") for m in messages]
         raise UnsupportedRequestError(f"send one user message (an image and a question); got the roles {roles}")
-    content = messages[0].get("content")
-    parts = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     texts, urls = [], []
-    for part in parts:
+    for part in content_parts(messages[0].get("content")):
         kind = part.get("type")
         if kind == "text":
-            texts.append(part.get("text") or "")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise InvalidTextError(f"a text part's text must be a string, got {type(text).__name__}")
+            texts.append(text)
         elif kind == "image_url":
             image = part.get("image_url")
             urls.append(image.get("url") if isinstance(image, dict) else image)
@@ -119,6 +121,26 @@ def user_message(messages: list) -> tuple[str, str]:
     if not question.strip():
         raise EmptyQuestionError("the question is empty: add a text part to the user message")
     return question, urls[0]
+
+
+def content_parts(content) -> list[dict]:
+    """The parts of a message's content (a string is one text part); MalformedRequestError when they are not
+    objects. vLLM's request model checks the parts lazily, as they are read: reading them may raise its
+    ValidationError."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    from pydantic import ValidationError
+
+    try:
+        parts = list(content or [])
+    except ValidationError as e:
+        raise MalformedRequestError(f"the message content is not a list of content parts: "
+                                    f"{validation_problems(e)}") from e
+    for part in parts:
+        if not isinstance(part, dict):
+            raise MalformedRequestError(f"a content part must be an object with a 'type' (text or image_url), got "
+                                        f"{type(part).__name__}")
+    return parts
 
 
 def decoding_config(request, config, settings: ServeSettings) -> AsymSpecConfig:
