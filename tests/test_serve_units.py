@@ -228,7 +228,7 @@ def test_text_deltas_join_to_the_decoded_answer_and_never_show_half_a_character(
 def test_settings_refuse_bad_limits_and_a_gpu_share_over_one():
     from asymspec_vl.errors import ConfigError
 
-    for bad in ({"max_tokens": 0}, {"request_timeout_s": -1}, {"backend": "tgi"}, {"api_key": ""},
+    for bad in ({"max_tokens": 0}, {"request_timeout_s": -1}, {"backend": "tgi"}, {"api_key": ""}, {"api_key": " "},
                 {"drafter_memory": 1.5}, {"allowed_media_domains": ("",)}):
         with pytest.raises(ConfigError):
             settings(**bad)
@@ -381,3 +381,41 @@ def test_local_file_urls_with_nul_bytes_or_unreadable_names_are_refused_as_inval
         fetch(f"file://{tmp_path}/{'a' * 300}.png", **root)  # a name over the file system's 255
     with pytest.raises(InvalidImageError, match="not a regular file"):
         fetch((tmp_path / "dir.png").as_uri(), **root)
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_api_key_is_refused_not_taken_as_no_key(monkeypatch, key):
+    from asymspec_vl.cli import build_parser
+    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.serve.cli import settings_from_args
+
+    monkeypatch.setenv("ASYMSPEC_VL_API_KEY", key)
+    with pytest.raises(ConfigError, match="API key is empty"):
+        settings_from_args(build_parser().parse_args(["serve"]))
+    monkeypatch.delenv("ASYMSPEC_VL_API_KEY")
+    with pytest.raises(ConfigError, match="API key is empty"):
+        settings_from_args(build_parser().parse_args(["serve", "--api-key", key]))
+
+
+@pytest.mark.parametrize("host, key, warned", [
+    ("0.0.0.0", None, True), ("192.168.1.7", None, True), ("::", None, True), ("myhost.example", None, True),
+    ("0.0.0.0", "k", False), ("127.0.0.1", None, False), ("127.1.2.3", None, False), ("::1", None, False),
+    ("localhost", None, False)])
+def test_serve_warns_when_it_listens_beyond_loopback_without_a_key(monkeypatch, caplog, host, key, warned):
+    """`asymspec-vl serve --host H` up to uvicorn's run (stood in): the warning is logged before anything loads."""
+    import signal
+
+    import uvicorn
+
+    from asymspec_vl.cli import main
+
+    monkeypatch.delenv("ASYMSPEC_VL_API_KEY", raising=False)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    argv = ["serve", "--backend", "hf", "--host", host] + (["--api-key", key] if key else [])
+    with caplog.at_level("WARNING"):
+        assert main(argv) == 0
+    said = [r.getMessage() for r in caplog.records if "no API key" in r.getMessage()]
+    assert bool(said) == warned, said
+    if warned:
+        assert f"listening on {host} with no API key" in said[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 
@@ -76,6 +77,9 @@ def settings_from_args(args):
         raise ConfigError("--text-drafter is not offered by serve: SD drafts with the VL drafter on the server")
     if args.trust_remote_code:
         raise ConfigError("--trust-remote-code is not offered by serve: a server never runs code from model repos")
+    if args.api_key is not None and not args.api_key.strip():
+        raise ConfigError("the API key is empty (--api-key '' or ASYMSPEC_VL_API_KEY=''): set a key, or unset "
+                          "ASYMSPEC_VL_API_KEY to serve without one")
     engine = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
                                 ("data_parallel_size", args.data_parallel_size), ("max_model_len", args.max_model_len),
                                 ("gpu_memory_utilization", args.gpu_memory_utilization),
@@ -83,12 +87,31 @@ def settings_from_args(args):
               if v is not None}
     return ServeSettings(
         args.drafter, args.verifier, backend=args.backend, served_model_name=args.served_model_name,
-        api_key=args.api_key or None, K=args.K, drafter_engine=args.drafter_engine, drafter_memory=args.drafter_memory,
+        api_key=args.api_key, K=args.K, drafter_engine=args.drafter_engine, drafter_memory=args.drafter_memory,
         engine_kwargs=engine, dtype=args.dtype, device=args.device, max_body_bytes=int(args.max_body_mb * 2**20),
         max_image_bytes=int(args.max_image_mb * 2**20), max_image_pixels=args.max_image_pixels,
         max_tokens=args.max_tokens, request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout,
         allowed_media_domains=tuple(args.allowed_media_domains), allowed_local_media_path=args.allowed_local_media_path,
         media_fetch_timeout_s=args.media_fetch_timeout)
+
+
+def open_access_warning(host: str, api_key: str | None) -> str | None:
+    """What to warn when the /v1 routes answer anyone on a network: no key, and an address not on loopback."""
+    if api_key is not None or _loopback(host):
+        return None
+    return (f"asymspec-vl serve: listening on {host} with no API key: anyone who can reach this port can use the "
+            "models (set ASYMSPEC_VL_API_KEY or --api-key, or bind 127.0.0.1)")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
 
 
 def _serve(args) -> int:
@@ -101,6 +124,9 @@ def _serve(args) -> int:
     from .vllm_runner import VLLMRunner
 
     settings = settings_from_args(args)
+    warning = open_access_warning(args.host, settings.api_key)
+    if warning:
+        logging.getLogger(__name__).warning(warning)
     runner = VLLMRunner if settings.backend == "vllm" else HFRunner
     app = create_app(settings, runner.load, lambda vl: build_captioner(args, vl))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",

@@ -42,8 +42,8 @@ class ServeSettings:
         _check(self.backend in BACKENDS, "backend", self.backend, f"one of {BACKENDS}")
         _check(isinstance(self.served_model_name, str) and bool(self.served_model_name.strip()),
                "served_model_name", self.served_model_name, "a non-empty name")
-        _check(self.api_key is None or (isinstance(self.api_key, str) and bool(self.api_key)), "api_key",
-               "<hidden>", "a non-empty string or None")
+        _check(self.api_key is None or (isinstance(self.api_key, str) and bool(self.api_key.strip())),
+               "api_key", "<hidden>", "a non-empty string or None")
         _check(isinstance(self.K, int) and 1 <= self.K <= 16, "K", self.K, "an integer in [1, 16]")
         _check(_positive(self.drafter_memory) and self.drafter_memory < 1, "drafter_memory", self.drafter_memory,
                "a fraction in (0, 1)")
