@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 from asymspec_vl.images import image_digest, load_image
 
 from .base import Captioner, ImageText
+
+logger = logging.getLogger(__name__)
 
 
 class CachedCaptioner:
@@ -29,6 +33,7 @@ class CachedCaptioner:
         self._memory: dict[str, ImageText] = {}
         self.hits = 0
         self.misses = 0
+        self._write_failed = False  # a failed write was logged
 
     def cache_key(self, image) -> str:
         """sha256 of the captioner's name and the decoded image's pixel hash."""
@@ -65,14 +70,26 @@ class CachedCaptioner:
         return ImageText.from_dict(entry) if _well_formed(entry) else None  # so is one of the wrong shape
 
     def _write(self, ck: str, result: ImageText) -> None:
+        """Best effort: a write that fails (no space, a read-only folder, a directory in the way) leaves no temp
+        file and costs only the entry (the result stays in memory); it is logged once per cache."""
         path = self._path(ck)
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(result.to_dict(), f)
-        os.replace(tmp, path)
+        tmp = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(result.to_dict(), f)
+            os.replace(tmp, path)
+        except OSError as e:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            if not self._write_failed:
+                self._write_failed = True
+                logger.warning("the caption cache cannot write %s (%s): results are kept in memory only; later "
+                               "failures are not logged", path, e)
 
 
 def _well_formed(entry) -> bool:

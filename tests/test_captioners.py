@@ -162,6 +162,37 @@ def test_cache_is_keyed_by_pixels_and_captioner_and_persists(text_image, tmp_pat
     assert memory.inner.calls == 1 and not list((tmp_path / "cache").rglob(".tmp-*"))  # writes are atomic
 
 
+@pytest.mark.parametrize("blocker", ["directory at the entry", "file at the folder", "disk full"])
+def test_a_cache_write_that_fails_returns_the_result_leaves_no_temp_file_and_is_logged_once(
+        text_image, tmp_path, monkeypatch, caplog, blocker):
+    import errno
+
+    from captioners import cache as cache_module
+
+    cached = CachedCaptioner(Counting(PixelSum()), tmp_path / "cache")
+    images = [Image.open(text_image).convert("RGB") for _ in range(2)]
+    images[1].putpixel((0, 0), (1, 2, 3))
+    for img in images:
+        ck = cached.cache_key(img)
+        if blocker == "directory at the entry":
+            cached._path(ck).mkdir(parents=True)
+        elif blocker == "file at the folder":
+            (tmp_path / "cache").mkdir(exist_ok=True)
+            cached._path(ck).parent.write_text("in the way")
+    if blocker == "disk full":
+        def full(obj, f):
+            f.write("{")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(cache_module.json, "dump", full)
+    with caplog.at_level("WARNING", logger="captioners.cache"):
+        results = [cached.describe(img) for img in images]
+    assert [r.caption for r in results] == [PixelSum().describe(img).caption for img in images]
+    assert cached.describe(images[0]) == results[0] and cached.inner.calls == 2  # kept in memory
+    assert not list(tmp_path.rglob(".tmp-*"))
+    warnings = [r for r in caplog.records if "caption cache cannot write" in r.getMessage()]
+    assert len(warnings) == 1
+
+
 def test_vlm_captioner_plumbing_with_the_tiny_drafter(tiny_vl, tiny_models, text_image):
     """A tiny random model writes nonsense: this checks wiring, determinism and the vision-token ban."""
     vlm = VLMCaptioner.from_pipeline(tiny_vl, max_new_tokens=6)
