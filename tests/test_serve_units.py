@@ -252,50 +252,6 @@ def test_the_serve_command_turns_flags_into_settings(monkeypatch):
         settings_from_args(build_parser().parse_args(["serve", "--trust-remote-code"]))
 
 
-# -- the transformers runner ------------------------------------------------------------------------
-def test_the_hf_runner_batches_waiting_requests_that_hold_tensors():
-    """Requests queued behind a running batch: those sharing its method and config decode together, the other one
-    after; a request's tensors never decide which batch it is in (a job is compared by identity)."""
-    import asyncio
-    from types import SimpleNamespace
-
-    import torch
-
-    from asymspec_vl import AsymSpecConfig
-    from asymspec_vl.loop import RowOutput
-    from asymspec_vl.methods import METHODS
-    from asymspec_vl.serve.hf_runner import HFRunner
-
-    started, release, batches = threading.Event(), threading.Event(), []
-
-    def run(encs, method, cfg, on_step=None):
-        batches.append((method.name, [int(e.sum()) for e in encs]))
-        started.set()
-        release.wait(30)
-        return [RowOutput(token_ids=[int(e.sum())]) for e in encs]
-
-    runner = HFRunner(SimpleNamespace(backend=SimpleNamespace(run=run)))
-
-    async def answer(value: int, method: str, K: int):
-        stream = runner.stream(torch.full((3,), value), METHODS[method], AsymSpecConfig(K=K))
-        return [p.token_ids async for p in stream][-1]
-
-    async def main():
-        first = asyncio.ensure_future(answer(1, "asymspec", 2))
-        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
-        rest = [asyncio.ensure_future(answer(v, m, K)) for v, m, K in
-                ((2, "asymspec", 2), (3, "floor", 2), (4, "asymspec", 2))]
-        await asyncio.sleep(0.2)  # all three wait behind the first batch
-        release.set()
-        return await asyncio.wait_for(asyncio.gather(first, *rest), 30)
-
-    try:
-        assert asyncio.run(main()) == [[3], [6], [9], [12]]
-        assert batches == [("asymspec", [3]), ("asymspec", [6, 12]), ("floor", [9])]
-    finally:
-        runner.close()
-
-
 # -- malformed requests and routes (the app with a stand-in runner: nothing past translation runs) ------------
 @pytest.fixture()
 def app_client():
@@ -419,3 +375,246 @@ def test_serve_warns_when_it_listens_beyond_loopback_without_a_key(monkeypatch, 
     assert bool(said) == warned, said
     if warned:
         assert f"listening on {host} with no API key" in said[0]
+
+
+# -- what the mutants of tests/mutants/serve.toml change ---------------------------------------------------
+def test_local_file_paths_are_judged_where_they_lead_not_as_written(tmp_path):
+    from asymspec_vl.errors import InvalidImageError
+
+    (tmp_path / "outside.png").write_bytes(PNG)
+    root = tmp_path / "allowed"
+    (root / "sub").mkdir(parents=True)
+    (root / "link.png").symlink_to(tmp_path / "outside.png")
+    (root / "in.png").write_bytes(PNG)
+    allowed = {"allowed_local_media_path": str(root)}
+    with pytest.raises(InvalidImageError, match="outside the allowed folder"):
+        fetch(f"file://{root}/sub/../../outside.png", **allowed)  # starts inside the folder, as written
+    with pytest.raises(InvalidImageError, match="outside the allowed folder"):
+        fetch(f"file://{root}/link.png", **allowed)
+    assert fetch(f"file://{root}/sub/../in.png", **allowed).size == Image.open(io.BytesIO(PNG)).size
+
+
+def test_a_data_url_is_capped_by_the_bytes_it_decodes_to():
+    from asymspec_vl.errors import ImageTooLargeError
+
+    image = PNG + b"\0" * ((1 - len(PNG)) % 3)  # len % 3 == 1: its base64 ends in "=="
+    url = data_url(image)
+    assert url.endswith("==") and len(url.split(",")[1]) > len(image)
+    assert fetch(url, max_image_bytes=len(image)).size == Image.open(io.BytesIO(PNG)).size
+    with pytest.raises(ImageTooLargeError, match=f"is {len(image)} bytes; the limit is {len(image) - 1}"):
+        fetch(url, max_image_bytes=len(image) - 1)
+
+
+def test_a_redirect_is_not_followed_out_of_the_allowed_hosts(http_images):
+    """127.0.0.1 is allowed and redirects to localhost (the same server, another host name), which is not."""
+    from http.server import BaseHTTPRequestHandler
+
+    from asymspec_vl.errors import InvalidImageError
+
+    target = http_images.replace("127.0.0.1", "localhost") + "/img.png"
+
+    class Redirect(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert fetch(target, allowed_media_domains=("localhost",)).size == Image.open(io.BytesIO(PNG)).size
+        with pytest.raises(InvalidImageError, match="HTTP 302"):
+            fetch(f"http://127.0.0.1:{server.server_address[1]}/x.png", allowed_media_domains=("127.0.0.1",))
+    finally:
+        server.shutdown()
+
+
+def test_stop_token_ids_in_config_are_refused_and_max_completion_tokens_wins_over_max_tokens():
+    from asymspec_vl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"config \['stop_token_ids'\]: use the request's"):
+        job(body(config={"stop_token_ids": [3]}, stop_token_ids=[7]))
+    assert job(body(max_completion_tokens=5, max_tokens=9)).cfg.max_new_tokens == 5
+    assert job(body(max_tokens=9)).cfg.max_new_tokens == 9
+
+
+@pytest.mark.parametrize("method, view", [("asymspec", "x_comp"), ("floor", "x_comp"), ("sd", "x_comp"),
+                                          ("scd", "x_comp"), ("drafter", "x_question")])
+def test_usage_counts_the_prompt_the_methods_engine_reads(method, view):
+    from types import SimpleNamespace
+
+    from asymspec_vl.serve.responses import usage
+
+    lengths = {"x_full": 30, "x_comp": 20, "x_question": 7}
+    enc = SimpleNamespace(view=lambda name: SimpleNamespace(ids=[0] * lengths[name]))
+    u = usage(job(body(method=method)), enc, 4)
+    assert (u.prompt_tokens, u.completion_tokens, u.total_tokens) == (lengths[view], 4, lengths[view] + 4)
+
+
+def test_metrics_count_drafted_and_accepted_tokens_apart():
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.serve.metrics import ServeMetrics
+    from asymspec_vl.trace import Stats
+    from serve_support import metric
+
+    m = ServeMetrics()
+    m.finished("asymspec", RowOutput(token_ids=[1] * 5, sources=["draft"] * 5,
+                                     stats=Stats(steps=2, drafted=8, accepted=3, emitted=5, accepted_at=[2, 1, 0, 0])))
+    text = m.render().decode()
+    assert metric(text, "asymspec_drafted_tokens_total", method="asymspec") == 8
+    assert metric(text, "asymspec_accepted_tokens_total", method="asymspec") == 3
+    assert metric(text, "asymspec_generated_tokens_total", method="asymspec") == 5
+    assert metric(text, "asymspec_steps_total", method="asymspec") == 2
+    assert metric(text, "asymspec_acceptance_rate", method="asymspec") == 3 / 8
+    assert metric(text, "asymspec_mean_accepted_length", method="asymspec") == 5 / 2
+
+
+def stand_in_service(stream, **kw):
+    """A ChatService on a runner whose stream is `stream(enc, method, cfg)`, and a Prepared request for it."""
+    import time
+    from types import SimpleNamespace
+
+    from asymspec_vl.methods import METHODS
+    from asymspec_vl.serve.captioning import View, ViewMaker
+    from asymspec_vl.serve.chat import ChatService, Prepared
+    from asymspec_vl.serve.metrics import ServeMetrics
+
+    runner = SimpleNamespace(stream=stream, vl=SimpleNamespace(decode=lambda ids: "x" * len(ids)))
+    service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
+    j = job(body(stream=True))
+    return service, Prepared(j, METHODS[j.method], None, View(), time.monotonic(), 10**9)
+
+
+def test_a_stream_closed_by_its_client_counts_as_disconnected():
+    """The response's generator closed mid-stream (GeneratorExit at its yield), as Starlette closes it."""
+    import asyncio
+
+    from asymspec_vl.serve.runner import Progress
+    from serve_support import metric
+
+    async def endless(enc, method, cfg):
+        tokens = []
+        while True:
+            tokens.append(1)
+            yield Progress(list(tokens))
+            await asyncio.sleep(0)
+
+    service, p = stand_in_service(endless)
+
+    async def main():
+        events = service.events(p, "asymspec-vl")
+        assert "assistant" in await anext(events)
+        assert '"content":"x"' in await anext(events)
+        await events.aclose()
+
+    asyncio.run(main())
+    text = service.metrics.render().decode()
+    assert metric(text, "asymspec_requests_total", method="asymspec", finish_reason="disconnected") == 1
+    assert metric(text, "asymspec_requests_in_flight") == 0
+
+
+async def queued(runner, n: int) -> None:
+    import asyncio
+
+    while runner.jobs.qsize() < n:
+        await asyncio.sleep(0.01)
+
+
+def test_the_hf_runner_batches_only_requests_of_one_method_and_config():
+    """Queued behind a running batch: asymspec at K=2 twice, floor at K=2, asymspec at K=3 -> three batches."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import torch
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.methods import METHODS
+    from asymspec_vl.serve.hf_runner import HFRunner
+
+    started, release, batches = threading.Event(), threading.Event(), []
+
+    def run(encs, method, cfg, on_step=None):
+        batches.append((method.name, cfg.K, [int(e.sum()) for e in encs]))
+        started.set()
+        release.wait(30)
+        return [RowOutput(token_ids=[int(e.sum())]) for e in encs]
+
+    runner = HFRunner(SimpleNamespace(backend=SimpleNamespace(run=run)))
+
+    async def answer(value: int, method: str, K: int):
+        stream = runner.stream(torch.full((3,), value), METHODS[method], AsymSpecConfig(K=K))
+        return [p.token_ids async for p in stream][-1]
+
+    async def main():
+        first = asyncio.ensure_future(answer(1, "asymspec", 2))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+        rest = [asyncio.ensure_future(answer(v, m, K)) for v, m, K in
+                ((2, "asymspec", 2), (3, "floor", 2), (4, "asymspec", 2), (5, "asymspec", 3))]
+        await asyncio.wait_for(queued(runner, 4), 30)  # all four wait behind the first batch
+        release.set()
+        return await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+
+    try:
+        assert asyncio.run(main()) == [[3], [6], [9], [12], [15]]
+        assert batches == [("asymspec", 2, [3]), ("asymspec", 2, [6, 12]), ("floor", 2, [9]), ("asymspec", 3, [15])]
+    finally:
+        runner.close()
+
+
+def test_the_hf_runner_keeps_decoding_a_batch_when_one_of_its_clients_leaves():
+    import asyncio
+    from types import SimpleNamespace
+
+    import torch
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.methods import METHODS
+    from asymspec_vl.serve.hf_runner import HFRunner
+
+    busy, release, left, steps = threading.Event(), threading.Event(), threading.Event(), []
+
+    def run(encs, method, cfg, on_step=None):
+        rows = [RowOutput(token_ids=[int(e.sum())]) for e in encs]
+        if method.name == "floor":  # the batch the two others queue behind
+            busy.set()
+            release.wait(30)
+            return rows
+        for n in range(3):
+            on_step(rows)
+            steps.append((len(encs), n))
+            if n == 0:
+                left.wait(30)  # the first client leaves after its first step
+        return rows
+
+    runner = HFRunner(SimpleNamespace(backend=SimpleNamespace(run=run)))
+
+    async def main():
+        cfg = AsymSpecConfig(K=2)
+        blocker = asyncio.ensure_future(anext(runner.stream(torch.full((3,), 9), METHODS["floor"], cfg)))
+        await asyncio.get_running_loop().run_in_executor(None, busy.wait, 30)
+        leaving = runner.stream(torch.full((3,), 1), METHODS["asymspec"], cfg)
+        staying = runner.stream(torch.full((3,), 2), METHODS["asymspec"], cfg)
+
+        async def stay():
+            return [p async for p in staying]
+        kept = asyncio.ensure_future(stay())
+        first = asyncio.ensure_future(anext(leaving))
+        await asyncio.wait_for(queued(runner, 2), 30)  # both wait behind the blocker
+        release.set()
+        await asyncio.wait_for(first, 30)
+        await leaving.aclose()
+        left.set()
+        await blocker
+        return await asyncio.wait_for(kept, 30)
+
+    try:
+        got = asyncio.run(main())
+        assert steps == [(2, 0), (2, 1), (2, 2)] and got[-1].row is not None and got[-1].token_ids == [6]
+    finally:
+        runner.close()

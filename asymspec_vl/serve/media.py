@@ -2,8 +2,8 @@
 allows (--allowed-media-domains), file:// only inside the folder the operator allows
 (--allowed-local-media-path), as vLLM's own server gates them.
 
-The bytes are capped before anything is decoded (a data: URL by its base64 length, a download as it streams,
-a file by its size), then asymspec_vl.images.load_image decodes them with the pixel cap (a decompression bomb
+The bytes are capped before anything is decoded (a data: URL by the length its base64 decodes to, a download as
+it streams, a file by its size), then asymspec_vl.images.load_image decodes them with the pixel cap (a decompression bomb
 is refused from its header). vLLM's MediaConnector is not used: it returns decoded images, with no byte cap."""
 
 from __future__ import annotations
@@ -45,12 +45,19 @@ def data_url_bytes(url: str, max_bytes: int) -> bytes:
         raise InvalidImageError("the data: URL must be base64-encoded (data:image/png;base64,...)")
     if media_type and not media_type.lower().startswith("image/"):
         raise InvalidImageError(f"the data: URL holds {media_type!r}, not an image media type")
-    if len(payload) // 4 * 3 > max_bytes:
-        raise ImageTooLargeError(f"the image is about {len(payload) // 4 * 3} bytes; the limit is {max_bytes}")
+    size = base64_size(payload)
+    if size > max_bytes:
+        raise ImageTooLargeError(f"the image is {size} bytes; the limit is {max_bytes}")
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError) as e:
         raise InvalidImageError(f"the data: URL is not valid base64: {e}") from e
+
+
+def base64_size(payload: str) -> int:
+    """The bytes a padded base64 payload decodes to (its '=' padding holds none), read off its length."""
+    padding = min(2, len(payload) - len(payload.rstrip("=")))
+    return len(payload) // 4 * 3 - padding
 
 
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
