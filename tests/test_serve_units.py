@@ -618,3 +618,101 @@ def test_the_hf_runner_keeps_decoding_a_batch_when_one_of_its_clients_leaves():
         assert steps == [(2, 0), (2, 1), (2, 2)] and got[-1].row is not None and got[-1].token_ids == [6]
     finally:
         runner.close()
+
+
+def test_the_media_fetch_timeout_bounds_the_whole_download_not_each_read():
+    """An allowed host that sends its 30 bytes one every 0.2 s (6 s in all) never idles for a second."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from asymspec_vl.errors import InvalidImageError
+
+    class Dribble(BaseHTTPRequestHandler):
+        def do_GET(self):
+            import time
+
+            self.send_response(200)
+            self.send_header("Content-Length", "30")
+            self.end_headers()
+            try:
+                for _ in range(30):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass  # the client left
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dribble)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(InvalidImageError, match="took over the server's 1.0 s"):
+            fetch(f"http://127.0.0.1:{server.server_address[1]}/slow.png", allowed_media_domains=("127.0.0.1",),
+                  media_fetch_timeout_s=1.0)
+    finally:
+        server.shutdown()
+
+
+def test_the_serve_command_takes_the_connection_limits():
+    from asymspec_vl.cli import build_parser
+    from asymspec_vl.serve.cli import settings_from_args
+
+    s = settings_from_args(build_parser().parse_args(["serve", "--header-timeout", "4", "--body-timeout", "9",
+                                                      "--max-connections", "12", "--drain-timeout", "7"]))
+    assert (s.header_timeout_s, s.body_timeout_s, s.max_connections, s.drain_timeout_s) == (4, 9, 12, 7)
+
+
+def slow_stream(pause: float):
+    async def stream(enc, method, cfg):
+        import asyncio
+
+        from asymspec_vl.serve.runner import Progress
+
+        tokens = []
+        while True:
+            tokens.append(1)
+            yield Progress(list(tokens))
+            await asyncio.sleep(pause)
+    return stream
+
+
+def test_a_request_past_the_request_timeout_is_aborted_with_504():
+    import asyncio
+
+    from asymspec_vl.serve.errors import RequestTimeoutError
+
+    service, p = stand_in_service(slow_stream(0.05), request_timeout_s=0.5)
+
+    async def main():
+        p.deadline = asyncio.get_running_loop().time() + 0.5
+        with pytest.raises(RequestTimeoutError, match="timeout of 0.5 s"):
+            await service.answer(p, "asymspec-vl")
+
+    asyncio.run(main())
+
+
+def test_requests_running_when_the_drain_expires_end_with_an_error_object_and_streams_with_done():
+    import asyncio
+    import json
+
+    from asymspec_vl.serve.errors import ServerShuttingDownError
+
+    service, p = stand_in_service(slow_stream(0.01), drain_timeout_s=0.3)
+
+    async def main():
+        async def streamed():
+            return [e async for e in service.events(p, "asymspec-vl")]
+        events = asyncio.ensure_future(streamed())
+        answer = asyncio.ensure_future(service.answer(p, "asymspec-vl"))
+        await asyncio.sleep(0.1)
+        service.begin_drain()
+        with pytest.raises(ServerShuttingDownError, match="drain timeout of 0.3 s expired"):
+            await asyncio.wait_for(answer, 10)
+        return await asyncio.wait_for(events, 10)
+
+    events = asyncio.run(main())
+    assert events[-1] == "data: [DONE]\n\n"
+    assert json.loads(events[-2][6:])["error"]["type"] == "ServerShuttingDownError"
+    assert len(events) > 3  # tokens were streamed before the drain ended it

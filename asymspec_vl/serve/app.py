@@ -15,6 +15,7 @@ from typing import Callable
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..errors import AsymSpecError
 from .captioning import ViewMaker
@@ -57,6 +58,11 @@ class ServerState:
             self.load_error = e
             self.on_load_failure(e)
 
+    def begin_drain(self) -> None:
+        """uvicorn's graceful shutdown started: requests still running after the drain timeout end with an error."""
+        if self.service is not None:
+            self.service.begin_drain()
+
     def close(self) -> None:
         if self.service is not None:
             self.service.views.close()
@@ -92,6 +98,12 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
     async def known_error(request: Request, e: AsymSpecError):
         state.metrics.error(e)
         return JSONResponse(error_body(e), status_code=status_of(e))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, e: ClientDisconnect):
+        """The client left before its whole body arrived: nobody is there to answer, and nothing went wrong here."""
+        logger.info("asymspec-vl serve: a client left before sending its whole request body")
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def unknown_error(request: Request, e: Exception):

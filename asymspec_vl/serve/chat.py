@@ -2,7 +2,8 @@
 the three views and check they fit, then decode, as one JSON response or as server-sent events (each decoding
 step's tokens in one chunk). Every check runs before the first token, so a bad request gets its HTTP error even
 when it asked to stream; a failure after that ends the stream with an error event. A request past the server's
-timeout, or whose client left, is aborted in the engine."""
+timeout, or whose client left, is aborted in the engine; so is one still running when the drain after SIGTERM
+expires (--drain-timeout): it ends with ServerShuttingDownError (503 JSON, or a last error event and [DONE])."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..methods import METHODS, Method
 from ..prompts import EncodedRequest, Request, encode_request
 from . import responses as R
 from .captioning import View, ViewMaker
-from .errors import RequestTimeoutError, error_body
+from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
 from .media import fetch_image
 from .metrics import ServeMetrics
 from .runner import Progress, Runner
@@ -46,6 +47,38 @@ class Prepared:
 class ChatService:
     def __init__(self, settings: ServeSettings, runner: Runner, views: ViewMaker, metrics: ServeMetrics):
         self.settings, self.runner, self.views, self.metrics = settings, runner, views, metrics
+        self._drained: asyncio.Future | None = None  # done when the drain timeout expired (made in the event loop)
+
+    def begin_drain(self) -> None:
+        """The server stopped accepting requests (SIGTERM): those still running after --drain-timeout seconds end
+        with ServerShuttingDownError (an error object, or a last error event and [DONE] when streamed)."""
+        drained = self._drain_signal()
+        asyncio.get_running_loop().call_later(self.settings.drain_timeout_s,
+                                              lambda: drained.done() or drained.set_result(None))
+
+    def _drain_signal(self) -> asyncio.Future:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+        return self._drained
+
+    async def _within(self, awaitable, deadline: float, timeout_message: str):
+        """awaitable's result, unless the request's deadline (loop time) passes first (RequestTimeoutError) or the
+        server's drain expires (ServerShuttingDownError); either way the awaitable is cancelled and waited for."""
+        task = asyncio.ensure_future(awaitable)
+        drained = self._drain_signal()
+        try:
+            await asyncio.wait({task, drained}, timeout=max(0.0, deadline - asyncio.get_running_loop().time()),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():  # the deadline, the drain, or this request cancelled (its client left)
+                task.cancel()
+                await asyncio.wait({task})
+        if not task.cancelled():
+            return task.result()
+        if drained.done():
+            raise ServerShuttingDownError(f"the server is shutting down: this request was still running when its "
+                                          f"drain timeout of {self.settings.drain_timeout_s} s expired; retry it")
+        raise RequestTimeoutError(timeout_message)
 
     async def prepare(self, job: ChatJob) -> Prepared:
         """Every check of the request, then its encoded views (the whole request counts against the timeout)."""
@@ -55,15 +88,15 @@ class ChatService:
                               " (the drafter alone needs a server started with --drafter-engine)")
         self.runner.vl.pair.check_stop_ids(job.cfg)
         method = METHODS[job.method]
-        try:
-            async with asyncio.timeout(self.settings.request_timeout_s):
-                image = await fetch_image(job.image_url, self.settings)
-                view = await self.views.view(image, job.caption, job.ocr)
-                request = Request(job.question, image, caption=view.caption, ocr=view.ocr)
-                enc = await asyncio.to_thread(self._encode, request, method, job)
-        except TimeoutError as e:
-            raise RequestTimeoutError(f"preparing the request took over {self.settings.request_timeout_s} s") from e
+        enc, view = await self._within(self._views(job, method), deadline,
+                                       f"preparing the request took over {self.settings.request_timeout_s} s")
         return Prepared(job, method, enc, view, started, deadline)
+
+    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, View]:
+        image = await fetch_image(job.image_url, self.settings)
+        view = await self.views.view(image, job.caption, job.ocr)
+        request = Request(job.question, image, caption=view.caption, ocr=view.ocr)
+        return await asyncio.to_thread(self._encode, request, method, job), view
 
     def _encode(self, request: Request, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair
@@ -73,17 +106,14 @@ class ChatService:
 
     async def progress(self, p: Prepared) -> AsyncIterator[Progress]:
         """The runner's steps, each awaited against the request's deadline; leaving early aborts the request."""
-        loop = asyncio.get_running_loop()
         first = True
+        late = f"the request ran over the server's timeout of {self.settings.request_timeout_s} s and was aborted"
         async with aclosing(self.runner.stream(p.enc, p.method, p.job.cfg)) as steps:
             while True:
                 try:
-                    step = await asyncio.wait_for(anext(steps), p.deadline - loop.time())
+                    step = await self._within(anext(steps), p.deadline, late)
                 except StopAsyncIteration:
                     return
-                except TimeoutError as e:
-                    raise RequestTimeoutError(f"the request ran over the server's timeout of "
-                                              f"{self.settings.request_timeout_s} s and was aborted") from e
                 if first and step.token_ids:
                     self.metrics.first_token.observe(time.monotonic() - p.started)
                     first = False

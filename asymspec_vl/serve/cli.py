@@ -1,4 +1,5 @@
-"""`asymspec-vl serve`: the OpenAI-compatible chat server (flags, then uvicorn with a bounded drain on SIGTERM)."""
+"""`asymspec-vl serve`: the OpenAI-compatible chat server (flags, then uvicorn with its limits and a bounded drain on
+SIGTERM: server.py)."""
 
 from __future__ import annotations
 
@@ -60,11 +61,19 @@ def register(sub) -> None:
                    help="the largest max_tokens a request may ask for (and the default)")
     g.add_argument("--request-timeout", type=_positive_float, default=d.request_timeout_s, help="seconds")
     g.add_argument("--drain-timeout", type=_positive_float, default=d.drain_timeout_s,
-                   help="seconds requests in flight may take to finish after SIGTERM")
+                   help="seconds requests in flight may take to finish after SIGTERM; those still running then end "
+                        "with a 503 ServerShuttingDownError (streams: a last error event, then [DONE])")
+    g.add_argument("--header-timeout", type=_positive_float, default=d.header_timeout_s,
+                   help="seconds a client may take to send a request's headers (then: 408, connection closed)")
+    g.add_argument("--body-timeout", type=_positive_float, default=d.body_timeout_s,
+                   help="seconds a client may take to send a request's body after its headers (then: 408)")
+    g.add_argument("--max-connections", type=positive_int, default=d.max_connections,
+                   help="connections held at once; one more gets 503 and is closed")
     g.add_argument("--allowed-media-domains", type=comma_list, default=[],
                    help="hosts image URLs may be fetched from (comma list; '*': any); default: data: URLs only")
     g.add_argument("--allowed-local-media-path", default=None, help="a folder file:// image URLs may read from")
-    g.add_argument("--media-fetch-timeout", type=_positive_float, default=d.media_fetch_timeout_s)
+    g.add_argument("--media-fetch-timeout", type=_positive_float, default=d.media_fetch_timeout_s,
+                   help="seconds the whole download of an image URL may take")
     p.set_defaults(func=_serve)
 
 
@@ -92,7 +101,8 @@ def settings_from_args(args):
         max_image_bytes=int(args.max_image_mb * 2**20), max_image_pixels=args.max_image_pixels,
         max_tokens=args.max_tokens, request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout,
         allowed_media_domains=tuple(args.allowed_media_domains), allowed_local_media_path=args.allowed_local_media_path,
-        media_fetch_timeout_s=args.media_fetch_timeout)
+        media_fetch_timeout_s=args.media_fetch_timeout, header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout, max_connections=args.max_connections)
 
 
 def open_access_warning(host: str, api_key: str | None) -> str | None:
@@ -114,23 +124,34 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to any interface
 
 
-def _serve(args) -> int:
-    import uvicorn
+def _log_to_stderr() -> None:
+    """The toolkit's INFO messages (ready, a client gone, a cache that cannot write) beside uvicorn's, as it
+    writes them."""
+    for name in ("asymspec_vl", "captioners"):
+        log = logging.getLogger(name)
+        if not log.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(levelname)s:     %(message)s"))
+            log.addHandler(handler)
+        log.setLevel(logging.INFO)
 
+
+def _serve(args) -> int:
     from asymspec_vl.demo.cli import build_captioner
 
     from .app import create_app
     from .hf_runner import HFRunner
+    from .server import build_server
     from .vllm_runner import VLLMRunner
 
     settings = settings_from_args(args)
+    _log_to_stderr()
     warning = open_access_warning(args.host, settings.api_key)
     if warning:
         logging.getLogger(__name__).warning(warning)
     runner = VLLMRunner if settings.backend == "vllm" else HFRunner
     app = create_app(settings, runner.load, lambda vl: build_captioner(args, vl))
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
-                                           timeout_graceful_shutdown=settings.drain_timeout_s))
+    server = build_server(app, settings, args.host, args.port)
 
     def stop(error: BaseException) -> None:
         server.should_exit = True

@@ -49,12 +49,26 @@ class RequestTimeoutError(AsymSpecError):
     """A request ran past the server's per-request timeout; it was aborted in the engine."""
 
 
+class ServerShuttingDownError(AsymSpecError):
+    """The server is stopping (SIGTERM) and the request was still running when its drain timeout expired."""
+
+
+class ServerBusyError(AsymSpecError):
+    """The server holds as many connections as it may (--max-connections)."""
+
+
+class RequestReadTimeoutError(AsymSpecError):
+    """The request's headers or body did not arrive within the server's read timeouts."""
+
+
 class GenerationFailedError(AsymSpecError):
     """The model run failed on a request that passed validation (the engine's message says why)."""
 
 
 STATUS: dict[type, int] = {UnknownModelError: 404, BodyTooLargeError: 413, InputError: 400, ConfigError: 400,
-                           RouteNotFoundError: 404, MethodNotAllowedError: 405, AuthenticationError: 401, ServerNotReadyError: 503, RequestTimeoutError: 504}
+                           RouteNotFoundError: 404, MethodNotAllowedError: 405, AuthenticationError: 401,
+                           ServerNotReadyError: 503, ServerShuttingDownError: 503, ServerBusyError: 503,
+                           RequestReadTimeoutError: 408, RequestTimeoutError: 504}
 
 
 def validation_problems(error) -> str:

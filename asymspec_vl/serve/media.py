@@ -80,9 +80,9 @@ async def _download(url: str, settings: ServeSettings) -> bytes:
     if not any(host_allowed(h, settings.allowed_media_domains) for h in (host, ascii_host)):
         raise InvalidImageError(f"fetching images from {host!r} is not allowed (allowed: "
                                 f"{', '.join(settings.allowed_media_domains)})")
-    data = bytearray()
-    try:  # redirects are not followed: they could leave the allowed hosts
-        async with httpx.AsyncClient(timeout=settings.media_fetch_timeout_s, follow_redirects=False) as client:
+    data, limit = bytearray(), settings.media_fetch_timeout_s
+    try:  # the whole download within the limit (httpx's timeout is per read); redirects could leave the allowed hosts
+        async with asyncio.timeout(limit), httpx.AsyncClient(timeout=limit, follow_redirects=False) as client:
             async with client.stream("GET", parsed) as response:
                 if response.status_code != 200:
                     raise InvalidImageError(f"fetching {_shown(url)} gave HTTP {response.status_code}")
@@ -93,6 +93,8 @@ async def _download(url: str, settings: ServeSettings) -> bytes:
                                                  f"{settings.max_image_bytes} bytes")
     except httpx.HTTPError as e:
         raise InvalidImageError(f"fetching {_shown(url)} failed: {type(e).__name__}: {e}") from e
+    except TimeoutError as e:
+        raise InvalidImageError(f"fetching {_shown(url)} took over the server's {limit} s") from e
     return bytes(data)
 
 

@@ -32,11 +32,15 @@ class ServeSettings:
     max_image_pixels: int = MAX_PIXELS
     max_tokens: int = 1024  # the largest max_tokens a request may ask for (and the default when it asks none)
     request_timeout_s: float = 600.0
-    drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish
+    drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
+    # the connection (server.py): how long a client may take to send its headers / its body, how many it may hold
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_connections: int = 256
     # where images may come from besides data: URLs (vLLM's own server flags)
     allowed_media_domains: tuple[str, ...] = ()  # http(s) hosts; "*" allows any; empty: no fetching
     allowed_local_media_path: str | None = None  # a folder file:// URLs may read from; None: none
-    media_fetch_timeout_s: float = 10.0
+    media_fetch_timeout_s: float = 10.0  # the whole download of an image URL
 
     def __post_init__(self) -> None:
         _check(self.backend in BACKENDS, "backend", self.backend, f"one of {BACKENDS}")
@@ -51,11 +55,12 @@ class ServeSettings:
         if self.drafter_engine and share is not None and share + self.drafter_memory > 1:
             raise ConfigError(f"--gpu-memory-utilization {share} plus the drafter engine's --drafter-memory "
                               f"{self.drafter_memory} exceed the whole GPU: lower one of them")
-        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_tokens"):
+        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_tokens", "max_connections"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
                    "an integer >= 1")
-        for name in ("request_timeout_s", "drain_timeout_s", "media_fetch_timeout_s"):
+        for name in ("request_timeout_s", "drain_timeout_s", "media_fetch_timeout_s", "header_timeout_s",
+                     "body_timeout_s"):
             _check(_positive(getattr(self, name)), name, getattr(self, name), "a positive number of seconds")
         _check(all(isinstance(d, str) and d.strip() for d in self.allowed_media_domains), "allowed_media_domains",
                self.allowed_media_domains, "host names (or '*')")
