@@ -32,6 +32,7 @@ CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
 DEFAULT_SPEC_TOKENS = 4  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
+_stale_checked = False  # whether this process looked for an earlier run's engine processes
 
 
 def on_cpu() -> bool:
@@ -41,13 +42,21 @@ def on_cpu() -> bool:
 
 
 def configure_environment() -> None:
-    """Apply the asymspec patches (idempotent) and the CPU build's settings."""
+    """Apply the asymspec patches (idempotent) and the CPU build's settings; tie engine processes to this one
+    and, the first time, name (and wait a while for) engine processes an earlier run left (engine_life.py)."""
     import vllm_patches
 
+    from . import engine_life
+
+    global _stale_checked
     if on_cpu():
         for key, value in CPU_ENV.items():
             os.environ.setdefault(key, value)
     vllm_patches.apply()
+    engine_life.tie_engine_cores()
+    if not _stale_checked:
+        _stale_checked = True
+        engine_life.check_stale_engines()
 
 
 def engine_dtype(dtype) -> str:
@@ -87,8 +96,11 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
 
 
 def shutdown_engine(llm) -> None:
-    """Stop an engine's core (and its worker processes): its KV cache and weights are freed."""
-    llm.llm_engine.engine_core.shutdown()
+    """Stop an engine's core (and its worker processes) and wait (bounded) until its processes are gone: its KV
+    cache and weights, and on a GPU its device memory, are free before the next engine starts."""
+    from .engine_life import shut_down
+
+    shut_down(llm.llm_engine.engine_core, llm.llm_engine.engine_core.shutdown)
 
 
 class EngineCache:

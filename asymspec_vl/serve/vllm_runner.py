@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import AsyncIterator
 
 from ..api import AsymSpecVL
+from ..backends.engine_life import shut_down
 from ..backends.vllm import VLLMBackend
 from ..backends.vllm_engine import CPU_DEFAULTS, EngineCache, EngineSpec, configure_environment, engine_dtype, on_cpu
 from ..config import AsymSpecConfig
@@ -68,7 +69,7 @@ class VLLMRunner:
                 views[spec] = EngineView(start_engine(spec, settings), loop)
         except BaseException:
             for view in views.values():
-                view.engine.shutdown()
+                shut_down(view.engine.engine_core, view.engine.shutdown)
             raise
         backend = VLLMBackend(pair, drafter, verifier, None, settings.dtype, 1, {})
         backend.engines = EngineCache(_not_served, capacity=len(views))
@@ -118,7 +119,7 @@ class VLLMRunner:
 
     def close(self) -> None:
         for view in self.views.values():
-            view.engine.shutdown()
+            shut_down(view.engine.engine_core, view.engine.shutdown)
 
 
 def start_engine(spec: EngineSpec, settings: ServeSettings):
