@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from serve_support import EXAMPLES, chat_body, data_url, served
+from serve_support import EXAMPLES, chat_body, data_url, metric, served
 
 FLAGS = ["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2", "--header-timeout", "2",
          "--body-timeout", "3", "--max-connections", "6", "--drain-timeout", "3", "--max-tokens", "3000"]
@@ -56,6 +56,13 @@ def test_headers_sent_one_line_at_a_time_are_cut_with_408(server):
     reply = trickle(server, b"GET /health HTTP/1.1\r\nHost: x\r\n", [b"X-Slow-%d: y\r\n" % i for i in range(40)])
     assert reply.startswith(b"HTTP/1.1 408") and b'"type": "RequestReadTimeoutError"' in reply, reply
     assert b"headers did not arrive within 2.0 s" in reply
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(server):
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.settimeout(30)
+        reply = s.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 408") and b"headers did not arrive within 2.0 s" in reply, reply
 
 
 def test_a_body_sent_a_byte_at_a_time_is_cut_with_408(server):
@@ -114,9 +121,13 @@ def test_requests_still_running_when_the_drain_expires_end_with_an_openai_error(
         answers.append(httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120))
 
     readers = [threading.Thread(target=stream), threading.Thread(target=plain)]
-    for t in readers:
-        t.start()
-    assert first.wait(120)
+    readers[0].start()
+    assert first.wait(120)  # the stream decodes; the JSON request then waits behind its batch (hf: one at a time)
+    readers[1].start()
+    deadline = time.monotonic() + 60
+    while metric(httpx.get(server.url + "/metrics").text, "asymspec_requests_in_flight") != 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     server.proc.send_signal(signal.SIGTERM)
     for t in readers:
         t.join(120)
