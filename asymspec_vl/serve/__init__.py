@@ -2,6 +2,7 @@
 answer the image-reading drafter steered out, with the AsymSpec statistics beside it.
 
   cli.py          the command: flags -> ServeSettings, uvicorn
+  server.py       uvicorn as serve runs it: header / body timeouts, a connection bound, the drain after SIGTERM
   settings.py     ServeSettings: models, engine options, per-request limits
   app.py          the FastAPI app: routes, API key, body cap, loading state, errors
   translate.py    a ChatCompletionRequest -> a ChatJob (question, image URL, method, AsymSpecConfig); refusals
