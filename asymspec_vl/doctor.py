@@ -1,17 +1,32 @@
 """`asymspec-vl doctor`: is the vLLM path right on this machine? Versions first, then tiny models through the
-patched vLLM path against the transformers backend, once per attention backend the machine has, and the
-Triton gate kernel against its torch reference. Prints a table; exits 0 only if every check passes.
+patched vLLM path against the transformers backend, once per attention backend this machine can run, then
+tensor parallelism, a served request, and the Triton gate kernel against its torch reference. Prints a table;
+exits 0 unless a check failed (a check this machine cannot run is "skipped", with the reason).
 
-Checks per attention backend (tiny random Qwen3 verifier + Qwen3-VL drafter, written to a temporary folder):
+The tiny pair (random Qwen3 verifier + Qwen3-VL drafter, written to a temporary folder): head_dim 64, which every
+backend below takes; the verifier has 4 query heads and the drafter 2 (one KV head each), so attention planned
+with the wrong model's heads shows.
+Backends: CPU_ATTN on the CPU build; on a GPU TRITON_ATTN (float32), FLASH_ATTN with FA3 and with FA2,
+FLASHINFER, and FLASHINFER at block size 128 (kernel pages of 64; bf16). Whether a backend runs here is decided
+by vLLM's own tests (the backend's import, compute capability, flash-attn version, `validate_configuration`):
+what the machine lacks is skipped, a configuration the backend refuses fails.
+Checks per backend:
   asymspec K=2 / K=4   a batch of image requests and a text-only one: tokens, sources and step counts equal the
                        transformers backend's (one speculative engine serves both K)
   scd, sd, floor, drafter   the baselines, the same way
+  logits a and b       the drafter's x_full logits a and x_comp logits b against transformers' on the same
+                       tokens, over the first 4 proposals of requests with ~1k-token prompts
+  mixed waves          18 asymspec / scd / sd requests at K 2 and 4, 4 in the engine at a time (finished rows
+                       are reused), each equal to the same request alone on transformers
+  plain sampling       a request without extra_args that samples and asks for logprobs (GPU build: the CPU build
+                       decodes speculative rows greedily)
   preemption           a KV cache too small for the batch: requests are preempted, resume, and still agree
-In float32 (the CPU backend; TRITON_ATTN on a GPU) agreement must be exact. FLASH_ATTN (FA3 on Hopper, FA2)
-and FLASHINFER run bfloat16 only, where two implementations cannot agree bit for bit: there the check is that
-the drafter's x_full logits agree with transformers' to bf16 precision (a plan made for the wrong heads is off
-by the logits' own size) and the token agreement is reported. The gate kernel runs compiled on a GPU (V =
-151,936, bf16) and in triton's interpreter on the CPU (a smaller V).
+In float32 (CPU_ATTN, TRITON_ATTN) token agreement must be exact and logits agree to 1e-4. FLASH_ATTN and
+FLASHINFER run bf16 only, where two implementations cannot agree bit for bit: there the logits must agree to bf16
+precision (a wrong plan is off by the logits' own size) and token agreement is reported.
+Once: TP=2 (asymspec K=2 against transformers, where two CUDA GPUs exist), `asymspec-vl serve` with the tiny
+pair on 127.0.0.1 (one chat request with an image; exit 0 on SIGTERM), and the gate kernel (compiled on a GPU
+with V = 151,936, bf16; in triton's interpreter on the CPU with a smaller V).
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ def head_sizes(*sizes: TinySizes) -> list[int]:
 def verdict(run: AttentionRun, heads: list[int], platform) -> Verdict:
     """Can `run` start on `platform` (vLLM's current_platform, or a stand-in) with a pair of these head sizes?"""
     import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.attention.backend import AttentionType
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -92,10 +93,11 @@ def verdict(run: AttentionRun, heads: list[int], platform) -> Verdict:
         if reason:
             return Verdict("skipped", reason)
     dtype = getattr(torch, run.dtype)
-    problems = sorted({reason for head_size in heads for reason in backend.validate_configuration(
-        head_size=head_size, dtype=dtype, kv_cache_dtype="auto", block_size=run.block_size, use_mla=False,
-        has_sink=False, use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False,
-        device_capability=capability, attn_type=AttentionType.DECODER)})
+    with set_current_vllm_config(VllmConfig()):  # some classes read it (FA's block sizes: hybrid models' only)
+        problems = sorted({reason for head_size in heads for reason in backend.validate_configuration(
+            head_size=head_size, dtype=dtype, kv_cache_dtype="auto", block_size=run.block_size, use_mla=False,
+            has_sink=False, use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False,
+            device_capability=capability, attn_type=AttentionType.DECODER)})
     if problems:
         return Verdict("failed", f"the doctor's tiny pair (head sizes {heads}, {run.dtype}, block size "
                                  f"{run.block_size}) is invalid for {run.backend}: {', '.join(problems)}")

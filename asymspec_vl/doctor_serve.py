@@ -72,7 +72,7 @@ def serve_check(paths: dict, on_gpu: bool) -> Check:
         if detail is not None:
             log.seek(0)
             return Check.of(name, "vllm", False, f"{detail}; server log: ...{log.read()[-300:]}")
-    return Check.of(name, "vllm", True, f"HTTP 200, {tokens} tokens: {text[:40]!r}; exit 0 on SIGTERM")
+    return Check.of(name, "vllm", True, f"HTTP 200, an answer of {tokens} tokens; exit 0 on SIGTERM")
 
 
 def _chat_body() -> dict:
