@@ -213,3 +213,29 @@ def test_doctor_passes_on_the_cpu_build_and_skips_what_needs_a_gpu(tmp_path):
     assert by_name["tiny pair: different query heads"]["result"] == "ok"
     assert by_name["gate kernel == torch reference"]["result"] == "ok"
     assert "| check | backend | result | detail |" in run.stdout and "skipped (not possible on this machine)" in run.stdout
+
+
+@pytest.mark.vllm
+def test_the_logits_checks_catch_a_fault_in_b_alone(tmp_path, monkeypatch):
+    """The x_comp pass run one position off (b wrong, a right): tokens may absorb it, the b check does not."""
+    from vllm_patches.proposer import AsymSpecProposer
+
+    from asymspec_vl import AsymSpecVL
+    from asymspec_vl.doctor_backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES
+    from asymspec_vl.doctor_logits import logits_checks
+    from asymspec_vl.tiny import write_tiny_models
+
+    paths = write_tiny_models(tmp_path, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
+    run = next(r for r in RUNS if r.backend == "CPU_ATTN")
+    names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
+    hf = AsymSpecVL.from_pretrained(**names, device="cpu")
+    vl = AsymSpecVL.from_pretrained(**names, backend="vllm", **run.engine_kwargs())
+    try:
+        assert [c.result for c in logits_checks(vl, hf, run, max_new_tokens=8)] == ["ok", "ok"]
+        score = AsymSpecProposer.score_comp_view
+        monkeypatch.setattr(AsymSpecProposer, "score_comp_view",
+                            lambda self, input_ids, positions: score(self, input_ids, positions + 1))
+        a, b = logits_checks(vl, hf, run, max_new_tokens=8)
+    finally:
+        vl.backend.close()
+    assert a.result == "ok" and b.result == "failed", (a, b)
