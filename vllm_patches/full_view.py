@@ -73,9 +73,9 @@ def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
         drafter.draft_logits.store(req_id, a)
         state.drafts = row_drafts[:state.K]
         out[req_id] = state.drafts
-        if drafter.capture is not None and req_id not in drafter.capture:
-            drafter.capture[req_id] = {"x_full": tuple(state.args.x_full), "view": tuple(state.full.prompt),
-                                       "drafts": list(state.drafts), "a": a[:state.K].float().cpu()}
+        if drafter.capture is not None:
+            y = state.committed(drafter.runner.requests[req_id].output_token_ids)
+            drafter.capture.record_a(req_id, state, y, a[:state.K])
     return out
 
 

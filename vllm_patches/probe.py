@@ -28,18 +28,29 @@ def counters(llm) -> dict:
 
 
 def capture_full_view_logits(llm, on: bool = True) -> None:
-    """Start (clearing) or stop recording each request's first x_full proposal."""
+    """Start (clearing) or stop recording each request's first proposals: a and b (capture.py)."""
     llm.collective_rpc("asymspec_set_capture", args=(on,))
+
+
+def captured_proposals(llm) -> dict[str, dict]:
+    """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read as x_full's prompt,
+    "a": [{"y": committed tokens, "drafts": d_1..d_K, "a": [K, V]}, ...] (x_full rows),
+    "b": [{"tokens": x_comp + y + drafts, "b": [n+1, V]}, ...] (rows whose rule reads b)}, float32, the first
+    capture.MAX_PROPOSALS of each."""
+    from .request_args import unpack_tensor
+
+    captured = llm.collective_rpc("asymspec_captured")[0]
+    return {req_id: {**c, "x_full": tuple(c["x_full"] or ()), "view": tuple(c["view"] or ()),
+                     "a": [{**p, "a": unpack_tensor(p["a"], "a")} for p in c["a"]],
+                     "b": [{**p, "b": unpack_tensor(p["b"], "b")} for p in c["b"]]}
+            for req_id, c in captured.items()}  # msgpack turns tuples into lists; tensors travel packed
 
 
 def captured_full_view_logits(llm) -> dict[str, dict]:
     """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read, "drafts": d_1..d_K,
-    "a": [K, V] float32 drafter logits at the draft positions} of the first proposal of each request."""
-    from .request_args import unpack_tensor
-
-    captured = llm.collective_rpc("asymspec_captured")[0]
-    return {req_id: {**c, "x_full": tuple(c["x_full"]), "view": tuple(c["view"]), "a": unpack_tensor(c["a"], "a")}
-            for req_id, c in captured.items()}  # msgpack turns tuples into lists; tensors travel packed
+    "a": [K, V] float32 drafter logits at the draft positions} of the first proposal of each x_full request."""
+    return {req_id: {"x_full": c["x_full"], "view": c["view"], "drafts": c["a"][0]["drafts"], "a": c["a"][0]["a"]}
+            for req_id, c in captured_proposals(llm).items() if c["a"]}
 
 
 def profile_vision_tower(llm) -> list[int] | None:

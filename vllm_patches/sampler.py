@@ -65,6 +65,8 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
         banned = drafter.row(batch.req_ids[index[0]]).banned
         step_logits = _logits(METHODS[mode].reads, drafter, batch, logits, logits_indices, first, index, n, cfg)
+        if drafter.capture is not None and "b" in step_logits:
+            drafter.capture.record_b(runner, [batch.req_ids[i] for i in index], drafts, step_logits["b"])
         outcome = METHODS[mode].decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)

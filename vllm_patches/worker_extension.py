@@ -51,10 +51,13 @@ class AsymSpecWorkerExtension:
                 "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in drafter.attention.groups]}
 
     def asymspec_set_capture(self, on: bool) -> None:
-        self._asymspec_drafter().capture = {} if on else None
+        from .capture import LogitCapture
+
+        self._asymspec_drafter().capture = LogitCapture() if on else None
 
     def asymspec_captured(self) -> dict:
-        return {req_id: {**c, "a": pack_tensor(c["a"])} for req_id, c in (self._asymspec_drafter().capture or {}).items()}
+        capture = self._asymspec_drafter().capture
+        return capture.packed() if capture is not None else {}
 
     def asymspec_set_timing(self, on: bool) -> None:
         from .timing import PhaseTimer
