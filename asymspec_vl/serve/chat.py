@@ -59,7 +59,7 @@ class ChatService:
             async with asyncio.timeout(self.settings.request_timeout_s):
                 image = await fetch_image(job.image_url, self.settings)
                 view = await self.views.view(image, job.caption, job.ocr)
-                request = Request(job.question, image, caption=view.caption, ocr=view.ocr)
+                request = Request(image, job.question, caption=view.caption, ocr=view.ocr)
                 enc = await asyncio.to_thread(self._encode, request, method, job)
         except TimeoutError as e:
             raise RequestTimeoutError(f"preparing the request took over {self.settings.request_timeout_s} s") from e

@@ -84,7 +84,7 @@ def requests(n: int, side: int, seed: int = 0) -> list[Request]:
     for k in range(n):
         h, w = rs.randint(side // 2, side + 1, 2)
         image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
-        reqs.append(Request(f"What is the value of bar {k}? Think step by step.", image,
+        reqs.append(Request(image, f"What is the value of bar {k}? Think step by step.",
                             caption="A bar chart of yearly sales with a legend and axis labels. " * (1 + k % 3),
                             ocr=" ".join(str(x) for x in rs.randint(0, 1000, 8))))
     return reqs

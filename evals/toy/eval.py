@@ -53,7 +53,7 @@ VARIANTS = {v.key: v for v in variants()}
 def request_of(ex: world.ToyExample) -> Request:
     """The pipeline's request: the drafter gets the image, the verifier the caption (no OCR: the digits
     are the only text in the image, and reading them is the drafter's job)."""
-    return Request(ex.question, ex.image(), caption=ex.caption)
+    return Request(ex.image(), ex.question, caption=ex.caption)
 
 
 def record_of(ex: world.ToyExample, res, elapsed_s: float | None = None, batch: int = 1) -> dict:
