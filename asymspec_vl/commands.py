@@ -31,6 +31,21 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {shown.replace('%', '%%')})"  # the help text is %-formatted next
 
 
+def invocation() -> list[str]:
+    """How this process was started, for commands printed to be run as printed: the asymspec-vl script's path
+    (relative to the working folder when inside it), else `python -m asymspec_vl.cli` with this interpreter."""
+    import os
+
+    def shown(path: str) -> str:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "asymspec-vl" and script.is_file():
+        return [shown(str(script))]
+    return [shown(sys.executable), "-m", "asymspec_vl.cli"]
+
+
 def is_embedded(name: str | None, role: str = "drafter") -> bool:
     """Whether `name` is the embedded toy pair's model for `role` (by the name `embedded` or by its folder)."""
     from .defaults import EMBEDDED, embedded_models
@@ -205,7 +220,7 @@ def _generate(args) -> int:
     cfg = config_from_args(args)
     if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
         print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
-              "the image. Describe the image with --caption / --ocr; `asymspec-vl caption "
+              f"the image. Describe the image with --caption / --ocr; `{shlex.join([*invocation(), 'caption'])} "
               f"{shlex.quote(args.image)}` reads its text (OCR).", file=sys.stderr)
     set_threads(args.threads, args.device)
     vl = load_from_args(args)

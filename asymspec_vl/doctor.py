@@ -81,12 +81,13 @@ def run_doctor(out: str | None = None) -> int:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
     import torch
 
+    from .quiet import stdout_to_stderr
     from .tiny import write_tiny_models
 
     versions = environment()
     on_gpu = torch.cuda.is_available()
     checks: list[Check] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():  # stdout: the report only
         paths = write_tiny_models(tmp, seed=0)
         for run in attention_runs():
             try:
@@ -96,7 +97,7 @@ def run_doctor(out: str | None = None) -> int:
             checks += mine
             print(f"doctor: {run.label}: {sum(c.ok for c in mine)}/{len(mine)} checks passed", file=sys.stderr,
                   flush=True)
-    checks.append(kernel_check(on_gpu))
+        checks.append(kernel_check(on_gpu))
     print(markdown(versions, ("component", "version")) + "\n")
     print(markdown([(c.name, c.backend, "ok" if c.ok else "FAILED", c.detail) for c in checks],
                    ("check", "backend", "result", "detail")))

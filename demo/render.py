@@ -89,7 +89,15 @@ def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, 
 
 
 STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                 "tokens/s", "status")
+                 "tokens/s", "× Floor", "status")
+
+
+def _times_floor(row: dict, rows: list[dict]) -> str:
+    """tokens/s over the Floor's in the same run ("1.09"), empty for the Floor itself or without its row."""
+    floor = next((r["tokens_per_s"] for r in rows if r["method"] == "floor"), None)
+    if row["method"] == "floor" or not floor or row["tokens_per_s"] is None:
+        return ""
+    return f"{row['tokens_per_s'] / floor:.2f}"
 
 
 def stats_html(rows: list[dict]) -> str:
@@ -102,6 +110,7 @@ def stats_html(rows: list[dict]) -> str:
         f'<td>{html.escape(METHOD_NAMES.get(r["method"], r["method"]))}</td>'
         f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_cell(r["acceptance_rate"], 2)}</td>'
         f'<td>{_cell(r["mean_accepted_length"], 2)}</td><td>{_cell(r["fused"])}</td>'
-        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{html.escape(r["status"])}</td></tr>'
+        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{_times_floor(r, rows)}</td><td>{html.escape(r["status"])}</td>'
+        '</tr>'
         for r in rows)
     return f'<table class="stats">{head}{body}</table>'

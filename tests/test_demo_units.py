@@ -88,7 +88,8 @@ def test_stats_rows_show_only_what_applies_to_each_method():
     table = render.stats_html([row, floor])
     assert "<td>0.75</td>" in table and "<td>2.50</td>" in table and "<td>5.0</td>" in table
     assert '<tr class="stats-floor"><td>Floor</td><td>3</td><td>3</td><td></td><td></td><td></td><td>3.0</td>' \
-           '<td>token limit</td></tr>' in table
+           '<td></td><td>token limit</td></tr>' in table
+    assert "<td>5.0</td><td>1.67</td>" in table  # AsymSpec's tokens/s over the Floor's: 5.0 / 3.0
     assert "finish" not in table and "stop" not in table  # the end of the text is not called "stop"
 
 

@@ -67,3 +67,18 @@ def test_k_s_error_names_the_flag(capsys):
 def test_the_bound_separates_the_embedded_pair_from_the_real_one():
     assert speedup_bound("asymspec", 2, 1.0) < 1.0 < speedup_bound("asymspec", 2, 2 / 32)
     assert speedup_bound("floor", 2, 1.0) is None and speedup_bound("drafter", 2, 1.0) is None
+
+
+def test_library_chatter_leaves_stdout_to_the_report():
+    """What doctor and bench_vllm wrap their engines in: C++ writes to fd 1 and Python prints go to stderr."""
+    import subprocess
+    import sys
+
+    code = ("import os; from asymspec_vl.quiet import stdout_to_stderr\n"
+            "print('before')\n"
+            "with stdout_to_stderr():\n"
+            "    os.write(1, b'[Gloo] Rank 0 is connected\\n'); print('INFO vllm engine started')\n"
+            "print('| table |')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "before\n| table |\n"
+    assert "[Gloo]" in out.stderr and "INFO vllm" in out.stderr

@@ -10,13 +10,14 @@ table_<task>.png, breakdown.json (official per-category accuracy, per method), m
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from asymspec_vl.methods import engine_order
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs, writable_folder
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
@@ -129,13 +130,17 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     # method by method, grouped by engine: on a GPU, where one vLLM engine fits at a time, each starts once
     jobs = [Job(p.pid, m, p) for m in engine_order(args.methods) for p in setup.problems]
     done = log.done_keys()
+    note = resume_note(jobs, done, out / RESULTS)
+    if note:
+        print(note, file=sys.stderr)
     vl = extractor = None
     if any(j.key not in done for j in jobs):  # models load only when something is left to do
         vl = load_from_args(args)
         extractor = _extractor(args, vl)
     work = BatchedWork(jobs, done, args.batch,
                        lambda group: decode_group(vl, setup, cfg, extractor, group, args.save_trace))
-    records = run_jobs(jobs, work, log, desc="mathvista", progress=not args.no_progress,
+    label = f"mathvista: {len(setup.problems)} problems × {len(args.methods)} methods"
+    records = run_jobs(jobs, work, log, desc=label, progress=not args.no_progress,
                        base=lambda job: problem_fields(job, protocol.name))
     markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
     models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
