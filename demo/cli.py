@@ -133,7 +133,9 @@ def _demo(args) -> int:
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
                           max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
     try:
-        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+        print(f"demo: http://{args.host}:{args.port} (Ctrl+C stops it)", flush=True)  # Gradio's own lines
+        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True,
+               quiet=True)  # would suggest share=True, which the demo never sets
     except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: the port is in use: choose another one "
                           "with --port") from e
