@@ -55,7 +55,8 @@ def _run(args) -> int:
                    "weights": _weights(vl.names), "dtype": args.dtype, "base": BASE.to_dict(),
                    "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()}}
     log = ResultsLog(out / "results.jsonl", fingerprint)
-    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress)
+    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress,
+                       warm=True)
     markdown, paths = write_outputs(out, records, args.variants,
                                     f"Toy world, held-out n={args.n} ({vl.names['backend']}, batch {args.batch})")
     write_manifest(out / "manifest.json", build_manifest(

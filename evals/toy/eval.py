@@ -80,15 +80,15 @@ def decode_group(vl, group: list[Job], base: AsymSpecConfig = BASE) -> list[dict
 
 
 def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog, batch: int = 50,
-             base: AsymSpecConfig = BASE, progress: bool = True) -> list[dict]:
+             base: AsymSpecConfig = BASE, progress: bool = True, warm: bool = False) -> list[dict]:
     """Run (or resume) every example x variant, `batch` requests per decoding call; return the records,
-    variant by variant."""
+    variant by variant. warm: first run each variant's method once, untimed (timing.warm_up)."""
     jobs = [Job(ex.uid, key, ex) for key in keys for ex in examples]
     done = log.done_keys()
     note = resume_note(jobs, done, log.path)
     if note:
         print(note, file=sys.stderr)
-    if len(done) < len(jobs) and examples:  # untimed: no variant's tokens/s pays the first-call costs
+    if warm and len(done) < len(jobs) and examples:  # untimed: no variant's tokens/s pays the first-call costs
         first = request_of(examples[0])
         warm_up(vl, [VARIANTS[k].method for k in keys], first.image, first.question, caption=first.caption)
     work = BatchedWork(jobs, done, batch, lambda group: decode_group(vl, group, base))
