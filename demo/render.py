@@ -41,10 +41,12 @@ def token_span(text: str, source: str) -> str:
 
 
 def panel_html(method: str, pieces: list[tuple[str, str]], status: str) -> str:
-    """One method's panel: its title, its answer as coloured tokens (pieces = [(token text, trace source)]) and a
-    status line (waiting, decoding, done, stopped, not run)."""
+    """One method's panel: its title, its answer as plain text and as coloured tokens (pieces = [(token text,
+    trace source)]) and a status line (waiting, decoding, done, stopped, not run)."""
     tokens = "".join(token_span(t, s) for t, s in pieces)
-    body = f'<div class="answer-tokens">{tokens}</div>' if tokens else ""
+    text = "".join(t for t, _ in pieces).strip()  # the answer as plain text, to read (and copy) above its tokens
+    body = (f'<div class="answer-text">{html.escape(text)}</div><div class="answer-tokens">{tokens}</div>'
+            if tokens else "")
     return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
             f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
             f'{body}<div class="answer-status">{html.escape(status)}</div></div>')

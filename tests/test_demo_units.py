@@ -285,3 +285,9 @@ def test_file_size_limit_and_describe_without_a_captioner(service, tmp_path):
     with pytest.raises(ImageTooLargeError, match="noisy.bmp is 0.* MB; this demo accepts image files up to "):
         service.load(str(noisy))
     assert service.describe_image(_png(tmp_path / "x.png", (10, 10))) == ("", "")
+
+
+def test_a_panel_shows_the_answer_as_plain_text_above_its_tokens():
+    markup = render.panel_html("asymspec", [("9", "draft"), (" ×", "draft"), (" <b>", "fused")], "done")
+    assert '<div class="answer-text">9 × &lt;b&gt;</div><div class="answer-tokens">' in markup
+    assert "answer-text" not in render.panel_html("floor", [], "waiting…")  # nothing to read yet
