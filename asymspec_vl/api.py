@@ -7,12 +7,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from . import budget
-from .config import AsymSpecConfig, as_config, is_one_of
+from .config import AsymSpecConfig, is_one_of, with_overrides
 from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
 from .loop import RowOutput
 from .methods import Method
 from .methods import method as method_named
 from .prompts import EncodedRequest, Prompts, Request, encode_request
+from .stream import TextStream
 from .trace import Stats
 from .vocab import ModelPair
 
@@ -76,53 +77,94 @@ class AsymSpecVL:
         self.pair, self.backend, self.names = pair, backend, names
 
     @classmethod
-    def from_pretrained(cls, drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
+    def from_pretrained(cls, drafter: str | None = None, verifier: str | None = None,
                         backend: str = "hf", text_drafter: str | None = None, device: str | None = None,
                         dtype="auto", trust_remote_code: bool = False, **backend_kwargs) -> "AsymSpecVL":
-        """Load by hub id or local path ("embedded": the offline default pair).
-        backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path)."""
+        """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
+        `embedded` on the other unless both are given; None: DEFAULT_DRAFTER / DEFAULT_VERIFIER).
+        backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path). A name that cannot load (a bad
+        path, a folder without config.json, a hub id offline and not cached) raises ModelPairError."""
         from .defaults import resolve
-        from .errors import ConfigError
+        from .errors import ConfigError, ModelPairError
+        from .model_source import pair_names
 
-        drafter, verifier = resolve("drafter", drafter), resolve("verifier", verifier)
-        text_drafter = resolve("text_drafter", text_drafter)
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
-        pair = ModelPair.load(drafter, verifier, text_drafter, trust_remote_code)
-        if backend == "hf":
-            from .backends.hf import HFBackend
+        drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
+        paths = {role: resolve(role, name) for role, name in
+                 (("drafter", drafter), ("verifier", verifier), ("text_drafter", text_drafter))}
+        try:
+            pair = ModelPair.load(paths["drafter"], paths["verifier"], paths["text_drafter"], trust_remote_code)
+            if backend == "hf":
+                from .backends.hf import HFBackend
 
-            impl = HFBackend.load(pair, drafter, verifier, text_drafter, device, dtype, trust_remote_code)
-        else:
-            from .backends.vllm import VLLMBackend
+                impl = HFBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"], device,
+                                      dtype, trust_remote_code)
+            else:
+                from .backends.vllm import VLLMBackend
 
-            impl = VLLMBackend.load(pair, drafter, verifier, text_drafter, dtype=dtype, **backend_kwargs)
-        names = {"drafter": drafter, "verifier": verifier, "text_drafter": text_drafter, "backend": backend}
+                impl = VLLMBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"],
+                                        dtype=dtype, **backend_kwargs)
+        except (OSError, TypeError) as e:  # transformers on a folder missing a file (weights, tokenizer), a gated repo
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelPairError(f"loading drafter {drafter!r} / verifier {verifier!r} failed: {first} (`embedded` "
+                                 "names the offline toy pair; HF_HUB_OFFLINE=1 loads cached hub ids)") from e
+        names = {"drafter": paths["drafter"], "verifier": paths["verifier"], "text_drafter": paths["text_drafter"],
+                 "backend": backend}
         return cls(pair, impl, names)
+
+    @property
+    def tokenizer(self):
+        """The verifier's tokenizer (the pair shares one vocabulary)."""
+        return self.pair.tokenizer
 
     def generate(self, image=None, question: str = "", caption: str = "", ocr: str = "",
                  method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
                  full_context: str | None = None, compressed_context: str | None = None,
-                 on_step: Callable | None = None) -> GenerationResult:
+                 on_step: Callable | None = None, **overrides) -> GenerationResult:
         """Answer one question. With an image: the drafter reads image + text, the verifier caption + OCR.
         Text-only AsymSpec: pass full_context (drafter) and compressed_context (verifier) instead.
         Text arguments are str (caption / ocr None read as ""); config may be a dict of AsymSpecConfig
-        fields. A bad argument raises its own typed error (InvalidTextError, InvalidImageError, ...,
-        ConfigError) naming it; a failed model run raises RequestFailedError."""
-        req = Request(question, image, caption, ocr, full_context, compressed_context)
-        return self.generate_batch([req], method, config, on_step, on_error="raise")[0]
+        fields, and keyword overrides (max_new_tokens=64, K=4, beta=..., gamma=...) replace its fields.
+        A bad argument raises its own typed error (InvalidTextError, InvalidImageError, ...,
+        ConfigError for an unknown or invalid field) naming it; a failed model run raises RequestFailedError."""
+        req = Request(image, question, caption, ocr, full_context, compressed_context)
+        return self.generate_batch([req], method, config, on_step, on_error="raise", **overrides)[0]
+
+    def stream(self, image=None, question: str = "", caption: str = "", ocr: str = "",
+               method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
+               full_context: str | None = None, compressed_context: str | None = None, **overrides) -> TextStream:
+        """generate(...) as text deltas: `for delta in vl.stream(image, question): print(delta, end="")`.
+        Breaking out of the loop (or stream.close()) stops the decoding; once the loop ends `stream.result`
+        is the GenerationResult. Arguments and errors as generate's (a bad argument is raised at once)."""
+        cfg = with_overrides(config, overrides)
+        request = Request(image, question, caption, ocr, full_context, compressed_context)
+        self._validated([request], method_named(method), cfg)  # bad input raises here, not in the worker
+        return TextStream(lambda on_step: self.generate_batch([request], method, cfg, on_step, "raise")[0],
+                          self.decode)
+
+    def close(self) -> None:
+        """Release the backend's engines and memory (vLLM: shut its engines down)."""
+        self.backend.close()
+
+    def __enter__(self) -> "AsymSpecVL":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def generate_batch(self, requests: list[Request], method: str = "asymspec",
                        config: AsymSpecConfig | dict | None = None, on_step: Callable | None = None,
-                       on_error: str = "mark") -> list[GenerationResult]:
+                       on_error: str = "mark", **overrides) -> list[GenerationResult]:
         """Decode many requests together (different prompt lengths are fine).
 
         Every request is validated before any model runs: bad ones raise one BatchInputError naming each
         by index (`errors`: index -> its typed error); a batch of one raises that request's own error.
         If the model run fails on some requests, the others' results still come back: with
         on_error="mark" (the default) a failed request's result has finish_reason "error" and the
-        message in `error`; with on_error="raise" a RequestFailedError carries all results."""
-        cfg = as_config(config)
+        message in `error`; with on_error="raise" a RequestFailedError carries all results. Keyword
+        overrides replace AsymSpecConfig fields of `config` (max_new_tokens=64, K=4, ...)."""
+        cfg = with_overrides(config, overrides)
         chosen = method_named(method)
         self.pair.check_stop_ids(cfg)
         if not is_one_of(on_error, ON_ERROR):
@@ -162,7 +204,9 @@ class AsymSpecVL:
         return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
-        pieces = token_pieces(self.pair.tokenizer, out.token_ids)
+        special = set(self.pair.tokenizer.all_special_ids)  # decode() drops them: so does the trace's text
+        pieces = ["" if i in special else p for i, p in zip(out.token_ids, token_pieces(self.pair.tokenizer,
+                                                                                            out.token_ids))]
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
                                 method, cfg, out.finish_reason, dict(enc.meta), out.error)

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from .commands import HelpFormatter
+from .commands import HelpFormatter, fill_pair_defaults
 from .errors import AsymSpecError
 
 DESCRIPTION = """\
@@ -41,6 +41,11 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        fill_pair_defaults(parsed)
+        return parsed, rest
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,21 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {shown.replace('%', '%%')})"  # the help text is %-formatted next
 
 
+def invocation() -> list[str]:
+    """How this process was started, for commands printed to be run as printed: the asymspec-vl script's path
+    (relative to the working folder when inside it), else `python -m asymspec_vl.cli` with this interpreter."""
+    import os
+
+    def shown(path: str) -> str:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "asymspec-vl" and script.is_file():
+        return [shown(str(script))]
+    return [shown(sys.executable), "-m", "asymspec_vl.cli"]
+
+
 def is_embedded(name: str | None, role: str = "drafter") -> bool:
     """Whether `name` is the embedded toy pair's model for `role` (by the name `embedded` or by its folder)."""
     from .defaults import EMBEDDED, embedded_models
@@ -61,11 +76,15 @@ def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
 def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verifier: str | None = None) -> None:
     from .api import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
+    drafter, verifier = drafter or DEFAULT_DRAFTER, verifier or DEFAULT_VERIFIER
     g = p.add_argument_group("models")
-    g.add_argument("--drafter", default=drafter or DEFAULT_DRAFTER,
-                   help="VL drafter: hub id, local path, or 'embedded' (the offline toy pair)")
-    g.add_argument("--verifier", default=verifier or DEFAULT_VERIFIER,
-                   help="text-only verifier: hub id, local path, or 'embedded'")
+    g.add_argument("--drafter", default=None,
+                   help=f"VL drafter: hub id, local path, or 'embedded' (the offline toy pair) (default: {drafter}; "
+                        "embedded when --verifier is embedded)")
+    g.add_argument("--verifier", default=None,
+                   help=f"text-only verifier: hub id, local path, or 'embedded' (default: {verifier}; embedded when "
+                        "--drafter is embedded)")
+    p.set_defaults(pair_defaults=(drafter, verifier))  # applied by fill_pair_defaults once the flags are read
     g.add_argument("--text-drafter", default=None,
                    help="SD's text drafter: hub id or local path (default: the VL drafter, reading text)")
     g.add_argument("--backend", default="hf", choices=BACKENDS,
@@ -74,6 +93,12 @@ def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verif
     g.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 ...")
     g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM backend: GPUs per model")
     g.add_argument("--trust-remote-code", action="store_true", help="allow model repos to run their own code")
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=non_negative_int, default=1,
+                   help="torch CPU threads when decoding on the CPU (tiny models decode fastest and steadiest on "
+                        "one; 0: torch's default)")
 
 
 def add_config_args(p: argparse.ArgumentParser, K: int = 2, max_new_tokens: int = 256) -> None:
@@ -92,9 +117,31 @@ def add_config_args(p: argparse.ArgumentParser, K: int = 2, max_new_tokens: int 
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="answer length limit in tokens")
 
 
+def fill_pair_defaults(args) -> None:
+    """args.drafter / args.verifier as model_source.pair_names completes them from the command's defaults."""
+    from .model_source import pair_names
+
+    defaults = getattr(args, "pair_defaults", None)
+    if defaults is not None:
+        args.drafter, args.verifier = pair_names(args.drafter, args.verifier, *defaults)
+
+
+CONFIG_FLAGS = {"K": "-K", "beta": "--beta", "gamma": "--gamma", "gate": "--gate", "lam": "--lam",
+                "delta_source": "--delta-source", "bonus": "--bonus", "max_new_tokens": "--max-new-tokens"}
+
+
 def config_from_args(args) -> AsymSpecConfig:
-    return AsymSpecConfig(K=args.K, beta=args.beta, gamma=args.gamma, gate=args.gate, lam=args.lam,
-                          delta_source=args.delta_source, bonus=args.bonus, max_new_tokens=args.max_new_tokens)
+    """The flags as an AsymSpecConfig; an invalid value is a ConfigError naming its flag (-K 0 is invalid ...)."""
+    from .errors import ConfigError
+
+    try:
+        return AsymSpecConfig(**{field: getattr(args, field) for field in CONFIG_FLAGS})
+    except ConfigError as e:
+        for field, flag in CONFIG_FLAGS.items():
+            prefix = f"AsymSpecConfig.{field}="
+            if str(e).startswith(prefix):
+                raise ConfigError(f"{flag} {str(e)[len(prefix):]}") from None
+        raise
 
 
 def load_from_args(args):
@@ -129,6 +176,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
+
+
 def parse_methods(text: str) -> list[str]:
     return comma_list(text, METHODS, "method")
 
@@ -142,8 +200,10 @@ def register(sub) -> None:
     p.add_argument("--caption", default="", help="the verifier's description of the image")
     p.add_argument("--ocr", default="", help="text read from the image, for the verifier")
     p.add_argument("--methods", type=parse_methods, default=["asymspec"],
-                   help=f"comma-separated, from: {', '.join(METHODS)}")
+                   help=f"comma-separated, from: {', '.join(METHODS)}; each is warmed up first, and the Floor is "
+                        "timed too so that tokens/s reads as × Floor")
     p.add_argument("--json", action="store_true", help="print one JSON object per method")
+    add_threads_arg(p)
     add_model_args(p, drafter="embedded", verifier="embedded")
     add_config_args(p)
     p.set_defaults(func=_generate)
@@ -155,26 +215,42 @@ def register(sub) -> None:
 
 
 def _generate(args) -> int:
+    from .timing import impossible_speedup_note, set_threads, warm_up
+
     cfg = config_from_args(args)
     if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
         print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
-              "the image. Describe the image with --caption / --ocr; `asymspec-vl caption "
+              f"the image. Describe the image with --caption / --ocr; `{shlex.join([*invocation(), 'caption'])} "
               f"{shlex.quote(args.image)}` reads its text (OCR).", file=sys.stderr)
+    set_threads(args.threads, args.device)
     vl = load_from_args(args)
+    timed = list(dict.fromkeys([*args.methods, "floor"]))  # the Floor is timed too: tokens/s reads as × Floor
+    request = dict(caption=args.caption, ocr=args.ocr, config=cfg)
+    warm_up(vl, timed, args.image, args.question, **request)
+    results = {m: vl.generate(args.image, args.question, method=m, **request) for m in timed}
+    floor = results["floor"].stats.tokens_per_s
     for method in args.methods:
-        res = vl.generate(args.image, args.question, caption=args.caption, ocr=args.ocr, method=method, config=cfg)
+        res = results[method]
         if args.json:
             print(json.dumps(res.to_dict()))
             continue
-        print(f"== {method}: {summary(method, res.stats, res.trace)}")
+        print(f"== {method}: {summary(method, res.stats, res.trace, floor)}")
         print(res.text)
+    note = impossible_speedup_note(vl, args.methods, cfg.K)
+    if note and not args.json:
+        sys.stdout.flush()
+        print(note, file=sys.stderr)
     return 0
 
 
-def summary(method: str, stats, trace) -> str:
-    """The figures that apply to `method`: acceptance and mean accepted length only where drafts were made,
-    δ-fused tokens only for AsymSpec."""
-    parts = [f"{stats.emitted} tokens", f"{stats.tokens_per_s:.1f} tokens/s"]
+def summary(method: str, stats, trace, floor_tokens_per_s: float | None = None) -> str:
+    """The figures that apply to `method`: tokens/s (× Floor when the Floor's is given), acceptance and mean
+    accepted length only where drafts were made, δ-fused tokens only for AsymSpec."""
+    from .timing import times_floor
+
+    speed = "tokens/s n/a" if stats.tokens_per_s is None else f"{stats.tokens_per_s:.1f} tokens/s"
+    ratio = times_floor(stats.tokens_per_s, floor_tokens_per_s) if method != "floor" else ""
+    parts = [f"{stats.emitted} tokens", f"{speed} ({ratio})" if ratio else speed]
     if stats.drafted:
         parts += [f"acceptance {stats.acceptance_rate:.2f}", f"mean accepted length {stats.mean_accepted_length:.2f}"]
     if method == "asymspec":

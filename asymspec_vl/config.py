@@ -37,6 +37,15 @@ class AsymSpecConfig:
     stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
     scd_alpha: float = 0.5  # Appendix B: alpha = 0.5, beta = 1.0
 
+    def __new__(cls, *args, **kwargs):
+        """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(k for k in kwargs if k not in fields)
+        if unknown or len(args) > len(fields):
+            extra = unknown or [f"{len(args)} positional arguments"]
+            raise ConfigError(f"unknown AsymSpecConfig field(s) {extra}: the fields are {', '.join(fields)}")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         _check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 16,
                "K", self.K, "an integer in [1, 16]")
@@ -61,11 +70,7 @@ class AsymSpecConfig:
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = [k for k in changes if k not in names]
-        if unknown:
-            raise ConfigError(f"unknown AsymSpecConfig field(s): {sorted(map(repr, unknown))}")
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes)  # an unknown field: ConfigError from __new__
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -83,6 +88,12 @@ def as_config(config) -> AsymSpecConfig:
             raise ConfigError(f"config keys must be AsymSpecConfig field names, got {sorted(map(repr, config))}")
         return AsymSpecConfig().replace(**config)
     raise ConfigError(f"config must be an AsymSpecConfig, a dict of its fields or None, got {type(config).__name__}")
+
+
+def with_overrides(config, overrides: dict) -> AsymSpecConfig:
+    """as_config(config) with keyword overrides of its fields (generate(..., max_new_tokens=64, K=4))."""
+    cfg = as_config(config)
+    return cfg.replace(**overrides) if overrides else cfg
 
 
 def is_one_of(x, allowed: tuple[str, ...]) -> bool:

@@ -22,5 +22,12 @@ def embedded_models() -> dict[str, str | None]:
 
 
 def resolve(role: str, name: str | None) -> str | None:
-    """`embedded` -> the embedded model for `role` (drafter, verifier, text_drafter); else unchanged."""
-    return embedded_models()[role] if name == EMBEDDED else name
+    """`embedded` -> the embedded model for `role` (drafter, verifier, text_drafter); None -> None; any other
+    name as model_source.locate checks it (a ModelPairError if it cannot load)."""
+    if name is None:
+        return None
+    if name == EMBEDDED:
+        return embedded_models()[role]
+    from .model_source import locate
+
+    return locate(role, name)

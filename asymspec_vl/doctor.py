@@ -99,6 +99,7 @@ def run_doctor(out: str | None = None) -> int:
     import torch
     from vllm.platforms import current_platform
 
+    from .quiet import stdout_to_stderr
     from .tiny import write_tiny_models
 
     versions = environment()
@@ -106,7 +107,7 @@ def run_doctor(out: str | None = None) -> int:
     device = "cuda" if on_gpu else "cpu"
     heads = head_sizes(DRAFTER_SIZES, VERIFIER_SIZES)
     checks: list[Check] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():  # stdout: the report only
         paths = write_tiny_models(tmp, seed=0, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
         checks.append(pair_check(paths))
         first = None  # the first backend that runs here: TP=2 runs on it

@@ -44,9 +44,9 @@ def requests():
         rs = np.random.RandomState(seed)
         h, w = rs.randint(32, 160, 2)
         image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
-        out.append(Request(f"What is shown in figure {seed}?", image, caption="a chart with bars " * (1 + seed % 3),
+        out.append(Request(image, f"What is shown in figure {seed}?", caption="a chart with bars " * (1 + seed % 3),
                            ocr=" ".join(str(x) for x in rs.randint(0, 99, seed))))
-    out.append(Request("What is the answer?", full_context="The answer is 42, said the table.",
+    out.append(Request(question="What is the answer?", full_context="The answer is 42, said the table.",
                        compressed_context="a table"))
     return out
 

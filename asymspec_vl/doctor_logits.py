@@ -24,8 +24,8 @@ def long_requests():
 
     words = "the chart shows the value of each bar and the total of the left and right side".split()
     text = " ".join(words[i % len(words)] + (f" {i}" if i % 7 == 0 else "") for i in range(LONG_TEXT_WORDS))
-    image_reqs = [Request(r.question, r.image, caption=text, ocr=r.ocr) for r in requests()[1:3]]
-    return image_reqs + [Request("What is the total?", full_context=text, compressed_context=text[:200])]
+    image_reqs = [Request(r.image, r.question, caption=text, ocr=r.ocr) for r in requests()[1:3]]
+    return image_reqs + [Request(question="What is the total?", full_context=text, compressed_context=text[:200])]
 
 
 def logits_checks(vl, hf, run: AttentionRun, K: int = 4, max_new_tokens: int = 24) -> list[Check]:

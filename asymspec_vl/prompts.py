@@ -17,10 +17,11 @@ from .user_text import SENTINEL, check_text, encode_pieces, template_pieces
 class Request:
     """One question. Cross-modal: `image` (+ its caption / OCR text for the verifier).
     Text-only AsymSpec: `full_context` for the drafter and `compressed_context` for the verifier.
-    Text fields are str (caption / ocr None reads as ""); checked by checked_request."""
+    Text fields are str (caption / ocr None reads as ""); checked by checked_request. The order is generate's:
+    Request(image, question, caption=..., ocr=...); text-only: Request(question=..., full_context=...)."""
 
-    question: str
     image: object = None
+    question: str = ""
     caption: str = ""
     ocr: str = ""
     full_context: str | None = None

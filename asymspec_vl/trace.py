@@ -56,16 +56,27 @@ class Stats:
         self.emitted += num_emitted
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted; None where nothing was drafted (floor, the drafter alone)."""
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
-    def mean_accepted_length(self) -> float:
-        return self.emitted / self.steps if self.steps else 0.0
+    def mean_accepted_length(self) -> float | None:
+        """emitted / steps (tokens per verifier pass); None where nothing was drafted."""
+        return self.emitted / self.steps if self.drafted and self.steps else None
 
     @property
-    def tokens_per_s(self) -> float:
-        return self.emitted / self.elapsed_s if self.elapsed_s > 0 else 0.0
+    def tokens_per_s(self) -> float | None:
+        """emitted / elapsed_s of the decoding (the prompts' prefill included); None before any time passed."""
+        return self.emitted / self.elapsed_s if self.elapsed_s > 0 else None
+
+    def __repr__(self) -> str:
+        def shown(x, digits):
+            return "None" if x is None else f"{x:.{digits}f}"
+
+        return (f"Stats(emitted={self.emitted}, steps={self.steps}, acceptance_rate="
+                f"{shown(self.acceptance_rate, 2)}, mean_accepted_length={shown(self.mean_accepted_length, 2)}, "
+                f"tokens_per_s={shown(self.tokens_per_s, 1)}, elapsed_s={self.elapsed_s:.3f})")
 
     @property
     def acceptance_per_position(self) -> list[float]:

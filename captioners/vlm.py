@@ -44,7 +44,12 @@ class VLMCaptioner:
 
     @classmethod
     def from_pipeline(cls, vl, **kwargs) -> "VLMCaptioner":
-        """Reuse an AsymSpecVL pipeline's VL drafter (transformers backend) or load it again by name."""
+        """Reuse an AsymSpecVL pipeline's VL drafter (transformers backend) or load it again by name. The
+        embedded toy drafter is refused (ConfigError): it writes toy answers, not captions."""
+        from asymspec_vl.commands import check_captioning_model
+
+        check_captioning_model(str(vl.names["drafter"]), "VLMCaptioner(model=...)",
+                               "pass the caption text yourself")
         model = getattr(vl.backend, "drafter", None)
         if isinstance(model, torch.nn.Module) and hasattr(model.config, "vision_config"):
             return cls(_loaded=(str(vl.names["drafter"]), vl.pair.processor, model), **kwargs)

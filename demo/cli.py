@@ -7,8 +7,8 @@ import errno
 import math
 import socket
 
-from asymspec_vl.commands import (add_config_args, add_model_args, check_captioning_model, config_from_args,
-                                  load_from_args)
+from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, check_captioning_model,
+                                  config_from_args, load_from_args)
 from asymspec_vl.errors import ConfigError
 from asymspec_vl.images import MAX_FILE_BYTES, MAX_PIXELS
 
@@ -33,6 +33,7 @@ def register(sub) -> None:
                        description="Serve the demo page. Without --drafter / --verifier it runs the embedded toy "
                                    "pair on the CPU, with toy scenes as examples.")
     add_model_args(p, drafter="embedded", verifier="embedded")
+    add_threads_arg(p)
     add_config_args(p, K=2, max_new_tokens=64)
     g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
@@ -114,18 +115,27 @@ def _why(e: OSError) -> str:
 
 
 def _demo(args) -> int:
+    from PIL import Image
+
+    from asymspec_vl.methods import METHODS
+    from asymspec_vl.timing import set_threads, warm_up
+
     from .app import build_demo, launch
     from .service import DemoService
 
     cfg = config_from_args(args)  # checked before the models load
     check_caption_model(args)
     check_port(args.host, args.port)
+    set_threads(args.threads, args.device)
     vl = load_from_args(args)
+    warm_up(vl, list(METHODS), Image.new("RGB", (96, 32), "white"), "What is shown?", config=cfg)  # untimed
     max_bytes = int(args.max_upload_mb * 2**20)
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
                           max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
     try:
-        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+        print(f"demo: http://{args.host}:{args.port} (Ctrl+C stops it)", flush=True)  # Gradio's own lines
+        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True,
+               quiet=True)  # would suggest share=True, which the demo never sets
     except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: the port is in use: choose another one "
                           "with --port") from e

@@ -41,10 +41,12 @@ def token_span(text: str, source: str) -> str:
 
 
 def panel_html(method: str, pieces: list[tuple[str, str]], status: str) -> str:
-    """One method's panel: its title, its answer as coloured tokens (pieces = [(token text, trace source)]) and a
-    status line (waiting, decoding, done, stopped, not run)."""
+    """One method's panel: its title, its answer as plain text and as coloured tokens (pieces = [(token text,
+    trace source)]) and a status line (waiting, decoding, done, stopped, not run)."""
     tokens = "".join(token_span(t, s) for t, s in pieces)
-    body = f'<div class="answer-tokens">{tokens}</div>' if tokens else ""
+    text = "".join(t for t, _ in pieces).strip()  # the answer as plain text, to read (and copy) above its tokens
+    body = (f'<div class="answer-text">{html.escape(text)}</div><div class="answer-tokens">{tokens}</div>'
+            if tokens else "")
     return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
             f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
             f'{body}<div class="answer-status">{html.escape(status)}</div></div>')
@@ -89,7 +91,15 @@ def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, 
 
 
 STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                 "tokens/s", "status")
+                 "tokens/s", "× Floor", "status")
+
+
+def _times_floor(row: dict, rows: list[dict]) -> str:
+    """tokens/s over the Floor's in the same run ("1.09"), empty for the Floor itself or without its row."""
+    floor = next((r["tokens_per_s"] for r in rows if r["method"] == "floor"), None)
+    if row["method"] == "floor" or not floor or row["tokens_per_s"] is None:
+        return ""
+    return f"{row['tokens_per_s'] / floor:.2f}"
 
 
 def stats_html(rows: list[dict]) -> str:
@@ -102,6 +112,7 @@ def stats_html(rows: list[dict]) -> str:
         f'<td>{html.escape(METHOD_NAMES.get(r["method"], r["method"]))}</td>'
         f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_cell(r["acceptance_rate"], 2)}</td>'
         f'<td>{_cell(r["mean_accepted_length"], 2)}</td><td>{_cell(r["fused"])}</td>'
-        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{html.escape(r["status"])}</td></tr>'
+        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{_times_floor(r, rows)}</td><td>{html.escape(r["status"])}</td>'
+        '</tr>'
         for r in rows)
     return f'<table class="stats">{head}{body}</table>'

@@ -301,3 +301,14 @@ def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, 
         finally:
             bar.bar.close()
     return [records[k] for k in keys]
+
+
+def resume_note(jobs: list[Job], done: set, path: str | Path) -> str | None:
+    """What a rerun will do, in one line: "resumed: nothing to do ..." or "resumed: N of M done ...";
+    None on a fresh run."""
+    finished = sum(j.key in done for j in jobs)
+    if not finished:
+        return None
+    if finished == len(jobs):
+        return f"resumed: nothing to do (all {len(jobs)} results are in {path}; --out elsewhere starts afresh)"
+    return f"resumed: {finished} of {len(jobs)} results are in {path}; running the other {len(jobs) - finished}"

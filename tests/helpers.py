@@ -30,7 +30,7 @@ def random_request(seed: int):
     rs = np.random.RandomState(1000 + seed)
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 4)))
     ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 6))))
-    return Request(QUESTIONS[seed % len(QUESTIONS)], random_image(seed), caption=caption, ocr=ocr)
+    return Request(random_image(seed), QUESTIONS[seed % len(QUESTIONS)], caption=caption, ocr=ocr)
 
 
 def runner_of(llm):

@@ -79,7 +79,7 @@ def test_prompt_longer_than_context(tiny_vl, works_after):
 
 
 def test_bad_request_in_a_batch_fails_before_any_compute(tiny_vl, works_after):
-    reqs = [Request("What is shown?", random_image(2)), Request("What is shown?", b"garbage")]
+    reqs = [Request(random_image(2), "What is shown?"), Request(b"garbage", "What is shown?")]
     with pytest.raises(BatchInputError) as info:
         tiny_vl.generate_batch(reqs, config=CFG)
     assert list(info.value.errors) == [1] and isinstance(info.value.errors[1], InvalidImageError)
@@ -143,10 +143,10 @@ def test_documented_coercions(tiny_vl):
 # -- batches (issue 12, item 4) ---------------------------------------------------------------------------
 def test_batch_validation_names_every_bad_request_before_anything_runs(tiny_vl, works_after, monkeypatch):
     long_caption = "a very long description of the figure " * 1500
-    reqs = [Request("What is shown?", random_image(1)), Request("  ", random_image(2)),
-            Request("What is shown?", random_image(3)), Request("What is shown?", b"not an image"),
-            Request("What?", random_image(4), ocr=123), "not a request",
-            Request("What?", random_image(5), caption=long_caption)]
+    reqs = [Request(random_image(1), "What is shown?"), Request(random_image(2), "  "),
+            Request(random_image(3), "What is shown?"), Request(b"not an image", "What is shown?"),
+            Request(random_image(4), "What?", ocr=123), "not a request",
+            Request(random_image(5), "What?", caption=long_caption)]
     monkeypatch.setattr(tiny_vl.backend, "run", lambda *a, **k: pytest.fail("a model ran"))
     with pytest.raises(BatchInputError) as info:
         tiny_vl.generate_batch(reqs, method="floor", config=CFG)
@@ -157,7 +157,7 @@ def test_batch_validation_names_every_bad_request_before_anything_runs(tiny_vl, 
     for i in e.errors:
         assert f"request {i}: {type(e.errors[i]).__name__}: " in str(e)
     with pytest.raises(InputError, match="requests must be a list"):
-        tiny_vl.generate_batch(Request("What?", random_image(1)), config=CFG)
+        tiny_vl.generate_batch(Request(random_image(1), "What?"), config=CFG)
     monkeypatch.undo()
     assert tiny_vl.generate_batch([], config=CFG) == []
     works_after()
@@ -170,7 +170,7 @@ def poisoned(tiny_vl, monkeypatch):
     from asymspec_vl.backends import hf_source
     from asymspec_vl.prompts import encode_request
 
-    bad = Request("What is shown?", random_image(7), caption="poison")
+    bad = Request(random_image(7), "What is shown?", caption="poison")
     bad_ids = encode_request(bad, tiny_vl.pair.processor, tiny_vl.pair.tokenizer).comp.ids
     real_init = hf_source.HFSource.__init__
 
@@ -188,7 +188,7 @@ def _alone(vl, req, method):
 
 @pytest.mark.parametrize("method", ["asymspec", "floor"])
 def test_a_failed_request_is_marked_and_the_finished_ones_come_back(tiny_vl, works_after, poisoned, method):
-    good = [Request("What is shown?", random_image(5), caption="a chart"), Request("How many?", random_image(6))]
+    good = [Request(random_image(5), "What is shown?", caption="a chart"), Request(random_image(6), "How many?")]
     results = tiny_vl.generate_batch([good[0], poisoned, good[1]], method, CFG)
     assert [r.finish_reason != "error" for r in results] == [True, False, True]
     assert [results[0].token_ids, results[2].token_ids] == [_alone(tiny_vl, g, method) for g in good]
@@ -215,11 +215,11 @@ def test_a_caller_stopping_the_decoding_is_not_retried(tiny_vl, poisoned):
         calls.append(len(rows))
         raise Stop()
     with pytest.raises(Stop):
-        tiny_vl.generate_batch([Request("What?", random_image(1)), Request("Why?", random_image(2))], config=CFG,
+        tiny_vl.generate_batch([Request(random_image(1), "What?"), Request(random_image(2), "Why?")], config=CFG,
                                on_step=on_step)
     assert calls == [2]
     streamed = []
-    results = tiny_vl.generate_batch([Request("What?", random_image(1)), poisoned], config=CFG,
+    results = tiny_vl.generate_batch([Request(random_image(1), "What?"), poisoned], config=CFG,
                                      on_step=lambda rows: streamed.append([len(r.token_ids) for r in rows]))
     assert streamed[-1] == [len(results[0].token_ids), 0]  # rows stream in batch order while decoded one by one
 

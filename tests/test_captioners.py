@@ -250,3 +250,12 @@ def test_caption_command_defaults_to_ocr_only():
 
     args = build_parser().parse_args(["caption", "x.png"])  # no captioning model unless one is named
     assert args.model is None and not args.no_ocr and not args.no_caption
+
+
+def test_the_embedded_pipeline_s_toy_drafter_is_no_captioner():
+    """As the CLI and the demo refuse it: the toy drafter writes toy-world answers, not captions."""
+    from asymspec_vl import AsymSpecVL, ConfigError
+
+    vl = AsymSpecVL.from_pretrained("embedded", device="cpu")
+    with pytest.raises(ConfigError, match="the embedded toy drafter cannot caption images"):
+        VLMCaptioner.from_pipeline(vl)

@@ -52,7 +52,8 @@ def test_every_option_has_help_and_its_default_once(path):
 def test_generate_and_demo_help_show_their_defaults():
     helps = _option_help(_subparser(build_parser(), ["generate"]))
     assert "(default: 2)" in helps["-K"] and "(default: 256)" in helps["--max-new-tokens"]
-    assert "comma-separated, from: asymspec, sd, scd, floor, drafter (default: asymspec)" in helps["--methods"]
+    assert "comma-separated, from: asymspec, sd, scd, floor, drafter;" in helps["--methods"]
+    assert helps["--methods"].endswith("(default: asymspec)") and "× Floor" in helps["--methods"]
     for option in ("--question", "--backend", "--gate", "--delta-source", "--bonus"):
         assert len(helps[option].split()) > 4, helps[option]
     assert "(default: cda)" in helps["--gate"] and "JSD" in helps["--gate"]
@@ -74,7 +75,7 @@ def test_generate_without_a_view_says_the_verifier_is_blind(tiny_models, tmp_pat
                  "floor,asymspec", *models]) == 0
     out, err = capsys.readouterr()
     assert "no --caption and no --ocr: the verifier reads only the question" in err
-    assert f"asymspec-vl caption {image}" in err
+    assert f"-m asymspec_vl.cli caption {image}" in err  # as this process was started (python -m under pytest)
     floor, asym = [line for line in out.splitlines() if line.startswith("== ")]
     # the figures that apply: no acceptance for the Floor (it drafts nothing), acceptance and δ-fused for AsymSpec
     assert floor.startswith("== floor: 4 tokens, ") and "acceptance" not in floor and "fused" not in floor
@@ -104,11 +105,11 @@ def test_toy_example_prints_commands_that_paste_and_run(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     commands = [shlex.split(line) for line in lines if not line.startswith("#")]
     assert len(commands) == 2 and all(line.startswith("# expected answer: ") for line in lines[::2])
-    for argv in commands:
-        assert argv[:2] == ["asymspec-vl", "generate"]
-        args = build_parser().parse_args(argv[1:])
+    for argv in commands:  # this process was started as python -m asymspec_vl.cli: so are the commands
+        assert argv[1:4] == ["-m", "asymspec_vl.cli", "generate"]
+        args = build_parser().parse_args(argv[3:])
         assert (tmp_path / "ex").joinpath(args.image.split("/")[-1]).is_file() and args.caption and args.question
-    assert main(commands[0][1:] + ["--max-new-tokens", "24"]) == 0
+    assert main(commands[0][3:] + ["--max-new-tokens", "24"]) == 0
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("==")] == \
            ["== asymspec", "== floor", "== drafter"]

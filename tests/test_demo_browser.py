@@ -260,11 +260,12 @@ def test_the_toy_example_answered_with_coloured_tokens(server, browser):
     assert all(render.SOURCE_STYLES[s][0] in legend for s in (T.DRAFT, T.FUSED, T.BONUS))
     header = [th.text.replace("\n", " ") for th in browser.find_elements(By.CSS_SELECTOR, "#stats th")]
     assert header == ["method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                      "tokens/s", "status"]
+                      "tokens/s", "× Floor", "status"]
     asym, floor = _stats_cells(browser, "asymspec"), _stats_cells(browser, "floor")
     assert 0.0 <= float(asym[3]) <= 1.0 and float(asym[4]) >= 1.0 and int(asym[5]) >= 0 and float(asym[6]) > 0
     assert floor[3:6] == ["", "", ""] and float(floor[6]) > 0  # the Floor drafts nothing: nothing shown
-    assert asym[7] in ("end of answer", "token limit") and "stop" not in asym[7]
+    assert float(asym[7]) > 0 and floor[7] == ""  # × Floor: AsymSpec's tokens/s over the Floor's
+    assert asym[8] in ("end of answer", "token limit") and "stop" not in asym[8]
     _screenshot(browser, "demo-answer.png")
 
 
@@ -386,7 +387,7 @@ def test_stop_mid_answer_keeps_the_partial_answer(paced_server, browser):
     status, shown = _status(browser, "asymspec-answer"), len(_tokens(browser, "asymspec-answer"))
     assert status == stopped_after(shown) and shown >= 1
     assert _status(browser, "floor-answer") == _status(browser, "drafter-answer") == "not run"
-    assert _stats_cells(browser, "asymspec")[7] == "stopped"
+    assert _stats_cells(browser, "asymspec")[8] == "stopped"
     _screenshot(browser, "demo-stop-mid-answer.png")
     _answer(browser, wait)  # the next Answer works
     assert "126" in browser.find_element(By.ID, "asymspec-answer").text
@@ -405,7 +406,7 @@ def test_stop_after_the_first_panel(paced_server, browser):
     shown = len(_tokens(browser, "floor-answer"))
     assert _status(browser, "floor-answer") == stopped_after(shown)
     assert _status(browser, "drafter-answer") == "not run"
-    assert [_stats_cells(browser, m)[7] for m in ("asymspec", "floor")] == ["end of answer", "stopped"]
+    assert [_stats_cells(browser, m)[8] for m in ("asymspec", "floor")] == ["end of answer", "stopped"]
     _screenshot(browser, "demo-stop-after-first-panel.png")
     _answer(browser, wait)
 

@@ -88,7 +88,8 @@ def test_stats_rows_show_only_what_applies_to_each_method():
     table = render.stats_html([row, floor])
     assert "<td>0.75</td>" in table and "<td>2.50</td>" in table and "<td>5.0</td>" in table
     assert '<tr class="stats-floor"><td>Floor</td><td>3</td><td>3</td><td></td><td></td><td></td><td>3.0</td>' \
-           '<td>token limit</td></tr>' in table
+           '<td></td><td>token limit</td></tr>' in table
+    assert "<td>5.0</td><td>1.67</td>" in table  # AsymSpec's tokens/s over the Floor's: 5.0 / 3.0
     assert "finish" not in table and "stop" not in table  # the end of the text is not called "stop"
 
 
@@ -284,3 +285,9 @@ def test_file_size_limit_and_describe_without_a_captioner(service, tmp_path):
     with pytest.raises(ImageTooLargeError, match="noisy.bmp is 0.* MB; this demo accepts image files up to "):
         service.load(str(noisy))
     assert service.describe_image(_png(tmp_path / "x.png", (10, 10))) == ("", "")
+
+
+def test_a_panel_shows_the_answer_as_plain_text_above_its_tokens():
+    markup = render.panel_html("asymspec", [("9", "draft"), (" ×", "draft"), (" <b>", "fused")], "done")
+    assert '<div class="answer-text">9 × &lt;b&gt;</div><div class="answer-tokens">' in markup
+    assert "answer-text" not in render.panel_html("floor", [], "waiting…")  # nothing to read yet

@@ -120,8 +120,8 @@ def test_public_api_gives_a_result_or_a_typed_error(embedded_vl):
     def check(image, question, caption, ocr, config, method, batch):
         try:
             if batch:  # a valid request beside the random one: only the random one may be named as bad
-                valid = Request(REFERENCE["question"], random_image(1, 8, 40))
-                results = vl.generate_batch([valid, Request(question, image, caption, ocr)], method, config)
+                valid = Request(random_image(1, 8, 40), REFERENCE["question"])
+                results = vl.generate_batch([valid, Request(image, question, caption, ocr)], method, config)
             else:
                 results = [vl.generate(image, question, caption, ocr, method=method, config=config)]
         except BatchInputError as e:

@@ -357,7 +357,8 @@ def test_help_states_each_default_once_as_typed(argv, capsys, monkeypatch):
     assert "(default: None)" not in text and "(default: False)" not in text and "['" not in text
     if argv[1] == "mathvista":
         assert "(default: floor,sd,drafter,asymspec)" in text and "(default: cuda if available, else cpu)" in text
-        assert "(default: Qwen/Qwen3-VL-2B-Instruct)" in text and "(default: official)" in text
+        assert "(default: Qwen/Qwen3-VL-2B-Instruct; embedded when --verifier is embedded)" in text
+        assert "(default: official)" in text
         assert "default: ~/.cache/asymspec-vl/mathvista if it exists, else the hub\n" in text
     else:
         assert "(default: rule)" in text and "(default: of the protocol each run used)" in text

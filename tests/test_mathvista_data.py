@@ -187,3 +187,13 @@ def test_hub_refused_offline_with_directions(tmp_path, monkeypatch):
         assert "offline mode" in str(err.value) and str(tmp_path / "cache" / "mathvista") in str(err.value)
     render_standins(tmp_path / "cache" / "mathvista" / "images", ["2"])
     assert isinstance(open_images(None)[1], FolderImages)  # the default folder, once it exists
+
+
+def test_methods_that_never_read_the_image_need_no_images(tmp_path, monkeypatch):
+    """floor / sd / scd read the verifier's text only: no image store is opened or checked for them."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("ASYMSPEC_VL_CACHE", str(tmp_path / "cache"))  # no default image folder: the hub, offline
+    with pytest.raises(MissingImagesError):
+        load_setup(None, EvalProtocol(), limit=3)
+    setup = load_setup(None, EvalProtocol(), limit=3, needs_images=False)
+    assert len(setup.problems) == 3 and setup.store is None

@@ -23,7 +23,7 @@ FACTS = ["the red box holds 7 apples", "the blue bar is 42 units tall", "angle A
 def text_request(i: int) -> Request:
     """A question with a long (full) context for the drafter and a short (compressed) one for the verifier."""
     full = ". ".join(FACTS[j % len(FACTS)] for j in range(i, i + 2 + i % 4))
-    return Request(f"Question {i}: what is the value?", full_context=full,
+    return Request(question=f"Question {i}: what is the value?", full_context=full,
                    compressed_context=FACTS[i % len(FACTS)].split(" is ")[0])
 
 

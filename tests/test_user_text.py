@@ -32,8 +32,8 @@ def every_added_token(tokenizer) -> str:
 
 
 def hostile_requests(tokenizer, text: str) -> list[Request]:
-    return [Request(f"What is {text} here?", random_image(3), caption=f"A chart {text}", ocr=text),
-            Request(f"Why {text}?", full_context=f"Facts: {text}", compressed_context=text)]
+    return [Request(random_image(3), f"What is {text} here?", caption=f"A chart {text}", ocr=text),
+            Request(question=f"Why {text}?", full_context=f"Facts: {text}", compressed_context=text)]
 
 
 def control_ids(tokenizer, ids: list[int]) -> Counter:
@@ -72,8 +72,8 @@ def test_ordinary_text_gives_the_ids_of_the_whole_prompt(pair):
     the ids and image inputs equal the tokenizer's / processor's on the whole prompt string."""
     tok, proc = pair.tokenizer, pair.processor
     reqs = [random_request(s) for s in range(8)]
-    reqs += [Request("  How many? \n", random_image(1), caption="\nline one\n\nline two ", ocr=" 12  30\t21 "),
-             Request("What is the answer?", full_context="The answer is 42.", compressed_context="a table")]
+    reqs += [Request(random_image(1), "  How many? \n", caption="\nline one\n\nline two ", ocr=" 12  30\t21 "),
+             Request(question="What is the answer?", full_context="The answer is 42.", compressed_context="a table")]
     for r in reqs:
         enc = encode_request(r, proc, tok)
         assert enc.comp.ids == tok(enc.prompts.x_comp, add_special_tokens=False)["input_ids"]

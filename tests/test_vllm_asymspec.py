@@ -41,7 +41,7 @@ def _requests():
     from asymspec_vl import Request
 
     reqs = [random_request(s) for s in range(N_REQUESTS)]
-    reqs.append(Request("What is the answer?", full_context="The answer is 42, said the table.",
+    reqs.append(Request(question="What is the answer?", full_context="The answer is 42, said the table.",
                         compressed_context="a table"))  # text-only AsymSpec: x_full without an image
     return reqs
 
@@ -117,7 +117,7 @@ def _gate_requests():
     from asymspec_vl import Request
 
     sizes = [32, 32, 128, 96]
-    return [Request(f"What is shown in picture {i}?", random_image(100 + i, s, s + 1), caption="a chart of sales",
+    return [Request(random_image(100 + i, s, s + 1), f"What is shown in picture {i}?", caption="a chart of sales",
                     ocr="12 34") for i, s in enumerate(sizes)]
 
 

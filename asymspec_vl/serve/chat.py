@@ -95,7 +95,7 @@ class ChatService:
     async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, View]:
         image = await fetch_image(job.image_url, self.settings)
         view = await self.views.view(image, job.caption, job.ocr)
-        request = Request(job.question, image, caption=view.caption, ocr=view.ocr)
+        request = Request(image, job.question, caption=view.caption, ocr=view.ocr)
         return await asyncio.to_thread(self._encode, request, method, job), view
 
     def _encode(self, request: Request, method: Method, job: ChatJob) -> EncodedRequest:

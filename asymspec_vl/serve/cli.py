@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.set_defaults(backend="vllm")
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--port", type=int, default=8000, help="port to listen on")
     g.add_argument("--api-key", default=os.environ.get("ASYMSPEC_VL_API_KEY"),
                    help="key the /v1 routes require as 'Authorization: Bearer KEY' (default: $ASYMSPEC_VL_API_KEY)")
     g.add_argument("--served-model-name", default=d.served_model_name, help="the model name clients send")
@@ -41,22 +41,29 @@ def register(sub) -> None:
     g.add_argument("--drafter-memory", type=_positive_float, default=d.drafter_memory,
                    help="the drafter engine's share of GPU memory (its gpu_memory_utilization)")
     g = p.add_argument_group("engine (as `vllm serve` takes them)")
-    g.add_argument("--data-parallel-size", type=positive_int, default=None)
-    g.add_argument("--max-model-len", type=positive_int, default=None)
-    g.add_argument("--gpu-memory-utilization", type=_positive_float, default=None)
-    g.add_argument("--max-num-seqs", type=positive_int, default=None, help="requests decoded at once")
-    g.add_argument("--enforce-eager", action="store_true", default=None, help="no torch.compile / CUDA graphs")
+    g.add_argument("--data-parallel-size", type=positive_int, default=None,
+                   help="engine replicas, one per GPU group (default: vLLM's, 1)")
+    g.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="context length in tokens (default: vLLM's, the model's own)")
+    g.add_argument("--gpu-memory-utilization", type=_positive_float, default=None,
+                   help="share of GPU memory the engine may take (default: vLLM's, 0.9)")
+    g.add_argument("--max-num-seqs", type=positive_int, default=None, help="requests decoded at once (default: vLLM's)")
+    g.add_argument("--enforce-eager", action="store_true", default=None,
+                   help="no torch.compile / CUDA graphs (default: vLLM's)")
     g = p.add_argument_group("the verifier's view when a request sends no caption / OCR text")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr", help="EasyOCR runs offline on the CPU")
     g.add_argument("--caption-model", default="none",
-                   help="VLM that writes captions: 'none', 'drafter' (the VL drafter), 'embedded', a hub id or a path")
+                   help="VLM that writes captions: 'none', 'drafter' (the VL drafter), a hub id or a path")
     g.add_argument("--caption-cache", default=None, help="folder caching captions / OCR by image content "
                                                          "(default: ~/.cache/asymspec-vl/captions)")
     g.add_argument("--no-caption-cache", action="store_true", help="keep the caption cache in memory only")
     g = p.add_argument_group("limits")
-    g.add_argument("--max-body-mb", type=_positive_float, default=d.max_body_bytes / 2**20)
-    g.add_argument("--max-image-mb", type=_positive_float, default=d.max_image_bytes / 2**20)
-    g.add_argument("--max-image-pixels", type=positive_int, default=d.max_image_pixels)
+    g.add_argument("--max-body-mb", type=_positive_float, default=d.max_body_bytes / 2**20,
+                   help="largest request body accepted, in MiB")
+    g.add_argument("--max-image-mb", type=_positive_float, default=d.max_image_bytes / 2**20,
+                   help="largest image accepted, in MiB")
+    g.add_argument("--max-image-pixels", type=positive_int, default=d.max_image_pixels,
+                   help="largest image accepted, in pixels (width × height)")
     g.add_argument("--max-tokens", type=positive_int, default=d.max_tokens,
                    help="the largest max_tokens a request may ask for (and the default)")
     g.add_argument("--request-timeout", type=_positive_float, default=d.request_timeout_s, help="seconds")

@@ -23,13 +23,13 @@ def register(sub) -> None:
 
     e = tsub.add_parser("example", help="write held-out toy scenes (PNG + JSON with caption and question) and "
                                         "print the commands that answer them")
-    e.add_argument("out_dir", help="output folder")
+    e.add_argument("out_dir", help="output folder: one PNG and one JSON per scene")
     e.add_argument("--n", type=int, default=3, help="number of scenes")
     e.set_defaults(func=_example)
 
     h = tsub.add_parser("heavy", help="write a verifier with the embedded verifier's exact logits and R x its cost "
                         "(extra decoder layers that add exactly 0), for speed figures in the real regime")
-    h.add_argument("out_dir")
+    h.add_argument("out_dir", help="output folder of the heavy verifier (config, weights, tokenizer)")
     h.add_argument("--cost-ratio", required=True, metavar="R",
                    help="layers x R: a number from 1 to 64 that gives a whole number of layers "
                         "(multiples of 0.25 for the embedded 4-layer verifier)")
@@ -68,6 +68,7 @@ def _heavy(args) -> int:
 def _example(args) -> int:
     from pathlib import Path
 
+    from ..commands import invocation
     from . import world
 
     out = Path(args.out_dir)
@@ -77,7 +78,7 @@ def _example(args) -> int:
         (out / f"{ex.uid}.json").write_text(json.dumps(
             {"image": f"{ex.uid}.png", "qtype": ex.qtype, "caption": ex.caption, "question": ex.question,
              "answer": ex.answer}, indent=2) + "\n")
-        command = ["asymspec-vl", "generate", "--image", str(out / f"{ex.uid}.png"), "--caption", ex.caption,
+        command = [*invocation(), "generate", "--image", str(out / f"{ex.uid}.png"), "--caption", ex.caption,
                    "--question", ex.question, "--methods", "asymspec,floor,drafter"]
         print(f"# expected answer: {ex.answer}\n{shlex.join(command)}")
     return 0

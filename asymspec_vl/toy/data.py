@@ -71,13 +71,13 @@ class Encoder:
 
     def views(self, ex: world.ToyExample) -> dict[str, str]:
         """The chat-template strings of the three views (x_full / x_question need the processor)."""
-        p = build_prompts(Request(ex.question, image=True, caption=ex.caption), self.processor or self.tokenizer,
+        p = build_prompts(Request(True, ex.question, caption=ex.caption), self.processor or self.tokenizer,
                           self.tokenizer)
         return {"full": p.x_full, "question": p.x_question, "comp": p.x_comp}
 
     def text_prompt(self, question: str) -> str:
         """The verifier's chat prompt for a question with no image and no context."""
-        return build_prompts(Request(question, full_context=""), self.tokenizer, self.tokenizer).x_comp
+        return build_prompts(Request(question=question, full_context=""), self.tokenizer, self.tokenizer).x_comp
 
 
 def collate(rows: list[tuple[list[int], list[int]]], pad_id: int, images=(), tags=()) -> Batch:

@@ -136,6 +136,20 @@ def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict
     return log
 
 
+def machine() -> dict:
+    """The platform the weights were trained on: float rounding (and so the weights) differ across CPUs."""
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": 1}
+
+
 def train_pair(out_dir: str | Path, cfg: ToyTrainConfig = ToyTrainConfig(), workers: int = 2,
                heldout: Callable[[Path, Path, int], dict] | None = None) -> dict:
     """Train both models into out_dir/{drafter,verifier}; write train_log.jsonl and manifest.json.
@@ -188,6 +202,7 @@ def train_pair(out_dir: str | Path, cfg: ToyTrainConfig = ToyTrainConfig(), work
                   "drafter": {k: log[len(log) - len(vlog) - 1][k] for k in ("wall_s", "cpu_s")},
                   "verifier": {k: vlog[-1][k] for k in ("wall_s", "cpu_s")}},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "machine": machine(),  # the weights are bit-reproducible on a machine like this one only
         "sha256": {f"{m}/model.safetensors": _sha256(root / m / "model.safetensors") for m in ("drafter", "verifier")},
     }
     if cfg.eval_n and heldout is not None:

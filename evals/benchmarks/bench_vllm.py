@@ -26,6 +26,7 @@ from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
 from asymspec_vl.evals.report import markdown_table, write_table
+from asymspec_vl.quiet import stdout_to_stderr
 
 METHODS = ("floor", "sd", "drafter", "asymspec")
 # Text-model shapes of the published Qwen3 configs (hidden, intermediate, layers, heads, kv heads, tied).
@@ -84,7 +85,7 @@ def requests(n: int, side: int, seed: int = 0) -> list[Request]:
     for k in range(n):
         h, w = rs.randint(side // 2, side + 1, 2)
         image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
-        reqs.append(Request(f"What is the value of bar {k}? Think step by step.", image,
+        reqs.append(Request(image, f"What is the value of bar {k}? Think step by step.",
                             caption="A bar chart of yearly sales with a legend and axis labels. " * (1 + k % 3),
                             ocr=" ".join(str(x) for x in rs.randint(0, 1000, 8))))
     return reqs
@@ -139,11 +140,12 @@ def main() -> None:
     else:
         models = write_sized_models(root, args.verifier_size, args.drafter_size)
         engine_kwargs.update(load_format="dummy", max_model_len=4096)
-    vl = AsymSpecVL.from_pretrained(**{k: str(v) if v else None for k, v in models.items()}, backend="vllm",
-                                    **engine_kwargs)
-    cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, stop_token_ids=())
-    reqs = requests(args.requests, args.image_side or (128 if args.models == "tiny" else 448))
-    rows = [bench(vl, m, reqs, cfg) for m in args.methods.split(",")]
+    with stdout_to_stderr():  # vLLM's and Gloo's start-up lines: stdout holds the table only
+        vl = AsymSpecVL.from_pretrained(**{k: str(v) if v else None for k, v in models.items()}, backend="vllm",
+                                        **engine_kwargs)
+        cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, stop_token_ids=())
+        reqs = requests(args.requests, args.image_side or (128 if args.models == "tiny" else 448))
+        rows = [bench(vl, m, reqs, cfg) for m in args.methods.split(",")]
     columns = ["method", "requests", "tokens", "seconds", "tokens_per_s", "acceptance_rate",
                "mean_accepted_length", "verifier_ms_per_step", "base_pass_ms_per_step", "gate_ms_per_step",
                "draft_ms_per_step"]

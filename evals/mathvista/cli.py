@@ -9,7 +9,8 @@ DEFAULT_METHODS = "floor,sd,drafter,asymspec"
 
 
 def register(esub) -> None:
-    from asymspec_vl.commands import add_config_args, add_model_args, comma_list, parse_methods, positive_int
+    from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, comma_list, parse_methods,
+                                      positive_int)
 
     from .protocol import COT_SUFFIX, PAPER_DECODING, PROTOCOLS
 
@@ -41,6 +42,7 @@ def register(esub) -> None:
                         "larger: faster runs, tokens/s is then the batch's throughput)")
     p.add_argument("--save-trace", action="store_true", help="store each token's id and source in the JSONL")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_threads_arg(p)
     add_model_args(p)
     add_config_args(p, K=PAPER_DECODING["K"], max_new_tokens=PAPER_DECODING["max_new_tokens"])
     p.set_defaults(func=_run)
@@ -48,6 +50,7 @@ def register(esub) -> None:
 
 def _run(args) -> int:
     from asymspec_vl.commands import config_from_args
+    from asymspec_vl.timing import set_threads
 
     from .protocol import EvalProtocol, parse_tasks
     from .run import run_eval
@@ -55,7 +58,9 @@ def _run(args) -> int:
     protocol = EvalProtocol(name=args.protocol, tasks=parse_tasks(args.tasks),
                             require_caption=not args.all_problems, caption_chars=args.caption_chars,
                             ocr_chars=args.ocr_chars, cot_suffix=args.cot_suffix)
-    return run_eval(args, config_from_args(args), protocol)
+    cfg = config_from_args(args)
+    set_threads(args.threads, args.device)
+    return run_eval(args, cfg, protocol)
 
 
 def add_score_args(p) -> None:
@@ -70,8 +75,9 @@ def add_score_args(p) -> None:
                         "again by rules / LLM (the release's verdict always uses its own rules)")
     g.add_argument("--verifier", default=None,
                    help="--extract llm: the extraction model (default: the verifier in the run's manifest.json)")
-    g.add_argument("--device", default=None)
-    g.add_argument("--dtype", default="auto")
+    g.add_argument("--device", default=None,
+                   help="--extract llm: cpu, cuda, cuda:1 ... (default: cuda if available, else cpu)")
+    g.add_argument("--dtype", default="auto", help="--extract llm: auto (bf16 on GPU, fp32 on CPU), float32, ...")
 
 
 def rescore(records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]) -> str:

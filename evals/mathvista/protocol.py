@@ -122,8 +122,8 @@ def build_request(problem: Problem, method: str, image, captioner, protocol: Eva
     image + the verifier's text (the same text is x_comp); floor, sd, scd: the verifier's text and no image
     (image may be None for them: it is never read)."""
     if method == "drafter":
-        return Request(question_text(problem, protocol), image)
+        return Request(image, question_text(problem, protocol))
     view = verifier_view(problem, captioner, protocol)
     if method in IMAGE_METHODS:
-        return Request(view, image)
-    return Request(view, full_context="")  # text only: x_comp is the view, the drafter's views go unused
+        return Request(image, view)
+    return Request(question=view, full_context="")  # text only: x_comp is the view, the drafter's views go unused

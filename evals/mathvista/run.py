@@ -10,13 +10,14 @@ table_<task>.png, breakdown.json (official per-category accuracy, per method), m
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from asymspec_vl.methods import engine_order
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs, writable_folder
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
 from .images import check_images, open_images
@@ -40,16 +41,19 @@ class Setup:
 
 
 def load_setup(images, protocol: EvalProtocol, limit: int | None = None, pids: list[str] | None = None,
-               captions: str | None = None, ocrs: str | None = None) -> Setup:
-    """Annotations, captions / OCR texts, the selection, and a check that every selected image exists."""
+               captions: str | None = None, ocrs: str | None = None, needs_images: bool = True) -> Setup:
+    """Annotations, captions / OCR texts, the selection, and a check that every selected image exists.
+    needs_images False (only methods that never read the image, e.g. floor and sd): no image store is opened
+    unless `images` names one, and none is checked."""
     from asymspec_vl.captioners import PrecomputedCaptioner
 
-    records, store = open_images(images)
+    records, store = open_images(images) if needs_images or images is not None else (None, None)
     problems = load_problems(records)
     text_files = {"captions": Path(captions or data_files()["captions"]), "ocrs": Path(ocrs or data_files()["ocrs"])}
     captioner = PrecomputedCaptioner.from_json(text_files["captions"], text_files["ocrs"])
     selected = select(problems, protocol, captioner.has_caption, limit, pids)
-    check_images(store, selected)
+    if needs_images:
+        check_images(store, selected)
     return Setup(selected, store, captioner, protocol, text_files)
 
 
@@ -124,25 +128,30 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
     from asymspec_vl.commands import load_from_args
 
     out = writable_folder(args.out)  # before anything is loaded or computed
-    setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs)
+    setup = load_setup(args.images, protocol, args.limit, args.pids, args.captions, args.ocrs,
+                       needs_images=any(m in IMAGE_METHODS for m in args.methods))
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
     # method by method, grouped by engine: on a GPU, where one vLLM engine fits at a time, each starts once
     jobs = [Job(p.pid, m, p) for m in engine_order(args.methods) for p in setup.problems]
     done = log.done_keys()
+    note = resume_note(jobs, done, out / RESULTS)
+    if note:
+        print(note, file=sys.stderr)
     vl = extractor = None
     if any(j.key not in done for j in jobs):  # models load only when something is left to do
         vl = load_from_args(args)
         extractor = _extractor(args, vl)
     work = BatchedWork(jobs, done, args.batch,
                        lambda group: decode_group(vl, setup, cfg, extractor, group, args.save_trace))
-    records = run_jobs(jobs, work, log, desc="mathvista", progress=not args.no_progress,
+    label = f"mathvista: {len(setup.problems)} problems × {len(args.methods)} methods"
+    records = run_jobs(jobs, work, log, desc=label, progress=not args.no_progress,
                        base=lambda job: problem_fields(job, protocol.name))
     markdown, paths = write_outputs(out, records, args.methods, protocol.tasks)
     models = dict(vl.names) if vl else {"drafter": args.drafter, "verifier": args.verifier,
                                          "text_drafter": args.text_drafter, "backend": args.backend}
     data = {**{p.name: sha256_file(p) for p in data_files().values()},
             **{f"{k} (used)": sha256_file(p) for k, p in setup.text_files.items()},
-            "images": setup.store.describe(setup.problems)}
+            "images": setup.store.describe(setup.problems) if setup.store is not None else None}
     write_manifest(out / "manifest.json", build_manifest(
         "mathvista", models, cfg.to_dict(), data,
         {"protocol": protocol.to_dict(), "methods": args.methods, "extract": args.extract,

@@ -19,7 +19,7 @@ def _keys(text: str) -> list[str]:
 
 
 def register(esub) -> None:
-    from asymspec_vl.commands import add_model_args
+    from asymspec_vl.commands import add_model_args, add_threads_arg
 
     from .eval import variants
 
@@ -29,8 +29,7 @@ def register(esub) -> None:
                    help="comma list of table rows")
     p.add_argument("--out", default="runs/toy", help="output folder (rerun the same command to resume)")
     p.add_argument("--batch", type=int, default=50, help="requests decoded together (1: one at a time)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (tiny models decode fastest on one; 0: torch's default)")
+    add_threads_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p, drafter="embedded", verifier="embedded")
     p.set_defaults(func=_run)
@@ -38,6 +37,7 @@ def register(esub) -> None:
 
 def _run(args) -> int:
     from asymspec_vl.commands import load_from_args
+    from asymspec_vl.timing import set_threads
     from asymspec_vl.errors import ConfigError
 
     from asymspec_vl.toy import world
@@ -46,20 +46,17 @@ def _run(args) -> int:
     from ..runner import ResultsLog
     from .eval import BASE, VARIANTS, evaluate, write_outputs
 
-    if args.n < 1 or args.batch < 1 or args.threads < 0:
-        raise ConfigError(f"--n={args.n}, --batch={args.batch}, --threads={args.threads}: expected n >= 1, "
-                          "batch >= 1, threads >= 0")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    if args.n < 1 or args.batch < 1:
+        raise ConfigError(f"--n={args.n}, --batch={args.batch}: expected n >= 1, batch >= 1")
+    set_threads(args.threads, args.device)
     out = Path(args.out)
     vl = load_from_args(args)
     fingerprint = {"benchmark": BENCHMARK, "models": {k: v for k, v in vl.names.items()},
                    "weights": _weights(vl.names), "dtype": args.dtype, "base": BASE.to_dict(),
                    "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()}}
     log = ResultsLog(out / "results.jsonl", fingerprint)
-    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress)
+    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress,
+                       warm=True)
     markdown, paths = write_outputs(out, records, args.variants,
                                     f"Toy world, held-out n={args.n} ({vl.names['backend']}, batch {args.batch})")
     write_manifest(out / "manifest.json", build_manifest(

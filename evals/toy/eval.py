@@ -4,15 +4,17 @@ and tokens/s; through the shared resumable runner (evals/runner.py) and summary 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.prompts import Request
 from asymspec_vl.toy import world
+from asymspec_vl.timing import warm_up
 from asymspec_vl.trace import FUSED
 
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, run_jobs
+from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 
 BENCHMARK = "toy"
@@ -53,7 +55,7 @@ VARIANTS = {v.key: v for v in variants()}
 def request_of(ex: world.ToyExample) -> Request:
     """The pipeline's request: the drafter gets the image, the verifier the caption (no OCR: the digits
     are the only text in the image, and reading them is the drafter's job)."""
-    return Request(ex.question, ex.image(), caption=ex.caption)
+    return Request(ex.image(), ex.question, caption=ex.caption)
 
 
 def record_of(ex: world.ToyExample, res, elapsed_s: float | None = None, batch: int = 1) -> dict:
@@ -78,12 +80,20 @@ def decode_group(vl, group: list[Job], base: AsymSpecConfig = BASE) -> list[dict
 
 
 def evaluate(vl, examples: list[world.ToyExample], keys: list[str], log: ResultsLog, batch: int = 50,
-             base: AsymSpecConfig = BASE, progress: bool = True) -> list[dict]:
+             base: AsymSpecConfig = BASE, progress: bool = True, warm: bool = False) -> list[dict]:
     """Run (or resume) every example x variant, `batch` requests per decoding call; return the records,
-    variant by variant."""
+    variant by variant. warm: first run each variant's method once, untimed (timing.warm_up)."""
     jobs = [Job(ex.uid, key, ex) for key in keys for ex in examples]
-    work = BatchedWork(jobs, log.done_keys(), batch, lambda group: decode_group(vl, group, base))
-    return run_jobs(jobs, work, log, desc="toy", progress=progress,
+    done = log.done_keys()
+    note = resume_note(jobs, done, log.path)
+    if note:
+        print(note, file=sys.stderr)
+    if warm and len(done) < len(jobs) and examples:  # untimed: no variant's tokens/s pays the first-call costs
+        first = request_of(examples[0])
+        warm_up(vl, [VARIANTS[k].method for k in keys], first.image, first.question, caption=first.caption)
+    work = BatchedWork(jobs, done, batch, lambda group: decode_group(vl, group, base))
+    label = f"toy: {len(examples)} questions × {len(keys)} variants"
+    return run_jobs(jobs, work, log, desc=label, progress=progress,
                     base=lambda j: {"benchmark": BENCHMARK, "qtype": j.payload.qtype, "target": j.payload.target})
 
 

@@ -1,0 +1,34 @@
+"""What a newcomer meets on the command line beyond `generate`: `toy example` prints commands that run as printed,
+an eval rerun with nothing left says so, eval progress bars say what they count."""
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(sys.executable).parent / "asymspec-vl"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def test_toy_example_prints_commands_that_run_as_printed(tmp_path):
+    out = subprocess.run([str(SCRIPT), "toy", "example", "scenes", "--n", "1"], capture_output=True, text=True,
+                         env=ENV, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    command = [line for line in out.stdout.splitlines() if not line.startswith("#")][0]
+    assert not command.startswith("asymspec-vl ")  # not on PATH in a fresh checkout: the script's own path
+    run = subprocess.run(shlex.split(command) + ["--max-new-tokens", "4"], capture_output=True, text=True,
+                         env=ENV, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "== asymspec:" in run.stdout and "== drafter:" in run.stdout
+
+
+def test_an_eval_rerun_with_nothing_left_says_so(tmp_path):
+    argv = [str(SCRIPT), "eval", "toy", "--n", "2", "--variants", "floor", "--out", str(tmp_path / "run")]
+    first = subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "resumed" not in first.stderr and "toy: 2 questions × 1 variants" in first.stderr  # the bar's label
+    again = subprocess.run(argv + ["--no-progress"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert again.returncode == 0 and "resumed: nothing to do (all 2 results are in" in again.stderr
+    assert again.stdout == first.stdout  # the same table
