@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from pathlib import Path
 
 import gradio as gr
 
@@ -15,8 +14,7 @@ from . import render
 from .board import BASELINES
 from .handlers import NO_ANSWER, Handlers
 from .service import DemoService
-
-EXAMPLES_DIR = Path(__file__).parent / "examples"
+from .uploads import EXAMPLES_DIR
 CSS = """
 .answer{min-height:3em} .answer-status{color:#555;font-size:0.85em;margin-top:2px}
 .answer-tokens{white-space:pre-wrap;line-height:2.1;font-family:ui-monospace,monospace;font-size:1.05em}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from PIL import Image
 
@@ -15,7 +15,7 @@ from asymspec_vl.errors import ConfigError, EmptyQuestionError
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
 from .streaming import Cancelled, Snapshot, stream_generate
-from .uploads import Upload, as_upload, load_upload
+from .uploads import Upload, as_upload, load_upload, served, upload_folders
 
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -26,13 +26,16 @@ class DemoService:
     """The models and limits behind the page. One generation at a time (the models are shared)."""
 
     def __init__(self, vl, base_config: AsymSpecConfig | None = None, captioner=None, captioner_label: str = "",
-                 max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
+                 max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 upload_folders: Sequence[str | os.PathLike] | None = None):
         """captioner: an asymspec_vl.captioners.Captioner (describe(image) -> ImageText with .caption, .ocr)
         that prefills the verifier's view on upload, captioner_label says which in words ("OCR by EasyOCR;
-        no captioner"); None leaves the view for the user to type."""
+        no captioner"); None leaves the view for the user to type. upload_folders: the only folders images are
+        opened from (default: uploads.upload_folders(), Gradio's upload folder and demo/examples)."""
         self.vl, self.base_config, self.captioner = vl, base_config or AsymSpecConfig(), captioner
         self.captioner_label = captioner_label
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
+        self.upload_folders = tuple(upload_folders) if upload_folders is not None else None
         self.lock = threading.Lock()
         self.stops = StopSignals()
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
@@ -40,8 +43,10 @@ class DemoService:
 
     def load(self, image) -> Image.Image:
         """The uploaded image (anything uploads.as_upload takes), checked against the demo's limits and decoded
-        once per file (the models and captioners only read it)."""
+        once per file (the models and captioners only read it). Only files inside the upload folders are opened."""
         upload = as_upload(image)
+        if upload is not None:
+            upload = served(upload, upload_folders() if self.upload_folders is None else self.upload_folders)
         key = _file_key(upload)
         with self._decoded_lock:
             if key in self._decoded:

@@ -242,7 +242,8 @@ class NoModels:
 
 @pytest.fixture
 def service(tmp_path):
-    return DemoService(NoModels(), AsymSpecConfig(), max_image_pixels=100 * 100, max_file_bytes=20_000)
+    return DemoService(NoModels(), AsymSpecConfig(), max_image_pixels=100 * 100, max_file_bytes=20_000,
+                       upload_folders=[tmp_path])  # these tests' files stand for uploads
 
 
 def _png(path, size):

@@ -1,6 +1,7 @@
 """The demo's uploads: each refused file gets one message that names it as the user named it, states the demo's
 own limit and what to do (no server path, no Pillow internals, no Pillow warning); a good file is decoded once."""
 
+import os
 import struct
 import warnings
 import zlib
@@ -94,3 +95,61 @@ def test_gradios_file_data_keeps_the_users_file_name(tmp_path):
     assert as_upload(None) is None and as_upload("") is None
     with pytest.raises(InvalidImageError, match="did not arrive on the server: upload it again"):
         as_upload({"path": None, "url": "https://example.com/x.png"})
+
+
+def _outside_paths(tmp_path, uploads):
+    """Paths that name a real image outside the upload folder `uploads`, each in another disguise, and a missing one."""
+    secret = tmp_path / "private" / "secret.png"
+    secret.parent.mkdir()
+    Image.new("RGB", (77, 55), "red").save(secret)
+    link = uploads / "4a5b6c" / "cat.png"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(secret)  # a symlink inside the upload folder pointing out of it
+    dotted = str(uploads / os.path.relpath(secret, uploads))  # uploads/../private/secret.png
+    assert ".." in dotted and os.path.isfile(dotted)
+    return {"plain path": str(secret), "file data without meta": {"path": str(secret), "orig_name": "cat.png"},
+            "file data with meta": {"path": str(secret), "orig_name": "cat.png",
+                                    "meta": {"_type": "gradio.FileData"}},
+            "symlink out": Upload(str(link), "cat.png"), "dot-dot": Upload(dotted, "cat.png"),
+            "missing": Upload(str(secret.with_name("missing.png")), "cat.png"),
+            "the folder itself": Upload(str(uploads), "cat.png"), "a folder in it": Upload(str(link.parent), "x.png"),
+            "NUL byte": Upload(str(uploads / "a\0.png"), "cat.png"),
+            "a long name": Upload(str(uploads / ("x" * 300 + ".png")), "cat.png")}
+
+
+def test_only_files_in_the_upload_folders_are_opened_and_every_refusal_says_the_same(tmp_path):
+    from asymspec_vl.demo.service import DemoService
+    from asymspec_vl.demo.uploads import NOT_ARRIVED, served
+
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    inside = uploads / "1f2e" / "photo.png"
+    inside.parent.mkdir()
+    Image.new("RGB", (30, 20), "white").save(inside)
+    service = DemoService(None, upload_folders=[uploads])
+    assert service.load(Upload(str(inside), "photo.png")).size == (30, 20)
+    assert served(Upload(str(uploads / "1f2e" / ".." / "1f2e" / "photo.png"), "p.png"), [uploads]) == \
+        Upload(str(inside.resolve()), "p.png")  # resolved: the file the check saw is the file opened
+    for case, payload in _outside_paths(tmp_path, uploads).items():
+        with pytest.raises(InvalidImageError) as e:
+            service.load(payload)
+        assert str(e.value) == NOT_ARRIVED, case  # nothing about whether the file exists, its size or kind
+        with pytest.raises(InvalidImageError):
+            served(as_upload(payload), [uploads])
+
+
+def test_the_default_folders_are_gradios_upload_folder_and_the_examples(tmp_path, monkeypatch):
+    from asymspec_vl.demo.service import DemoService
+    from asymspec_vl.demo.uploads import EXAMPLES_DIR, NOT_ARRIVED
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio-uploads"))  # as Gradio reads it
+    uploaded = tmp_path / "gradio-uploads" / "0a1b" / "p.png"
+    uploaded.parent.mkdir(parents=True)
+    Image.new("RGB", (30, 20), "white").save(uploaded)
+    elsewhere = tmp_path / "p.png"
+    Image.new("RGB", (30, 20), "white").save(elsewhere)
+    service = DemoService(None)
+    assert service.load(str(uploaded)).size == (30, 20)
+    assert service.load(str(EXAMPLES_DIR / "chart.png")).size == (256, 192)
+    with pytest.raises(InvalidImageError, match=f"^{NOT_ARRIVED}$"):
+        service.load(str(elsewhere))
