@@ -1,6 +1,8 @@
 """Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors.
 How each pixel mode becomes RGB: image_modes.py. A multi-frame file (GIF, APNG, TIFF) gives its first frame;
-an EXIF orientation is applied (the model sees the image upright, as a viewer shows it)."""
+an EXIF orientation is applied (the model sees the image upright, as a viewer shows it).
+Only the file formats of IMAGE_FORMATS are decoded: Pillow's other plugins (QOI, DDS, BLP, EPS through
+Ghostscript, ...) are never reached, and any failure of a decoder is an InvalidImageError."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from .image_modes import array_to_rgb, image_to_rgb
 
 MAX_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
 MAX_FILE_BYTES = 50 * 1024 * 1024
+# The file formats the product reads (Pillow's format names; JPEG's opener also opens cameras' MPO files).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 
 
 def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
@@ -61,9 +65,9 @@ def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as probe:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as probe:
                 _check_size(probe.size, max_pixels, name)  # before any pixel is decoded
-            with Image.open(io.BytesIO(data)) as img:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
                 img.load()
                 return _checked(img, max_pixels, name)
     except InvalidImageError:  # our own size checks (ImageTooLargeError is a ValueError): keep their type
@@ -71,9 +75,9 @@ def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageTooLargeError(f"{name} is too large to decode safely: {e}") from e
     except UnidentifiedImageError as e:
-        raise InvalidImageError(f"{name} is not an image file PIL can read") from e
-    except (OSError, SyntaxError, ValueError) as e:
-        raise InvalidImageError(f"{name} is corrupt or truncated: {e}") from e
+        raise InvalidImageError(f"{name} is not an image file this toolkit reads ({', '.join(IMAGE_FORMATS)})") from e
+    except Exception as e:  # a decoder's failure on a corrupt file: OSError, but also IndexError, struct.error, ...
+        raise InvalidImageError(f"{name} is corrupt or truncated: {type(e).__name__}: {e}") from e
 
 
 def _check_size(size: tuple[int, int], max_pixels: int, name: str) -> None:
@@ -90,5 +94,5 @@ def _checked(img: Image.Image, max_pixels: int, name: str) -> Image.Image:
         return image_to_rgb(ImageOps.exif_transpose(img), name)
     except InvalidImageError:
         raise
-    except (OSError, SyntaxError, ValueError) as e:
-        raise InvalidImageError(f"{name} cannot be converted to RGB: {e}") from e
+    except Exception as e:  # a corrupt EXIF block, a pixel access the decoder cannot serve, ...
+        raise InvalidImageError(f"{name} cannot be converted to RGB: {type(e).__name__}: {e}") from e

@@ -19,7 +19,7 @@ from typing import Sequence
 from PIL import Image
 
 from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
-from asymspec_vl.images import load_image
+from asymspec_vl.images import IMAGE_FORMATS, load_image
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 IMAGE_KINDS = "a PNG, JPEG, WebP, BMP, GIF or TIFF image"
@@ -105,12 +105,12 @@ def _check_pixels(path: str, name: str, max_pixels: int) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the demo's own limit decides
-            with Image.open(path) as probe:
+            with Image.open(path, formats=IMAGE_FORMATS) as probe:
                 width, height = probe.size
     except Image.DecompressionBombError as e:
         raise ImageTooLargeError(f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; "
                                  f"{_pixel_limit(max_pixels)}") from e
-    except (OSError, SyntaxError, ValueError) as e:
+    except Exception as e:  # not one of IMAGE_FORMATS, or a header its plugin cannot parse (any exception type)
         raise InvalidImageError(f"{name} cannot be read as an image: upload {IMAGE_KINDS}.") from e
     if width * height > max_pixels:
         raise ImageTooLargeError(f"{name} is {width}×{height} = {width * height:,} pixels; "

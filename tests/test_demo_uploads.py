@@ -153,3 +153,17 @@ def test_the_default_folders_are_gradios_upload_folder_and_the_examples(tmp_path
     assert service.load(str(EXAMPLES_DIR / "chart.png")).size == (256, 192)
     with pytest.raises(InvalidImageError, match=f"^{NOT_ARRIVED}$"):
         service.load(str(elsewhere))
+
+
+@pytest.mark.parametrize("fmt", ["QOI", "DDS", "broken DDS"])
+def test_a_file_in_a_format_the_demo_does_not_read_is_one_message(tmp_path, fmt):
+    path = tmp_path / "photo.png"  # named as an image the demo reads
+    if fmt == "broken DDS":  # a DDS header with pixel-format flags Pillow does not know: NotImplementedError
+        dds = bytearray(struct.pack("<4sI", b"DDS ", 124) + bytes(120))
+        struct.pack_into("<III", dds, 8, 0x1007, 8, 8)
+        struct.pack_into("<II", dds, 76, 32, 0x400000)
+        path.write_bytes(bytes(dds))
+    else:
+        Image.new("RGB", (8, 8), "red").save(path, format=fmt)
+    assert _refused(Upload(str(path), "photo.png")) == ("photo.png cannot be read as an image: upload a PNG, JPEG, "
+                                                         "WebP, BMP, GIF or TIFF image.")
