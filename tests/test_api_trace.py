@@ -37,10 +37,10 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(tiny_vl, method):
     checks stop tokens before the length); the same budget without that stop token ends with "length"."""
     for seed in range(3):
         req = random_request(seed)
-        free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, stop_token_ids=()))[0]
+        free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, ignore_eos=True))[0]
         i = first_fresh_position(free.token_ids, 3 + seed)
         budget = AsymSpecConfig(K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],))
         res = tiny_vl.generate_batch([req], method, budget)[0]
         assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "stop")
-        res = tiny_vl.generate_batch([req], method, budget.replace(stop_token_ids=()))[0]
+        res = tiny_vl.generate_batch([req], method, budget.replace(stop_token_ids=None, ignore_eos=True))[0]
         assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "length")
