@@ -167,3 +167,27 @@ def test_a_file_in_a_format_the_demo_does_not_read_is_one_message(tmp_path, fmt)
         Image.new("RGB", (8, 8), "red").save(path, format=fmt)
     assert _refused(Upload(str(path), "photo.png")) == ("photo.png cannot be read as an image: upload a PNG, JPEG, "
                                                          "WebP, BMP, GIF or TIFF image.")
+
+
+@pytest.mark.parametrize("name", ["PHOTO.PNG", "Scan.JPG", "chart.Tiff"])
+def test_upper_case_suffixes_are_images_too(tmp_path, name):
+    path = tmp_path / name
+    Image.new("RGB", (30, 20), "white").save(path, format={"PNG": "PNG", "JPG": "JPEG", "TIFF": "TIFF"}[
+        name.rsplit(".", 1)[1].upper()])
+    assert load_upload(Upload(str(path), name), **LIMITS).size == (30, 20)
+
+
+def test_a_replaced_file_is_decoded_again(tmp_path):
+    """The decoded-upload cache is keyed by the file's path, size and modification time: a file replaced under
+    the same path (a new upload Gradio stored there) is not answered with the old pixels."""
+    from asymspec_vl.demo.service import DemoService
+
+    path = tmp_path / "image.png"
+    Image.new("RGB", (30, 20), "white").save(path)
+    service = DemoService(None, upload_folders=[tmp_path])
+    assert service.load(str(path)).size == (30, 20)
+    Image.new("RGB", (40, 10), "black").save(path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a clock tick later, whatever the file system
+    assert service.load(str(path)).size == (40, 10)
+    assert service.load(str(path)) is service.load(str(path))  # unchanged: decoded once
