@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import math
+import signal
 import socket
 
 from asymspec_vl.commands import (add_config_args, add_model_args, check_captioning_model, config_from_args,
@@ -113,6 +114,10 @@ def _why(e: OSError) -> str:
     return f"{e.strerror or e}: choose another --host / --port"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _demo(args) -> int:
     from .app import build_demo, launch
     from .service import DemoService
@@ -124,6 +129,7 @@ def _demo(args) -> int:
     max_bytes = int(args.max_upload_mb * 2**20)
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
                           max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
+    signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: Gradio closes the server, the command exits 0
     try:
         launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
     except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)

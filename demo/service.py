@@ -20,6 +20,7 @@ from .uploads import Upload, as_upload, load_upload, served, upload_folders
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DECODED_KEPT = 4  # decoded uploads kept: the upload's describe and the answers after it decode the file once
+SESSIONS_KEPT = 256  # browser sessions whose state is kept (Gradio's session states, the armed Stop signals)
 
 
 class DemoService:
@@ -123,16 +124,32 @@ class StopSignal(threading.Event):
 
 class StopSignals:
     """The Stop signal of each browser session's answer: armed when Answer is clicked (so a Stop while the answer
-    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends."""
+    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends or the session closes
+    (the page's unload). At most `capacity` are kept: a session armed and never answered (a tab closed before its
+    answer left the queue, a script) is dropped oldest first, so a flood of sessions cannot grow the memory."""
 
-    def __init__(self):
-        self._signals: dict[str, StopSignal] = {}
+    def __init__(self, capacity: int = SESSIONS_KEPT):
+        self._signals: dict[str, StopSignal] = {}  # insertion order: the oldest armed first
         self._lock = threading.Lock()
+        self.capacity = capacity
 
     def arm(self, session: str) -> StopSignal:
         with self._lock:
-            self._signals[session] = StopSignal()
-            return self._signals[session]
+            self._signals.pop(session, None)
+            self._signals[session] = signal = StopSignal()
+            while len(self._signals) > self.capacity:
+                del self._signals[next(iter(self._signals))]
+            return signal
+
+    def __len__(self) -> int:
+        return len(self._signals)
+
+    def drop(self, session: str) -> None:
+        """The session ended (its tab closed): its signal goes, set, so an answer still queued stops."""
+        with self._lock:
+            signal = self._signals.pop(session, None)
+        if signal is not None:
+            signal.set()
 
     def current(self, session: str) -> StopSignal | None:
         with self._lock:
