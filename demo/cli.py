@@ -114,8 +114,12 @@ def _why(e: OSError) -> str:
     return f"{e.strerror or e}: choose another --host / --port"
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is (Gradio's blocking loop closes the server on it): a normal stop, exit 0."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
 
 
 def _demo(args) -> int:
@@ -129,9 +133,12 @@ def _demo(args) -> int:
     max_bytes = int(args.max_upload_mb * 2**20)
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
                           max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
-    signal.signal(signal.SIGTERM, _interrupt)  # as Ctrl-C: Gradio closes the server, the command exits 0
+    demo = build_demo(service)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
-        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+        launch(demo, host=args.host, port=args.port, max_file_bytes=max_bytes, block=True)
+    except Terminated:  # it arrived outside Gradio's blocking loop (while the server started)
+        demo.close()
     except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: the port is in use: choose another one "
                           "with --port") from e
