@@ -24,6 +24,10 @@ class AsymSpecConfig:
     delta_source: "contrastive" delta = a - b (the paper), "raw" delta = a, "scd" delta = t - b
     bonus:  "verifier" argmax(t_{K+1}) (the paper), "fused" argmax(t_{K+1} + beta * delta_{K+1})
     scd_alpha, beta: the SCD baseline's plausibility cut and contrast weight (Appendix B).
+    stop_token_ids: the tokens that end an answer (None: the verifier's EOS tokens); an empty list is refused
+            (it would silently run every answer to max_new_tokens): say that with ignore_eos=True, which
+            drops the verifier's EOS tokens (as vLLM's SamplingParams.ignore_eos). to_dict() shows ignore_eos
+            only when set, so the settings (fingerprints) of runs made before it existed read the same.
     """
 
     K: int = 2
@@ -36,6 +40,7 @@ class AsymSpecConfig:
     max_new_tokens: int = 256
     stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
     scd_alpha: float = 0.5  # Appendix B: alpha = 0.5, beta = 1.0
+    ignore_eos: bool = False  # True: only stop_token_ids end an answer (benchmarks that run to the budget)
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -66,14 +71,20 @@ class AsymSpecConfig:
             _check(isinstance(ids, (list, tuple, set, frozenset, range))
                    and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids),
                    "stop_token_ids", ids, "a list or tuple of non-negative token ids, or None")
+            _check(len(ids) > 0, "stop_token_ids", ids, "at least one token id, or None (the verifier's EOS "
+                   "tokens); to run every answer to max_new_tokens, set ignore_eos=True")
             object.__setattr__(self, "stop_token_ids", tuple(ids))
+        _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)  # an unknown field: ConfigError from __new__
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not self.ignore_eos:
+            del out["ignore_eos"]
+        return out
 
 
 def as_config(config) -> AsymSpecConfig:

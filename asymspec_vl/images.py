@@ -1,12 +1,17 @@
 """Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors.
 How each pixel mode becomes RGB: image_modes.py. A multi-frame file (GIF, APNG, TIFF) gives its first frame;
-an EXIF orientation is applied (the model sees the image upright, as a viewer shows it)."""
+an EXIF orientation is applied (the model sees the image upright, as a viewer shows it).
+Only the file formats of IMAGE_FORMATS are decoded: Pillow's other plugins (QOI, DDS, BLP, EPS through
+Ghostscript, ...) are never reached, and any failure of a decoder is an InvalidImageError."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
+import re
+import stat
 import warnings
 from pathlib import Path
 
@@ -17,6 +22,9 @@ from .image_modes import array_to_rgb, image_to_rgb
 
 MAX_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
 MAX_FILE_BYTES = 50 * 1024 * 1024
+# The file formats the product reads (Pillow's format names; JPEG's opener also opens cameras' MPO files).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # http://, https://, file://, s3:// ...
 
 
 def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
@@ -32,18 +40,48 @@ def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BY
     if isinstance(image, (bytes, bytearray, memoryview)):
         data, name = bytes(image), "the image bytes"
     elif isinstance(image, (str, os.PathLike)):
-        path = Path(image)
-        if not path.is_file():
-            raise InvalidImageError(f"image file not found: {path}")
-        if path.stat().st_size > max_bytes:
-            raise ImageTooLargeError(f"{path} is {path.stat().st_size} bytes; the limit is {max_bytes}")
-        data, name = path.read_bytes(), str(path)
+        data, name = _read_file(image, max_bytes), str(image)
     else:
         raise InvalidImageError(f"unsupported image type {type(image).__name__}: "
                                 "give a path, bytes, a PIL image or a numpy array")
     if len(data) > max_bytes:
         raise ImageTooLargeError(f"{name} is {len(data)} bytes; the limit is {max_bytes}")
     return _decode(data, max_pixels, name)
+
+
+def _read_file(image: str | os.PathLike, max_bytes: int) -> bytes:
+    """The bytes of the regular file at `image`; InvalidImageError saying what else it is (a URL, missing, a
+    folder, a FIFO or device, unreadable), ImageTooLargeError over max_bytes."""
+    path = Path(image)
+    if isinstance(image, str) and URL_SCHEME.match(image):
+        raise InvalidImageError(f"{path} is a URL: images are read from local files; download it first and give "
+                                "its path or its bytes")
+    try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError as e:
+        raise InvalidImageError(f"image file not found: {path}") from e
+    except IsADirectoryError as e:
+        raise InvalidImageError(f"{path} is a directory, not an image file") from e
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise InvalidImageError(f"{path} cannot be an image file: the path, or a part of it, is longer than "
+                                    "the file system allows (255 bytes a part)") from e
+        raise InvalidImageError(f"{path} cannot be read: {e.strerror or e}") from e
+    except ValueError as e:  # a NUL byte in the path
+        raise InvalidImageError(f"{path!r} is not a valid file path: {e}") from e
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno())
+        if stat.S_ISDIR(mode.st_mode):
+            raise InvalidImageError(f"{path} is a directory, not an image file")
+        if not stat.S_ISREG(mode.st_mode):
+            raise InvalidImageError(f"{path} is not a regular file (a FIFO, a socket or a device): give an image "
+                                    "file")
+        if mode.st_size > max_bytes:
+            raise ImageTooLargeError(f"{path} is {mode.st_size} bytes; the limit is {max_bytes}")
+        try:
+            return f.read(max_bytes + 1)
+        except OSError as e:
+            raise InvalidImageError(f"{path} cannot be read: {e.strerror or e}") from e
 
 
 def image_digest(image: Image.Image) -> str:
@@ -61,9 +99,9 @@ def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as probe:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as probe:
                 _check_size(probe.size, max_pixels, name)  # before any pixel is decoded
-            with Image.open(io.BytesIO(data)) as img:
+            with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
                 img.load()
                 return _checked(img, max_pixels, name)
     except InvalidImageError:  # our own size checks (ImageTooLargeError is a ValueError): keep their type
@@ -71,9 +109,9 @@ def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageTooLargeError(f"{name} is too large to decode safely: {e}") from e
     except UnidentifiedImageError as e:
-        raise InvalidImageError(f"{name} is not an image file PIL can read") from e
-    except (OSError, SyntaxError, ValueError) as e:
-        raise InvalidImageError(f"{name} is corrupt or truncated: {e}") from e
+        raise InvalidImageError(f"{name} is not an image file this toolkit reads ({', '.join(IMAGE_FORMATS)})") from e
+    except Exception as e:  # a decoder's failure on a corrupt file: OSError, but also IndexError, struct.error, ...
+        raise InvalidImageError(f"{name} is corrupt or truncated: {type(e).__name__}: {e}") from e
 
 
 def _check_size(size: tuple[int, int], max_pixels: int, name: str) -> None:
@@ -90,5 +128,5 @@ def _checked(img: Image.Image, max_pixels: int, name: str) -> Image.Image:
         return image_to_rgb(ImageOps.exif_transpose(img), name)
     except InvalidImageError:
         raise
-    except (OSError, SyntaxError, ValueError) as e:
-        raise InvalidImageError(f"{name} cannot be converted to RGB: {e}") from e
+    except Exception as e:  # a corrupt EXIF block, a pixel access the decoder cannot serve, ...
+        raise InvalidImageError(f"{name} cannot be converted to RGB: {type(e).__name__}: {e}") from e

@@ -83,7 +83,9 @@ class ModelPair:
                               "(vision placeholders, thinking markers, padding rows)")
 
     def stop_ids(self, cfg: AsymSpecConfig) -> set[int]:
-        return set(cfg.stop_token_ids) if cfg.stop_token_ids is not None else set(self.eos_ids)
+        if cfg.stop_token_ids is not None:
+            return set(cfg.stop_token_ids)
+        return set() if cfg.ignore_eos else set(self.eos_ids)
 
     def banned_ids(self) -> list[int]:
         """Structural special tokens, the thinking markers (thinking is disabled in every prompt), plus logit

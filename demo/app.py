@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from pathlib import Path
 
 import gradio as gr
 
@@ -14,9 +13,8 @@ from asymspec_vl.config import GATES
 from . import render
 from .board import BASELINES
 from .handlers import NO_ANSWER, Handlers
-from .service import DemoService
-
-EXAMPLES_DIR = Path(__file__).parent / "examples"
+from .service import SESSIONS_KEPT, DemoService
+from .uploads import EXAMPLES_DIR
 CSS = """
 .answer{min-height:3em} .answer-status{color:#555;font-size:0.85em;margin-top:2px}
 .answer-tokens{white-space:pre-wrap;line-height:2.1;font-family:ui-monospace,monospace;font-size:1.05em}
@@ -131,13 +129,16 @@ def build_demo(service: DemoService) -> gr.Blocks:
         stop.click(handlers.stop, None, None, queue=False, api_name="page_stop", **page)
         api_describe.click(handlers.api_describe, image, [caption, ocr], api_name="describe", **raw)
         api_answer.click(handlers.api_answer, inputs, panels, api_name="answer", concurrency_id="models", **raw)
+        demo.unload(handlers.closed)
     return demo
 
 
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, max_file_bytes: int | None = None,
            block: bool = True, quiet: bool = False) -> gr.Blocks:
     """Serve the page (no share link, no server-side rendering); upload size limited to max_file_bytes. One
-    generation runs at a time (the models are shared); the others wait in the queue, each page showing its place."""
+    generation runs at a time (the models are shared); the others wait in the queue, each page showing its place.
+    Gradio keeps the state of SESSIONS_KEPT sessions (its default, 10,000, let a flood of new sessions grow the
+    memory by gigabytes); an older session's page then starts afresh."""
     # Warnings about Gradio's own code, logged per request, tell the operator nothing: Starlette's about a name
     # Gradio's routes use, pandas' deprecations inside Gradio's queue.
     warnings.filterwarnings("ignore", message=".*HTTP_422_UNPROCESSABLE_ENTITY.*")
@@ -145,5 +146,5 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = None, ma
     demo.queue(default_concurrency_limit=1)
     demo.launch(server_name=host, server_port=port, max_file_size=max_file_bytes, share=False, ssr_mode=False,
                 prevent_thread_lock=not block, quiet=quiet, show_error=False, allowed_paths=[str(EXAMPLES_DIR)],
-                theme=THEME, css=CSS, head=HEAD, footer_links=["api"])
+                theme=THEME, css=CSS, head=HEAD, footer_links=["api"], state_session_capacity=SESSIONS_KEPT)
     return demo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import math
+import signal
 import socket
 
 from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, check_captioning_model,
@@ -114,6 +115,14 @@ def _why(e: OSError) -> str:
     return f"{e.strerror or e}: choose another --host / --port"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is (Gradio's blocking loop closes the server on it): a normal stop, exit 0."""
+
+
+def _terminate(signum, frame):
+    raise Terminated
+
+
 def _demo(args) -> int:
     from PIL import Image
 
@@ -132,10 +141,14 @@ def _demo(args) -> int:
     max_bytes = int(args.max_upload_mb * 2**20)
     service = DemoService(vl, cfg, captioner=build_captioner(args, vl), captioner_label=captioner_label(args),
                           max_image_pixels=args.max_image_pixels, max_file_bytes=max_bytes)
+    demo = build_demo(service)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         print(f"demo: http://{args.host}:{args.port} (Ctrl+C stops it)", flush=True)  # Gradio's own lines
-        launch(build_demo(service), host=args.host, port=args.port, max_file_bytes=max_bytes, block=True,
+        launch(demo, host=args.host, port=args.port, max_file_bytes=max_bytes, block=True,
                quiet=True)  # would suggest share=True, which the demo never sets
+    except Terminated:  # it arrived outside Gradio's blocking loop (while the server started)
+        demo.close()
     except OSError as e:  # Gradio found the port taken after all (by another program while the models loaded)
         raise ConfigError(f"cannot serve on {args.host}:{args.port}: the port is in use: choose another one "
                           "with --port") from e

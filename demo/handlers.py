@@ -76,6 +76,10 @@ class Handlers:
     def stop(self, request: gr.Request) -> None:
         self.service.stops.stop(request.session_hash)
 
+    def closed(self, request: gr.Request) -> None:
+        """The tab closed or reloaded (Gradio's unload): the session's Stop signal goes."""
+        self.service.stops.drop(request.session_hash)
+
     def describe(self, image, request: gr.Request):
         """Upload: a running answer (about the old image) stops and its panels clear, the verifier's view is
         prefilled; a refused file leaves the image box (no broken-image icon). Outputs: image, caption, OCR,

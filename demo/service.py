@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from PIL import Image
 
@@ -15,24 +15,28 @@ from asymspec_vl.errors import ConfigError, EmptyQuestionError
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
 from .streaming import Cancelled, Snapshot, stream_generate
-from .uploads import Upload, as_upload, load_upload
+from .uploads import Upload, as_upload, load_upload, served, upload_folders
 
 DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
 DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
 DECODED_KEPT = 4  # decoded uploads kept: the upload's describe and the answers after it decode the file once
+SESSIONS_KEPT = 256  # browser sessions whose state is kept (Gradio's session states, the armed Stop signals)
 
 
 class DemoService:
     """The models and limits behind the page. One generation at a time (the models are shared)."""
 
     def __init__(self, vl, base_config: AsymSpecConfig | None = None, captioner=None, captioner_label: str = "",
-                 max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES):
+                 max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 upload_folders: Sequence[str | os.PathLike] | None = None):
         """captioner: an asymspec_vl.captioners.Captioner (describe(image) -> ImageText with .caption, .ocr)
         that prefills the verifier's view on upload, captioner_label says which in words ("OCR by EasyOCR;
-        no captioner"); None leaves the view for the user to type."""
+        no captioner"); None leaves the view for the user to type. upload_folders: the only folders images are
+        opened from (default: uploads.upload_folders(), Gradio's upload folder and demo/examples)."""
         self.vl, self.base_config, self.captioner = vl, base_config or AsymSpecConfig(), captioner
         self.captioner_label = captioner_label
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
+        self.upload_folders = tuple(upload_folders) if upload_folders is not None else None
         self.lock = threading.Lock()
         self.stops = StopSignals()
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
@@ -40,8 +44,10 @@ class DemoService:
 
     def load(self, image) -> Image.Image:
         """The uploaded image (anything uploads.as_upload takes), checked against the demo's limits and decoded
-        once per file (the models and captioners only read it)."""
+        once per file (the models and captioners only read it). Only files inside the upload folders are opened."""
         upload = as_upload(image)
+        if upload is not None:
+            upload = served(upload, upload_folders() if self.upload_folders is None else self.upload_folders)
         key = _file_key(upload)
         with self._decoded_lock:
             if key in self._decoded:
@@ -118,16 +124,32 @@ class StopSignal(threading.Event):
 
 class StopSignals:
     """The Stop signal of each browser session's answer: armed when Answer is clicked (so a Stop while the answer
-    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends."""
+    waits in the queue counts), set by Stop or a new upload, dropped when the answer ends or the session closes
+    (the page's unload). At most `capacity` are kept: a session armed and never answered (a tab closed before its
+    answer left the queue, a script) is dropped oldest first, so a flood of sessions cannot grow the memory."""
 
-    def __init__(self):
-        self._signals: dict[str, StopSignal] = {}
+    def __init__(self, capacity: int = SESSIONS_KEPT):
+        self._signals: dict[str, StopSignal] = {}  # insertion order: the oldest armed first
         self._lock = threading.Lock()
+        self.capacity = capacity
 
     def arm(self, session: str) -> StopSignal:
         with self._lock:
-            self._signals[session] = StopSignal()
-            return self._signals[session]
+            self._signals.pop(session, None)
+            self._signals[session] = signal = StopSignal()
+            while len(self._signals) > self.capacity:
+                del self._signals[next(iter(self._signals))]
+            return signal
+
+    def __len__(self) -> int:
+        return len(self._signals)
+
+    def drop(self, session: str) -> None:
+        """The session ended (its tab closed): its signal goes, set, so an answer still queued stops."""
+        with self._lock:
+            signal = self._signals.pop(session, None)
+        if signal is not None:
+            signal.set()
 
     def current(self, session: str) -> StopSignal | None:
         with self._lock:

@@ -89,8 +89,7 @@ def _run_order(methods: list[str], paths: list[Path]) -> list[str]:
 
 
 def _record_problem(rec: dict, scorers: dict) -> str | None:
-    """What makes a saved record unusable (None: nothing): no method, or what its eval's check_record says."""
-    if not isinstance(rec.get("method"), str) or "id" not in rec:
-        return "lacks its id or method"
+    """What makes a saved record unusable (None: nothing) beyond what read_records refuses (records.problem):
+    what its eval's check_record says."""
     check = getattr(scorers.get(rec.get("benchmark")), "check_record", None)
     return check(rec) if check else None

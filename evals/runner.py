@@ -6,9 +6,13 @@ API (shared by every eval: MathVista, the toy world, ...)
     ResultsLog(path, fingerprint=None)
         the JSONL file of finished jobs. fingerprint: a JSON-able dict of the settings that make results
         comparable (models, decoding config, protocol); it is stored beside the log as
-        <stem>.fingerprint.json, and reopening the log with a different one raises ResumeMismatchError.
+        <stem>.fingerprint.json (written whole, atomically), and reopening the log with a different one raises
+        ResumeMismatchError; every line it writes carries that fingerprint's digest, and a line with another
+        digest raises ResumeMismatchError too (a results file copied in from another run). What a line must
+        hold: records.py.
         .load() -> {(id, method): record}: every complete line; a torn last line (a crash mid-write) is cut
-        off the file; a broken line anywhere else raises ResultsFileError.
+        off the file; a broken line anywhere else, or one missing its fields, raises ResultsFileError naming
+        the file and the line, as do a torn fingerprint file and a folder where the file belongs.
         .done_keys() -> {(id, method)}: the same, read only (nothing is repaired).
         .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL.
     run_jobs(jobs, work, log, desc="eval", progress=True, base=None) -> [record, ...] in job order
@@ -46,13 +50,8 @@ from typing import Any, Callable, Iterable
 
 from asymspec_vl.errors import AsymSpecError
 
-
-class ResultsFileError(AsymSpecError):
-    """A results file is corrupt (a broken line before the end) or is being written by another run."""
-
-
-class ResumeMismatchError(AsymSpecError):
-    """The results in an output folder were made with other settings than the current run's."""
+from .records import (ResultsFileError, ResumeMismatchError, digest, parse_lines, read_fingerprint, require_file,
+                      write_json_atomic)
 
 
 class OutputFolderError(AsymSpecError):
@@ -88,35 +87,13 @@ class Job:
         return (str(self.id), str(self.method))
 
 
-def _parse_lines(data: bytes, path: Path) -> tuple[list[dict], int]:
-    """The complete records, and the byte length of the prefix they fill (a torn last line is left out)."""
-    records, pos = [], 0
-    while pos < len(data):
-        nl = data.find(b"\n", pos)
-        end = len(data) if nl < 0 else nl + 1
-        raw = data[pos:end]
-        if raw.strip():
-            try:
-                rec = json.loads(raw)
-                if not isinstance(rec, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as e:
-                if end >= len(data):  # the last line, torn by a crash mid-write: leave it out
-                    return records, pos
-                line = data.count(b"\n", 0, pos) + 1
-                raise ResultsFileError(f"{path}: line {line} is not a JSON record ({e}); the file is corrupt: "
-                                       "fix or remove that line") from e
-            records.append(rec)
-        pos = end
-    return records, pos
-
-
 def read_records(path: str | Path) -> list[dict]:
     """The complete records of a JSONL results file (a torn last line is ignored, the file untouched)."""
     p = Path(path)
+    require_file(p)
     if not p.is_file():
         raise ResultsFileError(f"results file not found: {p}")
-    return _parse_lines(p.read_bytes(), p)[0]
+    return parse_lines(p.read_bytes(), p)[0]
 
 
 class ResultsLog:
@@ -126,13 +103,14 @@ class ResultsLog:
         self.path = Path(path)
         self.fingerprint = fingerprint
         self.fingerprint_path = self.path.with_name(self.path.stem + ".fingerprint.json")
+        self.digest = digest(json.loads(json.dumps(fingerprint))) if fingerprint is not None else None
 
     def load(self) -> dict[tuple[str, str], dict]:
         self._check_fingerprint()
         if not self.path.is_file():
             return {}
         data = self.path.read_bytes()
-        records, good = _parse_lines(data, self.path)
+        records, good = parse_lines(data, self.path, self.digest)
         if good < len(data):  # cut the torn tail so the next append starts on a fresh line
             with self.path.open("r+b") as f:
                 f.truncate(good)
@@ -141,7 +119,7 @@ class ResultsLog:
                 f.write(b"\n")
         done: dict[tuple[str, str], dict] = {}
         for rec in records:
-            done.setdefault((str(rec.get("id")), str(rec.get("method"))), rec)
+            done.setdefault((rec["id"], rec["method"]), rec)
         return done
 
     def done_keys(self) -> set[tuple[str, str]]:
@@ -149,9 +127,12 @@ class ResultsLog:
         self._check_fingerprint()
         if not self.path.is_file():
             return set()
-        return {(str(r.get("id")), str(r.get("method"))) for r in _parse_lines(self.path.read_bytes(), self.path)[0]}
+        return {(r["id"], r["method"]) for r in parse_lines(self.path.read_bytes(), self.path, self.digest)[0]}
 
     def append(self, record: dict) -> None:
+        """One line; `record` is stamped (in place) with this log's fingerprint digest."""
+        if self.digest is not None:
+            record.setdefault("fingerprint", self.digest)
         line = json.dumps(record, allow_nan=False) + "\n"  # ASCII: any text survives any file encoding
         with self.path.open("a", encoding="utf-8") as f:
             f.write(line)
@@ -174,11 +155,12 @@ class ResultsLog:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def _check_fingerprint(self) -> None:
+        require_file(self.path)
         if self.fingerprint is None:
             return
         wanted = json.loads(json.dumps(self.fingerprint))
-        if self.fingerprint_path.is_file():
-            stored = json.loads(self.fingerprint_path.read_text(encoding="utf-8"))
+        if self.fingerprint_path.exists():
+            stored = read_fingerprint(self.fingerprint_path)
             if stored != wanted:
                 diff = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
                 raise ResumeMismatchError(
@@ -189,7 +171,7 @@ class ResultsLog:
                                       "cannot tell which settings made them: use another output folder")
         else:
             writable_folder(self.path.parent)
-            self.fingerprint_path.write_text(json.dumps(wanted, indent=2, sort_keys=True))
+            write_json_atomic(self.fingerprint_path, wanted)
 
 
 class BatchedWork:

@@ -37,10 +37,21 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(tiny_vl, method):
     checks stop tokens before the length); the same budget without that stop token ends with "length"."""
     for seed in range(3):
         req = random_request(seed)
-        free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, stop_token_ids=()))[0]
+        free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, ignore_eos=True))[0]
         i = first_fresh_position(free.token_ids, 3 + seed)
         budget = AsymSpecConfig(K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],))
         res = tiny_vl.generate_batch([req], method, budget)[0]
         assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "stop")
-        res = tiny_vl.generate_batch([req], method, budget.replace(stop_token_ids=()))[0]
+        assert res.stats.emitted == len(res.token_ids)  # a step cut by the stop counts what it emitted
+        res = tiny_vl.generate_batch([req], method, budget.replace(stop_token_ids=None, ignore_eos=True))[0]
         assert (res.token_ids, res.finish_reason) == (free.token_ids[:i + 1], "length")
+
+
+def test_a_step_cut_by_a_stop_token_or_the_budget_counts_the_tokens_it_emitted():
+    from asymspec_vl.trace import Stats
+
+    s = Stats(accepted_at=[0, 0, 0])
+    s.record(num_drafts=3, num_accepted=3, num_emitted=4)  # a whole step: 3 drafts kept + the bonus token
+    s.record(num_drafts=3, num_accepted=2, num_emitted=1)  # cut: the first kept draft was a stop token
+    assert (s.steps, s.drafted, s.accepted, s.emitted, s.accepted_at) == (2, 6, 5, 5, [2, 2, 1])
+    assert s.mean_accepted_length == 2.5

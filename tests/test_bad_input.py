@@ -1,6 +1,7 @@
 """Bad inputs get clear typed errors, and the same pipeline serves the next request normally."""
 
 import io
+import os
 import struct
 import zlib
 
@@ -261,3 +262,22 @@ def test_a_cache_entry_of_the_wrong_shape_is_recomputed(tmp_path, entry):
     assert inner.calls == 1 and cache.misses == 1
     fresh = CachedCaptioner(inner, directory=tmp_path)  # the entry was rewritten: a new cache hits it
     assert fresh.describe(img).caption == "a chart" and inner.calls == 1 and fresh.hits == 1
+
+
+def test_paths_that_are_no_image_file_say_what_they_are(tmp_path):
+    """Issue 22 item 11: a name over 255 bytes, a folder, a FIFO and a URL each get their own words, typed."""
+    from asymspec_vl.images import load_image
+
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    for image, words in [(tmp_path / ("x" * 300 + ".png"), "longer than the file system allows"),
+                         (str(tmp_path / ("y" * 256) / "a.png"), "longer than the file system allows"),
+                         (tmp_path, "is a directory, not an image file"),
+                         (fifo, "is not a regular file (a FIFO, a socket or a device)"),  # and returns at once
+                         ("http://example.com/cat.png", "http://example.com/cat.png is a URL"),
+                         ("https://example.com/cat.png", "is a URL"),
+                         (str(tmp_path / "missing.png"), "image file not found")]:
+        with pytest.raises(InvalidImageError) as e:
+            load_image(image)
+        assert words in str(e.value), (image, str(e.value))
+        assert "not found" not in str(e.value) or words == "image file not found"

@@ -30,3 +30,22 @@ def test_defaults_and_replace():
     with pytest.raises(ConfigError, match="gamma"):
         cfg.replace(gamma=2.0)
     assert AsymSpecConfig(stop_token_ids=[3, 4]).stop_token_ids == (3, 4)
+
+
+def test_an_empty_stop_list_is_refused_and_ignore_eos_says_it():
+    """Issue 22 item 11: stop_token_ids=[] silently ran every answer to the budget; ignore_eos=True says so."""
+    for empty in ([], (), set()):
+        with pytest.raises(ConfigError, match=r"stop_token_ids=.* expected at least one token id.*ignore_eos=True"):
+            AsymSpecConfig(stop_token_ids=empty)
+    with pytest.raises(ConfigError, match="ignore_eos"):
+        AsymSpecConfig(ignore_eos=1)
+    assert "ignore_eos" not in AsymSpecConfig().to_dict()  # the settings of earlier runs read the same
+    assert AsymSpecConfig(ignore_eos=True).to_dict()["ignore_eos"] is True
+    assert AsymSpecConfig(**AsymSpecConfig(ignore_eos=True).to_dict()) == AsymSpecConfig(ignore_eos=True)
+
+
+def test_ignore_eos_leaves_no_stop_token_and_stop_ids_still_stop(tiny_vl):
+    pair = tiny_vl.pair
+    assert pair.stop_ids(AsymSpecConfig()) == set(pair.eos_ids) and pair.eos_ids
+    assert pair.stop_ids(AsymSpecConfig(ignore_eos=True)) == set()
+    assert pair.stop_ids(AsymSpecConfig(ignore_eos=True, stop_token_ids=[5])) == {5}

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from asymspec_vl import AsymSpecConfig
+from asymspec_vl.demo.uploads import Upload
 
 from test_demo_units import spans
 
@@ -218,3 +219,59 @@ def test_only_the_api_endpoints_are_public(client):
 def test_page_works_after_errors(client):
     _, _, _, _, results = ask(client, baselines=("floor",), max_new_tokens=2)[-1]
     assert set(results) == {"asymspec", "floor"}
+
+
+def _call(app, api, data) -> str:
+    """A curl-style call of the public API: POST /gradio_api/call/<api>, then read its event stream whole."""
+    import httpx
+
+    r = httpx.post(f"{app}gradio_api/call/{api}", json={"data": data}, timeout=30)
+    assert r.status_code == 200, r.text
+    return httpx.get(f"{app}gradio_api/call/{api}/{r.json()['event_id']}", timeout=120).text
+
+
+def test_the_api_opens_no_file_outside_the_upload_folder(app, tmp_path):
+    """The exploit of issue 22: /describe and /answer sent a path of the server's disk (a chmod-700 folder) as
+    Gradio file data without `meta` (which Gradio's own check skips), or disguised (a symlink out of the upload
+    folder, `..`); the secret image's content never comes back, and every refusal says the same words."""
+    import httpx
+    from gradio.utils import get_upload_folder
+
+    from test_demo_uploads import _outside_paths
+
+    uploads = Path(get_upload_folder()) / f"asymspec-test-{tmp_path.name}"  # inside the live server's upload folder
+    secret_content = "77x55"  # what the captioner would say about the secret image
+    try:
+        cases = _outside_paths(tmp_path, uploads)
+        secret = tmp_path / "private" / "secret.png"
+        missing = str(secret.with_name("missing.png"))
+        (tmp_path / "private").chmod(0o700)
+        answers = {}
+        for case, payload in cases.items():
+            if isinstance(payload, Upload):  # the disguises, as the exploit sends them: file data without meta
+                payload = {"path": payload.path, "orig_name": payload.name}
+            answers[case] = _call(app, "describe", [payload])
+            assert secret_content not in answers[case] and "event: error" in answers[case], case
+        refusal = answers["file data without meta"]
+        assert json.loads(refusal.split("data: ")[1]) == {"error": "The image did not arrive on the server: upload "
+                                                                   "it again.", "duration": 10, "visible": True,
+                                                          "title": "InvalidImageError"}
+        for case in ("symlink out", "dot-dot", "missing", "the folder itself", "a folder in it", "NUL byte",
+                     "a long name"):  # the same words for an existing file, a missing one, a folder ...
+            assert answers[case] == refusal, case
+        # what Gradio refuses itself (a plain path; file data with meta outside its folder): no content either,
+        # and the same answer whether the file is there or not
+        assert answers["plain path"] == _call(app, "describe", [missing])
+        assert answers["file data with meta"] == _call(app, "describe", [{**cases["file data with meta"],
+                                                                         "path": missing}])
+        streamed = _call(app, "answer", [cases["file data without meta"], QUESTION, CAPTION, OCR, 2, 1.0, 0.5,
+                                         "cda", 4, []])
+        assert streamed == refusal
+        with secret.open("rb") as f:  # the same file, uploaded by its owner, is read
+            r = httpx.post(app + "gradio_api/upload", files={"files": ("secret.png", f, "image/png")}, timeout=30)
+        assert secret_content in _call(app, "describe", [{"path": r.json()[0], "orig_name": "secret.png",
+                                                          "meta": {"_type": "gradio.FileData"}}])
+    finally:
+        import shutil
+
+        shutil.rmtree(uploads, ignore_errors=True)

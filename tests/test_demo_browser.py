@@ -432,3 +432,59 @@ def test_a_second_session_sees_its_place_in_the_queue(paced_server, browser, tmp
         _settled_after_stop(other, waits[1])
     finally:
         other.quit()
+
+
+ATTACK_JS = """
+const [payload, done] = arguments;
+const post = (url, body) => fetch(url, {method: "POST", headers: {"Content-Type": "application/json"},
+                                        body: JSON.stringify(body)});
+(async () => {
+  const out = {};
+  const {event_id} = await (await post("gradio_api/call/describe", {data: [payload]})).json();
+  out.api = await (await fetch("gradio_api/call/describe/" + event_id)).text();
+  // the page's own upload event, as the page's script sends it, in a session of its own
+  const dep = (await (await fetch("config")).json()).dependencies.find(d => d.api_name === "page_describe");
+  const session = "attacker" + Math.random().toString(36).slice(2);
+  out.join = await (await post("gradio_api/queue/join", {data: [payload], fn_index: dep.id, session_hash: session,
+                                                         event_data: null, trigger_id: dep.targets[0][0]})).text();
+  const reader = (await fetch("gradio_api/queue/data?session_hash=" + session)).body.getReader();
+  let text = "";
+  while (!text.includes("process_completed")) {
+    const {value, done: end} = await reader.read();
+    if (end) break;
+    text += new TextDecoder().decode(value);
+  }
+  reader.cancel();
+  out.page = text;
+  done(out);
+})().catch(e => done({error: String(e)}));
+"""
+
+
+def test_the_page_and_its_api_open_no_file_of_the_servers_disk(server, browser, tmp_path):
+    """From the demo's page, a script sends a path of the server's disk (a copy of the chart in a chmod-700
+    folder, and a symlink to it inside Gradio's upload folder) to /describe and to the page's own upload event:
+    the chart's OCR text never comes back, each refusal is the demo's one message, and the page works after."""
+    from gradio.utils import get_upload_folder
+
+    secret = tmp_path / "private" / "secret.png"
+    secret.parent.mkdir()
+    shutil.copy(CHART, secret)
+    secret.parent.chmod(0o700)
+    link = Path(get_upload_folder()) / f"asymspec-test-{tmp_path.name}" / "cat.png"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(secret)
+    try:
+        wait = _open(browser, server)
+        browser.set_script_timeout(WAIT_S)
+        for path in (secret, link, secret.with_name("missing.png")):
+            out = browser.execute_async_script(ATTACK_JS, {"path": str(path), "orig_name": "cat.png"})
+            assert "error" not in out, out
+            assert "Sales" not in json.dumps(out), (path, out)  # the chart's OCR text
+            assert "The image did not arrive on the server: upload it again." in out["api"]
+            assert "The image did not arrive on the server: upload it again." in out["page"]
+        _click_example(browser, wait)  # the page works after
+        _answer(browser, wait, until=("asymspec-answer",))
+        assert not _messages(browser) and not _box(browser, "ocr").get_attribute("value").count("Sales")
+    finally:
+        shutil.rmtree(link.parent, ignore_errors=True)

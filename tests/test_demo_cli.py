@@ -82,3 +82,42 @@ def test_a_taken_port_is_a_clear_error_before_the_models_load(capsys, monkeypatc
 def test_an_unknown_host_is_a_clear_error(capsys):
     assert main(["demo", "--host", "no-such-host.invalid", "--ocr", "none"]) == 2
     assert "unknown host: pass --host with an address of this machine" in capsys.readouterr().err
+
+
+def test_sigterm_closes_the_demo_with_exit_status_0(tmp_path):
+    """As `asymspec-vl serve`: a service manager's SIGTERM is a normal stop, not a crash (143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("asymspec-vl")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "asymspec_vl.cli"]
+    log = tmp_path / "demo.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*cmd, "demo", "--port", str(port), "--ocr", "none"], cwd=tmp_path, stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                                               "GRADIO_ANALYTICS_ENABLED": "False"})
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

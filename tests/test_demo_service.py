@@ -114,7 +114,8 @@ def test_an_error_mid_way_marks_its_panel_failed_and_propagates(tiny_vl):
 
 
 def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_path):
-    handlers = Handlers(DemoService(tiny_vl, AsymSpecConfig(), max_image_pixels=100_000))
+    handlers = Handlers(DemoService(tiny_vl, AsymSpecConfig(), max_image_pixels=100_000,
+                                    upload_folders=[tmp_path, CHART.parent]))
     request = SimpleNamespace(session_hash="s1")
     begin = handlers.begin(request)
     assert begin[0] == "" and all("waiting…" in p for p in begin[1:4])  # stale answers go at once
@@ -176,7 +177,7 @@ def test_each_upload_is_decoded_once(tiny_vl, monkeypatch, tmp_path):
 
     upload = tmp_path / "chart.png"
     upload.write_bytes(CHART.read_bytes())
-    service = DemoService(tiny_vl, AsymSpecConfig(), captioner=Reader())
+    service = DemoService(tiny_vl, AsymSpecConfig(), captioner=Reader(), upload_folders=[tmp_path])
     monkeypatch.setattr(PILImage, "_getdecoder", counting)
     assert service.describe_image(Upload(str(upload), "chart.png")) == ("256x192", "")
     for _ in range(2):  # two questions about the uploaded image, three methods each
@@ -192,7 +193,7 @@ def test_a_new_upload_stops_the_running_answer_and_clears_its_panels(tiny_vl, tm
     uploaded = []
     vl = Interrupting(tiny_vl, "asymspec", at=1, action=lambda: uploaded.append(
         handlers.describe(Upload(str(upload), "new.png"), request)))
-    handlers = Handlers(DemoService(vl, AsymSpecConfig()))
+    handlers = Handlers(DemoService(vl, AsymSpecConfig(), upload_folders=[tmp_path, CHART.parent]))
     handlers.begin(request)
     out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
     assert uploaded[0][3] == "" and vl.calls == ["asymspec"]  # the upload was fine; the answer stopped

@@ -5,6 +5,7 @@ import html
 import threading
 import time
 from html.parser import HTMLParser
+from types import SimpleNamespace
 
 import pytest
 
@@ -243,7 +244,8 @@ class NoModels:
 
 @pytest.fixture
 def service(tmp_path):
-    return DemoService(NoModels(), AsymSpecConfig(), max_image_pixels=100 * 100, max_file_bytes=20_000)
+    return DemoService(NoModels(), AsymSpecConfig(), max_image_pixels=100 * 100, max_file_bytes=20_000,
+                       upload_folders=[tmp_path])  # these tests' files stand for uploads
 
 
 def _png(path, size):
@@ -291,3 +293,36 @@ def test_a_panel_shows_the_answer_as_plain_text_above_its_tokens():
     markup = render.panel_html("asymspec", [("9", "draft"), (" ×", "draft"), (" <b>", "fused")], "done")
     assert '<div class="answer-text">9 × &lt;b&gt;</div><div class="answer-tokens">' in markup
     assert "answer-text" not in render.panel_html("floor", [], "waiting…")  # nothing to read yet
+
+
+def test_stop_signals_of_sessions_that_never_answer_are_bounded_and_a_closed_session_drops_its_own():
+    signals = StopSignals(capacity=8)
+    for i in range(10_000):  # a flood of sessions that click Answer and never reach their answer
+        signals.arm(f"s{i}")
+    assert len(signals) == 8 and signals.current("s9999") is not None and signals.current("s0") is None
+    queued = signals.arm("tab")
+    signals.drop("tab")  # the tab closed: its signal goes, and an answer still queued for it stops
+    assert signals.current("tab") is None and queued.is_set()
+    signals.drop("never-seen")  # nothing armed: nothing happens
+
+
+def test_the_page_bounds_gradios_sessions_and_releases_a_closed_sessions_signal():
+    import socket
+
+    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.service import SESSIONS_KEPT
+
+    service = DemoService(NoModels(), AsymSpecConfig())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = launch(build_demo(service), port=port, block=False, quiet=True)
+    try:
+        assert demo.state_session_capacity == SESSIONS_KEPT < 10_000  # Gradio's default: 10,000
+        unload = [d for d in demo.fns.values() if any(t[1] == "unload" for t in d.targets)]
+        assert len(unload) == 1
+        service.stops.arm("tab")
+        unload[0].fn(SimpleNamespace(session_hash="tab"))
+        assert service.stops.current("tab") is None
+    finally:
+        demo.close()

@@ -1,6 +1,7 @@
 """The demo's uploads: each refused file gets one message that names it as the user named it, states the demo's
 own limit and what to do (no server path, no Pillow internals, no Pillow warning); a good file is decoded once."""
 
+import os
 import struct
 import warnings
 import zlib
@@ -94,3 +95,99 @@ def test_gradios_file_data_keeps_the_users_file_name(tmp_path):
     assert as_upload(None) is None and as_upload("") is None
     with pytest.raises(InvalidImageError, match="did not arrive on the server: upload it again"):
         as_upload({"path": None, "url": "https://example.com/x.png"})
+
+
+def _outside_paths(tmp_path, uploads):
+    """Paths that name a real image outside the upload folder `uploads`, each in another disguise, and a missing one."""
+    secret = tmp_path / "private" / "secret.png"
+    secret.parent.mkdir()
+    Image.new("RGB", (77, 55), "red").save(secret)
+    link = uploads / "4a5b6c" / "cat.png"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(secret)  # a symlink inside the upload folder pointing out of it
+    dotted = str(uploads / os.path.relpath(secret, uploads))  # uploads/../private/secret.png
+    assert ".." in dotted and os.path.isfile(dotted)
+    return {"plain path": str(secret), "file data without meta": {"path": str(secret), "orig_name": "cat.png"},
+            "file data with meta": {"path": str(secret), "orig_name": "cat.png",
+                                    "meta": {"_type": "gradio.FileData"}},
+            "symlink out": Upload(str(link), "cat.png"), "dot-dot": Upload(dotted, "cat.png"),
+            "missing": Upload(str(secret.with_name("missing.png")), "cat.png"),
+            "the folder itself": Upload(str(uploads), "cat.png"), "a folder in it": Upload(str(link.parent), "x.png"),
+            "NUL byte": Upload(str(uploads / "a\0.png"), "cat.png"),
+            "a long name": Upload(str(uploads / ("x" * 300 + ".png")), "cat.png")}
+
+
+def test_only_files_in_the_upload_folders_are_opened_and_every_refusal_says_the_same(tmp_path):
+    from asymspec_vl.demo.service import DemoService
+    from asymspec_vl.demo.uploads import NOT_ARRIVED, served
+
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    inside = uploads / "1f2e" / "photo.png"
+    inside.parent.mkdir()
+    Image.new("RGB", (30, 20), "white").save(inside)
+    service = DemoService(None, upload_folders=[uploads])
+    assert service.load(Upload(str(inside), "photo.png")).size == (30, 20)
+    assert served(Upload(str(uploads / "1f2e" / ".." / "1f2e" / "photo.png"), "p.png"), [uploads]) == \
+        Upload(str(inside.resolve()), "p.png")  # resolved: the file the check saw is the file opened
+    for case, payload in _outside_paths(tmp_path, uploads).items():
+        with pytest.raises(InvalidImageError) as e:
+            service.load(payload)
+        assert str(e.value) == NOT_ARRIVED, case  # nothing about whether the file exists, its size or kind
+        with pytest.raises(InvalidImageError):
+            served(as_upload(payload), [uploads])
+
+
+def test_the_default_folders_are_gradios_upload_folder_and_the_examples(tmp_path, monkeypatch):
+    from asymspec_vl.demo.service import DemoService
+    from asymspec_vl.demo.uploads import EXAMPLES_DIR, NOT_ARRIVED
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio-uploads"))  # as Gradio reads it
+    uploaded = tmp_path / "gradio-uploads" / "0a1b" / "p.png"
+    uploaded.parent.mkdir(parents=True)
+    Image.new("RGB", (30, 20), "white").save(uploaded)
+    elsewhere = tmp_path / "p.png"
+    Image.new("RGB", (30, 20), "white").save(elsewhere)
+    service = DemoService(None)
+    assert service.load(str(uploaded)).size == (30, 20)
+    assert service.load(str(EXAMPLES_DIR / "chart.png")).size == (256, 192)
+    with pytest.raises(InvalidImageError, match=f"^{NOT_ARRIVED}$"):
+        service.load(str(elsewhere))
+
+
+@pytest.mark.parametrize("fmt", ["QOI", "DDS", "broken DDS"])
+def test_a_file_in_a_format_the_demo_does_not_read_is_one_message(tmp_path, fmt):
+    path = tmp_path / "photo.png"  # named as an image the demo reads
+    if fmt == "broken DDS":  # a DDS header with pixel-format flags Pillow does not know: NotImplementedError
+        dds = bytearray(struct.pack("<4sI", b"DDS ", 124) + bytes(120))
+        struct.pack_into("<III", dds, 8, 0x1007, 8, 8)
+        struct.pack_into("<II", dds, 76, 32, 0x400000)
+        path.write_bytes(bytes(dds))
+    else:
+        Image.new("RGB", (8, 8), "red").save(path, format=fmt)
+    assert _refused(Upload(str(path), "photo.png")) == ("photo.png cannot be read as an image: upload a PNG, JPEG, "
+                                                         "WebP, BMP, GIF or TIFF image.")
+
+
+@pytest.mark.parametrize("name", ["PHOTO.PNG", "Scan.JPG", "chart.Tiff"])
+def test_upper_case_suffixes_are_images_too(tmp_path, name):
+    path = tmp_path / name
+    Image.new("RGB", (30, 20), "white").save(path, format={"PNG": "PNG", "JPG": "JPEG", "TIFF": "TIFF"}[
+        name.rsplit(".", 1)[1].upper()])
+    assert load_upload(Upload(str(path), name), **LIMITS).size == (30, 20)
+
+
+def test_a_replaced_file_is_decoded_again(tmp_path):
+    """The decoded-upload cache is keyed by the file's path, size and modification time: a file replaced under
+    the same path (a new upload Gradio stored there) is not answered with the old pixels."""
+    from asymspec_vl.demo.service import DemoService
+
+    path = tmp_path / "image.png"
+    Image.new("RGB", (30, 20), "white").save(path)
+    service = DemoService(None, upload_folders=[tmp_path])
+    assert service.load(str(path)).size == (30, 20)
+    Image.new("RGB", (40, 10), "black").save(path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a clock tick later, whatever the file system
+    assert service.load(str(path)).size == (40, 10)
+    assert service.load(str(path)) is service.load(str(path))  # unchanged: decoded once

@@ -240,3 +240,100 @@ def test_a_request_the_model_run_failed_is_an_error_record_not_a_scored_answer(t
     assert [r.get("error", {}).get("type") for r in records] == [None, "RequestFailedError", None]
     assert "pixel_values hold NaN" in records[1]["error"]["message"] and records[1]["correct"] is False
     assert records[0]["correct"] is True and records[2]["correct"] is True
+
+
+GOOD = {"id": "1", "method": "a", "correct": True, "stats": {"emitted": 3, "elapsed_s": 1.0}}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"id": None}, '"id" is null, expected text'),
+    ({"method": 7}, '"method" is 7, expected text'),
+    ({"stats": None}, '"stats" is null, expected an object of counters'),
+    ({"correct": "yes"}, '"correct" is "yes", expected true, false or null'),
+    ({"correct": 1}, '"correct" is 1, expected true, false or null'),
+    ({"stats": {"emitted": "3"}}, "stats emitted are not numbers"),
+    ({"error": "boom"}, '"error" is "boom", expected {"type", "message"}'),
+])
+def test_a_record_missing_its_fields_is_a_one_line_error_naming_the_file(tmp_path, change, words):
+    path = tmp_path / "r.jsonl"
+    bad = {k: v for k, v in {**GOOD, **change}.items()}
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(bad) + "\n")
+    for read in (lambda: ResultsLog(path).load(), lambda: ResultsLog(path).done_keys(), lambda: read_records(path),
+                 lambda: run_jobs(jobs(1), work, ResultsLog(path), progress=False)):
+        with pytest.raises(ResultsFileError) as e:
+            read()
+        assert str(e.value).startswith(f"{path}: line 2 is no results record: its ") and words in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("missing", ["id", "method"])
+def test_a_record_without_its_key_is_refused(tmp_path, missing):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({k: v for k, v in GOOD.items() if k != missing}) + "\n")
+    with pytest.raises(ResultsFileError, match=f'line 1 is no results record: its "{missing}" is missing'):
+        read_records(path)
+
+
+def test_error_records_and_unscored_records_are_good(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rows = [{"id": "1", "method": "a", "error": {"type": "InputError", "message": "bad"}, "correct": False},
+            {**GOOD, "id": "2", "correct": None}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_records(path) == rows
+
+
+def test_a_torn_fingerprint_file_is_a_one_line_error(tmp_path):
+    path = tmp_path / "r.jsonl"
+    run_jobs(jobs(1), work, ResultsLog(path, {"model": "m"}), progress=False)
+    fingerprint = tmp_path / "r.fingerprint.json"
+    fingerprint.write_text(fingerprint.read_text()[:7])  # cut short
+    with pytest.raises(ResultsFileError, match=f"^{fingerprint} cannot be read .*cut short or edited"):
+        run_jobs(jobs(1), work, ResultsLog(path, {"model": "m"}), progress=False)
+    fingerprint.write_text("[1, 2]")
+    with pytest.raises(ResultsFileError, match=f"^{fingerprint} holds list, not the settings of a run"):
+        ResultsLog(path, {"model": "m"}).load()
+
+
+def test_the_fingerprint_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A crash while writing it (here: the disk fills mid-write) leaves no fingerprint file, not half of one."""
+    path = tmp_path / "r.jsonl"
+
+    class Full(OSError):
+        pass
+
+    def failing_fsync(fd):
+        raise Full(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(Full):
+        ResultsLog(path, {"model": "m"}).load()
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == []  # neither a torn file nor a temporary one
+    ResultsLog(path, {"model": "m"}).load()
+    assert json.loads((tmp_path / "r.fingerprint.json").read_text()) == {"model": "m"}
+
+
+@pytest.mark.parametrize("which", ["r.jsonl", "r.fingerprint.json"])
+def test_a_folder_where_a_results_file_belongs_is_a_one_line_error(tmp_path, which):
+    (tmp_path / which).mkdir()
+    path = tmp_path / "r.jsonl"
+    with pytest.raises(ResultsFileError, match=f"^{tmp_path / which} is a folder, not a results file"):
+        run_jobs(jobs(1), work, ResultsLog(path, {"model": "m"}), progress=False)
+    if which == "r.jsonl":
+        with pytest.raises(ResultsFileError, match="is a folder"):
+            read_records(path)
+
+
+def test_records_carry_their_settings_and_a_copied_in_file_is_refused(tmp_path):
+    mine, other = tmp_path / "mine" / "r.jsonl", tmp_path / "other" / "r.jsonl"
+    for p in (mine, other):
+        p.parent.mkdir()
+    recs = run_jobs(jobs(1), work, ResultsLog(other, {"model": "other"}), progress=False)
+    assert len({r["fingerprint"] for r in lines(other)}) == 1 and lines(other) == recs
+    run_jobs(jobs(1), work, ResultsLog(mine, {"model": "mine"}), progress=False)
+    mine.write_bytes(other.read_bytes())  # the other run's results copied over mine (my fingerprint file stays)
+    with pytest.raises(ResumeMismatchError, match=f"^{mine}: line 1 was made with other settings"):
+        run_jobs(jobs(1), work, ResultsLog(mine, {"model": "mine"}), progress=False)
+    legacy = [{k: v for k, v in r.items() if k != "fingerprint"} for r in lines(other)]
+    mine.write_text("".join(json.dumps(r) + "\n" for r in legacy))  # lines from before records carried one
+    assert len(ResultsLog(mine, {"model": "mine"}).load()) == 2

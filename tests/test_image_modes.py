@@ -142,3 +142,19 @@ def test_exif_orientation_is_applied():
 def test_ambiguous_or_unreadable_pixels_are_refused(image, words):
     with pytest.raises(InvalidImageError, match=words):
         load_image(image)
+
+
+def test_sixteen_bit_values_are_scaled_by_255_over_65535_and_rounded():
+    """v -> round(v * 255 / 65535), not v >> 8 (which maps 255 to 0 and 65280 to 255)."""
+    values = np.array([[0, 128, 255, 32767, 32768, 65280, 65534, 65535]], dtype=np.uint16)
+    expected = [int(int(v) * 255 / 65535 + 0.5) for v in values[0]]
+    assert expected == [0, 0, 1, 127, 128, 254, 255, 255]
+    assert list(np.asarray(load_image(values))[0, :, 0]) == expected
+    assert list(np.asarray(load_image(Image.fromarray(values, "I;16")))[0, :, 0]) == expected
+
+
+@pytest.mark.parametrize("lowest", [-1, -65536])
+def test_negative_mode_i_values_are_refused_not_wrapped(lowest):
+    img = Image.fromarray(np.array([[lowest, 7]], dtype=np.int32), "I")
+    with pytest.raises(InvalidImageError, match=f"values in \\[{lowest}, 7\\]"):
+        load_image(img)

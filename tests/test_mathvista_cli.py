@@ -328,7 +328,6 @@ def test_annotations_of_the_wrong_shape_are_one_line_naming_the_file(tiny_models
     ("response", 123, "has response=123 (int); expected text"),
     ("choices", "A,B", "has choices=A,B; expected a list of texts or null"),
     ("verdicts", {"release": 5}, "has verdicts={'release': 5}"),
-    ("method", None, "lacks its id or method"),
 ])
 def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_run, tmp_path, capsys, field,
                                                                           value, message):
@@ -343,6 +342,17 @@ def test_a_results_record_of_the_wrong_shape_is_one_line_naming_the_file(full_ru
     assert err.startswith(f"asymspec-vl: error: {path}: the record of id {recs[1]['id']!r}, method {method!r} "
                           f"{message}")
     assert err.endswith(": fix or remove that line\n") and err.count("\n") == 1
+
+
+def test_a_results_record_without_its_method_is_one_line_naming_the_file_and_line(full_run, tmp_path, capsys):
+    recs = records(full_run[0])
+    recs[1] = dict(recs[1], method=None)
+    path = tmp_path / "edited" / "results.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["eval", "score", str(path)]) == 2
+    assert capsys.readouterr().err == (f"asymspec-vl: error: {path}: line 2 is no results record: its \"method\" is "
+                                       "null, expected text; fix or remove that line\n")
 
 
 @pytest.mark.parametrize("argv", [["eval", "mathvista", "--help"], ["eval", "score", "--help"]])

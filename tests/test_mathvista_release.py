@@ -126,3 +126,26 @@ def test_release_cuts_the_caption_and_ocr_unstripped(problems, official):
     assert release.ocr_join("plain OCR text") == "plain OCR text"
     with pytest.raises(ConfigError, match="unknown MathVista protocol 'paper'"):
         EvalProtocol(name="paper")
+
+
+def test_final_answer_is_tried_before_answer_is():
+    assert release.anchor("The answer is 5.\nFinal answer: 7") == "7"
+    assert release.anchor("Final answer: 7\nSo the answer is 5.") == "7"
+
+
+@pytest.mark.parametrize("ocr", ["", "   ", "\n\t "])
+def test_blank_ocr_text_gets_no_ocr_line(ocr):
+    assert release.user_text("A chart.", ocr, "Q?") == "Image caption: A chart.\n\nQ?"
+    assert "OCR text from image:  x " in release.user_text("A chart.", " x ", "Q?")  # kept unstripped
+
+
+def test_kept_uses_the_stored_release_extraction_not_a_new_one():
+    from asymspec_vl.evals.mathvista.verdicts import kept
+
+    rec = {"response": "The answer is 12.", "question_type": "free_form", "answer_type": "integer",
+           "answer": "7", "precision": None, "choices": None,
+           "verdicts": {"official": {"extraction": "12", "extractor": "rule"},
+                        "release": {"extraction": "7", "extractor": release.EXTRACTOR}}}
+    assert release.extract(rec["response"], rec) == "12"  # what a new extraction would say
+    assert kept(rec)["release"] == {"extraction": "7", "extractor": release.EXTRACTOR, "prediction": "7",
+                                    "correct": True}

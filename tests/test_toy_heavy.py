@@ -99,3 +99,16 @@ def test_heavy_tokens_equal_the_embedded_verifier_on_vllm(heavy):
             assert _tokens(vl, method) == _tokens(hf, method)
     finally:
         vl.backend.close()
+
+
+def test_the_source_is_not_overwritten_through_another_spelling_of_its_path(tmp_path, tiny_models):
+    import shutil
+
+    source = tmp_path / "models" / "verifier"
+    shutil.copytree(tiny_models["verifier"], source)
+    before = {f.name: f.read_bytes() for f in source.iterdir()}
+    (tmp_path / "link").symlink_to(source)
+    for out in (tmp_path / "models" / ".." / "models" / "verifier", tmp_path / "link"):
+        with pytest.raises(ConfigError, match="cannot be written over its source"):
+            write_heavy_verifier(out, 2, verifier=source)
+    assert {f.name: f.read_bytes() for f in source.iterdir()} == before

@@ -262,7 +262,7 @@ def test_benchmark_reports_tokens_and_phase_times(vl):
     from asymspec_vl import AsymSpecConfig
     from asymspec_vl.evals.benchmarks.bench_vllm import bench, requests
 
-    row = bench(vl, "asymspec", requests(2, 64), AsymSpecConfig(K=2, max_new_tokens=6, stop_token_ids=()))
+    row = bench(vl, "asymspec", requests(2, 64), AsymSpecConfig(K=2, max_new_tokens=6, ignore_eos=True))
     assert row["tokens"] == 12 and row["tokens_per_s"] > 0
     assert all(row[f"{p}_ms_per_step"] > 0 for p in ("verifier", "base_pass", "gate", "draft"))
     assert 0 <= row["acceptance_rate"] <= 1 and row["mean_accepted_length"] >= 1
@@ -457,7 +457,7 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(vl, tiny_vl):
     for method in ("asymspec", "scd"):
         for seed in range(3):
             req = random_request(seed)
-            free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, stop_token_ids=()))[0]
+            free = tiny_vl.generate_batch([req], method, AsymSpecConfig(K=2, max_new_tokens=16, ignore_eos=True))[0]
             i = first_fresh_position(free.token_ids, 3 + seed)
             cfg = AsymSpecConfig(K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],))
             expected = _summary(tiny_vl.generate_batch([req], method, cfg))

@@ -76,7 +76,7 @@ def main() -> None:
     image = Image.new("RGB", (128, 96), (40, 120, 200))
     req = Request(image, "What is the value of the tallest bar? Explain step by step.",
                   caption="A bar chart with four bars. " * 8, ocr="2019 2020 2021 2022 12 30 21 17")
-    cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, stop_token_ids=())
+    cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, ignore_eos=True)
     be, pair = vl.backend, vl.pair
     enc = encode_request(req, pair.processor, pair.tokenizer)
     banned = pair.banned_mask(be.device)

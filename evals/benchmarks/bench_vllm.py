@@ -143,7 +143,7 @@ def main() -> None:
     with stdout_to_stderr():  # vLLM's and Gloo's start-up lines: stdout holds the table only
         vl = AsymSpecVL.from_pretrained(**{k: str(v) if v else None for k, v in models.items()}, backend="vllm",
                                         **engine_kwargs)
-        cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, stop_token_ids=())
+        cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, ignore_eos=True)
         reqs = requests(args.requests, args.image_side or (128 if args.models == "tiny" else 448))
         rows = [bench(vl, m, reqs, cfg) for m in args.methods.split(",")]
     columns = ["method", "requests", "tokens", "seconds", "tokens_per_s", "acceptance_rate",

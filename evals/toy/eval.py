@@ -103,7 +103,7 @@ def table(records: list[dict], keys: list[str]) -> tuple[list[dict], list[str]]:
     rows = summarize(records, groups, keys, {k: VARIANTS[k].label if k in VARIANTS else k for k in keys})
     for row, key in zip(rows, keys):
         mine = [r for r in records if r["method"] == key]
-        emitted = sum(r["stats"]["emitted"] for r in mine)
+        emitted = sum((r.get("stats") or {}).get("emitted", 0) for r in mine)  # error records have no stats
         row[FUSED_COLUMN] = 100.0 * sum(r.get("fused", 0) for r in mine) / emitted if emitted else None
     return rows, ["method", *world.QTYPES, "Overall", "n", "errors", *SPEED_COLUMNS, FUSED_COLUMN]
 
