@@ -296,12 +296,19 @@ def fail_on_rank_1(worker):  # test-only: sent as a function, hence VLLM_ALLOW_I
     return worker.rank
 
 
+def communicator(worker):  # the TP group's device communicator: shared memory (AVX-512 CPUs) or torch.distributed
+    from vllm.distributed import get_tp_group
+    dist = get_tp_group().device_communicator.dist_module
+    return getattr(dist, "__name__", type(dist).__name__)
+
+
 if __name__ == "__main__":
     vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm",
                                     tensor_parallel_size=2)
     cfg = AsymSpecConfig(K=2, max_new_tokens=10)
     out = {{"tokens": [r.token_ids for r in vl.generate_batch([random_request(s) for s in range(3)], "asymspec", cfg)]}}
     llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    out["communicator"] = llm.collective_rpc(communicator)
     out["ranks"] = llm.collective_rpc(fail_on_rank_1)
     start = time.time()
     try:
@@ -315,9 +322,11 @@ if __name__ == "__main__":
 """
 
 
-def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path):
-    """TP=2 on the CPU build (gloo): AsymSpec's tokens equal the transformers backend's (the ranks compare their
-    failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the engine with
+def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path,
+                                                                            record_property):
+    """TP=2 on the CPU build (its shared-memory communicator on AVX-512 CPUs, torch.distributed's gloo on the
+    others: the test reports which served it): AsymSpec's tokens equal the transformers backend's (the ranks
+    compare their failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the engine with
     an error within seconds, where catching it on that rank alone left rank 0 waiting in the vision tower's
     collective."""
     from asymspec_vl import AsymSpecConfig
@@ -334,6 +343,8 @@ def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(ti
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, run.stdout[-3000:] + run.stderr[-3000:]
     got = json.loads(line[0][len("RESULT "):])
+    record_property("tp_communicator", got["communicator"])
+    print(f"TP=2 served by the {got['communicator'][0]} communicator")
     reqs = [random_request(s) for s in range(3)]
     assert got["tokens"] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec",
                                                                          AsymSpecConfig(K=2, max_new_tokens=10))]
