@@ -185,7 +185,6 @@ class AsymSpecProposer(DraftModelProposer):
                 plan.full_rows.append((req_id, state, feed))
             else:
                 plan.comp_rows.append((i, req_id, state))
-        self.draft_logits.keep_only(set(req_ids))
         # shortest feeds first: attention backends that split decodes from prefills expect decodes first
         plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan
