@@ -25,12 +25,14 @@ class DrafterAttention:
     """The drafter's attention groups with builders made from the drafter's config."""
 
     def __init__(self, groups: list, drafter_vllm_config, device: torch.device, reorder_threshold: int | None):
-        """groups: the proposer's draft AttentionGroups (their specs carry the kernel block size);
+        """groups: the proposer's draft AttentionGroups, with vLLM's builders made for the kernel block size
+        (a group's own spec carries the KV manager's block size, its builder's spec the kernel's: FlashInfer
+        pages a 128-token block as 64-token pages, and vLLM's draft models plan with the kernel's);
         reorder_threshold: the runner's decode/prefill reorder threshold (its batches are ordered by it)."""
         self.groups = groups
         for group in groups:
-            spec = group.kv_cache_spec
-            group.create_metadata_builders(drafter_vllm_config, device, kernel_block_size=spec.block_size)
+            kernel_block_size = group.get_metadata_builder().kv_cache_spec.block_size
+            group.create_metadata_builders(drafter_vllm_config, device, kernel_block_size=kernel_block_size)
             builder = group.get_metadata_builder()
             if reorder_threshold is not None and builder.reorder_batch_threshold is not None:
                 # a smaller threshold than the one a batch was ordered by is always safe: the split takes the
