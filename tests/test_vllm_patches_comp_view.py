@@ -74,3 +74,25 @@ def test_allocated_blocks_zero_what_a_row_does_not_own():
     table = block_table([[5, 6, 7], [1, 2]])
     table.add_row([9], 0)
     assert comp_view.allocated_blocks(table, 2)[:, :4].tolist() == [[9, 0, 0, 0], [1, 2, 0, 0]]
+
+
+def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
+    """Two rows at cache slot 3 of a one-block row (block size 4), K = 2: their drafts take slots 3 and 4, and
+    slot 4 lies in a block neither owns. Each writes it through the null block, so they must not share a pass
+    (two rows writing the same null-block slot in one pass); a row whose K slots fit its blocks batches."""
+    table = block_table([[7], [8], [9, 10]])
+    drafter, run_pass, written = drafter_on(table, {"p": 4, "q": 4, "fit": 6})
+    starts = {}
+    passes = []
+
+    def record(drafter_, batch, block_size, token_ids=None):
+        drafter_.pass_req_ids = [starts[(row.start, int(row.block_table[0]))] for row in batch]
+        passes.append(sorted(drafter_.pass_req_ids))
+        return run_pass(drafter_, batch, block_size, token_ids)
+
+    starts.update({(3, 7): "p", (4, 7): "p", (3, 8): "q", (4, 8): "q", (5, 9): "fit", (6, 9): "fit"})
+    monkeypatch.setattr(comp_view, "run_pass", record)
+    rows = [(0, "p", RowState(None, 2)), (1, "q", RowState(None, 2)), (2, "fit", RowState(None, 2))]
+    comp_view.draft(drafter, rows)
+    assert passes == [["fit"], ["fit"], ["p"], ["p"], ["q"], ["q"]]
+    assert [b for rid, b in written if rid == "p"] == [7, 0]
