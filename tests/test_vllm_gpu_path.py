@@ -179,6 +179,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
 def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(tiny_models, tiny_vl, tmp_path):
     """The GPU default: engine core and workers in their own processes, insecure serialization off. The
     drafter-alone baseline's image embeddings and the probe go through named worker methods."""
@@ -322,6 +323,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
 def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path,
                                                                             record_property):
     """TP=2 on the CPU build (its shared-memory communicator on AVX-512 CPUs, torch.distributed's gloo on the
