@@ -24,38 +24,51 @@ class ShmLikeGroup:
         return torch.cat(out, dim)
 
 
-def _rank(rank: int, init_file: str, failed: list[str], results) -> None:
+CASES = [  # (rank 0 failed, rank 1 failed, the ranks agree)
+    (["a", "b"], ["b", "a"], True),  # the same set, any order
+    ([], [], True),
+    (["a", "b"], ["a"], False),
+    (["a"], ["c"], False),
+    ([], ["x"], False),
+]
+
+
+def _rank(rank: int, init_file: str, results) -> None:
     from vllm_patches.faults import RanksDisagreeError, check_ranks_agree
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     group = ShmLikeGroup(rank, 2)
+    outcome = []
     try:
-        check_ranks_agree(group, ["a", "b"])  # the same on both ranks
-        try:
-            check_ranks_agree(group, failed)
-            results.put((rank, "agreed"))
-        except RanksDisagreeError:
-            results.put((rank, "disagree"))
+        for case in CASES:
+            try:
+                check_ranks_agree(group, case[rank])
+                outcome.append(True)
+            except RanksDisagreeError:
+                outcome.append(False)
     except Exception as e:  # noqa: BLE001 - reported to the test
-        results.put((rank, f"{type(e).__name__}: {e}"))
+        outcome.append(f"{type(e).__name__}: {e}")
     finally:
+        results.put((rank, outcome))
         torch.distributed.destroy_process_group()
 
 
 def test_ranks_agree_over_a_communicator_without_int64():
-    """Two gloo ranks whose device communicator refuses int64 (the CPU SHM one on AVX-512): equal failures pass,
-    different ones raise RanksDisagreeError on both ranks; the digest never goes through that communicator."""
+    """Two gloo ranks whose device communicator refuses int64 (the CPU SHM one on AVX-512): the same failed
+    requests (in any order) pass, different ones raise RanksDisagreeError on both ranks; the digest never goes
+    through that communicator."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init = os.path.join(tmp, "init")
-        procs = [ctx.Process(target=_rank, args=(r, init, ["x"] if r else [], results)) for r in range(2)]
+        procs = [ctx.Process(target=_rank, args=(r, init, results)) for r in range(2)]
         for p in procs:
             p.start()
         got = dict(results.get(timeout=120) for _ in procs)
         for p in procs:
             p.join(timeout=60)
-    assert got == {0: "disagree", 1: "disagree"}, got
+    want = [agree for _, _, agree in CASES]
+    assert got == {0: want, 1: want}, got
 
 
 def test_a_single_rank_never_gathers():
