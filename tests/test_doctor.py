@@ -184,6 +184,7 @@ def test_logprobs_that_come_back_empty_fail_with_a_clear_message():
 
 # -- the doctor on this machine ------------------------------------------------------------------------
 @pytest.mark.vllm
+@pytest.mark.timeout(1800)  # its subprocess may take up to 1500 s
 def test_doctor_passes_on_the_cpu_build_and_skips_what_needs_a_gpu(tmp_path):
     out = tmp_path / "doctor.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -17,6 +17,8 @@ from asymspec_vl.evals.mathvista.extraction import extract
 from asymspec_vl.evals.mathvista.scoring import score
 from test_mathvista_data import render_standins
 
+pytestmark = pytest.mark.timeout(1200)  # the module's eval runs (its fixtures' subprocesses) take up to 900 s
+
 PIDS = ["2", "3", "5", "6", "8", "9"]  # the first 6 problems of the paper's selection
 METHODS = ["floor", "sd", "drafter", "asymspec"]
 TIMING = {"tokens/s"}

@@ -424,6 +424,40 @@ def test_requests_without_extra_args_are_ordinary_speculative_decoding(vl, tiny_
         assert o.kv_transfer_params is None  # no asymspec statistics for plain requests
 
 
+def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
+    """Finding 7: a plain request (no extra_args) on an asymspec engine that asks for logprobs gets its greedy
+    tokens and, per token, the verifier's log-softmax logprob of it and the top 2 (the old sampler returned
+    no logprobs: vLLM's chat server then indexed an empty list, HTTP 500; the CPU build failed the request).
+    An sd row asking for logprobs is refused alone with an error that names them."""
+    from vllm import SamplingParams
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm_engine import generate
+    from asymspec_vl.prompts import encode_request
+    from vllm_patches.request_args import make_extra_args
+
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in range(2)]
+    sd = SamplingParams(temperature=0, max_tokens=8, logprobs=2,
+                        extra_args=make_extra_args("sd", AsymSpecConfig(K=2, max_new_tokens=8)))
+    outs = generate(llm, [{"prompt_token_ids": e.comp.ids} for e in encs] + [{"prompt_token_ids": encs[0].comp.ids}],
+                    [SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=2) for _ in encs] + [sd])
+    verifier = tiny_vl.backend.verifier
+    for e, o in zip(encs, outs):
+        ids = torch.tensor([e.comp.ids])
+        ref = verifier.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        tokens = ref.sequences[0, ids.shape[1]:].tolist()
+        assert list(o.outputs[0].token_ids) == tokens
+        got = o.outputs[0].logprobs
+        assert got is not None and len(got) == len(tokens)
+        for token, step, logits in zip(tokens, got, ref.logits):
+            want = logits[0].float().log_softmax(-1)
+            assert step[token].logprob == pytest.approx(float(want[token]), abs=1e-4)
+            assert set(step) >= set(want.topk(2).indices.tolist())
+    assert "logprobs" in outs[2].kv_transfer_params["asymspec"]["error"]
+
+
 @pytest.mark.parametrize("method", ["asymspec", "scd"])
 def test_on_step_streams_growing_rows_with_their_labels(vl, method):
     """Streamed rows grow by prefixes; while streaming, every token already carries the label the finished

@@ -18,7 +18,7 @@ def draft(drafter, rows) -> dict[str, list[int]]:
     through vLLM's null block, so such rows draft one at a time (never sharing those slots). The drafts
     stay on the device until a group's last pass."""
     table = drafter.runner.input_batch.block_table[drafter.kv_cache_gid]
-    blocks = table.get_cpu_tensor()[:drafter.runner.input_batch.num_reqs]  # [B, W] this step's, on the host
+    blocks = allocated_blocks(table, drafter.runner.input_batch.num_reqs)  # [B, W] this step's, on the host
     requests = {req_id: drafter.runner.requests[req_id] for _, req_id, _ in rows}
     starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
     fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
@@ -43,3 +43,12 @@ def draft(drafter, rows) -> dict[str, list[int]]:
         for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):
             drafts[req_id] = row[:state.K]
     return drafts
+
+
+def allocated_blocks(table, num_reqs: int) -> torch.Tensor:
+    """The rows' block ids in the kernel's block size, 0 (vLLM's null block) past each row's own blocks.
+    vLLM resets only the count of a reused or moved row (block_table.py add_row / move_row), not its tail, so
+    the ids there may belong to another live request. table: a vLLM BlockTable. -> [num_reqs, W] int32."""
+    blocks = table.get_cpu_tensor()[:num_reqs]  # [B, W]
+    owned = torch.as_tensor(table.num_blocks_per_row[:num_reqs]).long()  # [B]
+    return blocks * (torch.arange(blocks.shape[1]) < owned[:, None])

@@ -53,7 +53,22 @@ def create_engine_config(original, engine_args, *args, **kwargs):
         from .worker_extension import WORKER_EXTENSION
 
         engine_args.worker_extension_cls = WORKER_EXTENSION
-    return original(engine_args, *args, **kwargs)
+    config = original(engine_args, *args, **kwargs)
+    if is_asymspec(config):
+        refuse_dp_with_moe(config.parallel_config)
+    return config
+
+
+def refuse_dp_with_moe(parallel_config) -> None:
+    """With data parallelism and a MoE (or not yet known) verifier, every forward context is a DP collective
+    (vLLM's set_forward_context coordinates the token counts across DP ranks, forward_context.py), and DP ranks
+    run different numbers of drafter passes per step (their batches differ): they would pair the wrong passes
+    or hang. Refused until the drafter agrees its passes across DP ranks."""
+    if parallel_config.data_parallel_size > 1 and parallel_config.is_moe_model is not False:
+        raise ValueError(f"speculative method {METHOD!r} with data_parallel_size="
+                         f"{parallel_config.data_parallel_size} needs a dense (non-MoE) verifier: with a MoE "
+                         "verifier every drafter pass would be a data-parallel collective, and the ranks run "
+                         "different numbers of them. Use tensor parallelism, or one engine per GPU.")
 
 
 def _refuse_v2_runner() -> None:

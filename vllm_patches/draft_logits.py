@@ -4,7 +4,9 @@ Each running asymspec request holds K+1 rows of V logits between two steps (a_1.
 positions, a_{K+1} for a fused bonus): max_num_seqs x (K+1) x V in the model dtype, about 0.4 GB for 256
 requests at K = 4 with Qwen's 151,936-token vocabulary in bf16. The buffer is allocated when the drafter
 loads, so vLLM's memory profile counts it, and a request takes a slot when it drafts and gives it back when
-it finishes or leaves the batch (a preempted request drafts again after it resumes).
+it finishes, fails or is preempted (a preempted request drafts again after it resumes). A running request the
+scheduler merely skips for a step (no token budget left) keeps its slot: its drafts are still queued and the
+step that schedules it verifies them against these logits.
 """
 
 from __future__ import annotations
@@ -44,8 +46,3 @@ class DraftLogits:
         slot = self.slots.pop(req_id, None)
         if slot is not None:
             self.free.append(slot)
-
-    def keep_only(self, req_ids) -> None:
-        """Release the slots of requests not in this batch (preempted ones draft again when they resume)."""
-        for req_id in [r for r in self.slots if r not in req_ids]:
-            self.release(req_id)

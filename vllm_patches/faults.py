@@ -15,7 +15,10 @@ forward contain collectives (all-reduce, all-gather). A failure can be
                  (`stop_rank_on_error`): vLLM's worker monitor then shuts the engine down and every client gets
                  an error, where waiting would hang.
 `check_ranks_agree` is the safety net: each step, ranks compare which requests they failed (one all-gather of
-two integers, only when tensor parallelism is on) and raise instead of diverging.
+two integers, only when tensor parallelism is on) and raise instead of diverging. It gathers on the group's
+host-side (gloo) process group, never through the group's device communicator: vLLM's CPU shared-memory
+communicator (`_CPUSHMDistributed`, chosen on AVX-512 CPUs) carries no int64, and on a GPU the device
+round trip would cost a sync.
 """
 
 from __future__ import annotations
@@ -56,8 +59,10 @@ def check_ranks_agree(group, failed_req_ids) -> None:
     requests this step. No-op for a single rank."""
     if group is None or group.world_size == 1:
         return
-    mine = failure_digest(failed_req_ids).to(group.device)
-    every = group.all_gather(mine.unsqueeze(0), dim=0).cpu()  # [world_size, 2]
+    mine = failure_digest(failed_req_ids)
+    every = [torch.empty_like(mine) for _ in range(group.world_size)]
+    torch.distributed.all_gather(every, mine, group=group.cpu_group)  # gloo: int64 on every platform
+    every = torch.stack(every)  # [world_size, 2]
     if not bool((every == every[0]).all()):
         raise RanksDisagreeError(
             f"asymspec: tensor-parallel ranks failed different requests this step ((count, checksum) per rank: "

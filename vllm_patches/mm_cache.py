@@ -3,9 +3,11 @@
 (1) pixel_values / image_grid_thw arrive in SamplingParams.extra_args; they are moved to the device once
     and kept per request id until it finishes.
 (2) The first time a request's x_full prefill needs them, the drafter's `embed_multimodal` runs the vision
-    tower and the patch merger; its output (per image [tokens, hidden * (1 + DeepStack levels)]: the merged
-    embedding and the multiscale DeepStack features the stock model injects into early decoder layers) is
-    cached, so no later step reruns the tower.
+    tower and the patch merger once; its output (per image [tokens, hidden * (1 + DeepStack levels)]: the merged
+    embedding and the multiscale DeepStack features the stock model injects into early decoder layers) goes to
+    that prefill and the request's entry leaves the cache: the x_full prefill runs once per request (in chunks
+    within one step; preemption keeps the x_full pool's blocks), so nothing reads them again and they do not
+    hold device memory until the request ends.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import torch
 class _Entry:
     pixel_values: torch.Tensor  # [num_patches, patch_dim]
     image_grid_thw: torch.Tensor  # [num_images, 3]
-    embeddings: tuple[torch.Tensor, ...] | None = None  # per image [tokens, hidden * (1 + levels)]
 
 
 class ImageCache:
@@ -38,12 +39,9 @@ class ImageCache:
                                       image_grid_thw.to(self.device))
 
     def embeddings(self, req_id: str) -> tuple[torch.Tensor, ...]:
-        e = self.entries[req_id]
-        if e.embeddings is None:
-            e.embeddings = tuple(self.model.embed_multimodal(pixel_values=e.pixel_values,
-                                                             image_grid_thw=e.image_grid_thw))
-            e.pixel_values = e.pixel_values[:0]  # the pixels are not needed any more
-        return e.embeddings
+        """The request's image embeddings, for its one x_full prefill: the entry (pixels included) is dropped."""
+        e = self.entries.pop(req_id)
+        return tuple(self.model.embed_multimodal(pixel_values=e.pixel_values, image_grid_thw=e.image_grid_thw))
 
     def drop(self, req_id: str) -> None:
         self.entries.pop(req_id, None)

@@ -74,6 +74,14 @@ class AsymSpecProposer(DraftModelProposer):
         self.pool = None  # laid out in initialize_attn_backend, once the KV cache config is final
 
     # -- set-up ---------------------------------------------------------------------------------
+    def _create_draft_vllm_config(self):
+        """The drafter's VllmConfig, built once, when the model loads (as vLLM's draft models build it): a
+        rebuild re-runs VllmConfig.__post_init__, which, after the runner has set its CUDA-graph sizes, would
+        re-derive them on the compilation config the verifier shares."""
+        if getattr(self, "_draft_vllm_config", None) is None:
+            self._draft_vllm_config = super()._create_draft_vllm_config()
+        return self._draft_vllm_config
+
     def load_model(self, target_model) -> None:
         super().load_model(target_model)
         run_eagerly(self.model)
@@ -186,7 +194,6 @@ class AsymSpecProposer(DraftModelProposer):
                 plan.full_rows.append((req_id, state, feed))
             else:
                 plan.comp_rows.append((i, req_id, state))
-        self.draft_logits.keep_only(set(req_ids))
         # shortest feeds first: attention backends that split decodes from prefills expect decodes first
         plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan

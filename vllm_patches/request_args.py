@@ -235,11 +235,16 @@ def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
 
 
 
-def is_plain_greedy(params) -> bool:
-    """Greedy decoding without logits processing (the only decoding AsymSpec's gate defines)."""
-    return (params is not None and params.temperature < 1e-5 and params.logprobs is None and not params.logit_bias
+def decodes_greedily(params) -> bool:
+    """Greedy decoding without logits processing: the verifier's argmax decides (logprobs may be asked)."""
+    return (params is not None and params.temperature < 1e-5 and not params.logit_bias
             and not params.bad_words and not params.allowed_token_ids and params.presence_penalty == 0
             and params.frequency_penalty == 0 and params.repetition_penalty == 1 and not params.min_tokens)
+
+
+def is_plain_greedy(params) -> bool:
+    """Greedy decoding without logits processing or logprobs (the only decoding AsymSpec's gate defines)."""
+    return decodes_greedily(params) and params.logprobs is None
 
 
 def check_greedy(params) -> None:

@@ -2,13 +2,15 @@
 wrapper for every other configuration.
 
   __init__                   the runner builds an AsymSpecProposer where it would build a DraftModelProposer
-  _update_states             the proposer forgets finished requests (their caches and blocks) and notes
+  _update_states             the proposer forgets finished requests (their caches and blocks), frees the
+                             stored logits a of preempted ones (their drafts were dropped) and notes
                              preempted ones that resume with a held-back token (rows.RowState.reemit)
   _prepare_inputs            keeps this step's logits_indices (the token index of every logits row)
   _build_attention_metadata  keeps this step's common attention metadata for the drafter's KV group (the
                              x_comp pass plans its own metadata from it: drafter_attention.py)
   _model_forward             after the verifier's forward, the drafter's x_comp-view pass on the same inputs
-  _sample                    sampler.sample: the gate in place of the rejection sampler
+  _sample                    sampler.sample: the gate in place of the rejection sampler (a failure there
+                             ends the rank under tensor parallelism, as in the drafter's passes: faults.py)
   propose_draft_token_ids    commit, route the cached image embeddings (patch 4), draft
   sample_tokens              tensor-parallel ranks agree on this step's failed requests (faults.py); those
                              requests ride out on the ModelRunnerOutput
@@ -59,6 +61,8 @@ def init(original, runner, vllm_config, device) -> None:
 def update_states(original, runner, scheduler_output):
     if is_asymspec(runner.vllm_config):
         runner.drafter.registry.forget(scheduler_output.finished_req_ids)
+        for req_id in scheduler_output.preempted_req_ids or ():  # a skipped request keeps its queued drafts
+            runner.drafter.draft_logits.release(req_id)
         runner.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, runner.requests)
     return original(runner, scheduler_output)
 
@@ -108,7 +112,8 @@ def sample(original, runner, logits, spec_decode_metadata):
     timer = getattr(runner, "_asymspec_timer", None)
     if timer is not None:
         timer.steps += 1
-    with timed(runner, "gate"):
+    # first-sight row(), b's compute_logits and the rules run collectives or may fail on one rank alone
+    with timed(runner, "gate"), stop_rank_on_error(runner.drafter.world_size, "the sampler"):
         return sampler.sample(runner, logits, spec_decode_metadata, runner._asymspec_logits_indices,
                               lambda lg, meta: original(runner, lg, meta))
 

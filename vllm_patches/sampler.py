@@ -7,7 +7,10 @@ request's mode names its method; the rule reads the logits it needs by name:
   b  the drafter's on x_comp at the verified positions (the proposer's x_comp pass of this step)
   a  the drafter's on x_full at the draft positions (kept by the proposer since it drafted them)
 Requests without extra_args are plain speculative decoding: greedy verification (SD's rule), or vLLM's own
-sampler when they sample. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are
+sampler when they sample. When a row asks for logprobs, the step returns vLLM's LogprobsTensors of the committed
+tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows, row-major over the output, rows
+past a row's tokens filtered out by vLLM): log-softmax of the verifier's raw logits t (vLLM's default
+logprobs_mode, raw_logprobs; raw_logits returns t itself), so vLLM's server never reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are
 decided in groups of equal (mode, config, number of drafts, banned set). The drafts vLLM hands back for
 verification are always a prefix of the request's last proposal: the scheduler only trims them (to the step's
 token budget, to max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them;
@@ -23,7 +26,7 @@ import torch
 from asymspec_vl.methods import METHODS
 
 from . import hidden_tokens
-from .request_args import RequestArgsError, is_plain_greedy
+from .request_args import RequestArgsError, decodes_greedily
 from .version import is_cpu_build
 
 PLACEHOLDER = -1  # vLLM's padding of sampled_token_ids past the committed tokens
@@ -51,8 +54,8 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         if hidden is not None:
             out[i, 0] = hidden
         elif state.args is None or state.failed:
-            if not (state.failed or is_plain_greedy(request.sampling_params) or _refuse_sampling(drafter, req_id,
-                                                                                                  state)):
+            if not (state.failed or decodes_greedily(request.sampling_params) or _refuse_sampling(drafter, req_id,
+                                                                                                   state)):
                 stock_rows.append(i)
                 continue
             groups[(PLAIN, n, None, state.banned_ids)].append((i, drafts))
@@ -72,7 +75,8 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
-    return SamplerOutput(sampled_token_ids=out.to(logits.device), logprobs_tensors=None)
+    return SamplerOutput(sampled_token_ids=out.to(logits.device),
+                         logprobs_tensors=_logprobs(runner, out, logits, first))
 
 
 def _logits(reads, drafter, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
@@ -87,13 +91,30 @@ def _logits(reads, drafter, batch, logits, logits_indices, first, index, n, cfg)
     return out
 
 
+def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int]):
+    """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
+    asks for them: position j of row i reads logits row first[i] + j (clamped to the row's last)."""
+    k = runner.input_batch.max_num_logprobs
+    if k is None:
+        return None
+    width = out.shape[1]
+    last = torch.tensor(first[1:]) - 1  # [B] each row's last logits row
+    index = torch.minimum(torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]).flatten()
+    tokens = out.flatten().long().clamp(min=0).to(logits.device)  # [B * W] placeholders read token 0, as vLLM's
+    t = logits[index.to(logits.device)]  # [B * W, V]
+    mode = getattr(getattr(runner, "sampler", None), "logprobs_mode", "raw_logprobs")
+    scores = t.float() if mode == "raw_logits" else runner.sampler.compute_logprobs(t)
+    return runner.sampler.gather_logprobs(scores, k, tokens)
+
+
 def _refuse_sampling(drafter, req_id, state) -> bool:
     """Sampling requests go to vLLM's own (rejection) sampler, which needs the GPU build; on the CPU
     build the request fails alone (and this step decodes it greedily)."""
     if not is_cpu_build():
         return False
     drafter.fail(req_id, state, RequestArgsError(
-        "speculative decoding on the CPU build decodes greedily only: use temperature=0"))
+        "speculative decoding on the CPU build decodes greedily only: use temperature=0 and no penalties, "
+        "logit_bias, bad_words, allowed_token_ids or min_tokens (logprobs are served)"))
     return True
 
 

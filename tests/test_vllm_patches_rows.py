@@ -1,0 +1,29 @@
+"""vllm_patches.rows on stand-in requests: a request's state as the registry creates it."""
+
+import types
+
+import torch
+
+from vllm_patches.request_args import EngineFacts, make_extra_args
+from vllm_patches.rows import RequestRegistry
+
+
+def request(extra_args):
+    from vllm import SamplingParams
+
+    return types.SimpleNamespace(sampling_params=SamplingParams(temperature=0, extra_args=extra_args),
+                                 prompt_token_ids=[1, 2, 3])
+
+
+def test_a_requests_banned_ids_replace_the_engine_default():
+    """banned given: those ids and no others are masked (the engine default is for requests that give none)."""
+    from asymspec_vl import AsymSpecConfig
+
+    facts = EngineFacts(K=2, vocab_size=10, max_model_len=64)
+    registry = RequestRegistry(facts, (5, 6), torch.device("cpu"), (), lambda req_id: None)
+    cfg = AsymSpecConfig(K=2, max_new_tokens=4)
+    own = registry.row("own", request(make_extra_args("sd", cfg, banned=[2, 8])), None)
+    default = registry.row("default", request(make_extra_args("sd", cfg)), None)
+    assert own.failed is None and own.banned_ids == (2, 8)
+    assert torch.equal(own.banned.nonzero().flatten(), torch.tensor([2, 8]))
+    assert default.banned_ids == (5, 6)
