@@ -56,6 +56,17 @@ class AsymSpecWorkerExtension:
     def asymspec_captured(self) -> dict:
         return {req_id: {**c, "a": pack_tensor(c["a"])} for req_id, c in (self._asymspec_drafter().capture or {}).items()}
 
+    def asymspec_set_step_capture(self, on: bool) -> None:
+        from .step_capture import StepCapture
+
+        self._asymspec_drafter().step_capture = StepCapture() if on else None
+
+    def asymspec_step_captured(self) -> dict:
+        capture = self._asymspec_drafter().step_capture
+        steps = capture.steps if capture is not None else {}
+        return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+                         for entry in entries] for req_id, entries in steps.items()}
+
     def asymspec_set_timing(self, on: bool) -> None:
         from .timing import PhaseTimer
 
