@@ -41,8 +41,8 @@ def describe(w: Workload) -> str:
 def line(report: CaseReport) -> str:
     status = "OK" if not report.mismatches else f"{len(report.mismatches)} MISMATCH(ES)"
     return (f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
-            f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions: "
-            f"{status}")
+            f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
+            f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reference = Reference(paths)
     if args.workload:  # one case (also how engines with worker processes run: see case.py)
-        report = run_case(Workload.from_json(args.workload), paths, reference, args.logit_steps)
+        report = run_case(Workload.from_json(args.workload), paths, reference, args.logit_steps, here=True)
         print(RESULT_PREFIX + report.to_json(), flush=True)
         return int(bool(report.mismatches))
     start, reports = time.time(), []

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 
 from asymspec_vl.prompts import encode_request
@@ -41,6 +42,7 @@ class CaseReport:
     logit_steps: int = 0  # a / b comparisons made
     max_error: dict = field(default_factory=lambda: {"a": 0.0, "b": 0.0})
     resumptions: int = 0
+    seconds: dict = field(default_factory=lambda: {"engine": 0.0, "reference": 0.0})  # vLLM start + run; transformers
     mismatches: list[Mismatch] = field(default_factory=list)
 
     def to_json(self) -> str:
@@ -56,14 +58,18 @@ def known_finding(text: str) -> str | None:
     return next((name for key, name in KNOWN.items() if key in text), None)
 
 
-def run_case(workload: Workload, paths: dict, reference: Reference | None, logit_steps: int = 6) -> CaseReport:
-    if workload.engine.in_subprocess:
+def run_case(workload: Workload, paths: dict, reference: Reference, logit_steps: int = 6,
+             here: bool = False) -> CaseReport:
+    """here: run in this process whatever the engine (the fresh interpreter of a worker-process case)."""
+    if workload.engine.in_subprocess and not here:
         return _in_subprocess(workload, paths, logit_steps)
     from .engine_run import run_on_engine
 
     pair = reference.pair
     encs = [encode_request(make_request(r), pair.processor, pair.tokenizer) for r in workload.rows]
+    t0 = time.perf_counter()
     run = run_on_engine(workload, pair, paths, encs)
+    t1 = time.perf_counter()
     report = CaseReport(workload.seed, workload.to_json(), requests=len(workload.rows), resumptions=run.resumptions)
     if run.error:
         report.mismatches.append(Mismatch("engine", None, run.error[:2000], known_finding(run.error)))
@@ -81,6 +87,7 @@ def run_case(workload: Workload, paths: dict, reference: Reference | None, logit
             report.mismatches.append(Mismatch("tokens", i, "; ".join(f"{n}: transformers {e} vllm {g}"
                                                                      for n, e, g in diff)))
         _compare_logits(report, reference, i, enc, run.steps[i], logit_steps)
+    report.seconds = {"engine": round(t1 - t0, 1), "reference": round(time.perf_counter() - t1, 1)}
     return report
 
 
@@ -113,7 +120,13 @@ def _in_subprocess(workload: Workload, paths: dict, logit_steps: int) -> CaseRep
         out, err = "", f"the case timed out after 900 s: {(e.stderr or b'')[-2000:]!r}"
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
     if lines:
-        return CaseReport.from_json(lines[-1][len(RESULT_PREFIX):])
+        report = CaseReport.from_json(lines[-1][len(RESULT_PREFIX):])
+        for m in report.mismatches:  # an engine core or worker process logs the root cause on its stderr
+            if m.what == "engine" and m.known is None:
+                m.known = known_finding(err)
+                cause = [ln for ln in err.splitlines() if "Error" in ln and "EngineDeadError" not in ln]
+                m.detail += (" | root cause on stderr: " + cause[-1][-600:]) if cause else ""
+        return report
     report = CaseReport(workload.seed, workload.to_json(), requests=len(workload.rows))
     tail = (out[-1500:] + "\n" + err[-3000:]).strip()
     report.mismatches.append(Mismatch("engine", None, f"the case's process gave no result: {tail}", known_finding(tail)))

@@ -106,15 +106,18 @@ class Workload:
         return out
 
 
-def draw(seed: int, max_rows: int = 16, tp: bool = True) -> Workload:
-    """A random workload; `tp` False keeps it in this process (TP=1, no worker processes)."""
+def draw(seed: int, max_rows: int = 16, tp: bool = True, engine: EngineCase | None = None,
+         max_new: int = 40) -> Workload:
+    """A random workload; `tp` False keeps it in this process (TP=1, no worker processes); `engine` fixes the
+    engine (the rows are still drawn); answers of at most `max_new` tokens."""
     rng = random.Random(seed)
     tp2 = tp and rng.random() < 0.15
-    engine = EngineCase(block_size=rng.choice(BLOCK_SIZES), K=rng.choice(ENGINE_KS),
-                        max_num_seqs=rng.choice(MAX_NUM_SEQS), max_num_batched_tokens=rng.choice(TOKEN_BUDGETS),
-                        prefix_caching=rng.random() < 0.6, preempt=rng.random() < 0.3,
-                        small_pool=rng.random() < 0.2, tp=2 if tp2 else 1,
-                        processes=tp2 or (tp and rng.random() < 0.1))
+    drawn = EngineCase(block_size=rng.choice(BLOCK_SIZES), K=rng.choice(ENGINE_KS),
+                       max_num_seqs=rng.choice(MAX_NUM_SEQS), max_num_batched_tokens=rng.choice(TOKEN_BUDGETS),
+                       prefix_caching=rng.random() < 0.6, preempt=rng.random() < 0.3,
+                       small_pool=rng.random() < 0.2, tp=2 if tp2 else 1,
+                       processes=tp2 or (tp and rng.random() < 0.1))
+    engine = engine or drawn
     n = rng.randint(engine.max_num_seqs + 1, max(engine.max_num_seqs + 2, min(max_rows, 3 * engine.max_num_seqs)))
     rows: list[RowSpec] = []
     for _ in range(n):
@@ -122,7 +125,7 @@ def draw(seed: int, max_rows: int = 16, tp: bool = True) -> Workload:
         reuse = rows and rng.random() < 0.25  # the prompt of an earlier row: a prefix-cache hit
         rows.append(RowSpec(
             mode=mode, K=rng.randint(1, engine.K), max_new=rng.choice((1, 2, 3)) if rng.random() < 0.15
-            else rng.randint(4, 40),
+            else rng.randint(4, max_new),
             request_seed=rng.choice(rows).request_seed if reuse else rng.randrange(10**6),
             image=rng.random() < 0.7, arrival=0 if rng.random() < 0.5 else rng.randint(1, 40),
             config=_config(rng) if mode == "asymspec" else {},

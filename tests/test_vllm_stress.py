@@ -1,0 +1,74 @@
+"""The differential stress test of the vLLM path, CI-sized (the long run: `python -m asymspec_vl.evals.stress`).
+
+Each case is one asymspec engine serving a seeded random mix of asymspec, sd, scd, floor and plain rows (each
+with its own K below the engine's, answer budget and stop tokens, image or text-only, arriving while others
+run, so rows finish and their batch rows are reused); every request must equal the same request decoded alone
+on the transformers backend (tokens, sources, finish, step counts), and the drafter's logits a and b at its
+verification steps must equal the transformers drafter's on the same tokens (reference.LOGIT_TOLERANCE).
+The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
+"vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
+worker processes; the long run draws every axis at random."""
+
+import pytest
+
+from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
+
+CI_CASES = {  # seed -> the engine its rows run on
+    1: EngineCase(block_size=16, K=4, max_num_seqs=4, max_num_batched_tokens=32, prefix_caching=True, preempt=True),
+    2: EngineCase(block_size=48, K=3, max_num_seqs=3, prefix_caching=False, small_pool=True),
+    3: EngineCase(block_size=128, K=5, max_num_seqs=6, max_num_batched_tokens=64, prefix_caching=True),
+    4: EngineCase(block_size=32, K=2, max_num_seqs=2, prefix_caching=True, tp=2, processes=True),
+}
+MAX_ROWS, MAX_NEW = 9, 24
+
+
+def ci_workload(seed):
+    return draw(seed, max_rows=MAX_ROWS, engine=CI_CASES[seed], max_new=MAX_NEW)
+
+
+def test_ci_cases_cover_every_stress_axis():
+    axes = set().union(*(ci_workload(seed).axes() for seed in CI_CASES))
+    required = {f"mode={m}" for m in MODES} | {"image", "text", "K_below_engine", "rows_reused", "mixed_methods",
+                                                "chunked_prefill", "preemption", "small_pool", "processes", "tp=2",
+                                                "prefix_caching=True", "prefix_caching=False"}
+    assert required <= axes, sorted(required - axes)
+    assert {16, 32, 48, 128} <= {case.block_size for case in CI_CASES.values()}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_models):
+    from asymspec_vl.evals.stress.reference import Reference
+
+    return Reference(tiny_models)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("seed", sorted(CI_CASES))
+def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
+    from asymspec_vl.evals.stress.case import run_case
+
+    w = ci_workload(seed)
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(w, paths, reference, logit_steps=3)
+    assert not report.mismatches, (report.mismatches, w.to_json())
+    assert report.compared == len(w.rows) and report.logit_steps > 0
+    assert report.max_error["b"] > 0  # b was compared (asymspec or scd rows ran)
+    if w.engine.preempt:
+        assert report.resumptions > 0, "no request was preempted: shrink the KV cache"
+
+
+# -- what the stress run found ---------------------------------------------------------------------
+def test_floor_rows_on_a_speculative_engine_count_no_draft_positions():
+    """Found by seed 1: a Floor request on the speculative engine (how `serve` runs Floor) reported accepted_at
+    [0] * K where the transformers backend and the verifier engine report [] (Floor drafts nothing), so its
+    acceptance_per_position was K zeros instead of none."""
+    from vllm_patches.stats import EngineStats
+
+    from asymspec_vl.trace import Stats
+
+    floor = EngineStats(4, "floor")
+    floor.record(0, 1, 1)
+    assert floor.to_dict()["accepted_at"] == [] == Stats(steps=1, emitted=1).accepted_at
+    assert floor.to_dict()["acceptance_per_position"] == []
+    for mode in ("asymspec", "sd", "scd", "plain"):
+        assert EngineStats(3, mode).to_dict()["accepted_at"] == [0, 0, 0]
