@@ -25,8 +25,8 @@ class EngineRun:
 
 
 def engine_kwargs(workload: Workload, encs: list[EncodedRequest]) -> dict:
-    """vllm.LLM arguments of the workload's engine; a preempting engine gets about half the KV blocks its first
-    max_num_seqs rows need (never fewer than its largest request needs alone)."""
+    """vllm.LLM arguments of the workload's engine; a preempting engine gets the KV blocks its largest request
+    needs alone and a quarter of what the next max_num_seqs - 1 need."""
     e = workload.engine
     kwargs = {"block_size": e.block_size, "max_num_seqs": e.max_num_seqs, "enable_prefix_caching": e.prefix_caching}
     if e.max_num_batched_tokens is not None:
@@ -34,7 +34,7 @@ def engine_kwargs(workload: Workload, encs: list[EncodedRequest]) -> dict:
     if e.preempt:
         need = sorted((-(-(len(enc.comp.ids) + r.max_new + e.K + 3) // e.block_size)
                        for r, enc in zip(workload.rows, encs)), reverse=True)
-        kwargs["num_gpu_blocks_override"] = max(need[0] + 2, sum(need[:e.max_num_seqs]) // 2)
+        kwargs["num_gpu_blocks_override"] = need[0] + 1 + sum(need[1:e.max_num_seqs]) // 4
     return kwargs
 
 

@@ -127,7 +127,7 @@ def draw(seed: int, max_rows: int = 16, tp: bool = True, engine: EngineCase | No
             mode=mode, K=rng.randint(1, engine.K), max_new=rng.choice((1, 2, 3)) if rng.random() < 0.15
             else rng.randint(4, max_new),
             request_seed=rng.choice(rows).request_seed if reuse else rng.randrange(10**6),
-            image=rng.random() < 0.7, arrival=0 if rng.random() < 0.5 else rng.randint(1, 40),
+            image=rng.random() < 0.7, arrival=0 if rng.random() < 0.5 else rng.randint(1, 16),
             config=_config(rng) if mode == "asymspec" else {},
             stop_token_ids=None if rng.random() < 0.7 else tuple(sorted(rng.sample(range(30, 400), 3)))))
     return Workload(seed, engine, tuple(rows))
