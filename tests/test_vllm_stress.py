@@ -43,6 +43,7 @@ def reference(tiny_models):
 
 
 @pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("seed", sorted(CI_CASES))
 def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
     from asymspec_vl.evals.stress.case import run_case

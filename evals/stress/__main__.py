@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="append each case report (JSON lines) here")
     args = ap.parse_args(argv)
     paths = model_paths(args.models or Path(tempfile.mkdtemp(prefix="asymspec-stress-")))
+    import torch
+
+    torch.set_num_threads(1)  # tiny models: more OpenMP threads only spin against the engine (and other processes)
     from .reference import Reference
 
     reference = Reference(paths)
