@@ -35,6 +35,28 @@ def test_ci_cases_cover_every_stress_axis():
     assert {16, 32, 48, 128} <= {case.block_size for case in CI_CASES.values()}
 
 
+def test_workloads_round_trip_and_shrink_to_what_fails():
+    """A mismatch prints its workload (JSON); --shrink keeps only the rows and engine settings the failure needs."""
+    import dataclasses
+
+    from asymspec_vl.evals.stress.case import CaseReport, Mismatch
+    from asymspec_vl.evals.stress.shrink import PLAIN_ENGINE, shrink
+    from asymspec_vl.evals.stress.workload import Workload
+
+    engine = dataclasses.replace(CI_CASES[18], small_pool=True)
+    w = next(w for w in (draw(seed, engine=engine) for seed in range(100)) if any(r.mode == "floor" for r in w.rows))
+    assert Workload.from_json(w.to_json()) == w
+    floors = [r for r in w.rows if r.mode == "floor"]
+
+    def run(trial):  # fails while a floor row runs on a preempting engine
+        bad = trial.engine.preempt and any(r.mode == "floor" for r in trial.rows)
+        return CaseReport(trial.seed, trial.to_json(), mismatches=[Mismatch("tokens", 0, "x")] if bad else [])
+
+    best = shrink(w, run, log=lambda line: None)
+    assert [r.mode for r in best.rows] == ["floor"] and best.rows[0] == floors[-1]
+    assert best.engine == dataclasses.replace(PLAIN_ENGINE, block_size=16, K=4, max_num_seqs=4, preempt=True)
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_models):
     from asymspec_vl.evals.stress.reference import Reference

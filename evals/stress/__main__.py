@@ -1,6 +1,7 @@
 """The long differential stress run of the vLLM path against the transformers backend (tiny models, CPU build).
 
     python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--out FILE]
+    python -m asymspec_vl.evals.stress --shrink (--seed S | --workload JSON)
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
 --cases ran, prints one line per case and at the end the cases run, requests compared and every mismatch with
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", type=Path, default=None, help="tiny models folder (default: written to a temp dir)")
     ap.add_argument("--logit-steps", type=int, default=6, help="verification steps per request whose a / b are checked")
     ap.add_argument("--workload", default=None, help="run this one workload (JSON, as a mismatch prints it)")
+    ap.add_argument("--shrink", action="store_true",
+                    help="reduce the failing workload of --workload (or of --seed) to a smaller one that still fails")
     ap.add_argument("--out", type=Path, default=None, help="append each case report (JSON lines) here")
     args = ap.parse_args(argv)
     paths = model_paths(args.models or Path(tempfile.mkdtemp(prefix="asymspec-stress-")))
@@ -64,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     from .reference import Reference
 
     reference = Reference(paths)
+    if args.shrink:
+        from .shrink import shrink
+
+        w = Workload.from_json(args.workload) if args.workload else draw(args.seed, tp=not args.no_tp)
+        best = shrink(w, lambda trial: run_case(trial, paths, reference, args.logit_steps))
+        print(f"smallest failing workload ({len(best.rows)} rows): --workload '{best.to_json()}'")
+        return 0
     if args.workload:  # one case (also how engines with worker processes run: see case.py)
         report = run_case(Workload.from_json(args.workload), paths, reference, args.logit_steps, here=True)
         print(RESULT_PREFIX + report.to_json(), flush=True)
