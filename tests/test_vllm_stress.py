@@ -95,3 +95,52 @@ def test_floor_rows_on_a_speculative_engine_count_no_draft_positions():
     assert floor.to_dict()["acceptance_per_position"] == []
     for mode in ("asymspec", "sd", "scd", "plain"):
         assert EngineStats(3, mode).to_dict()["accepted_at"] == [0, 0, 0]
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_stop_token_equal_to_the_prompts_last_token_does_not_end_the_request(tiny_models, reference):
+    """Found by the stress run (seeds 126, 136): the prime token (x_comp's last token, moved to the output side and
+    emitted by the prefill in place of a sample) went through vLLM's stop check, so a request whose stop tokens
+    include it (Qwen's templates end the prompt with "\\n": a common stop) finished at once with no tokens and
+    finish_reason "stop", where the transformers backend decodes its answer."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import RowSpec, Workload, make_request
+    from asymspec_vl.prompts import encode_request
+
+    pair = reference.pair
+    rows = []
+    for mode, seed, image in (("asymspec", 1, True), ("scd", 2, True), ("sd", 3, False), ("floor", 4, True),
+                              ("asymspec", 5, False)):
+        row = RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image)
+        last = encode_request(make_request(row), pair.processor, pair.tokenizer).comp.ids[-1]
+        rows.append(RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image, stop_token_ids=(last, 2)))
+    w = Workload(0, EngineCase(block_size=16, K=2, max_num_seqs=4), tuple(rows))
+    report = run_case(w, {**tiny_models, "root": tiny_models["verifier"].parent}, reference, logit_steps=2)
+    assert not report.mismatches, report.mismatches
+
+
+def test_the_prime_token_passes_vllms_stop_check_and_nothing_else_does():
+    """vLLM's own check_stop on a request whose first output is the prime token: inside the window it goes on, a
+    real first token after it still stops, and min_tokens is restored."""
+    import types
+
+    from vllm.v1.core.sched.utils import check_stop
+
+    from vllm_patches.hidden_tokens import prime_passes_stop_check
+
+    def request(outputs):
+        params = types.SimpleNamespace(min_tokens=0, eos_token_id=None, stop_token_ids=[212], repetition_detection=None)
+        return types.SimpleNamespace(pooling_params=None, sampling_params=params, output_token_ids=outputs,
+                                     num_output_tokens=len(outputs), num_tokens=10 + len(outputs), max_tokens=8,
+                                     status=None, stop_reason=None)
+
+    first = request([])
+    with prime_passes_stop_check([first]):
+        first.output_token_ids.append(212)  # the prime: the prompt's last token, a stop token here
+        first.num_output_tokens = 1
+        assert not check_stop(first, max_model_len=4096)
+    assert first.sampling_params.min_tokens == 0
+    later = request([212, 212])  # the first decided token is the stop token: it stops
+    with prime_passes_stop_check([later]):
+        assert check_stop(later, max_model_len=4096) and later.stop_reason == 212
