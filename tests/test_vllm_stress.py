@@ -148,14 +148,13 @@ def test_the_prime_token_passes_vllms_stop_check_and_nothing_else_does():
 
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
-@pytest.mark.xfail(strict=True, reason="open: a preempted asymspec request that resumes on its own prefix-cached "
-                                       "blocks reads wrong x_comp-view logits b (drafter KV) from then on")
 def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(tiny_models, reference):
-    """Found by the long stress run (seed 108, block 32, prefix caching, forced preemption, small x_full pool):
-    row 1 (text-only asymspec, K=1) is preempted after 5 tokens and resumes with 64 prompt tokens from the prefix
-    cache; its b differs from the transformers drafter's by 1e-1 to 6e-1 (relative) at every step after that, and
-    its tokens diverge after 9. Not the stale block-table tail of finding 2 (deciding `fits` from
-    num_blocks_per_row leaves it as it is); without prefix caching or without preemption it does not show."""
+    """Found by the long stress run (seed 108: block 32, prefix caching, forced preemption): issue 23's finding 2
+    on a real engine. Row 1 (text-only asymspec, K=1) is preempted after 5 tokens and resumes on its own two
+    prefix-cached blocks; meanwhile an sd / plain row in a reused batch row, its block table's tail still naming
+    one of those blocks, wrote its x_comp drafts there. The resumed row's b was off by 1e-1 to 6e-1 (relative)
+    at every step after that, its tokens from the 10th on. comp_view.draft now maps a row's entries past
+    num_blocks_per_row to the null block."""
     from asymspec_vl.evals.stress.case import run_case
 
     report = run_case(draw(108, tp=False), {**tiny_models, "root": tiny_models["verifier"].parent}, reference,

@@ -15,10 +15,15 @@ from .mrope import generated_positions
 def draft(drafter, rows) -> dict[str, list[int]]:
     """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves.
     Right after a prompt vLLM reserves none: a row whose drafts reach an unallocated block writes them
-    through vLLM's null block, so such rows draft one at a time (never sharing those slots). The drafts
-    stay on the device until a group's last pass."""
+    through vLLM's null block, so such rows draft one at a time (never sharing those slots). A reused batch row
+    keeps its previous request's block ids past num_blocks_per_row (vLLM resets only the count): those entries
+    read as the null block here, or the drafts land in a block that now holds another request's KV (a live one,
+    or a preempted one's prefix-cached blocks). The drafts stay on the device until a group's last pass."""
     table = drafter.runner.input_batch.block_table[drafter.kv_cache_gid]
-    blocks = table.get_cpu_tensor()[:drafter.runner.input_batch.num_reqs]  # [B, W] this step's, on the host
+    num_reqs = drafter.runner.input_batch.num_reqs
+    blocks = table.get_cpu_tensor()[:num_reqs].clone()  # [B, W] this step's, on the host
+    allocated = torch.as_tensor(table.num_blocks_per_row[:num_reqs]).unsqueeze(1)  # [B, 1]
+    blocks[torch.arange(blocks.shape[1]).unsqueeze(0) >= allocated] = 0  # a reused row's stale tail: the null block
     requests = {req_id: drafter.runner.requests[req_id] for _, req_id, _ in rows}
     starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
     fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0) for i, req_id, state in rows]
