@@ -15,8 +15,10 @@ from .mrope import generated_positions
 def draft(drafter, rows) -> dict[str, list[int]]:
     """Greedy drafts from the verifier's token stream, written into the lookahead slots vLLM reserves.
     Right after a prompt vLLM reserves none: a row whose drafts reach an unallocated block writes them
-    through vLLM's null block, so such rows draft one at a time (never sharing those slots). The drafts
-    stay on the device until a group's last pass."""
+    through vLLM's null block, so such rows draft one at a time (never sharing those slots). A reused batch row
+    keeps its previous request's block ids past num_blocks_per_row (vLLM resets only the count): those entries
+    read as the null block here, or the drafts land in a block that now holds another request's KV (a live one,
+    or a preempted one's prefix-cached blocks). The drafts stay on the device until a group's last pass."""
     table = drafter.runner.input_batch.block_table[drafter.kv_cache_gid]
     blocks = allocated_blocks(table, drafter.runner.input_batch.num_reqs)  # [B, W] this step's, on the host
     requests = {req_id: drafter.runner.requests[req_id] for _, req_id, _ in rows}

@@ -16,6 +16,7 @@ the gate, the drafter's caches, admission control.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 PRIME_KEY = "asymspec_prime"  # SamplingParams.extra_args key: the prompt token the scheduler moved
@@ -51,6 +52,23 @@ def hold_back_last_token(request) -> None:
     request._all_token_ids.pop()
     request.block_hashes = []
     request.update_block_hashes()
+
+
+@contextlib.contextmanager
+def prime_passes_stop_check(requests):
+    """Around the scheduler's handling of a step's outputs: the prime token is the prompt's last token, not a
+    decision, so vLLM's stop check must not end a request on it (Qwen's templates end prompts with "\n", a
+    common stop token). vLLM's check_stop skips a request's outputs while num_output_tokens < min_tokens: for
+    the step that emits the prime (a request's first output) min_tokens is at least 2, then restored (the
+    workers never read it in between). requests: the scheduler's requests whose prime is still pending."""
+    held = [(r, r.sampling_params.min_tokens) for r in requests if not r.num_output_tokens]
+    for request, min_tokens in held:
+        request.sampling_params.min_tokens = max(min_tokens, 2)
+    try:
+        yield
+    finally:
+        for request, min_tokens in held:
+            request.sampling_params.min_tokens = min_tokens
 
 
 class Pending:

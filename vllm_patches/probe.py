@@ -53,6 +53,22 @@ def captured_full_view_logits(llm) -> dict[str, dict]:
             for req_id, c in captured_proposals(llm).items() if c["a"]}
 
 
+def capture_step_logits(llm, on: bool = True) -> None:
+    """Start (clearing) or stop recording, at every verification step, the drafter logits a and b the rule read
+    (step_capture.py)."""
+    llm.collective_rpc("asymspec_set_step_capture", args=(on,))
+
+
+def captured_step_logits(llm) -> dict[str, list[dict]]:
+    """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "b": [n+1, V],
+    "a": [m, V]} (a, b float32, where the request's rule reads them) since capture_step_logits."""
+    from .request_args import unpack_tensor
+
+    captured = llm.collective_rpc("asymspec_step_captured")[0]
+    return {req_id: [{k: unpack_tensor(v, k) if k in ("a", "b") else v for k, v in entry.items()}
+                     for entry in entries] for req_id, entries in captured.items()}
+
+
 def profile_vision_tower(llm) -> list[int] | None:
     """Run the drafter's vision tower on its largest image (as the profile run does); that image's grid."""
     return llm.collective_rpc("asymspec_profile_vision_tower")[0]

@@ -71,6 +71,7 @@ class AsymSpecProposer(DraftModelProposer):
         self.verifier_common = None  # this step's verifier CommonAttentionMetadata for the drafter's group
         self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
         self.capture: LogitCapture | None = None  # worker_extension.asymspec_set_capture: first proposals
+        self.step_capture = None  # step_capture.StepCapture while probe.capture_step_logits is on
         self.pool = None  # laid out in initialize_attn_backend, once the KV cache config is final
 
     # -- set-up ---------------------------------------------------------------------------------

@@ -70,6 +70,9 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         step_logits = _logits(METHODS[mode].reads, drafter, batch, logits, logits_indices, first, index, n, cfg)
         if drafter.capture is not None and "b" in step_logits:
             drafter.capture.record_b(runner, [batch.req_ids[i] for i in index], drafts, step_logits["b"])
+        if drafter.step_capture is not None:  # probe.capture_step_logits: tests compare a and b with transformers
+            drafter.step_capture.record(drafter, runner.requests, [batch.req_ids[i] for i in index],
+                                        [d for _, d in rows], step_logits)
         outcome = METHODS[mode].decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)

@@ -125,7 +125,10 @@ def update_from_output(original, scheduler, scheduler_output, runner_output):
     requests = {req_id: scheduler.requests.get(req_id) for req_id in scheduler_output.num_scheduled_tokens}
     failed = finish_failed(scheduler, getattr(runner_output, ERRORS_ATTR, None) or {})
     steps = step_counts(scheduler_output, runner_output)
-    outputs = original(scheduler, scheduler_output, runner_output)
+    states = {req_id: getattr(r, STATE_ATTR, None) for req_id, r in requests.items()}
+    priming = [requests[req_id] for req_id, state in states.items() if state is not None and state.hidden.prime]
+    with hidden_tokens.prime_passes_stop_check(priming):
+        outputs = original(scheduler, scheduler_output, runner_output)
     for engine_outputs in outputs.values():
         engine_outputs.outputs = [out for out in engine_outputs.outputs
                                   if account(out, requests.get(out.request_id), steps)]

@@ -9,6 +9,7 @@ trace.step_sources with the method's labels (methods.py / trace.LABELS), as the 
 from __future__ import annotations
 
 from asymspec_vl import trace as T
+from asymspec_vl.methods import METHODS
 
 OUTPUT_KEY = "asymspec"
 
@@ -23,7 +24,8 @@ class EngineStats:
 
     def __init__(self, K: int, mode: str):
         self.mode = mode
-        self.stats = T.Stats(accepted_at=[0] * K)
+        drafts = mode not in METHODS or METHODS[mode].speculative  # Floor drafts nothing: no draft positions
+        self.stats = T.Stats(accepted_at=[0] * (K if drafts else 0))
         self.sources: list[str] = []
 
     def record(self, num_drafts: int, num_generated: int, num_emitted: int) -> None:

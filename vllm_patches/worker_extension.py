@@ -59,6 +59,17 @@ class AsymSpecWorkerExtension:
         capture = self._asymspec_drafter().capture
         return capture.packed() if capture is not None else {}
 
+    def asymspec_set_step_capture(self, on: bool) -> None:
+        from .step_capture import StepCapture
+
+        self._asymspec_drafter().step_capture = StepCapture() if on else None
+
+    def asymspec_step_captured(self) -> dict:
+        capture = self._asymspec_drafter().step_capture
+        steps = capture.steps if capture is not None else {}
+        return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
+                         for entry in entries] for req_id, entries in steps.items()}
+
     def asymspec_set_timing(self, on: bool) -> None:
         from .timing import PhaseTimer
 

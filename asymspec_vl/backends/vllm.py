@@ -95,6 +95,17 @@ class VLLMBackend:
         room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg))
         return self._prompt(self.engine(spec), r, method), self._params(r, method, mode, cfg, room)
 
+    def served_request(self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
+        """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
+        every method but the drafter alone, Floor as SD's request in mode "floor" (no drafts: it reads what SD
+        reads, with the same budget)."""
+        if method.name == "floor":
+            prompt, params = self.engine_request(r, "sd", cfg)
+            params.extra_args["asymspec"]["mode"] = "floor"
+            return prompt, params, "floor"
+        prompt, params = self.engine_request(r, method, cfg)
+        return prompt, params, self.engine_for(method, cfg.K)[1]
+
     def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
         on the drafter's, its image as embeddings from that engine's vision tower)."""

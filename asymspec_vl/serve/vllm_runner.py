@@ -4,7 +4,7 @@
                       sd, scd and floor per request, at every K up to the server's -K
   drafter engine      (--drafter-engine) the VL drafter as target: method "drafter"; on a GPU it takes a share of
                       its own (--drafter-memory, a gpu_memory_utilization), started after the speculative one
-A request becomes exactly what the vLLM backend submits (VLLMBackend.engine_request: prompt, stop and banned
+A request becomes exactly what the vLLM backend submits (VLLMBackend.served_request: prompt, stop and banned
 tokens, budget, extra_args); the backend reaches these engines through EngineView. Floor reads what SD reads
 (x_comp, the same budget): on the speculative engine it is SD's request in mode "floor" (no drafts).
 """
@@ -89,13 +89,7 @@ class VLLMRunner:
     def engine_request(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode) as the vLLM backend submits them (blocking: the drafter engine's prompt
         takes a vision-tower RPC)."""
-        backend: VLLMBackend = self.vl.backend
-        if method.name == "floor":
-            prompt, params = backend.engine_request(enc, METHODS["sd"], cfg)
-            params.extra_args["asymspec"]["mode"] = "floor"
-            return prompt, params, "floor"
-        prompt, params = backend.engine_request(enc, method, cfg)
-        return prompt, params, backend.engine_for(method, cfg.K)[1]
+        return self.vl.backend.served_request(enc, method, cfg)
 
     async def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
         prompt, params, mode = await asyncio.to_thread(self.engine_request, enc, method, cfg)

@@ -1,0 +1,134 @@
+"""A workload on one asymspec engine of the vLLM build: requests added at their arrival steps, each request's
+output as the vLLM backend reads it, and the drafter logits a and b of every verification step (probe)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from asymspec_vl.backends.vllm import VLLMBackend
+from asymspec_vl.backends.vllm_engine import EngineSpec
+from asymspec_vl.loop import RowOutput
+from asymspec_vl.methods import METHODS
+from asymspec_vl.prompts import EncodedRequest
+
+from .workload import RowSpec, Workload
+
+
+@dataclass
+class EngineRun:
+    rows: list[RowOutput | None]  # per RowSpec; None when the engine failed before the request finished
+    steps: list[list[dict]] = field(default_factory=list)  # per row: probe.captured_step_logits entries
+    resumptions: int = 0  # preempted requests resumed during the run
+    error: str | None = None  # the engine failed: "ErrorType: message"
+
+
+def engine_kwargs(workload: Workload, encs: list[EncodedRequest]) -> dict:
+    """vllm.LLM arguments of the workload's engine; a preempting engine gets the KV blocks its largest request
+    needs alone and a quarter of what the next max_num_seqs - 1 need."""
+    e = workload.engine
+    kwargs = {"block_size": e.block_size, "max_num_seqs": e.max_num_seqs, "enable_prefix_caching": e.prefix_caching}
+    if e.max_num_batched_tokens is not None:
+        kwargs["max_num_batched_tokens"] = max(e.max_num_batched_tokens, e.max_num_seqs)
+    if e.preempt:
+        need = sorted((-(-(len(enc.comp.ids) + r.max_new + e.K + 3) // e.block_size)
+                       for r, enc in zip(workload.rows, encs)), reverse=True)
+        kwargs["num_gpu_blocks_override"] = need[0] + 1 + sum(need[1:e.max_num_seqs]) // 4
+    return kwargs
+
+
+def full_view_tokens(workload: Workload, encs: list[EncodedRequest]) -> int | None:
+    """ASYMSPEC_FULL_VIEW_TOKENS of a small x_full pool: about one and a half of the largest asymspec request."""
+    e = workload.engine
+    needs = [len(enc.full.ids) + r.max_new + e.K + 3 for r, enc in zip(workload.rows, encs) if r.mode == "asymspec"]
+    if not (e.small_pool and needs):
+        return None
+    blocks = -(-max(needs) // e.block_size)
+    return (blocks + blocks // 2 + 2) * e.block_size
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedRequest]) -> EngineRun:
+    """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
+    from vllm_patches import probe
+
+    e = workload.engine
+    backend = VLLMBackend.load(pair, str(paths["vl_drafter"]), str(paths["verifier"]), dtype="float32",
+                               tensor_parallel_size=e.tp, **engine_kwargs(workload, encs))
+    spec = EngineSpec(str(paths["verifier"]), str(paths["vl_drafter"]), e.K)
+    tokens = full_view_tokens(workload, encs)
+    try:
+        with _env("ASYMSPEC_FULL_VIEW_TOKENS", str(tokens) if tokens else None):
+            llm = backend.engine(spec)
+        resumed = probe.counters(llm)["resumptions"]
+        probe.capture_step_logits(llm)
+        items = [(r.arrival, f"stress-{i}", *_request(backend, r, enc)) for i, (r, enc) in enumerate(zip(workload.rows,
+                                                                                                       encs))]
+        run = EngineRun([None] * len(items), [[] for _ in items])
+        try:
+            finals = run_arrivals(llm, [(arrival, rid, prompt, params) for arrival, rid, prompt, params, _ in items])
+        except Exception as err:  # the engine died: report it with the workload, go on with the next one
+            run.error = f"{type(err).__name__}: {err}"
+            return run
+        for i, (row, (_, rid, _, _, mode)) in enumerate(zip(workload.rows, items)):
+            method = METHODS["sd" if row.mode == "plain" else row.mode]
+            run.rows[i] = VLLMBackend._row(finals[rid], method, mode, 0.0)
+        for req_id, entries in probe.captured_step_logits(llm).items():
+            rid = req_id.rsplit("-", 1)[0]  # vLLM appends a suffix to the client's request id
+            run.steps[int(rid.removeprefix("stress-"))] = entries
+        run.resumptions = probe.counters(llm)["resumptions"] - resumed
+        probe.capture_step_logits(llm, on=False)
+        return run
+    finally:
+        backend.close()
+
+
+def _request(backend: VLLMBackend, row: RowSpec, enc: EncodedRequest) -> tuple[dict, object, str]:
+    """(prompt, SamplingParams, mode) of a row on the speculative engine."""
+    if row.mode != "plain":
+        return backend.served_request(enc, METHODS[row.mode], row.cfg())
+    from vllm import SamplingParams
+
+    return ({"prompt_token_ids": list(enc.comp.ids)},
+            SamplingParams(temperature=0.0, max_tokens=row.max_new, ignore_eos=True, detokenize=False), "plain")
+
+
+def run_arrivals(llm, items: list[tuple[int, str, dict, object]]) -> dict[str, object]:
+    """Add each (arrival step, request id, prompt, params) at its step, step the engine until every request
+    finished (idle stretches skipped). -> the final RequestOutput by request id. On failure every request
+    still in the engine is aborted before the exception propagates."""
+    engine = llm.llm_engine
+    waiting = sorted(items, key=lambda item: item[0])
+    done: dict[str, object] = {}
+    step = 0
+    try:
+        while waiting or engine.has_unfinished_requests():
+            if not engine.has_unfinished_requests():
+                step = max(step, waiting[0][0])
+            while waiting and waiting[0][0] <= step:
+                _, rid, prompt, params = waiting.pop(0)
+                engine.add_request(rid, prompt, params)
+            for out in engine.step():
+                if out.finished:
+                    done[out.request_id] = out
+            step += 1
+    except BaseException:
+        with contextlib.suppress(Exception):
+            engine.abort_request([rid for _, rid, _, _ in items if rid not in done])
+        raise
+    return done

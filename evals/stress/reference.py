@@ -1,0 +1,77 @@
+"""The reference side of the stress test: the transformers backend (float32, CPU) on the same tiny models, each
+request decoded alone, and the drafter's logits recomputed from scratch on the tokens an engine step read.
+
+LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a and b. Both sides compute in
+float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
+transformers' SDPA and eager modules, a cached incremental forward against one forward over the whole
+sequence): summation order alone moves a tiny model's logits by about 1e-6 of their scale (float32's epsilon
+is 1.2e-7; the stress runs measured at most ~2e-6). A step whose KV cache holds another request's tokens, a
+stale position or the wrong view moves them by 1e-2 and more (test_vllm_asymspec: > 1e-2 with patch 4 or 5
+off). 1e-4 sits two orders of magnitude from each.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from asymspec_vl import AsymSpecVL
+from asymspec_vl.loop import RowOutput
+from asymspec_vl.methods import METHODS
+from asymspec_vl.prompts import EncodedRequest
+
+from .workload import RowSpec
+
+LOGIT_TOLERANCE = 1e-4
+
+
+def summary(row: RowOutput) -> tuple:
+    """What must agree: tokens, their sources, finish reason and the acceptance counters."""
+    s = row.stats
+    return (row.token_ids, row.sources, row.finish_reason, s.steps, s.drafted, s.accepted, s.emitted,
+            list(s.accepted_at))
+
+
+class Reference:
+    def __init__(self, paths: dict):
+        # no text drafter: SD drafts with the VL drafter on x_comp, as the speculative engine does
+        self.vl = AsymSpecVL.from_pretrained(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]),
+                                             device="cpu", dtype="float32")
+        self.drafter = self.vl.backend.drafter
+        self.pair = self.vl.pair
+
+    def alone(self, row: RowSpec, enc: EncodedRequest) -> RowOutput:
+        """The row's request decoded alone on the transformers backend; plain rows: the verifier's greedy output."""
+        if row.mode != "plain":
+            return self.vl.backend.run([enc], METHODS[row.mode], row.cfg())[0]
+        ids = torch.tensor([enc.comp.ids])
+        with torch.no_grad():
+            out = self.vl.backend.verifier.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=row.max_new,
+                                                    do_sample=False, eos_token_id=None, pad_token_id=0)
+        tokens = out[0, ids.shape[1]:].tolist()
+        return RowOutput(tokens, ["verifier"] * len(tokens), finish_reason="length")
+
+    @torch.no_grad()
+    def b(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
+        """The drafter on x_comp + y + d_1..d_n: its logits at the n+1 verified positions. -> [n+1, V]"""
+        ids = torch.tensor([enc.comp.ids + y + drafts])
+        return self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -(len(drafts) + 1):].float()
+
+    @torch.no_grad()
+    def a(self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int) -> torch.Tensor:
+        """The drafter on x_full + y + d_1..d_{m-1}, image included: its logits at the m draft positions. -> [m, V]"""
+        ids = torch.tensor([enc.full.ids + y + drafts[:m - 1]])
+        images = {}
+        if enc.full.pixel_values is not None:
+            images = {"pixel_values": enc.full.pixel_values, "image_grid_thw": enc.full.image_grid_thw}
+        return self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids), **images).logits[0, -m:].float()
+
+
+def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def spread(n: int, k: int) -> list[int]:
+    """At most k indices of range(n), evenly spread, first and last included."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
