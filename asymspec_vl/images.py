@@ -54,7 +54,7 @@ def _read_file(image: str | os.PathLike, max_bytes: int) -> bytes:
     folder, a FIFO or device, unreadable), ImageTooLargeError over max_bytes."""
     path = Path(image)
     if isinstance(image, str) and URL_SCHEME.match(image):
-        raise InvalidImageError(f"{path} is a URL: images are read from local files; download it first and give "
+        raise InvalidImageError(f"{image} is a URL: images are read from local files; download it first and give "
                                 "its path or its bytes")
     try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -69,10 +69,11 @@ def _read_file(image: str | os.PathLike, max_bytes: int) -> bytes:
         raise InvalidImageError(f"{path} cannot be read: {e.strerror or e}") from e
     except ValueError as e:  # a NUL byte in the path
         raise InvalidImageError(f"{path!r} is not a valid file path: {e}") from e
+    mode = os.fstat(fd)  # before fdopen, which refuses a directory with its own OSError
+    if stat.S_ISDIR(mode.st_mode):
+        os.close(fd)
+        raise InvalidImageError(f"{path} is a directory, not an image file")
     with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno())
-        if stat.S_ISDIR(mode.st_mode):
-            raise InvalidImageError(f"{path} is a directory, not an image file")
         if not stat.S_ISREG(mode.st_mode):
             raise InvalidImageError(f"{path} is not a regular file (a FIFO, a socket or a device): give an image "
                                     "file")

@@ -26,6 +26,7 @@ from .errors import RequestReadTimeoutError, ServerBusyError, error_body, status
 from .settings import ServeSettings
 
 DRAIN_GRACE_S = 5.0
+LINGER_S = 2.0  # after a refusal: input still arriving is read and dropped this long before the close
 
 
 def raw_error(error: Exception) -> bytes:
@@ -56,6 +57,11 @@ class LimitedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if getattr(self, "_refused", False):  # lingering after a refusal: dropped, never parsed
+            return
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -99,9 +105,17 @@ class LimitedProtocol(HttpToolsProtocol):
             self._refuse(error)
 
     def _refuse(self, error: Exception) -> None:
+        """Write the error and close. A client still sending would make an immediate close reset the connection
+        (unread input), and a reset can discard the answer before the client reads it; so the write side is shut
+        first, what still arrives is dropped, and the connection closes LINGER_S later (a lingering close)."""
         self._disarm()
+        self._refused = True
         self.transport.write(raw_error(error))
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
 
 
 class DrainingServer(uvicorn.Server):

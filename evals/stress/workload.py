@@ -152,10 +152,10 @@ def make_request(row: RowSpec) -> Request:
     question = QUESTIONS[row.request_seed % len(QUESTIONS)]
     if not row.image:
         words = lambda n: " ".join(WORDS[i] for i in rs.randint(0, len(WORDS), n))  # noqa: E731
-        return Request(question, full_context=words(int(rs.randint(5, 120))),
+        return Request(question=question, full_context=words(int(rs.randint(5, 120))),
                        compressed_context=words(int(rs.randint(0, 30))))
     h, w = rs.randint(32, 161, 2)
     image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 5)))
     ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 9))))
-    return Request(question, image, caption=caption, ocr=ocr)
+    return Request(image, question, caption=caption, ocr=ocr)
