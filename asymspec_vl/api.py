@@ -55,6 +55,13 @@ class GenerationResult:
                 "config": self.config.to_dict(), **self.meta}
 
 
+def trace_pieces(tokenizer, ids: list[int]) -> list[str]:
+    """The trace's text of each token: token_pieces with special tokens (the end token) adding "", as the
+    answer's text drops them, so the trace joins to that text (the library's result and the server's alike)."""
+    special = set(tokenizer.all_special_ids)
+    return ["" if i in special else p for i, p in zip(ids, token_pieces(tokenizer, ids))]
+
+
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The text each token adds. A character split over several byte-level tokens is shown on the token
     that completes it (the earlier ones add ""), so the pieces join to the decoded text."""
@@ -204,9 +211,7 @@ class AsymSpecVL:
         return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
-        special = set(self.pair.tokenizer.all_special_ids)  # decode() drops them: so does the trace's text
-        pieces = ["" if i in special else p for i, p in zip(out.token_ids, token_pieces(self.pair.tokenizer,
-                                                                                            out.token_ids))]
+        pieces = trace_pieces(self.pair.tokenizer, out.token_ids)
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
                                 method, cfg, out.finish_reason, dict(enc.meta), out.error)

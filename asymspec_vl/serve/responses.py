@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ..api import token_pieces
+from ..api import trace_pieces
 from ..loop import RowOutput
 from ..methods import method as method_named
 from ..prompts import EncodedRequest
@@ -53,7 +53,7 @@ def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, view:
     out = {"method": job.method, **row.stats.to_dict(), "fused": row.sources.count(FUSED), "config": config,
            "view": view.sources}
     if job.return_trace:
-        pieces = token_pieces(vl.pair.tokenizer, row.token_ids)
+        pieces = trace_pieces(vl.pair.tokenizer, row.token_ids)
         out["trace"] = [{"token_id": i, "text": p, "source": s} for i, p, s in zip(row.token_ids, pieces, row.sources)]
     if job.return_prompts:
         out["prompts"] = dict(vars(enc.prompts))
