@@ -68,11 +68,12 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
         banned = drafter.row(batch.req_ids[index[0]]).banned
         step_logits = _logits(METHODS[mode].reads, drafter, batch, logits, logits_indices, first, index, n, cfg)
-        if drafter.capture is not None and "b" in step_logits:
-            drafter.capture.record_b(runner, [batch.req_ids[i] for i in index], drafts, step_logits["b"])
-        if drafter.step_capture is not None:  # probe.capture_step_logits: tests compare a and b with transformers
-            drafter.step_capture.record(drafter, runner.requests, [batch.req_ids[i] for i in index],
-                                        [d for _, d in rows], step_logits)
+        if drafter.capture is not None or drafter.step_capture is not None:  # test probes only, off by default
+            req_ids = [batch.req_ids[i] for i in index]
+            if drafter.capture is not None and "b" in step_logits:
+                drafter.capture.record_b(runner, req_ids, drafts, step_logits["b"])
+            if drafter.step_capture is not None:  # probe.capture_step_logits: a and b against transformers
+                drafter.step_capture.record(drafter, runner.requests, req_ids, [d for _, d in rows], step_logits)
         outcome = METHODS[mode].decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
