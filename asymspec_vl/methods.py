@@ -63,12 +63,21 @@ class Method:
         return tuple(dict.fromkeys(s.view for s in self.sources))
 
     @property
+    def draft_view(self) -> str | None:
+        """The view the drafting source drafts on; None for a method without drafts."""
+        return self.drafting.view if self.drafting is not None else None
+
+    @property
     def reads_image(self) -> bool:
         return any(view in ("x_full", "x_question") for view in self.views)
 
     def drafts_last(self, cfg: AsymSpecConfig) -> bool:
         """Whether the drafting source also reads d_K (its logits at position K+1 are needed)."""
         return self.always_reads_last or (self.fused_bonus_reads_last and cfg.bonus == "fused")
+
+    def __reduce__(self):
+        """Pickled by name (its rule is a lambda): vLLM sends a parsed request to its worker processes."""
+        return method, (self.name,)
 
 
 DRAFTER_FULL = Source("drafter", "x_full", "a")
@@ -93,6 +102,9 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 )}
 NAMES = tuple(METHODS)
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
+# the method of a speculative engine's request that names none (no extra_args["asymspec"]): SD's rule on the
+# x_comp view, vLLM's stock speculative decoding
+PLAIN_SPECULATIVE = METHODS["sd"]
 # what a speculative engine (the verifier as target, the drafter as draft model) can run per request: every
 # method whose models read x_full or x_comp (Floor: no drafts, the verifier's greedy tokens)
 SPECULATIVE_ENGINE_MODES = tuple(name for name, m in METHODS.items() if "x_question" not in m.views)

@@ -43,3 +43,97 @@ def test_asymspec_rows_refuse_sampling_and_logits_processing(over):
     check_greedy(SamplingParams(temperature=0))
     with pytest.raises(RequestArgsError, match="greedily"):
         check_greedy(SamplingParams(**{"temperature": 0, **over}))
+
+
+# -- one parse per request: the scheduler's, read by the workers ------------------------------------
+def new_request(extra_args, prompt=(1, 2, 3), max_tokens=5):
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    return Request("r", list(prompt), SamplingParams(temperature=0, max_tokens=max_tokens, extra_args=extra_args),
+                   None)
+
+
+def scheduler_on(facts=FACTS, usable=100, block=4):
+    """A stand-in vLLM Scheduler after scheduler_patch.init; finished: (req_id, status) it was told to finish."""
+    import types
+
+    finished = []
+    scheduler = types.SimpleNamespace(
+        vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
+        num_spec_tokens=facts.K, _asymspec_facts=facts, _asymspec_capacity=(usable, block), _asymspec_rejected=[],
+        finish_requests=lambda req_id, status: finished.append((req_id, status)))
+    return scheduler, finished
+
+
+def test_the_scheduler_parses_a_request_once_and_the_worker_reads_that_object(monkeypatch):
+    """extra_args["asymspec"] is decoded once per request in the engine (it was four times: the scheduler's mode,
+    K and x_full length, then the worker's parse): the parsed AsymSpecRequest rides to the worker in its place."""
+    from asymspec_vl import AsymSpecConfig
+    from vllm_patches import request_args, scheduler_patch
+    from vllm_patches.request_args import KEY, REQUEST_KEY, AsymSpecRequest, make_extra_args
+    from vllm_patches.rows import RequestRegistry
+
+    decoded = []
+    real = request_args._raw_args
+    monkeypatch.setattr(request_args, "_raw_args", lambda extra: decoded.append(1) or real(extra))
+    extra = make_extra_args("asymspec", AsymSpecConfig(K=1), x_full=[1, 2, 3, 4])
+    request = new_request(extra)
+    scheduler, finished = scheduler_on()
+    scheduler_patch.add_request(lambda s, r: None, scheduler, request)
+    assert not finished and len(decoded) == 1
+    parsed = request.sampling_params.extra_args[REQUEST_KEY]
+    assert isinstance(parsed, AsymSpecRequest) and KEY not in request.sampling_params.extra_args
+    assert KEY in extra  # the client's dict is left alone
+    assert parsed.method.name == "asymspec" and parsed.K == 1 and parsed.x_full == [1, 2, 3, 4]
+    registry = RequestRegistry(FACTS, (), torch.device("cpu"), (), lambda req_id: None)
+    opened = []
+    row = registry.row("r", request, lambda req_id, state, x_comp: opened.append(req_id))
+    assert len(decoded) == 1 and row.request is parsed and row.K == 1 and opened == ["r"]
+    assert getattr(request, scheduler_patch.STATE_ATTR).stats.stats.accepted_at == [0]  # the request's K = 1
+
+
+@pytest.mark.parametrize("config, K", [({}, 2), ({"K": 1}, 1)])
+def test_one_K_rule_the_requests_config_K_else_the_engines(config, K):
+    from vllm_patches import scheduler_patch
+    from vllm_patches.request_args import REQUEST_KEY
+
+    request = new_request({"asymspec": {"mode": "sd", "config": config}})
+    scheduler, finished = scheduler_on()
+    scheduler_patch.add_request(lambda s, r: None, scheduler, request)
+    assert not finished and request.sampling_params.extra_args[REQUEST_KEY].K == K
+    assert len(getattr(request, scheduler_patch.STATE_ATTR).stats.stats.accepted_at) == K
+
+
+@pytest.mark.parametrize("raw, error", [
+    ({"mode": "sd", "config": {"K": 3}}, "ConfigError: config K=3 exceeds the engine's num_speculative_tokens=2"),
+    ({"mode": "sd", "config": {"K": "two"}}, "ConfigError"),
+    ({"mode": "fast"}, "RequestArgsError: extra_args[\"asymspec\"][\"mode\"]='fast'"),
+    ({"mode": "asymspec"}, "RequestArgsError: mode \"asymspec\" needs extra_args[\"asymspec\"][\"x_full\"]"),
+])
+def test_a_malformed_request_fails_at_admission_alone_with_a_typed_error_naming_the_field(raw, error):
+    """One K rule: a K above the engine's is an error (the scheduler used to fall back to the engine's K where
+    the worker raised); the request finishes with the error and never reaches a worker."""
+    from vllm.v1.request import RequestStatus
+
+    from vllm_patches import scheduler_patch
+    from vllm_patches.request_args import REQUEST_KEY
+
+    request = new_request({"asymspec": raw})
+    scheduler, finished = scheduler_on()
+    scheduler_patch.add_request(lambda s, r: None, scheduler, request)
+    assert finished == [("r", RequestStatus.FINISHED_ERROR)]
+    [(client, req_id, info)] = scheduler._asymspec_rejected
+    assert req_id == "r" and info["error"].startswith(error), info["error"]
+    assert REQUEST_KEY not in request.sampling_params.extra_args
+
+
+def test_a_parsed_request_survives_the_pickle_to_worker_processes():
+    """vLLM's multiprocessing executor pickles the SchedulerOutput (shm_broadcast): the Method travels by name
+    (its rule is a lambda), the tensors as tensors."""
+    import pickle
+
+    parsed = parse_request_args(args(), FACTS)
+    back = pickle.loads(pickle.dumps(parsed))
+    assert back.method is parsed.method and back.cfg == parsed.cfg and back.x_full == parsed.x_full
+    assert torch.equal(back.pixel_values, parsed.pixel_values)

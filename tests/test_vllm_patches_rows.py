@@ -4,14 +4,18 @@ import types
 
 import torch
 
-from vllm_patches.request_args import EngineFacts, make_extra_args
+from vllm_patches.request_args import REQUEST_KEY, EngineFacts, make_extra_args, parse_request_args
 from vllm_patches.rows import RequestRegistry
+
+FACTS = EngineFacts(K=2, vocab_size=10, max_model_len=64)
 
 
 def request(extra_args):
+    """The runner's request state as the scheduler hands it over: the parsed request in its extra_args."""
     from vllm import SamplingParams
 
-    return types.SimpleNamespace(sampling_params=SamplingParams(temperature=0, extra_args=extra_args),
+    parsed = {REQUEST_KEY: parse_request_args(extra_args, FACTS)} if extra_args else {}
+    return types.SimpleNamespace(sampling_params=SamplingParams(temperature=0, extra_args=parsed),
                                  prompt_token_ids=[1, 2, 3])
 
 
@@ -19,8 +23,7 @@ def test_a_requests_banned_ids_replace_the_engine_default():
     """banned given: those ids and no others are masked (the engine default is for requests that give none)."""
     from asymspec_vl import AsymSpecConfig
 
-    facts = EngineFacts(K=2, vocab_size=10, max_model_len=64)
-    registry = RequestRegistry(facts, (5, 6), torch.device("cpu"), (), lambda req_id: None)
+    registry = RequestRegistry(FACTS, (5, 6), torch.device("cpu"), (), lambda req_id: None)
     cfg = AsymSpecConfig(K=2, max_new_tokens=4)
     own = registry.row("own", request(make_extra_args("sd", cfg, banned=[2, 8])), None)
     default = registry.row("default", request(make_extra_args("sd", cfg)), None)

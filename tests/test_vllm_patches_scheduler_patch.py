@@ -3,8 +3,10 @@
 import types
 
 from asymspec_vl import AsymSpecConfig
-from vllm_patches.request_args import make_extra_args
+from vllm_patches.request_args import EngineFacts, make_extra_args, parse_request_args
 from vllm_patches.scheduler_patch import full_view_blocks
+
+FACTS = EngineFacts(K=2, vocab_size=100, max_model_len=64)
 
 
 def request(x_full_len: int, prompt_len: int, max_tokens: int, mode: str = "asymspec"):
@@ -18,6 +20,9 @@ def request(x_full_len: int, prompt_len: int, max_tokens: int, mode: str = "asym
 def test_admission_reserves_the_whole_view_and_the_k_plus_1_lookahead():
     """x_full 10 + 5 answer tokens + K=2 drafts + 1 (a fused bonus's a_{K+1}) = 18 tokens: 5 blocks of 4 (without
     the lookahead 15 would take 4, and the last step's drafts would find the pool full)."""
-    assert full_view_blocks(request(10, 6, 5), "asymspec", K=2, block_size=4) == 5
-    assert full_view_blocks(request(6, 10, 5), "asymspec", K=2, block_size=4) == 5  # x_comp longer: its length
-    assert full_view_blocks(request(10, 6, 5, "sd"), "sd", K=2, block_size=4) == 0  # no x_full view
+    def blocks(r):
+        return full_view_blocks(r, parse_request_args(r.sampling_params.extra_args, FACTS), 2, block_size=4)
+
+    assert blocks(request(10, 6, 5)) == 5
+    assert blocks(request(6, 10, 5)) == 5  # x_comp longer: its length
+    assert blocks(request(10, 6, 5, "sd")) == 0  # no x_full view

@@ -109,7 +109,7 @@ def test_valid_args_parse(facts):
     from vllm_patches.request_args import parse_request_args
 
     a = parse_request_args(_args(), facts)
-    assert a.mode == "asymspec" and a.cfg.K == 2 and a.x_full == [1, 2, 7, 7, 3]
+    assert a.method.name == "asymspec" and a.cfg.K == 2 and a.K == 2 and a.x_full == [1, 2, 7, 7, 3]
     assert a.pixel_values.shape == (8, 12) and a.image_grid_thw.tolist() == [[1, 2, 4]]
 
 
@@ -213,15 +213,14 @@ def test_server_json_form_round_trips(facts):
     import json
 
     from asymspec_vl import AsymSpecConfig
-    from vllm_patches.request_args import (RequestArgsError, make_extra_args, parse_request_args, request_mode,
-                                           serve_xargs)
+    from vllm_patches.request_args import RequestArgsError, make_extra_args, parse_request_args, serve_xargs
 
     pixels = torch.randn(8, 12)
     xargs = serve_xargs(make_extra_args("asymspec", AsymSpecConfig(K=2), [1, 7, 7], pixels, torch.tensor([[1, 2, 4]])))
     assert isinstance(xargs["asymspec"], str) and json.loads(xargs["asymspec"])["mode"] == "asymspec"
     args = parse_request_args(xargs, facts)
     assert torch.equal(args.pixel_values, pixels) and args.image_grid_thw.tolist() == [[1, 2, 4]]
-    assert request_mode(xargs) == "asymspec" and request_mode({"asymspec": "{"}) == "invalid"
+    assert args.method.name == "asymspec"
     with pytest.raises(RequestArgsError, match="not JSON"):
         parse_request_args({"asymspec": "{"}, facts)
 

@@ -23,7 +23,7 @@ class LogitCapture:
     def record_a(self, req_id: str, state, y: list[int], a: torch.Tensor) -> None:
         """a: [K, V] of the proposal state.drafts, drafted after the x_full prompt + y."""
         row = self._row(req_id)
-        row["x_full"], row["view"] = tuple(state.args.x_full), tuple(state.full.prompt)
+        row["x_full"], row["view"] = tuple(state.request.x_full), tuple(state.full.prompt)
         if len(row["a"]) < MAX_PROPOSALS:
             row["a"].append({"y": list(y), "drafts": list(state.drafts), "a": a.float().cpu()})
 

@@ -46,7 +46,7 @@ def full_view_images(drafter, plan) -> FullViewImages | None:  # drafter: the As
 def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
     """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
     the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
-    passes = [state.K + (state.args.cfg.bonus == "fused") for _, state, _ in rows]  # a_{K+1} for a fused bonus
+    passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K, and a_{K+1} if the rule reads it
     banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
     logits = [[row] for row in first_pass(drafter, rows, images)]  # a_1 per row
     tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row

@@ -120,7 +120,7 @@ def note_resumed(rows: dict, cached_reqs, requests: dict) -> int:
         request, n_out = requests.get(req_id), cached_reqs.num_output_tokens[i]
         if req_id not in resumed or request is None or req_id not in rows:
             continue
-        if rows[req_id].args is not None and len(request.output_token_ids) == n_out + 1:
+        if rows[req_id].request is not None and len(request.output_token_ids) == n_out + 1:
             rows[req_id].reemit = (int(request.output_token_ids[-1]), n_out)
             count += 1
     return count

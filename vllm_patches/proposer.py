@@ -25,7 +25,6 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 
 from asymspec_vl.errors import AsymSpecError
-from asymspec_vl.methods import DRAFTER_COMP, METHODS
 from asymspec_vl.sources import RowLedger
 
 from . import comp_view, full_view, switches
@@ -37,7 +36,7 @@ from .kv_pool import FullViewPool, reserve_bytes
 from .mm_cache import ImageCache
 from .full_view import FullViewImages
 from .mrope import prompt_positions
-from .request_args import EngineFacts
+from .request_args import engine_facts
 from .rows import RequestRegistry, RowState
 
 _VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
@@ -90,14 +89,11 @@ class AsymSpecProposer(DraftModelProposer):
         self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
         self.uses_mrope = bool(self.draft_model_config.uses_mrope)
         hf = self.draft_model_config.hf_config
-        vision = getattr(hf, "vision_config", None) if hasattr(self.model, "visual") else None
-        self.images = ImageCache(self.model, self.device) if vision is not None else None
-        self.facts = EngineFacts(
-            K=self.K, vocab_size=self.draft_model_config.get_vocab_size(), max_model_len=self.max_model_len,
-            image_token_id=getattr(hf, "image_token_id", None) if vision is not None else None,
-            patch_dim=(vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-                       if vision is not None else None),
-            merge_size=getattr(vision, "spatial_merge_size", 1))
+        self.facts = engine_facts(self.vllm_config)  # as the scheduler parsed the requests against
+        if self.facts.image_token_id is not None and not hasattr(self.model, "visual"):
+            raise ValueError(f"speculative method 'asymspec': the drafter {self.draft_model_config.model} has an "
+                             "image config but no Qwen-VL vision tower (`visual`) in vLLM")
+        self.images = ImageCache(self.model, self.device) if self.facts.image_token_id is not None else None
         banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
         self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self._release)
         # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
@@ -126,7 +122,7 @@ class AsymSpecProposer(DraftModelProposer):
         return self.registry.row(req_id, self.runner.requests[req_id], self._open_full_view)
 
     def _open_full_view(self, req_id: str, state: RowState, x_comp: list[int]) -> None:
-        ids, grid, pixels = state.args.x_full, state.args.image_grid_thw, state.args.pixel_values
+        ids, grid, pixels = state.request.x_full, state.request.image_grid_thw, state.request.pixel_values
         if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
             ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
         state.full = RowLedger(prompt=list(ids))
@@ -180,10 +176,10 @@ class AsymSpecProposer(DraftModelProposer):
             if not new or state.failed:
                 continue  # a prefill chunk (nothing committed) or a request about to be finished
             state.reemit = None
-            drafting = METHODS[state.mode].drafting if state.args is not None else DRAFTER_COMP
-            if drafting is None:
+            view = state.method.draft_view
+            if view is None:
                 continue  # Floor: no drafts, the verifier decodes alone
-            if drafting.view == "x_full":
+            if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 state.full.commit(y)
                 feed = state.full.pending(y)

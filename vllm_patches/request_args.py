@@ -16,6 +16,10 @@ string (`serve_xargs`), packed tensor data base64-encoded.
 The verifier's prompt x_comp is the request's own prompt. Requests without the key are ordinary
 speculative decoding. Every violation raises a typed error naming the field; the engine turns it into an
 error finish of that request alone.
+
+The scheduler parses a request's extra_args once, when it arrives (`parse_request`), into an `AsymSpecRequest`;
+the workers read that object (it travels to them in the request's extra_args under REQUEST_KEY) and never
+parse the wire format again.
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ from dataclasses import dataclass
 import torch
 
 from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.methods import SPECULATIVE_ENGINE_MODES
+from asymspec_vl.methods import METHODS, SPECULATIVE_ENGINE_MODES, Method
 from asymspec_vl.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
 
 from .mrope import image_runs
 
 KEY = "asymspec"
+REQUEST_KEY = "asymspec_request"  # extra_args key of the parsed AsymSpecRequest, set by the scheduler for the workers
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
@@ -55,14 +60,47 @@ class EngineFacts:
     merge_size: int = 1
 
 
+def engine_facts(vllm_config) -> EngineFacts:
+    """The facts of an asymspec engine's drafter, from its VllmConfig (the same in the scheduler's and the
+    workers' processes once the KV cache config is final)."""
+    spec = vllm_config.speculative_config
+    draft = spec.draft_model_config
+    hf = draft.hf_config
+    vision = (getattr(hf, "vision_config", None)
+              if draft.is_multimodal_model and getattr(hf, "image_token_id", None) is not None else None)
+    return EngineFacts(
+        K=spec.num_speculative_tokens, vocab_size=draft.get_vocab_size(),
+        max_model_len=vllm_config.model_config.max_model_len,
+        image_token_id=getattr(hf, "image_token_id", None) if vision is not None else None,
+        patch_dim=(vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+                   if vision is not None else None),
+        merge_size=getattr(vision, "spatial_merge_size", 1))
+
+
 @dataclass
-class AsymSpecArgs:
-    mode: str
-    cfg: AsymSpecConfig
+class AsymSpecRequest:
+    """One request's AsymSpec inputs, parsed once (`parse_request`): its method, config and views."""
+
+    method: Method
+    cfg: AsymSpecConfig  # cfg.K: the drafts per step (at most the engine's num_speculative_tokens)
     x_full: list[int] | None = None
     pixel_values: torch.Tensor | None = None  # [num_patches, patch_dim]
     image_grid_thw: torch.Tensor | None = None  # [num_images, 3] int64
     banned: tuple[int, ...] = ()
+
+    @property
+    def K(self) -> int:
+        return self.cfg.K
+
+    @property
+    def reads_full_view(self) -> bool:
+        """The method's drafter drafts on x_full (the drafter's own cache and prompt)."""
+        return self.method.draft_view == "x_full"
+
+    @property
+    def num_draft_logits(self) -> int:
+        """The drafting source's logits per step: a_1..a_K, and a_{K+1} when it also reads d_K."""
+        return self.K + self.method.drafts_last(self.cfg)
 
 
 def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=None, image_grid_thw=None,
@@ -88,7 +126,7 @@ def serve_xargs(extra_args: dict) -> dict:
     return {KEY: json.dumps(encode(extra_args[KEY]))}
 
 
-def raw_args(extra_args: dict):
+def _raw_args(extra_args: dict):
     """extra_args["asymspec"] as a dict (decoding the server's JSON-string form)."""
     raw = extra_args[KEY]
     if isinstance(raw, str):
@@ -99,23 +137,6 @@ def raw_args(extra_args: dict):
     if not isinstance(raw, dict):
         raise RequestArgsError(f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}')
     return raw
-
-
-def request_mode(extra_args: dict) -> str:
-    """The request's mode, or "invalid" (the worker reports why)."""
-    try:
-        return str(raw_args(extra_args).get("mode"))
-    except RequestArgsError:
-        return "invalid"
-
-
-def request_K(extra_args: dict, engine_K: int) -> int:
-    """The drafts per step a request asks for (its config K, else the engine's); the worker validates it."""
-    try:
-        K = (raw_args(extra_args).get("config") or {}).get("K", engine_K)
-    except (RequestArgsError, AttributeError):
-        return engine_K
-    return K if isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= engine_K else engine_K
 
 
 def pack_tensor(t) -> dict:
@@ -144,8 +165,15 @@ def has_request_args(extra_args) -> bool:
     return isinstance(extra_args, dict) and KEY in extra_args
 
 
-def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecArgs:
-    raw = raw_args(extra_args)
+def parse_request(params, facts: EngineFacts) -> AsymSpecRequest:
+    """The request of SamplingParams `params` (whose extra_args hold KEY), parsed and checked once."""
+    request = parse_request_args(params.extra_args, facts)
+    check_greedy(params)
+    return request
+
+
+def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecRequest:
+    raw = _raw_args(extra_args)
     unknown = set(raw) - set(FIELDS)
     if unknown:
         raise RequestArgsError(f'extra_args["{KEY}"] has unknown field(s) {sorted(unknown)}; known: {FIELDS}')
@@ -155,8 +183,9 @@ def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecArgs:
     cfg = _config(raw.get("config", {}), facts)
     banned = tuple(_token_ids(raw.get("banned", []), "banned", facts.vocab_size))
     x_full = raw.get("x_full")
-    if mode == "asymspec" and x_full is None:
-        raise RequestArgsError('mode "asymspec" needs extra_args["asymspec"]["x_full"] (the drafter prompt)')
+    method = METHODS[mode]
+    if x_full is None and "x_full" in method.views:
+        raise RequestArgsError(f'mode "{mode}" needs extra_args["asymspec"]["x_full"] (the drafter prompt)')
     if x_full is not None:
         x_full = _token_ids(x_full, "x_full", facts.vocab_size)
         if not x_full:
@@ -165,7 +194,7 @@ def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecArgs:
             raise PromptTooLongError(f"x_full has {len(x_full)} tokens; the engine's max_model_len is "
                                      f"{facts.max_model_len}")
     pixel_values, grid = _image_inputs(raw, x_full, facts)
-    return AsymSpecArgs(mode, cfg, x_full, pixel_values, grid, banned)
+    return AsymSpecRequest(method, cfg, x_full, pixel_values, grid, banned)
 
 
 def _config(raw, facts: EngineFacts) -> AsymSpecConfig:

@@ -1,8 +1,8 @@
 """Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures.
 
-`RequestRegistry` is the one place a request's state is created (from its SamplingParams.extra_args, on the
-first step the runner sees it), failed and forgotten; the drafter reads and updates the `RowState`s but
-never parses a request. What it does not know: any tensor of the models (the drafter opens a request's x_full
+`RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
+in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
+reads and updates the `RowState`s but never parses a request. What it does not know: any tensor of the models (the drafter opens a request's x_full
 view through the `open_full_view` callback and frees its caches through `release`).
 """
 
@@ -13,36 +13,37 @@ from typing import Callable
 
 import torch
 
-from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.methods import PLAIN_SPECULATIVE, Method
 from asymspec_vl.sources import RowLedger
 from asymspec_vl.vocab import token_mask
 
 from . import hidden_tokens
 from .hidden_tokens import PRIME_KEY
-from .request_args import AsymSpecArgs, EngineFacts, check_greedy, has_request_args, parse_request_args
+from .request_args import REQUEST_KEY, AsymSpecRequest, EngineFacts
 
 
 @dataclass
 class RowState:
-    """args None: a plain speculative-decoding request (no extra_args["asymspec"]). prime and reemit are the
+    """request None: a plain speculative-decoding request (no extra_args["asymspec"]). prime and reemit are the
     hidden tokens (hidden_tokens.py)."""
 
-    args: AsymSpecArgs | None
+    request: AsymSpecRequest | None
     K: int  # drafts per step: the request's config K (at most the engine's num_speculative_tokens)
     prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
     reemit: tuple[int, int] | None = None  # (held-back token, outputs before it) of a resumed request
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
     banned: torch.Tensor | None = None  # [V] bool
     banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)
-    full: RowLedger | None = None  # the drafter's x_full view (mode asymspec)
+    full: RowLedger | None = None  # the drafter's x_full view (a method drafting on x_full)
     full_positions: torch.Tensor | None = None  # [3, P] or [P] rope positions of the x_full prompt
     delta: int = 0  # M-RoPE delta of the x_full prompt
     sees_image: bool = False
     drafts: list[int] = field(default_factory=list)  # the last proposal
 
     @property
-    def mode(self) -> str:
-        return self.args.mode if self.args is not None else "plain"
+    def method(self) -> Method:
+        """The request's method; a plain request's is SD (vLLM's speculative decoding on x_comp)."""
+        return self.request.method if self.request is not None else PLAIN_SPECULATIVE
 
     def committed(self, output_token_ids: list[int]) -> list[int]:
         """y of Algorithm 1."""
@@ -72,26 +73,19 @@ class RequestRegistry:
     def _new_row(self, req_id: str, request, open_full_view) -> RowState:
         params = request.sampling_params
         extra = (params.extra_args if params is not None else None) or {}
-        state = RowState(None, self.facts.K, prime=extra.get(PRIME_KEY))
-        if not has_request_args(extra):
+        state = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY))
+        if state.request is None:
             return state
-        try:  # host-side checks on the request's own inputs: the same outcome on every rank
-            state.args = parse_request_args(extra, self.facts)
-            check_greedy(params)
-        except (AsymSpecError, ValueError, TypeError) as e:
-            self.fail(req_id, state, e)
-            return state
-        state.K = state.args.cfg.K
-        state.banned_ids = tuple(sorted(state.args.banned or self.default_banned))
+        state.K = state.request.K
+        state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
         state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
-        if state.args.mode == "asymspec":  # the one mode whose drafter reads x_full
+        if state.request.reads_full_view:
             prime = [state.prime] if state.prime is not None else []
             try:
                 open_full_view(req_id, state, list(request.prompt_token_ids) + prime)
             except self.request_errors as e:
                 self.fail(req_id, state, e)
         return state
-
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:
         state.failed = f"{type(err).__name__}: {err}"

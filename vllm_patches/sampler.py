@@ -2,7 +2,7 @@
 rejection sampler.
 
 Per request, this step's verifier logits t come in vLLM's flattened layout (num_drafts + 1 rows each). A
-request's mode names its method; the rule reads the logits it needs by name:
+request's parsed AsymSpecRequest carries its method; the rule reads the logits it needs by name:
   t  the verifier's, this step
   b  the drafter's on x_comp at the verified positions (the proposer's x_comp pass of this step)
   a  the drafter's on x_full at the draft positions (kept by the proposer since it drafted them)
@@ -11,7 +11,7 @@ sampler when they sample. When a row asks for logprobs, the step returns vLLM's 
 tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows, row-major over the output, rows
 past a row's tokens filtered out by vLLM): log-softmax of the verifier's raw logits t (vLLM's default
 logprobs_mode, raw_logprobs; raw_logits returns t itself), so vLLM's server never reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are
-decided in groups of equal (mode, config, number of drafts, banned set). The drafts vLLM hands back for
+decided in groups of equal (method, config, number of drafts, banned set). The drafts vLLM hands back for
 verification are always a prefix of the request's last proposal: the scheduler only trims them (to the step's
 token budget, to max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them;
 a step with no drafts left takes the verifier's greedy token.
@@ -23,14 +23,13 @@ from collections import defaultdict
 
 import torch
 
-from asymspec_vl.methods import METHODS
+from asymspec_vl.methods import PLAIN_SPECULATIVE
 
 from . import hidden_tokens
 from .request_args import RequestArgsError, decodes_greedily
 from .version import is_cpu_build
 
 PLACEHOLDER = -1  # vLLM's padding of sampled_token_ids past the committed tokens
-PLAIN = "sd"  # the rule of a request without extra_args, or without drafts this step
 
 
 def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor, stock_sample):
@@ -53,28 +52,28 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         hidden = hidden_tokens.token_instead_of_sample(state, request.output_token_ids)
         if hidden is not None:
             out[i, 0] = hidden
-        elif state.args is None or state.failed:
+        elif state.request is None or state.failed:
             if not (state.failed or decodes_greedily(request.sampling_params) or _refuse_sampling(drafter, req_id,
                                                                                                    state)):
                 stock_rows.append(i)
                 continue
-            groups[(PLAIN, n, None, state.banned_ids)].append((i, drafts))
+            groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids)].append((i, drafts))
         elif n == 0:  # no drafts fit (the scheduler trims them near max_model_len): the verifier's greedy token
-            groups[(PLAIN, 0, None, state.banned_ids)].append((i, drafts))
+            groups[(PLAIN_SPECULATIVE, 0, None, state.banned_ids)].append((i, drafts))
         else:
-            groups[(state.mode, n, state.args.cfg, state.banned_ids)].append((i, drafts))
-    for (mode, n, cfg, _), rows in groups.items():
+            groups[(state.method, n, state.request.cfg, state.banned_ids)].append((i, drafts))
+    for (method, n, cfg, _), rows in groups.items():
         index = [i for i, _ in rows]
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
         banned = drafter.row(batch.req_ids[index[0]]).banned
-        step_logits = _logits(METHODS[mode].reads, drafter, batch, logits, logits_indices, first, index, n, cfg)
+        step_logits = _logits(method, drafter, batch, logits, logits_indices, first, index, n, cfg)
         if drafter.capture is not None or drafter.step_capture is not None:  # test probes only, off by default
             req_ids = [batch.req_ids[i] for i in index]
             if drafter.capture is not None and "b" in step_logits:
                 drafter.capture.record_b(runner, req_ids, drafts, step_logits["b"])
             if drafter.step_capture is not None:  # probe.capture_step_logits: a and b against transformers
                 drafter.step_capture.record(drafter, runner.requests, req_ids, [d for _, d in rows], step_logits)
-        outcome = METHODS[mode].decide(cfg, step_logits, drafts, banned)
+        outcome = method.decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
     if stock_rows:
@@ -83,14 +82,15 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
                          logprobs_tensors=_logprobs(runner, out, logits, first))
 
 
-def _logits(reads, drafter, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
-    """The logits a rule reads, for the rows `index` with n drafts each: t, b [G, n+1, V]; a [G, n or n+1, V]."""
+def _logits(method, drafter, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
+    """The logits the method's rule reads, for the rows `index` with n drafts each: t, b [G, n+1, V];
+    a [G, n or n+1, V]."""
     out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
-    if "b" in reads:
+    if "b" in method.reads:
         token_index = torch.cat([logits_indices[first[i]:first[i] + n + 1] for i in index])
         out["b"] = drafter.comp_logits(token_index).view(len(index), n + 1, -1)
-    if "a" in reads:
-        stored = cfg.K + (cfg.bonus == "fused")  # a_1..a_K, and a_{K+1} for a fused bonus
+    if "a" in method.reads:
+        stored = drafter.row(batch.req_ids[index[0]]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
         out["a"] = drafter.full_view_logits([batch.req_ids[i] for i in index], min(n + 1, stored))
     return out
 

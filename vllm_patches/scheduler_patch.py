@@ -1,9 +1,10 @@
 """Scheduler hooks for speculative method "asymspec" (engine-core process); each calls vLLM's own method
 for every other configuration.
 
-  add_request         a request with extra_args["asymspec"] gets its scheduler-side state: statistics, its
-                      share of the x_full pool, its prime token (hidden_tokens.prime); one whose x_full view
-                      could never fit the pool fails at once, alone
+  add_request         a request with extra_args["asymspec"] is parsed, once (request_args.parse_request), and
+                      gets its scheduler-side state: statistics, its share of the x_full pool, its prime token
+                      (hidden_tokens.prime); the parsed AsymSpecRequest goes to the workers in its extra_args.
+                      One that is malformed, or whose x_full view could never fit the pool, fails at once, alone
   schedule            admission control for the drafter's x_full KV pool (kv_pool): a new asymspec request
                       waits while the pool cannot hold its whole x_full view
   _free_request       returns a finished (or aborted) request's share of that pool
@@ -15,11 +16,15 @@ for every other configuration.
 
 from __future__ import annotations
 
+import copy
+
+from asymspec_vl.errors import AsymSpecError
+
 from . import hidden_tokens
 from ._patching import install
 from .config_patch import is_asymspec
 from .kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
-from .request_args import RequestArgsError, has_request_args, raw_args, request_K, request_mode
+from .request_args import KEY, REQUEST_KEY, AsymSpecRequest, engine_facts, has_request_args, parse_request
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
 
@@ -30,6 +35,7 @@ class RequestState:
     """The scheduler's view of one asymspec request."""
 
     def __init__(self, K: int, mode: str, primed: bool, full_view_blocks: int):
+        """mode: the request's method name ("invalid" for one that did not parse)."""
         self.stats = EngineStats(K, mode)
         self.hidden = hidden_tokens.Pending(primed)
         self.full_view_blocks = full_view_blocks  # x_full pool blocks the request may come to hold
@@ -47,6 +53,7 @@ def patch_scheduler() -> None:
 def init(original, scheduler, *args, **kwargs) -> None:
     original(scheduler, *args, **kwargs)
     if is_asymspec(scheduler.vllm_config):  # the KV cache config is final: the workers' pool has this size
+        scheduler._asymspec_facts = engine_facts(scheduler.vllm_config)  # what parse_request checks against
         scheduler._asymspec_capacity = full_view_capacity(scheduler.vllm_config)
         scheduler._asymspec_reserved = {}  # req_id -> pool blocks of the running requests
         scheduler._asymspec_peak = 0  # high-water mark of the reserved blocks
@@ -57,22 +64,37 @@ def add_request(original, scheduler, request):
     params = request.sampling_params
     if not (is_asymspec(scheduler.vllm_config) and params is not None and has_request_args(params.extra_args)):
         return original(scheduler, request)
-    mode = request_mode(params.extra_args)
     usable, block = scheduler._asymspec_capacity
-    blocks = full_view_blocks(request, mode, scheduler.num_spec_tokens, block)
-    primed = hidden_tokens.prime(request)
-    state = RequestState(request_K(params.extra_args, scheduler.num_spec_tokens), mode, primed, blocks)
+    try:  # host-side checks on the request's own inputs, once, for every rank
+        parsed, error = parse_request(params, scheduler._asymspec_facts), None
+    except (AsymSpecError, ValueError, TypeError) as e:
+        parsed, error = None, f"{type(e).__name__}: {e}"
+    blocks = full_view_blocks(request, parsed, scheduler.num_spec_tokens, block) if parsed is not None else 0
+    if parsed is not None:
+        to_workers(request, parsed)
+    primed = parsed is not None and hidden_tokens.prime(request)
+    K, mode = (parsed.K, parsed.method.name) if parsed is not None else (scheduler.num_spec_tokens, "invalid")
+    state = RequestState(K, mode, primed, blocks)
     setattr(request, STATE_ATTR, state)
     original(scheduler, request)
-    if blocks > usable:  # could never be admitted: fail it now, alone
+    if error is None and blocks > usable:  # could never be admitted
+        error = (f"PoolExhaustedError: this request's x_full view needs {blocks} blocks of {block} tokens; the "
+                 f"drafter's x_full KV pool has {usable} (set {FULL_VIEW_TOKENS_ENV} higher)")
+    if error is not None:  # fail it now, alone
         from vllm.v1.request import RequestStatus
 
-        scheduler._asymspec_rejected.append((request.client_index, request.request_id, {
-            **state.stats.to_dict(), "error": f"PoolExhaustedError: this request's x_full view needs {blocks} "
-            f"blocks of {block} tokens; the drafter's x_full KV pool has {usable} (set {FULL_VIEW_TOKENS_ENV} "
-            "higher)"}))
+        scheduler._asymspec_rejected.append((request.client_index, request.request_id,
+                                             {**state.stats.to_dict(), "error": error}))
         scheduler.finish_requests(request.request_id, RequestStatus.FINISHED_ERROR)
     return None
+
+
+def to_workers(request, parsed: AsymSpecRequest) -> None:
+    """The parsed request rides to the workers in place of its wire form (SchedulerOutput carries the
+    SamplingParams; multiprocessing pickles them, Method by name)."""
+    params = copy.copy(request.sampling_params)  # in-process engines share the client's object: leave it alone
+    params.extra_args = {**{k: v for k, v in params.extra_args.items() if k != KEY}, REQUEST_KEY: parsed}
+    request.sampling_params = params
 
 
 def schedule(original, scheduler):
@@ -137,16 +159,13 @@ def update_from_output(original, scheduler, scheduler_output, runner_output):
     return outputs
 
 
-def full_view_blocks(request, mode: str, K: int, block_size: int) -> int:
-    """Pool blocks an asymspec request's x_full view can grow to: prompt + max_tokens + K + 1."""
-    if mode != "asymspec":
+def full_view_blocks(request, parsed: AsymSpecRequest, engine_K: int, block_size: int) -> int:
+    """Pool blocks a request's x_full view can grow to: prompt + max_tokens + K + 1, at the engine's K (its
+    request's K is at most that); none for a method that does not draft on x_full."""
+    if not parsed.reads_full_view:
         return 0
-    try:
-        x_full = raw_args(request.sampling_params.extra_args).get("x_full")
-        length = max(len(x_full), len(request.prompt_token_ids or ()))  # x_comp when the length gate is off
-    except (RequestArgsError, TypeError):
-        return 0  # malformed: the worker reports it
-    return blocks_for(length + request.max_tokens + K + 1, block_size)
+    length = max(len(parsed.x_full), len(request.prompt_token_ids or ()))  # x_comp when the length gate is off
+    return blocks_for(length + request.max_tokens + engine_K + 1, block_size)
 
 
 def step_counts(scheduler_output, runner_output) -> dict[str, tuple[int, int]]:
