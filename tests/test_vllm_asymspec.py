@@ -289,8 +289,8 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         rows = small.run([encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs], "asymspec", cfg)
         assert [r.token_ids for r in rows] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec", cfg)]
         scheduler = llm.llm_engine.engine_core.engine_core.scheduler  # in-process engine core
-        capacity = scheduler._asymspec_capacity[0]
-        assert scheduler._asymspec_peak <= capacity < 6  # at most `capacity` requests at once: the rest waited
+        capacity = scheduler.asymspec.pool.usable
+        assert scheduler.asymspec.pool.peak <= capacity < 6  # at most `capacity` requests at once: the rest waited
         from asymspec_vl.backends.vllm_engine import generate
 
         enc = encode_request(reqs[0], vl.pair.processor, vl.pair.tokenizer)
@@ -384,7 +384,7 @@ def test_stopping_a_stream_aborts_its_requests(vl, tiny_vl):
         vl.generate_batch(reqs, "asymspec", cfg, on_step=stop_after_three)
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler  # in-process engine core
     assert not llm.llm_engine.has_unfinished_requests()
-    assert not scheduler.requests and not scheduler._asymspec_reserved
+    assert not scheduler.requests and not scheduler.asymspec.pool.reserved
     assert _summary(vl.generate_batch(reqs[:1], "asymspec", cfg)) == _summary(
         tiny_vl.generate_batch(reqs[:1], "asymspec", cfg))
 

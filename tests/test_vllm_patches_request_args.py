@@ -58,10 +58,13 @@ def scheduler_on(facts=FACTS, usable=100, block=4):
     """A stand-in vLLM Scheduler after scheduler_patch.init; finished: (req_id, status) it was told to finish."""
     import types
 
+    from vllm_patches.pool_ledger import PoolLedger
+    from vllm_patches.scheduler_patch import SchedulerState
+
     finished = []
     scheduler = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        num_spec_tokens=facts.K, _asymspec_facts=facts, _asymspec_capacity=(usable, block), _asymspec_rejected=[],
+        num_spec_tokens=facts.K, asymspec=SchedulerState(facts, PoolLedger(usable, block)),
         finish_requests=lambda req_id, status: finished.append((req_id, status)))
     return scheduler, finished
 
@@ -123,7 +126,7 @@ def test_a_malformed_request_fails_at_admission_alone_with_a_typed_error_naming_
     scheduler, finished = scheduler_on()
     scheduler_patch.add_request(lambda s, r: None, scheduler, request)
     assert finished == [("r", RequestStatus.FINISHED_ERROR)]
-    [(client, req_id, info)] = scheduler._asymspec_rejected
+    [(client, req_id, info)] = scheduler.asymspec.take_rejected()
     assert req_id == "r" and info["error"].startswith(error), info["error"]
     assert REQUEST_KEY not in request.sampling_params.extra_args
 

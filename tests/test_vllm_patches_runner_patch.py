@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from vllm_patches import faults, runner_patch, sampler
+from vllm_patches.runner_state import RunnerState
 
 
 class Exited(BaseException):
@@ -15,7 +16,7 @@ class Exited(BaseException):
 def runner_with(world_size: int):
     return types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=types.SimpleNamespace(world_size=world_size), _asymspec_logits_indices=None,
+        drafter=types.SimpleNamespace(world_size=world_size), asymspec=RunnerState(),
         input_batch=types.SimpleNamespace(update_async_output_token_ids=lambda: None))
 
 
@@ -40,3 +41,21 @@ def test_a_rank_local_sampler_failure_ends_the_rank_under_tensor_parallelism(mon
         with pytest.raises(Exited) as ended:
             runner_patch.sample(None, runner, torch.zeros(1, 4), None)
         assert ended.value.args == (faults.EXIT_CODE,)
+
+
+def test_the_runners_asymspec_state_is_one_object_the_worker_rpcs_and_hooks_share():
+    """Timing switched on by the worker RPC is the timer the hooks count steps and phases on (it lived in a loose
+    runner attribute beside two more)."""
+    from vllm_patches.timing import timed
+    from vllm_patches.worker_extension import AsymSpecWorkerExtension
+
+    runner = runner_with(1)
+    worker = AsymSpecWorkerExtension()
+    worker.model_runner = runner
+    worker.asymspec_set_timing(True)
+    assert runner.asymspec.timer is not None
+    with timed(runner, "gate"):
+        pass
+    assert worker.asymspec_timing()["seconds"]["gate"] >= 0
+    worker.asymspec_set_timing(False)
+    assert runner.asymspec.timer is None and worker.asymspec_timing() is None

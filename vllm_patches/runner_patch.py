@@ -26,6 +26,7 @@ from ._patching import install
 from .config_patch import is_asymspec
 from .drafter_attention import verifier_common_for_group
 from .faults import check_ranks_agree, stop_rank_on_error
+from .runner_state import RUNNER_ATTR, RunnerState
 from .timing import timed
 
 ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
@@ -54,8 +55,7 @@ def init(original, runner, vllm_config, device) -> None:
         original(runner, vllm_config, device)
     finally:
         gpu_model_runner.DraftModelProposer = stock
-    runner._asymspec_live = False  # True inside execute_model (not in dummy / profiling runs)
-    runner._asymspec_logits_indices = None
+    setattr(runner, RUNNER_ATTR, RunnerState())
 
 
 def update_states(original, runner, scheduler_output):
@@ -70,23 +70,23 @@ def update_states(original, runner, scheduler_output):
 def execute_model(original, runner, scheduler_output, intermediate_tensors=None):
     if not is_asymspec(runner.vllm_config):
         return original(runner, scheduler_output, intermediate_tensors)
-    runner._asymspec_live = True
+    runner.asymspec.live = True
     try:
         return original(runner, scheduler_output, intermediate_tensors)
     finally:
-        runner._asymspec_live = False
+        runner.asymspec.live = False
 
 
 def prepare_inputs(original, runner, *args, **kwargs):
     result = original(runner, *args, **kwargs)
     if is_asymspec(runner.vllm_config):
-        runner._asymspec_logits_indices = result[0]
+        runner.asymspec.logits_indices = result[0]
     return result
 
 
 def build_attention_metadata(original, runner, *args, **kwargs):
     result = original(runner, *args, **kwargs)
-    if is_asymspec(runner.vllm_config) and runner._asymspec_live:
+    if is_asymspec(runner.vllm_config) and runner.asymspec.live:
         runner.drafter.verifier_common = verifier_common_for_group(
             result[1], runner, runner.drafter.kv_cache_gid, kwargs.get("slot_mappings"))
     return result
@@ -94,7 +94,7 @@ def build_attention_metadata(original, runner, *args, **kwargs):
 
 def model_forward(original, runner, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None,
                   **model_kwargs):
-    if not (is_asymspec(runner.vllm_config) and runner._asymspec_live):
+    if not (is_asymspec(runner.vllm_config) and runner.asymspec.live):
         return original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
     if input_ids is None:
         raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
@@ -109,12 +109,11 @@ def sample(original, runner, logits, spec_decode_metadata):
     if not is_asymspec(runner.vllm_config):
         return original(runner, logits, spec_decode_metadata)
     runner.input_batch.update_async_output_token_ids()
-    timer = getattr(runner, "_asymspec_timer", None)
-    if timer is not None:
-        timer.steps += 1
+    if runner.asymspec.timer is not None:
+        runner.asymspec.timer.steps += 1
     # first-sight row(), b's compute_logits and the rules run collectives or may fail on one rank alone
     with timed(runner, "gate"), stop_rank_on_error(runner.drafter.world_size, "the sampler"):
-        return sampler.sample(runner, logits, spec_decode_metadata, runner._asymspec_logits_indices,
+        return sampler.sample(runner, logits, spec_decode_metadata, runner.asymspec.logits_indices,
                               lambda lg, meta: original(runner, lg, meta))
 
 

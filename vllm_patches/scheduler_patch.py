@@ -17,6 +17,7 @@ for every other configuration.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 
 from asymspec_vl.errors import AsymSpecError
 
@@ -24,11 +25,26 @@ from . import hidden_tokens
 from ._patching import install
 from .config_patch import is_asymspec
 from .kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
-from .request_args import KEY, REQUEST_KEY, AsymSpecRequest, engine_facts, has_request_args, parse_request
+from .pool_ledger import PoolLedger
+from .request_args import KEY, REQUEST_KEY, AsymSpecRequest, EngineFacts, engine_facts, has_request_args, parse_request
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
 
 STATE_ATTR = "asymspec_state"  # Request attribute holding its RequestState
+SCHEDULER_ATTR = "asymspec"  # Scheduler attribute holding its SchedulerState (asymspec engines only)
+
+
+@dataclass
+class SchedulerState:
+    """What an asymspec engine's scheduler keeps beside vLLM's: attached once, in __init__."""
+
+    facts: EngineFacts  # what requests are parsed against
+    pool: PoolLedger  # the x_full pool's blocks held by the running requests
+    rejected: list = field(default_factory=list)  # (client, req_id, info) failed at admission, not yet output
+
+    def take_rejected(self) -> list:
+        rejected, self.rejected = self.rejected, []
+        return rejected
 
 
 class RequestState:
@@ -53,23 +69,21 @@ def patch_scheduler() -> None:
 def init(original, scheduler, *args, **kwargs) -> None:
     original(scheduler, *args, **kwargs)
     if is_asymspec(scheduler.vllm_config):  # the KV cache config is final: the workers' pool has this size
-        scheduler._asymspec_facts = engine_facts(scheduler.vllm_config)  # what parse_request checks against
-        scheduler._asymspec_capacity = full_view_capacity(scheduler.vllm_config)
-        scheduler._asymspec_reserved = {}  # req_id -> pool blocks of the running requests
-        scheduler._asymspec_peak = 0  # high-water mark of the reserved blocks
-        scheduler._asymspec_rejected = []  # (client, req_id, info) failed at admission
+        setattr(scheduler, SCHEDULER_ATTR, SchedulerState(engine_facts(scheduler.vllm_config),
+                                                          PoolLedger(*full_view_capacity(scheduler.vllm_config))))
 
 
 def add_request(original, scheduler, request):
     params = request.sampling_params
     if not (is_asymspec(scheduler.vllm_config) and params is not None and has_request_args(params.extra_args)):
         return original(scheduler, request)
-    usable, block = scheduler._asymspec_capacity
+    side = getattr(scheduler, SCHEDULER_ATTR)
+    pool = side.pool
     try:  # host-side checks on the request's own inputs, once, for every rank
-        parsed, error = parse_request(params, scheduler._asymspec_facts), None
+        parsed, error = parse_request(params, side.facts), None
     except (AsymSpecError, ValueError, TypeError) as e:
         parsed, error = None, f"{type(e).__name__}: {e}"
-    blocks = full_view_blocks(request, parsed, scheduler.num_spec_tokens, block) if parsed is not None else 0
+    blocks = full_view_blocks(request, parsed, scheduler.num_spec_tokens, pool.block_size) if parsed is not None else 0
     if parsed is not None:
         to_workers(request, parsed)
     primed = parsed is not None and hidden_tokens.prime(request)
@@ -77,14 +91,13 @@ def add_request(original, scheduler, request):
     state = RequestState(K, mode, primed, blocks)
     setattr(request, STATE_ATTR, state)
     original(scheduler, request)
-    if error is None and blocks > usable:  # could never be admitted
-        error = (f"PoolExhaustedError: this request's x_full view needs {blocks} blocks of {block} tokens; the "
-                 f"drafter's x_full KV pool has {usable} (set {FULL_VIEW_TOKENS_ENV} higher)")
+    if error is None and not pool.could_ever_fit(blocks):
+        error = (f"PoolExhaustedError: this request's x_full view needs {blocks} blocks of {pool.block_size} "
+                 f"tokens; the drafter's x_full KV pool has {pool.usable} (set {FULL_VIEW_TOKENS_ENV} higher)")
     if error is not None:  # fail it now, alone
         from vllm.v1.request import RequestStatus
 
-        scheduler._asymspec_rejected.append((request.client_index, request.request_id,
-                                             {**state.stats.to_dict(), "error": error}))
+        side.rejected.append((request.client_index, request.request_id, {**state.stats.to_dict(), "error": error}))
         scheduler.finish_requests(request.request_id, RequestStatus.FINISHED_ERROR)
     return None
 
@@ -101,17 +114,10 @@ def schedule(original, scheduler):
     """vLLM's schedule with the waiting requests whose x_full view does not fit the pool held back."""
     if not is_asymspec(scheduler.vllm_config):
         return original(scheduler)
-    reserved = scheduler._asymspec_reserved
-    free = scheduler._asymspec_capacity[0] - sum(reserved.values())
-    held = []
-    for request in scheduler.waiting:
-        need = getattr(getattr(request, STATE_ATTR, None), "full_view_blocks", 0)
-        if request.request_id in reserved or not need:
-            continue
-        if need <= free:
-            free -= need
-        else:
-            held.append(request)
+    pool = getattr(scheduler, SCHEDULER_ATTR).pool
+    held_ids = pool.held_back([(request.request_id, getattr(getattr(request, STATE_ATTR, None), "full_view_blocks", 0))
+                               for request in scheduler.waiting])
+    held = [request for request in scheduler.waiting if request.request_id in held_ids]
     if held:
         scheduler.waiting.remove_requests(held)
     try:
@@ -121,14 +127,14 @@ def schedule(original, scheduler):
             scheduler.waiting.prepend_request(request)
     for new in output.scheduled_new_reqs:
         state = getattr(scheduler.requests.get(new.req_id), STATE_ATTR, None)
-        if state is not None and state.full_view_blocks:
-            reserved[new.req_id] = state.full_view_blocks
-    scheduler._asymspec_peak = max(scheduler._asymspec_peak, sum(reserved.values()))
+        pool.admit(new.req_id, state.full_view_blocks if state is not None else 0)
     return output
 
 
 def free_request(original, scheduler, request, delay_free_blocks: bool = False):
-    getattr(scheduler, "_asymspec_reserved", {}).pop(request.request_id, None)
+    side = getattr(scheduler, SCHEDULER_ATTR, None)
+    if side is not None:
+        side.pool.release(request.request_id)
     return original(scheduler, request, delay_free_blocks)
 
 
@@ -154,8 +160,7 @@ def update_from_output(original, scheduler, scheduler_output, runner_output):
     for engine_outputs in outputs.values():
         engine_outputs.outputs = [out for out in engine_outputs.outputs
                                   if account(out, requests.get(out.request_id), steps)]
-    add_error_outputs(outputs, failed + scheduler._asymspec_rejected)
-    scheduler._asymspec_rejected = []
+    add_error_outputs(outputs, failed + getattr(scheduler, SCHEDULER_ATTR).take_rejected())
     return outputs
 
 

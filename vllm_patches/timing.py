@@ -37,7 +37,7 @@ class PhaseTimer:
 
 
 def timed(runner, name: str):
-    timer = getattr(runner, "_asymspec_timer", None)
+    timer = getattr(getattr(runner, "asymspec", None), "timer", None)  # runner_state.RunnerState's
     return timer.phase(name) if timer is not None else nullcontext()
 
 

@@ -70,13 +70,21 @@ class AsymSpecWorkerExtension:
         return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
                          for entry in entries] for req_id, entries in steps.items()}
 
+    def _asymspec_runner(self):
+        from .runner_state import runner_state
+
+        state = runner_state(self.model_runner)
+        if state is None:
+            raise RuntimeError("this engine runs no asymspec drafter (speculative method 'asymspec')")
+        return state
+
     def asymspec_set_timing(self, on: bool) -> None:
         from .timing import PhaseTimer
 
-        self.model_runner._asymspec_timer = PhaseTimer() if on else None
+        self._asymspec_runner().timer = PhaseTimer() if on else None
 
     def asymspec_timing(self) -> dict | None:
-        timer = getattr(self.model_runner, "_asymspec_timer", None)
+        timer = self._asymspec_runner().timer
         return timer.report() if timer is not None else None
 
     def asymspec_profile_vision_tower(self) -> list[int] | None:
