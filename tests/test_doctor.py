@@ -219,7 +219,7 @@ def test_doctor_passes_on_the_cpu_build_and_skips_what_needs_a_gpu(tmp_path):
 @pytest.mark.vllm
 def test_the_logits_checks_catch_a_fault_in_b_alone(tmp_path, monkeypatch):
     """The x_comp pass run one position off (b wrong, a right): tokens may absorb it, the b check does not."""
-    from vllm_patches.proposer import AsymSpecProposer
+    from vllm_patches.comp_view import CompView
 
     from asymspec_vl import AsymSpecVL
     from asymspec_vl.doctor_backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES
@@ -233,8 +233,8 @@ def test_the_logits_checks_catch_a_fault_in_b_alone(tmp_path, monkeypatch):
     vl = AsymSpecVL.from_pretrained(**names, backend="vllm", **run.engine_kwargs())
     try:
         assert [c.result for c in logits_checks(vl, hf, run, max_new_tokens=8)] == ["ok", "ok"]
-        score = AsymSpecProposer.score_comp_view
-        monkeypatch.setattr(AsymSpecProposer, "score_comp_view",
+        score = CompView.score
+        monkeypatch.setattr(CompView, "score",
                             lambda self, input_ids, positions: score(self, input_ids, positions + 1))
         a, b = logits_checks(vl, hf, run, max_new_tokens=8)
     finally:

@@ -235,6 +235,7 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
     on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
     rank while the other waits in the vision tower's collective."""
     from vllm_patches.faults import request_errors
+    from vllm_patches.full_view import FullView
     from vllm_patches.proposer import AsymSpecProposer, DraftPlan
     from vllm_patches.request_args import EngineFacts
     from vllm_patches.rows import RowState
@@ -247,18 +248,18 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
 
     failed = {}
     for world_size in (1, 2):
-        drafter = AsymSpecProposer.__new__(AsymSpecProposer)
-        drafter.request_errors, drafter.images = request_errors(world_size), Images()
-        drafter.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
-        drafter.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
+        proposer = AsymSpecProposer.__new__(AsymSpecProposer)
+        proposer.request_errors, proposer.full = request_errors(world_size), FullView(proposer, Images(), None)
+        proposer.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
+        proposer.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
         rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
         plan = DraftPlan(list(rows), [])
         if world_size == 1:
-            images = drafter.full_view_images(plan)
+            images = proposer.full.images_for(plan)
             assert [r for r, _, _ in plan.full_rows] == ["ok", "ok2"] and images.embeddings.shape == (4, 4)
         else:
             with pytest.raises(torch.OutOfMemoryError):
-                drafter.full_view_images(plan)
+                proposer.full.images_for(plan)
     assert failed == {1: ["oom"]}
 
 

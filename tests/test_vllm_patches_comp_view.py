@@ -23,12 +23,12 @@ def block_table(rows: list[list[int]]):
     return table
 
 
-def drafter_on(table, num_tokens: dict[str, int]):
+def proposer_on(table, num_tokens: dict[str, int]):
     """A proposer stand-in whose passes record the cache slots each row writes; the drafter always drafts 1."""
     written = []  # (req_id, slot block id) per token a pass writes
 
-    def run_pass(drafter, batch, block_size, token_ids=None):
-        for row, req_id in zip(batch, drafter.pass_req_ids):
+    def run_pass(proposer, batch, block_size, token_ids=None):
+        for row, req_id in zip(batch, proposer.pass_req_ids):
             written.append((req_id, int(row.block_table[row.start // block_size])))
         return torch.zeros(len(batch), 2), torch.arange(len(batch))
 
@@ -37,10 +37,10 @@ def drafter_on(table, num_tokens: dict[str, int]):
                                    requests=requests)
     logits = torch.zeros(1, V)
     logits[0, 1] = 1
-    drafter = types.SimpleNamespace(runner=runner, kv_cache_gid=0, device=torch.device("cpu"), uses_mrope=False,
-                                    facts=types.SimpleNamespace(vocab_size=V), pass_req_ids=[],
-                                    model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)))
-    return drafter, run_pass, written
+    proposer = types.SimpleNamespace(runner=runner, kv_cache_gid=0, device=torch.device("cpu"), uses_mrope=False,
+                                     facts=types.SimpleNamespace(vocab_size=V), pass_req_ids=[],
+                                     model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)))
+    return proposer, run_pass, written
 
 
 def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
@@ -52,17 +52,17 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
     table = block_table([[5, 6, 7], [6, 7, 8]])
     table.add_row([9], 0)  # row 0 reused: count 1, tail [6, 7] stale
     assert table.get_cpu_tensor()[0, :3].tolist() == [9, 6, 7] and table.num_blocks_per_row[0] == 1
-    drafter, run_pass, written = drafter_on(table, {"new": 3, "live": 9})
+    proposer, run_pass, written = proposer_on(table, {"new": 3, "live": 9})
 
     rows = [(0, "new", RowState(None, 4)), (1, "live", RowState(None, 2))]
     starts = {2: "new", 3: "new", 4: "new", 5: "new", 8: "live", 9: "live"}  # cache slot -> the row at it
 
-    def by_start(drafter_, batch, block_size, token_ids=None):
-        drafter_.pass_req_ids = [starts[row.start] for row in batch]
-        return run_pass(drafter_, batch, block_size, token_ids)
+    def by_start(proposer_, batch, block_size, token_ids=None):
+        proposer_.pass_req_ids = [starts[row.start] for row in batch]
+        return run_pass(proposer_, batch, block_size, token_ids)
 
     monkeypatch.setattr(comp_view, "run_pass", by_start)
-    drafts = comp_view.draft(drafter, rows)
+    drafts = comp_view.CompView(proposer).draft(rows)
     assert drafts == {"new": [1] * 4, "live": [1] * 2}
     new_blocks = [b for rid, b in written if rid == "new"]
     assert new_blocks == [9, 9, 0, 0], written  # slots 2, 3 in its own block; 4, 5 through the null block
@@ -81,18 +81,18 @@ def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
     slot 4 lies in a block neither owns. Each writes it through the null block, so they must not share a pass
     (two rows writing the same null-block slot in one pass); a row whose K slots fit its blocks batches."""
     table = block_table([[7], [8], [9, 10]])
-    drafter, run_pass, written = drafter_on(table, {"p": 4, "q": 4, "fit": 6})
+    proposer, run_pass, written = proposer_on(table, {"p": 4, "q": 4, "fit": 6})
     starts = {}
     passes = []
 
-    def record(drafter_, batch, block_size, token_ids=None):
-        drafter_.pass_req_ids = [starts[(row.start, int(row.block_table[0]))] for row in batch]
-        passes.append(sorted(drafter_.pass_req_ids))
-        return run_pass(drafter_, batch, block_size, token_ids)
+    def record(proposer_, batch, block_size, token_ids=None):
+        proposer_.pass_req_ids = [starts[(row.start, int(row.block_table[0]))] for row in batch]
+        passes.append(sorted(proposer_.pass_req_ids))
+        return run_pass(proposer_, batch, block_size, token_ids)
 
     starts.update({(3, 7): "p", (4, 7): "p", (3, 8): "q", (4, 8): "q", (5, 9): "fit", (6, 9): "fit"})
     monkeypatch.setattr(comp_view, "run_pass", record)
     rows = [(0, "p", RowState(None, 2)), (1, "q", RowState(None, 2)), (2, "fit", RowState(None, 2))]
-    comp_view.draft(drafter, rows)
+    comp_view.CompView(proposer).draft(rows)
     assert passes == [["fit"], ["fit"], ["p"], ["p"], ["q"], ["q"]]
     assert [b for rid, b in written if rid == "p"] == [7, 0]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from vllm_patches.draft_logits import DraftLogits, DraftLogitsFullError
+from vllm_patches.full_view import FullView
 
 
 def buffer(num_slots: int, K: int = 2, V: int = 5) -> DraftLogits:
@@ -40,7 +41,7 @@ def drafter_with(logits: DraftLogits):
     from vllm_patches.rows import RowState
 
     drafter = AsymSpecProposer.__new__(AsymSpecProposer)
-    drafter.draft_logits = logits
+    drafter.full = FullView(drafter, None, logits)
     states = {r: RowState(None, 2) for r in "ab"}
     drafter.row = states.__getitem__
     drafter.runner = types.SimpleNamespace(requests={})
@@ -77,7 +78,7 @@ def test_preempted_and_finished_requests_give_their_slots_back():
     registry = types.SimpleNamespace(forget=forget, note_resumed=lambda cached, requests: None)
     runner = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=types.SimpleNamespace(registry=registry, draft_logits=logits), requests={})
+        drafter=types.SimpleNamespace(registry=registry, full=types.SimpleNamespace(draft_logits=logits)), requests={})
     out = types.SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids={"b"},
                                 scheduled_cached_reqs=types.SimpleNamespace(resumed_req_ids=set()))
     runner_patch.update_states(lambda runner, so: "updated", runner, out)

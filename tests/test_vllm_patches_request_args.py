@@ -90,9 +90,8 @@ def test_the_scheduler_parses_a_request_once_and_the_worker_reads_that_object(mo
     assert KEY in extra  # the client's dict is left alone
     assert parsed.method.name == "asymspec" and parsed.K == 1 and parsed.x_full == [1, 2, 3, 4]
     registry = RequestRegistry(FACTS, (), torch.device("cpu"), (), lambda req_id: None)
-    opened = []
-    row = registry.row("r", request, lambda req_id, state, x_comp: opened.append(req_id))
-    assert len(decoded) == 1 and row.request is parsed and row.K == 1 and opened == ["r"]
+    row = registry.add("r", request)
+    assert len(decoded) == 1 and row.request is parsed and row.K == 1 and row.request.reads_full_view
     assert getattr(request, scheduler_patch.STATE_ATTR).stats.stats.accepted_at == [0]  # the request's K = 1
 
 

@@ -25,8 +25,8 @@ def test_a_requests_banned_ids_replace_the_engine_default():
 
     registry = RequestRegistry(FACTS, (5, 6), torch.device("cpu"), (), lambda req_id: None)
     cfg = AsymSpecConfig(K=2, max_new_tokens=4)
-    own = registry.row("own", request(make_extra_args("sd", cfg, banned=[2, 8])), None)
-    default = registry.row("default", request(make_extra_args("sd", cfg)), None)
+    own = registry.add("own", request(make_extra_args("sd", cfg, banned=[2, 8])))
+    default = registry.add("default", request(make_extra_args("sd", cfg)))
     assert own.failed is None and own.banned_ids == (2, 8)
     assert torch.equal(own.banned.nonzero().flatten(), torch.tensor([2, 8]))
     assert default.banned_ids == (5, 6)

@@ -13,8 +13,8 @@ The paper's patches (Appendix E), file by file:
   (1) per-request pixel_values / image_grid_thw from extra_args    request_args.py (schema), mm_cache.py
   (2) the vision tower once per request, for its x_full prefill   mm_cache.py
   (3) Qwen3-VL 3-D M-RoPE positions of the drafter's x_full        mrope.py
-  (4) the image embeddings into the drafter's x_full prefill       full_view.py (full_view_images, first_pass)
-  (5) the drafter reads x_full whatever its length                 proposer.py (_open_full_view); switches.py
+  (4) the image embeddings into the drafter's x_full prefill       full_view.py (FullView.images_for, first_pass)
+  (5) the drafter reads x_full whatever its length                 full_view.py (FullView.open); switches.py
 The rest of the method:
   the drafter's two views, b on x_comp, drafting                   proposer.py, full_view.py, comp_view.py,
                                                                    drafter_pass.py

@@ -1,18 +1,18 @@
 """AsymSpecProposer: the drafter of speculative method "asymspec", one set of weights reading two views.
 
-  x_comp view  the verifier's token stream, in the KV blocks vLLM allocates for the drafter's layers on the
-               verifier's block table. `score_comp_view` runs the drafter on exactly the tokens the verifier
+  x_comp view  (`self.comp`, comp_view.CompView) the verifier's token stream, in the KV blocks vLLM allocates for
+               the drafter's layers on the verifier's block table. `CompView.score` runs the drafter on exactly the tokens the verifier
                runs on, in the same step (with the verifier step's queries and block table, but attention
                metadata planned for the drafter's own heads), so the logits b at the K+1 verified positions
                come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
-  x_full view  the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
+  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
                incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
                first step, in chunks of at most max_num_batched_tokens), then drafts K greedily (logits a,
                kept in draft_logits until the next step verifies them).
 The drafter always runs eagerly (never compiled or captured in CUDA graphs, whatever the engine's
 compilation settings): its passes change shape and inputs (token ids, image embeddings with DeepStack
 features) in ways a graph traced once cannot follow. The verifier keeps vLLM's compilation and CUDA graphs.
-The passes of each view are in full_view.py and comp_view.py; the gate/fusion math does not live here
+Each view owns its caches and passes (full_view.py, comp_view.py); the gate/fusion math does not live here
 (sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
 """
 
@@ -25,17 +25,16 @@ from vllm.v1.spec_decode.draft_model import DraftModelProposer
 from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 
 from asymspec_vl.errors import AsymSpecError
-from asymspec_vl.sources import RowLedger
 
-from . import comp_view, full_view, switches
+from . import switches
 from .capture import LogitCapture
+from .comp_view import CompView
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
 from .faults import request_errors
-from .kv_pool import FullViewPool, reserve_bytes
+from .full_view import FullView, FullViewImages
+from .kv_pool import reserve_bytes
 from .mm_cache import ImageCache
-from .full_view import FullViewImages
-from .mrope import prompt_positions
 from .request_args import engine_facts
 from .rows import RequestRegistry, RowState
 
@@ -67,11 +66,10 @@ class AsymSpecProposer(DraftModelProposer):
         self.world_size = vllm_config.parallel_config.tensor_parallel_size
         self.request_errors = request_errors(self.world_size)
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.verifier_common = None  # this step's verifier CommonAttentionMetadata for the drafter's group
-        self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
         self.capture: LogitCapture | None = None  # worker_extension.asymspec_set_capture: first proposals
         self.step_capture = None  # step_capture.StepCapture while probe.capture_step_logits is on
-        self.pool = None  # laid out in initialize_attn_backend, once the KV cache config is final
+        self.comp = CompView(self)
+        self.full: FullView | None = None  # made in load_model (its caches need the model), its pool later
 
     # -- set-up ---------------------------------------------------------------------------------
     def _create_draft_vllm_config(self):
@@ -93,13 +91,14 @@ class AsymSpecProposer(DraftModelProposer):
         if self.facts.image_token_id is not None and not hasattr(self.model, "visual"):
             raise ValueError(f"speculative method 'asymspec': the drafter {self.draft_model_config.model} has an "
                              "image config but no Qwen-VL vision tower (`visual`) in vLLM")
-        self.images = ImageCache(self.model, self.device) if self.facts.image_token_id is not None else None
+        images = ImageCache(self.model, self.device) if self.facts.image_token_id is not None else None
         banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
-        self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self._release)
         # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
         self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
-        self.draft_logits = DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
-                                        self.facts.vocab_size, self.draft_model_config.dtype, self.device)
+        self.full = FullView(self, images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
+                                                       self.facts.vocab_size, self.draft_model_config.dtype,
+                                                       self.device))
+        self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self.full.release)
 
     def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
         """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
@@ -109,63 +108,30 @@ class AsymSpecProposer(DraftModelProposer):
                                           getattr(self.runner, "reorder_batch_threshold", None))
         self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
         self.pool_reservation = None  # its memory goes to the pool
-        self.pool = FullViewPool(self.attn_layers, self.vllm_config, self.device, self.block_size)
+        self.full.lay_out(self.attn_layers, self.vllm_config, self.device, self.block_size)
 
     def profile_vision_tower(self) -> list[int] | None:
         """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""
-        if self.images is None or not switches.enabled("mm_embeds"):
+        if self.full.images is None or not switches.enabled("mm_embeds"):
             return None
-        return self.images.profile(self.draft_model_config)
+        return self.full.images.profile(self.draft_model_config)
 
     # -- requests -------------------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:
-        return self.registry.row(req_id, self.runner.requests[req_id], self._open_full_view)
-
-    def _open_full_view(self, req_id: str, state: RowState, x_comp: list[int]) -> None:
-        ids, grid, pixels = state.request.x_full, state.request.image_grid_thw, state.request.pixel_values
-        if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
-            ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
-        state.full = RowLedger(prompt=list(ids))
-        state.full_positions, state.delta = prompt_positions(self.model, ids, grid, self.facts.image_token_id,
-                                                             self.uses_mrope)
-        if pixels is not None:
-            self.images.put(req_id, pixels, grid)  # patch (1)
-            state.sees_image = True
+        """The request's state, created (and its x_full view opened) on first sight."""
+        state = self.registry.rows.get(req_id)
+        if state is None:
+            state = self.registry.add(req_id, self.runner.requests[req_id])
+            if state.request is not None and state.request.reads_full_view:
+                prime = [state.prime] if state.prime is not None else []
+                try:
+                    self.full.open(req_id, state, list(self.runner.requests[req_id].prompt_token_ids) + prime)
+                except self.request_errors as e:
+                    self.fail(req_id, state, e)
+        return state
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:
         self.registry.fail(req_id, state, err)
-
-    def _release(self, req_id: str) -> None:
-        if self.pool is not None:
-            self.pool.release(req_id)
-        if self.images is not None:
-            self.images.drop(req_id)
-        if hasattr(self, "draft_logits"):
-            self.draft_logits.release(req_id)
-
-    # -- the x_comp view: logits b on the verifier's tokens ---------------------------------------
-    def score_comp_view(self, input_ids: torch.Tensor, positions: torch.Tensor) -> None:
-        """Run the drafter on the verifier's step inputs (after the verifier's forward): the same queries and
-        KV slots, the drafter's own attention metadata (see drafter_attention.py)."""
-        from vllm.forward_context import set_forward_context
-
-        common = self.verifier_common
-        n = common.num_actual_tokens  # the verifier's input may be padded for a CUDA graph: not the drafter's
-        positions = positions[..., :n]
-        if self.uses_mrope and positions.dim() == 1:
-            positions = positions.unsqueeze(0).expand(3, -1).contiguous()  # text: t = h = w
-        metadata, slot_mapping = self.attention.build(common)
-        with set_forward_context(metadata, self.vllm_config, num_tokens=n, slot_mapping=slot_mapping,
-                                 skip_compiled=True):
-            self.comp_hidden = self.model(input_ids=input_ids[:n], positions=positions, inputs_embeds=None)
-
-    def comp_logits(self, token_indices: torch.Tensor) -> torch.Tensor:
-        """b at the given token indices of this step's verifier inputs. [n] -> [n, V]."""
-        return self.model.compute_logits(self.comp_hidden[token_indices])
-
-    def full_view_logits(self, req_ids: list[str], n: int) -> torch.Tensor:
-        """a: the first n stored x_full logits of each request. -> [len(req_ids), n, V]."""
-        return self.draft_logits.gather(req_ids, n)
 
     # -- drafting -------------------------------------------------------------------------------
     def plan(self, req_ids: list[str], sampled: list[list[int]]) -> DraftPlan:
@@ -184,7 +150,7 @@ class AsymSpecProposer(DraftModelProposer):
                 state.full.commit(y)
                 feed = state.full.pending(y)
                 try:  # blocks for the feed and the K drafts (admission control keeps room for them)
-                    self.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
+                    self.full.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)
                     continue
@@ -195,15 +161,12 @@ class AsymSpecProposer(DraftModelProposer):
         plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan
 
-    def full_view_images(self, plan: DraftPlan) -> FullViewImages | None:
-        return full_view.full_view_images(self, plan)
-
     def propose(self, plan: DraftPlan, images: FullViewImages | None = None) -> dict[str, list[int]]:
         """Draft each row's K tokens: asymspec rows from x_full (with the image embeddings on their first
         pass), the others from x_comp. Returns req_id -> drafts."""
         drafts = {}
         if plan.full_rows:
-            drafts.update(full_view.draft(self, plan.full_rows, images))
+            drafts.update(self.full.draft(plan.full_rows, images))
         if plan.comp_rows:
-            drafts.update(comp_view.draft(self, plan.comp_rows))
+            drafts.update(self.comp.draft(plan.comp_rows))
         return drafts

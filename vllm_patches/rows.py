@@ -2,8 +2,8 @@
 
 `RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
 in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
-reads and updates the `RowState`s but never parses a request. What it does not know: any tensor of the models (the drafter opens a request's x_full
-view through the `open_full_view` callback and frees its caches through `release`).
+reads and updates the `RowState`s but never parses a request. What it does not know: any tensor of the
+models (the proposer opens a request's x_full view, and frees its caches through `release`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RequestRegistry:
 
     def __init__(self, facts: EngineFacts, default_banned: tuple[int, ...], device: torch.device,
                  request_errors: tuple[type[BaseException], ...], release: Callable[[str], None]):
-        """request_errors: exceptions of opening a request's views that fail only that request
+        """request_errors: exceptions of a request's device work that fail only that request
         (faults.request_errors); release(req_id) frees a request's caches."""
         self.facts, self.default_banned, self.device = facts, default_banned, device
         self.request_errors, self.release = request_errors, release
@@ -63,28 +63,16 @@ class RequestRegistry:
         self.errors: dict[str, str] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
         self.resumptions = 0  # preempted requests resumed with a held-back token
 
-    def row(self, req_id: str, request, open_full_view: Callable[[str, RowState, list[int]], None]) -> RowState:
-        """The request's state, created on first sight. request: the runner's CachedRequestState."""
-        state = self.rows.get(req_id)
-        if state is None:
-            state = self.rows[req_id] = self._new_row(req_id, request, open_full_view)
-        return state
-
-    def _new_row(self, req_id: str, request, open_full_view) -> RowState:
+    def add(self, req_id: str, request) -> RowState:
+        """The state of a request seen for the first time. request: the runner's CachedRequestState."""
         params = request.sampling_params
         extra = (params.extra_args if params is not None else None) or {}
-        state = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY))
+        state = self.rows[req_id] = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY))
         if state.request is None:
             return state
         state.K = state.request.K
         state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
         state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
-        if state.request.reads_full_view:
-            prime = [state.prime] if state.prime is not None else []
-            try:
-                open_full_view(req_id, state, list(request.prompt_token_ids) + prime)
-            except self.request_errors as e:
-                self.fail(req_id, state, e)
         return state
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:

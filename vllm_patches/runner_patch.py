@@ -62,7 +62,7 @@ def update_states(original, runner, scheduler_output):
     if is_asymspec(runner.vllm_config):
         runner.drafter.registry.forget(scheduler_output.finished_req_ids)
         for req_id in scheduler_output.preempted_req_ids or ():  # a skipped request keeps its queued drafts
-            runner.drafter.draft_logits.release(req_id)
+            runner.drafter.full.draft_logits.release(req_id)
         runner.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, runner.requests)
     return original(runner, scheduler_output)
 
@@ -87,7 +87,7 @@ def prepare_inputs(original, runner, *args, **kwargs):
 def build_attention_metadata(original, runner, *args, **kwargs):
     result = original(runner, *args, **kwargs)
     if is_asymspec(runner.vllm_config) and runner.asymspec.live:
-        runner.drafter.verifier_common = verifier_common_for_group(
+        runner.drafter.comp.verifier_common = verifier_common_for_group(
             result[1], runner, runner.drafter.kv_cache_gid, kwargs.get("slot_mappings"))
     return result
 
@@ -101,7 +101,7 @@ def model_forward(original, runner, input_ids=None, positions=None, intermediate
     with timed(runner, "verifier"):
         out = original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
     with timed(runner, "base_pass"), stop_rank_on_error(runner.drafter.world_size, "the x_comp pass"):
-        runner.drafter.score_comp_view(input_ids, positions)
+        runner.drafter.comp.score(input_ids, positions)
     return out
 
 
@@ -124,7 +124,7 @@ def propose(original, runner, scheduler_output, sampled_token_ids, *args, **kwar
     with timed(runner, "draft"), stop_rank_on_error(runner.drafter.world_size, "drafting"):
         plan = runner.drafter.plan(req_ids, sampled_token_ids)
         # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
-        images = runner.drafter.full_view_images(plan) if switches.enabled("mm_embeds") else None
+        images = runner.drafter.full.images_for(plan) if switches.enabled("mm_embeds") else None
         drafts = runner.drafter.propose(plan, images)
     return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
 

@@ -4,8 +4,8 @@ rejection sampler.
 Per request, this step's verifier logits t come in vLLM's flattened layout (num_drafts + 1 rows each). A
 request's parsed AsymSpecRequest carries its method; the rule reads the logits it needs by name:
   t  the verifier's, this step
-  b  the drafter's on x_comp at the verified positions (the proposer's x_comp pass of this step)
-  a  the drafter's on x_full at the draft positions (kept by the proposer since it drafted them)
+  b  the proposer's on x_comp at the verified positions (the proposer's x_comp pass of this step)
+  a  the proposer's on x_full at the draft positions (kept by the proposer since it drafted them)
 Requests without extra_args are plain speculative decoding: greedy verification (SD's rule), or vLLM's own
 sampler when they sample. When a row asks for logprobs, the step returns vLLM's LogprobsTensors of the committed
 tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows, row-major over the output, rows
@@ -37,7 +37,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
     logits_indices: [num_tokens] their token indices in this step's inputs. -> vLLM's SamplerOutput."""
     from vllm.v1.outputs import SamplerOutput
 
-    drafter, batch = runner.drafter, runner.input_batch
+    proposer, batch = runner.drafter, runner.input_batch  # vLLM names the proposer `drafter`
     num_drafts = list(spec_meta.num_draft_tokens) if spec_meta is not None else [0] * batch.num_reqs
     first = [0]  # first logits row of each request
     for n in num_drafts:
@@ -46,14 +46,14 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
     out = torch.full((batch.num_reqs, max(num_drafts) + 1), PLACEHOLDER, dtype=torch.int32)
     groups, stock_rows, offset = defaultdict(list), [], 0
     for i, req_id in enumerate(batch.req_ids):
-        n, state = num_drafts[i], drafter.row(req_id)
+        n, state = num_drafts[i], proposer.row(req_id)
         drafts, offset = draft_ids[offset:offset + n], offset + n
         request = runner.requests[req_id]
         hidden = hidden_tokens.token_instead_of_sample(state, request.output_token_ids)
         if hidden is not None:
             out[i, 0] = hidden
         elif state.request is None or state.failed:
-            if not (state.failed or decodes_greedily(request.sampling_params) or _refuse_sampling(drafter, req_id,
+            if not (state.failed or decodes_greedily(request.sampling_params) or _refuse_sampling(proposer, req_id,
                                                                                                    state)):
                 stock_rows.append(i)
                 continue
@@ -65,14 +65,14 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
     for (method, n, cfg, _), rows in groups.items():
         index = [i for i, _ in rows]
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
-        banned = drafter.row(batch.req_ids[index[0]]).banned
-        step_logits = _logits(method, drafter, batch, logits, logits_indices, first, index, n, cfg)
-        if drafter.capture is not None or drafter.step_capture is not None:  # test probes only, off by default
+        banned = proposer.row(batch.req_ids[index[0]]).banned
+        step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, n, cfg)
+        if proposer.capture is not None or proposer.step_capture is not None:  # test probes only, off by default
             req_ids = [batch.req_ids[i] for i in index]
-            if drafter.capture is not None and "b" in step_logits:
-                drafter.capture.record_b(runner, req_ids, drafts, step_logits["b"])
-            if drafter.step_capture is not None:  # probe.capture_step_logits: a and b against transformers
-                drafter.step_capture.record(drafter, runner.requests, req_ids, [d for _, d in rows], step_logits)
+            if proposer.capture is not None and "b" in step_logits:
+                proposer.capture.record_b(runner, req_ids, drafts, step_logits["b"])
+            if proposer.step_capture is not None:  # probe.capture_step_logits: a and b against transformers
+                proposer.step_capture.record(proposer, runner.requests, req_ids, [d for _, d in rows], step_logits)
         outcome = method.decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
@@ -82,16 +82,16 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
                          logprobs_tensors=_logprobs(runner, out, logits, first))
 
 
-def _logits(method, drafter, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
+def _logits(method, proposer, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
     """The logits the method's rule reads, for the rows `index` with n drafts each: t, b [G, n+1, V];
     a [G, n or n+1, V]."""
     out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
     if "b" in method.reads:
         token_index = torch.cat([logits_indices[first[i]:first[i] + n + 1] for i in index])
-        out["b"] = drafter.comp_logits(token_index).view(len(index), n + 1, -1)
+        out["b"] = proposer.comp.logits(token_index).view(len(index), n + 1, -1)
     if "a" in method.reads:
-        stored = drafter.row(batch.req_ids[index[0]]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
-        out["a"] = drafter.full_view_logits([batch.req_ids[i] for i in index], min(n + 1, stored))
+        stored = proposer.row(batch.req_ids[index[0]]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
+        out["a"] = proposer.full.logits([batch.req_ids[i] for i in index], min(n + 1, stored))
     return out
 
 
@@ -111,12 +111,12 @@ def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int])
     return runner.sampler.gather_logprobs(scores, k, tokens)
 
 
-def _refuse_sampling(drafter, req_id, state) -> bool:
+def _refuse_sampling(proposer, req_id, state) -> bool:
     """Sampling requests go to vLLM's own (rejection) sampler, which needs the GPU build; on the CPU
     build the request fails alone (and this step decodes it greedily)."""
     if not is_cpu_build():
         return False
-    drafter.fail(req_id, state, RequestArgsError(
+    proposer.fail(req_id, state, RequestArgsError(
         "speculative decoding on the CPU build decodes greedily only: use temperature=0 and no penalties, "
         "logit_bias, bad_words, allowed_token_ids or min_tokens (logprobs are served)"))
     return True

@@ -26,7 +26,8 @@ from ._patching import install
 from .config_patch import is_asymspec
 from .kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
 from .pool_ledger import PoolLedger
-from .request_args import KEY, REQUEST_KEY, AsymSpecRequest, EngineFacts, engine_facts, has_request_args, parse_request
+from .request_args import (KEY, REQUEST_KEY, AsymSpecRequest, EngineFacts, engine_facts, has_request_args,
+                           parse_request)
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
 
@@ -115,8 +116,8 @@ def schedule(original, scheduler):
     if not is_asymspec(scheduler.vllm_config):
         return original(scheduler)
     pool = getattr(scheduler, SCHEDULER_ATTR).pool
-    held_ids = pool.held_back([(request.request_id, getattr(getattr(request, STATE_ATTR, None), "full_view_blocks", 0))
-                               for request in scheduler.waiting])
+    held_ids = pool.held_back([(r.request_id, getattr(getattr(r, STATE_ATTR, None), "full_view_blocks", 0))
+                               for r in scheduler.waiting])
     held = [request for request in scheduler.waiting if request.request_id in held_ids]
     if held:
         scheduler.waiting.remove_requests(held)

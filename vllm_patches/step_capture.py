@@ -19,7 +19,7 @@ class StepCapture:
     def __init__(self):
         self.steps: dict[str, list[dict]] = {}  # req_id -> one entry per verification step
 
-    def record(self, drafter, requests: dict, req_ids: list[str], drafts: list[list[int]],
+    def record(self, proposer, requests: dict, req_ids: list[str], drafts: list[list[int]],
                logits: dict[str, torch.Tensor]) -> None:
         """logits: what _logits gathered for these rows (t [G, n+1, V], and a, b where the rule reads them)."""
         read = [name for name in ("a", "b") if name in logits]
@@ -27,7 +27,7 @@ class StepCapture:
             return
         host = {name: logits[name].float().cpu() for name in read}  # [G, *, V]
         for j, (req_id, row_drafts) in enumerate(zip(req_ids, drafts)):
-            y = drafter.row(req_id).committed(requests[req_id].output_token_ids)
+            y = proposer.row(req_id).committed(requests[req_id].output_token_ids)
             entry = {"y": [int(t) for t in y], "drafts": [int(d) for d in row_drafts]}
             entry.update({name: host[name][j].clone() for name in read})
             self.steps.setdefault(req_id, []).append(entry)

@@ -20,11 +20,11 @@ WORKER_EXTENSION = "vllm_patches.worker_extension.AsymSpecWorkerExtension"
 class AsymSpecWorkerExtension:
     """Mixed into vLLM's Worker (self.model_runner is the worker's runner)."""
 
-    def _asymspec_drafter(self):
-        drafter = getattr(self.model_runner, "drafter", None)
-        if drafter is None or not hasattr(drafter, "registry"):
+    def _asymspec_proposer(self):
+        proposer = getattr(self.model_runner, "drafter", None)  # vLLM names the proposer `drafter`
+        if proposer is None or not hasattr(proposer, "registry"):
             raise RuntimeError("this engine runs no asymspec drafter (speculative method 'asymspec')")
-        return drafter
+        return proposer
 
     # -- a VL model alone (the drafter-alone baseline's engine) ------------------------------------
     def asymspec_image_embeddings(self, pixel_values: dict, image_grid_thw: dict) -> dict:
@@ -41,31 +41,31 @@ class AsymSpecWorkerExtension:
 
     # -- an asymspec engine: counters, captured logits, phase timing --------------------------------
     def asymspec_counters(self) -> dict:
-        drafter = self._asymspec_drafter()
-        pool = drafter.pool
-        return {"vision_tower_calls": drafter.images.vision_tower_calls if drafter.images is not None else 0,
-                "live_requests": len(drafter.registry.rows), "free_full_view_blocks": len(pool.free),
+        proposer = self._asymspec_proposer()
+        pool, images = proposer.full.pool, proposer.full.images
+        return {"vision_tower_calls": images.vision_tower_calls if images is not None else 0,
+                "live_requests": len(proposer.registry.rows), "free_full_view_blocks": len(pool.free),
                 "full_view_blocks": pool.num_blocks - 1, "full_view_block_size": pool.block_size,
-                "resumptions": drafter.registry.resumptions, "engine_K": drafter.K,
-                "attention_backends": sorted({g.backend.get_name() for g in drafter.attention.groups}),
-                "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in drafter.attention.groups]}
+                "resumptions": proposer.registry.resumptions, "engine_K": proposer.K,
+                "attention_backends": sorted({g.backend.get_name() for g in proposer.attention.groups}),
+                "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in proposer.attention.groups]}
 
     def asymspec_set_capture(self, on: bool) -> None:
         from .capture import LogitCapture
 
-        self._asymspec_drafter().capture = LogitCapture() if on else None
+        self._asymspec_proposer().capture = LogitCapture() if on else None
 
     def asymspec_captured(self) -> dict:
-        capture = self._asymspec_drafter().capture
+        capture = self._asymspec_proposer().capture
         return capture.packed() if capture is not None else {}
 
     def asymspec_set_step_capture(self, on: bool) -> None:
         from .step_capture import StepCapture
 
-        self._asymspec_drafter().step_capture = StepCapture() if on else None
+        self._asymspec_proposer().step_capture = StepCapture() if on else None
 
     def asymspec_step_captured(self) -> dict:
-        capture = self._asymspec_drafter().step_capture
+        capture = self._asymspec_proposer().step_capture
         steps = capture.steps if capture is not None else {}
         return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
                          for entry in entries] for req_id, entries in steps.items()}
@@ -90,4 +90,4 @@ class AsymSpecWorkerExtension:
     def asymspec_profile_vision_tower(self) -> list[int] | None:
         """Run the drafter's vision tower on the largest image its processor makes (what the runner's profile
         run does before vLLM sizes the KV cache); the image grid it used."""
-        return self._asymspec_drafter().profile_vision_tower()
+        return self._asymspec_proposer().profile_vision_tower()
