@@ -275,7 +275,7 @@ def fail_on_rank_1(worker):  # test-only: sent as a function, hence VLLM_ALLOW_I
     if worker.rank == 1:
         def oom(req_id):
             raise torch.OutOfMemoryError("simulated CUDA out of memory in the vision tower on rank 1")
-        worker.model_runner.drafter.images.embeddings = oom
+        worker.model_runner.drafter.full.images.embeddings = oom
     return worker.rank
 
 
