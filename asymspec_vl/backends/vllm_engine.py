@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import ConfigError
+from ..limits import LIMITS
 
 logger = logging.getLogger(__name__)
 
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
-DEFAULT_SPEC_TOKENS = 4  # a speculative engine drafts up to max(this, the largest K asked for)
+DEFAULT_SPEC_TOKENS = LIMITS.speculative_tokens  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
 _stale_checked = False  # whether this process looked for an earlier run's engine processes
 

@@ -18,6 +18,7 @@ import os
 import torch
 
 from ..config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
+from ..limits import LIMITS
 
 
 def random_step(seed: int, B: int, K: int, V: int, dtype: torch.dtype, device: str):
@@ -35,7 +36,7 @@ def random_step(seed: int, B: int, K: int, V: int, dtype: torch.dtype, device: s
 
 
 def self_check(device: str | None = None, dtype: str = "bfloat16", vocab: int = 151_936, batch: int = 4,
-               K: int = 4) -> dict:
+               K: int = LIMITS.speculative_tokens) -> dict:
     """{"device", "dtype", "vocab", "cases", "mismatches": [case names]}: a case mismatches when the kernel's
     accepted counts or emitted tokens differ from the reference's."""
     from .. import gate
