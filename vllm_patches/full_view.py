@@ -73,9 +73,6 @@ def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
         drafter.draft_logits.store(req_id, a)
         state.drafts = row_drafts[:state.K]
         out[req_id] = state.drafts
-        if drafter.capture is not None:
-            y = state.committed(drafter.runner.requests[req_id].output_token_ids)
-            drafter.capture.record_a(req_id, state, y, a[:state.K])
     return out
 
 

@@ -29,7 +29,6 @@ from asymspec_vl.methods import DRAFTER_COMP, METHODS
 from asymspec_vl.sources import RowLedger
 
 from . import comp_view, full_view, switches
-from .capture import LogitCapture
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
 from .faults import request_errors
@@ -70,8 +69,6 @@ class AsymSpecProposer(DraftModelProposer):
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
         self.verifier_common = None  # this step's verifier CommonAttentionMetadata for the drafter's group
         self.comp_hidden: torch.Tensor | None = None  # [num_tokens, H] this step's x_comp-view pass
-        self.capture: LogitCapture | None = None  # worker_extension.asymspec_set_capture: first proposals
-        self.step_capture = None  # step_capture.StepCapture while probe.capture_step_logits is on
         self.pool = None  # laid out in initialize_attn_backend, once the KV cache config is final
 
     # -- set-up ---------------------------------------------------------------------------------
