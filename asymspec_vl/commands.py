@@ -101,20 +101,75 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
                         "one; 0: torch's default)")
 
 
-def add_config_args(p: argparse.ArgumentParser, K: int = 2, max_new_tokens: int = 256) -> None:
+CONFIG_CHOICES = {"gate": GATES, "delta_source": DELTA_SOURCES, "bonus": BONUS_RULES}
+# Help of the decoding options (one per AsymSpecConfig field; a field without help here reads "AsymSpecConfig.<name>")
+CONFIG_HELP = {
+    "K": "draft tokens per step",
+    "beta": "δ-fusion weight β at a rejection: argmax(t + β·δ)",
+    "gamma": "acceptance threshold γ: accept iff p_t > γ_eff·p_b",
+    "gate": "γ_eff: cda = γ·exp(−JSD(a‖b)) (the paper), fixed = γ, lambda = γ·exp(−λ·Δ), "
+            "kl = γ·exp(−KL(a‖b))",
+    "lam": "λ of the 'lambda' gate",
+    "delta_source": "δ: contrastive = a − b (the paper), raw = a, scd = t − b",
+    "bonus": "token after K accepted drafts: verifier = argmax(t) (the paper), fused = argmax(t + β·δ)",
+    "max_new_tokens": "answer length limit in tokens",
+    "stop_token_ids": "comma-separated token ids that end an answer (default: the verifier's EOS tokens)",
+    "scd_alpha": "SCD's plausibility cut α (Appendix B)",
+    "ignore_eos": "only --stop-token-ids end an answer, not the verifier's EOS tokens (runs to the budget)",
+}
+
+
+def config_flag(field: str) -> str:
+    """The option of an AsymSpecConfig field: -K, --max-new-tokens, ..."""
+    return "-K" if field == "K" else "--" + field.replace("_", "-")
+
+
+def _config_options() -> list[tuple[str, type, type | None]]:
+    """(field, type, element type of a tuple field) of every AsymSpecConfig field, from its annotation."""
+    import dataclasses
+    import types
+    import typing
+
+    hints, out = typing.get_type_hints(AsymSpecConfig), []
+    for f in dataclasses.fields(AsymSpecConfig):
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:  # X | None
+            kind = next(k for k in typing.get_args(kind) if k is not type(None))
+        element = None
+        if typing.get_origin(kind) is tuple:
+            kind, element = tuple, typing.get_args(kind)[0]
+        out.append((f.name, kind, element))
+    return out
+
+
+def _comma_values(kind: type):
+    """argparse type: '1, 2' -> (1, 2) of `kind`."""
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(x) for x in comma_list(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}") from None
+    parse.__name__ = f"{kind.__name__} list"  # argparse names the type in its error messages
+    return parse
+
+
+def add_config_args(p: argparse.ArgumentParser, **defaults) -> None:
+    """One option per AsymSpecConfig field, its default the field's (or this command's own, in `defaults`: the
+    demo's shorter answers, the paper's protocol); the help shows it."""
+    base = AsymSpecConfig(**defaults)
     g = p.add_argument_group("decoding")
-    g.add_argument("-K", "--K", dest="K", type=int, default=K, help="draft tokens per step")
-    g.add_argument("--beta", type=float, default=1.0, help="δ-fusion weight β at a rejection: argmax(t + β·δ)")
-    g.add_argument("--gamma", type=float, default=0.5, help="acceptance threshold γ: accept iff p_t > γ_eff·p_b")
-    g.add_argument("--gate", default="cda", choices=GATES,
-                   help="γ_eff: cda = γ·exp(−JSD(a‖b)) (the paper), fixed = γ, lambda = γ·exp(−λ·Δ), "
-                        "kl = γ·exp(−KL(a‖b))")
-    g.add_argument("--lam", type=float, default=0.1, help="λ of the 'lambda' gate")
-    g.add_argument("--delta-source", default="contrastive", choices=DELTA_SOURCES,
-                   help="δ: contrastive = a − b (the paper), raw = a, scd = t − b")
-    g.add_argument("--bonus", default="verifier", choices=BONUS_RULES,
-                   help="token after K accepted drafts: verifier = argmax(t) (the paper), fused = argmax(t + β·δ)")
-    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="answer length limit in tokens")
+    for field, kind, element in _config_options():
+        flags, default = ((config_flag(field), "--K") if field == "K" else (config_flag(field),)), getattr(base, field)
+        kw = dict(dest=field, default=default, help=CONFIG_HELP.get(field, f"AsymSpecConfig.{field}"))
+        if field in CONFIG_CHOICES:
+            kw["choices"] = CONFIG_CHOICES[field]
+        if kind is bool:
+            kw["action"] = "store_true" if default is False else argparse.BooleanOptionalAction
+        elif kind is tuple:
+            kw["type"] = _comma_values(element)
+        else:
+            kw["type"] = kind
+        g.add_argument(*flags, **kw)
 
 
 def fill_pair_defaults(args) -> None:
@@ -126,21 +181,18 @@ def fill_pair_defaults(args) -> None:
         args.drafter, args.verifier = pair_names(args.drafter, args.verifier, *defaults)
 
 
-CONFIG_FLAGS = {"K": "-K", "beta": "--beta", "gamma": "--gamma", "gate": "--gate", "lam": "--lam",
-                "delta_source": "--delta-source", "bonus": "--bonus", "max_new_tokens": "--max-new-tokens"}
-
-
 def config_from_args(args) -> AsymSpecConfig:
     """The flags as an AsymSpecConfig; an invalid value is a ConfigError naming its flag (-K 0 is invalid ...)."""
     from .errors import ConfigError
 
+    fields = [field for field, _, _ in _config_options()]
     try:
-        return AsymSpecConfig(**{field: getattr(args, field) for field in CONFIG_FLAGS})
+        return AsymSpecConfig(**{field: getattr(args, field) for field in fields})
     except ConfigError as e:
-        for field, flag in CONFIG_FLAGS.items():
+        for field in fields:
             prefix = f"AsymSpecConfig.{field}="
             if str(e).startswith(prefix):
-                raise ConfigError(f"{flag} {str(e)[len(prefix):]}") from None
+                raise ConfigError(f"{config_flag(field)} {str(e)[len(prefix):]}") from None
         raise
 
 

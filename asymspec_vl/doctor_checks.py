@@ -147,7 +147,7 @@ def kernel_check(on_gpu: bool) -> Check:
     env = dict(os.environ)
     if not on_gpu:
         env["TRITON_INTERPRET"] = "1"
-    cmd = [sys.executable, "-m", "asymspec_vl.kernels.self_check", "--json", "--vocab", str(vocab),
+    cmd = [sys.executable, "-m", "asymspec_vl.doctor_kernels", "self-check", "--json", "--vocab", str(vocab),
            "--dtype", "bfloat16"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .doctor_backends import AttentionRun
 from .doctor_checks import Check
+from .limits import LIMITS
 
 BF16_LOGIT_TOLERANCE = 0.05  # max |vLLM - transformers| / max |transformers| accepted in bf16
 FP32_LOGIT_TOLERANCE = 1e-4
@@ -28,7 +29,8 @@ def long_requests():
     return image_reqs + [Request(question="What is the total?", full_context=text, compressed_context=text[:200])]
 
 
-def logits_checks(vl, hf, run: AttentionRun, K: int = 4, max_new_tokens: int = 24) -> list[Check]:
+def logits_checks(vl, hf, run: AttentionRun, K: int = LIMITS.speculative_tokens,
+                  max_new_tokens: int = 24) -> list[Check]:
     """Capture a and b of the first proposals of long requests in vLLM, recompute each with transformers."""
     from vllm_patches import probe
 

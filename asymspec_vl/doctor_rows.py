@@ -34,7 +34,7 @@ def mixed_waves_check(vl, hf, run: AttentionRun) -> Check:
     configs = [AsymSpecConfig(K=K, max_new_tokens=n) for _, _, K, n in jobs]
     engine_jobs = [backend.engine_request(encoded[row], method, cfg) for (row, method, _, _), cfg in zip(jobs, configs)]
     finals = run_in_waves(llm, engine_jobs, IN_FLIGHT)
-    got = [backend._row(o, method_named(method), method, 0.0) for (_, method, _, _), o in zip(jobs, finals)]
+    got = [backend.row(o, method_named(method), method, 0.0) for (_, method, _, _), o in zip(jobs, finals)]
     expected = [hf.generate_batch([reqs[row]], method, cfg)[0] for (row, method, _, _), cfg in zip(jobs, configs)]
     check = compare("mixed sd/scd/asymspec waves (rows reused)", run, got, expected)
     return Check(check.name, check.backend, check.result,

@@ -163,19 +163,6 @@ def scd_scores(t: torch.Tensor, b: torch.Tensor, beta: float, alpha: float) -> t
 
 
 # -- the decision rules, by method (methods.py says which method uses which) --------------------------
-def decide_asymspec(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-                    banned: torch.Tensor | None = None) -> StepOutcome:
-    """AsymSpec's rule: the CDA gate, δ-fusion at the first rejection, the bonus after K accepts.
-    a: [B, K or K+1, V] (a_{K+1} is drafted only for a fused bonus: the verifier's bonus argmax(t_{K+1}) never
-    reads it, so b_{K+1} stands in, delta_{K+1} = 0); b, t: [B, K+1, V]; drafts: [B, K]. On CUDA tensors the
-    fused Triton kernel decides (kernels/dispatch.py), elsewhere asymspec_step above."""
-    from .kernels.dispatch import asymspec_step as dispatched  # the kernels import this module
-
-    if a.shape[1] == drafts.shape[1]:
-        a = torch.cat([a, b[:, -1:]], dim=1)
-    return dispatched(a, b, t, drafts, cfg, banned)
-
-
 def decide_sd(t: torch.Tensor, drafts: torch.Tensor, banned: torch.Tensor | None = None) -> StepOutcome:
     """Symmetric speculative decoding (and, with no drafts, plain greedy decoding): greedy verification of
     the drafts against the verifier's logits t [B, K+1, V]."""

@@ -19,9 +19,10 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from .errors import ImageTooLargeError, InvalidImageError
 from .image_modes import array_to_rgb, image_to_rgb
+from .limits import LIMITS
 
-MAX_PIXELS = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
-MAX_FILE_BYTES = 50 * 1024 * 1024
+MAX_PIXELS = LIMITS.image_pixels  # larger images are refused before they are decoded
+MAX_FILE_BYTES = LIMITS.image_bytes
 # The file formats the product reads (Pillow's format names; JPEG's opener also opens cameras' MPO files).
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # http://, https://, file://, s3:// ...

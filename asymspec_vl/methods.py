@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from . import gate
+from .kernels import dispatch
 from . import trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
@@ -88,7 +89,7 @@ DRAFTER_QUESTION = Source("drafter", "x_question", "q")
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("asymspec", DRAFTER_FULL, (DRAFTER_COMP, VERIFIER),
-           lambda cfg, x, d, banned: gate.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned), ("a", "b", "t"),
+           lambda cfg, x, d, banned: dispatch.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned), ("a", "b", "t"),
            "speculative", fused_bonus_reads_last=True),
     Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
            "speculative"),

@@ -12,6 +12,7 @@ from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_a
                                   config_from_args, load_from_args)
 from asymspec_vl.errors import ConfigError
 from asymspec_vl.images import MAX_FILE_BYTES, MAX_PIXELS
+from asymspec_vl.limits import LIMITS
 
 
 def _positive(kind, most: float):
@@ -35,7 +36,7 @@ def register(sub) -> None:
                                    "pair on the CPU, with toy scenes as examples.")
     add_model_args(p, drafter="embedded", verifier="embedded")
     add_threads_arg(p)
-    add_config_args(p, K=2, max_new_tokens=64)
+    add_config_args(p, max_new_tokens=LIMITS.demo_answer_tokens)
     g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
                    help="OCR that fills the OCR box on upload (EasyOCR runs offline on the CPU)")

@@ -12,13 +12,14 @@ from PIL import Image
 from asymspec_vl.api import token_pieces
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.errors import ConfigError, EmptyQuestionError
+from asymspec_vl.limits import LIMITS
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
 from .streaming import Cancelled, Snapshot, stream_generate
 from .uploads import Upload, as_upload, load_upload, served, upload_folders
 
-DEFAULT_MAX_IMAGE_PIXELS = 16_000_000
-DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_IMAGE_PIXELS = LIMITS.demo_image_pixels
+DEFAULT_MAX_FILE_BYTES = LIMITS.demo_image_bytes
 DECODED_KEPT = 4  # decoded uploads kept: the upload's describe and the answers after it decode the file once
 SESSIONS_KEPT = 256  # browser sessions whose state is kept (Gradio's session states, the armed Stop signals)
 

@@ -70,3 +70,16 @@ def test_the_scan_sees_relative_and_lazy_imports(tmp_path):
     path.write_text("def f():\n    from ..evals.runner import Job\n")
     found = list(imported("asymspec_vl.toy.mod", path))
     assert (2, "asymspec_vl.evals.runner.Job") in found and under("asymspec_vl.evals.runner", HIGH)
+
+
+def test_the_kernels_read_the_gate_and_the_gate_reads_no_kernel():
+    """kernels/dispatch.py runs gate.py's reference off CUDA: gate.py (the math) imports nothing of kernels/."""
+    path = ROOT / "asymspec_vl" / "gate.py"
+    assert [m for _, m in imported("asymspec_vl.gate", path) if under(m, ("asymspec_vl.kernels",))] == []
+
+
+def test_the_kernels_hold_no_command_line():
+    """kernels/ is kernels and their checks; their command line is doctor_kernels.py's."""
+    found = [f"{name}:{line}" for name, path in modules() if under(name, ("asymspec_vl.kernels",))
+             for line, module in imported(name, path) if module == "argparse"]
+    assert found == []

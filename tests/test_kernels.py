@@ -231,7 +231,7 @@ def test_bad_inputs_raise_typed_errors():
 def test_every_kernel_variant_compiles_for_a_cuda_gpu():
     """The interpreter is lenient: the kernels must also compile (Triton -> PTX -> cubin) for sm_90."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", "asymspec_vl.kernels.compile_check", "--arch", "90"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "asymspec_vl.doctor_kernels", "compile", "--arch", "90"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert re.search(r"compiled \d+ kernel variants for sm_90", proc.stdout)

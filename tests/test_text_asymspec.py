@@ -75,7 +75,7 @@ def test_the_equivalence_exercises_accepts_and_fusions(text_vl, requests_and_ref
 
 
 def test_text_and_cross_modal_share_the_gate_dispatch(text_vl, tiny_vl, monkeypatch):
-    """Both cases decide every step through kernels.dispatch.asymspec_step (gate.decide_asymspec's path)."""
+    """Both cases decide every step through kernels.dispatch.asymspec_step (dispatch.decide_asymspec's path)."""
     calls = []
     real = dispatch.asymspec_step
     monkeypatch.setattr(dispatch, "asymspec_step", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))

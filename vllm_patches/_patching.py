@@ -31,3 +31,19 @@ def install(owner, name: str, hook) -> None:
             return hook(orig, self, *args, **kwargs)
         return patched
     wrap(owner, name, make)
+
+
+def install_function(module, name: str, hook) -> None:
+    """module.name(*args, **kwargs) becomes hook(original, *args, **kwargs), once (a module function)."""
+    def make(orig):
+        def patched(*args, **kwargs):
+            return hook(orig, *args, **kwargs)
+        return patched
+    wrap(module, name, make)
+
+
+def unwrap(owner, name: str) -> None:
+    """owner.name back to the original a wrap replaced (nothing when it is not wrapped)."""
+    current = owner.__dict__.get(name)
+    if current is not None and is_patched(current):
+        setattr(owner, name, getattr(current, _MARK))

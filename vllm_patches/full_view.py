@@ -119,9 +119,6 @@ class FullView:
             self.draft_logits.store(req_id, a)
             state.drafts = row_drafts[:state.K]
             out[req_id] = state.drafts
-            if proposer.capture is not None:
-                y = state.committed(proposer.runner.requests[req_id].output_token_ids)
-                proposer.capture.record_a(req_id, state, y, a[:state.K])
         return out
 
     def first_pass(self, rows, images: FullViewImages | None) -> list[torch.Tensor]:

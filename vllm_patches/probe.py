@@ -28,7 +28,7 @@ def counters(llm) -> dict:
 
 
 def capture_full_view_logits(llm, on: bool = True) -> None:
-    """Start (clearing) or stop recording each request's first proposals: a and b (capture.py)."""
+    """Start (clearing) or stop recording each request's first proposals: a and b (harness.py)."""
     llm.collective_rpc("asymspec_set_capture", args=(on,))
 
 
@@ -36,7 +36,7 @@ def captured_proposals(llm) -> dict[str, dict]:
     """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read as x_full's prompt,
     "a": [{"y": committed tokens, "drafts": d_1..d_K, "a": [K, V]}, ...] (x_full rows),
     "b": [{"tokens": x_comp + y + drafts, "b": [n+1, V]}, ...] (rows whose rule reads b)}, float32, the first
-    capture.MAX_PROPOSALS of each."""
+    harness.MAX_PROPOSALS of each."""
     from .request_args import unpack_tensor
 
     captured = llm.collective_rpc("asymspec_captured")[0]
@@ -55,7 +55,7 @@ def captured_full_view_logits(llm) -> dict[str, dict]:
 
 def capture_step_logits(llm, on: bool = True) -> None:
     """Start (clearing) or stop recording, at every verification step, the drafter logits a and b the rule read
-    (step_capture.py)."""
+    (harness.py)."""
     llm.collective_rpc("asymspec_set_step_capture", args=(on,))
 
 

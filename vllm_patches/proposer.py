@@ -27,7 +27,6 @@ from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 from asymspec_vl.errors import AsymSpecError
 
 from . import switches
-from .capture import LogitCapture
 from .comp_view import CompView
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
@@ -66,8 +65,6 @@ class AsymSpecProposer(DraftModelProposer):
         self.world_size = vllm_config.parallel_config.tensor_parallel_size
         self.request_errors = request_errors(self.world_size)
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.capture: LogitCapture | None = None  # worker_extension.asymspec_set_capture: first proposals
-        self.step_capture = None  # step_capture.StepCapture while probe.capture_step_logits is on
         self.comp = CompView(self)
         self.full: FullView | None = None  # made in load_model (its caches need the model), its pool later
 

@@ -66,13 +66,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         index = [i for i, _ in rows]
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
         banned = proposer.row(batch.req_ids[index[0]]).banned
-        step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, n, cfg)
-        if proposer.capture is not None or proposer.step_capture is not None:  # test probes only, off by default
-            req_ids = [batch.req_ids[i] for i in index]
-            if proposer.capture is not None and "b" in step_logits:
-                proposer.capture.record_b(runner, req_ids, drafts, step_logits["b"])
-            if proposer.step_capture is not None:  # probe.capture_step_logits: a and b against transformers
-                proposer.step_capture.record(proposer, runner.requests, req_ids, [d for _, d in rows], step_logits)
+        step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
         outcome = method.decide(cfg, step_logits, drafts, banned)
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
@@ -82,9 +76,10 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
                          logprobs_tensors=_logprobs(runner, out, logits, first))
 
 
-def _logits(method, proposer, batch, logits, logits_indices, first, index, n, cfg) -> dict[str, torch.Tensor]:
-    """The logits the method's rule reads, for the rows `index` with n drafts each: t, b [G, n+1, V];
-    a [G, n or n+1, V]."""
+def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:
+    """The logits the method's rule reads, for the rows `index` with their drafts [G, n]: t, b [G, n+1, V];
+    a [G, n or n+1, V]. A test recording wraps this function while it is on."""
+    n = drafts.shape[1]
     out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
     if "b" in method.reads:
         token_index = torch.cat([logits_indices[first[i]:first[i] + n + 1] for i in index])

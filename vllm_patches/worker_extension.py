@@ -51,22 +51,27 @@ class AsymSpecWorkerExtension:
                 "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in proposer.attention.groups]}
 
     def asymspec_set_capture(self, on: bool) -> None:
-        from .capture import LogitCapture
+        from . import harness
 
-        self._asymspec_proposer().capture = LogitCapture() if on else None
+        harness.record(self._asymspec_proposer(), "proposals", on)
 
     def asymspec_captured(self) -> dict:
-        capture = self._asymspec_proposer().capture
-        return capture.packed() if capture is not None else {}
+        from . import harness
+
+        proposals = harness.recording(self._asymspec_proposer()).proposals or {}
+        return {req_id: {**row, "a": [{**p, "a": pack_tensor(p["a"])} for p in row["a"]],
+                         "b": [{**p, "b": pack_tensor(p["b"])} for p in row["b"]]}
+                for req_id, row in proposals.items()}  # msgpack carries no tensors: packed
 
     def asymspec_set_step_capture(self, on: bool) -> None:
-        from .step_capture import StepCapture
+        from . import harness
 
-        self._asymspec_proposer().step_capture = StepCapture() if on else None
+        harness.record(self._asymspec_proposer(), "steps", on)
 
     def asymspec_step_captured(self) -> dict:
-        capture = self._asymspec_proposer().step_capture
-        steps = capture.steps if capture is not None else {}
+        from . import harness
+
+        steps = harness.recording(self._asymspec_proposer()).steps or {}
         return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
                          for entry in entries] for req_id, entries in steps.items()}
 

@@ -35,10 +35,13 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None, dtype,
-                 tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None):
+                 tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None,
+                 drafter_share: float | None = None, loop=None):
+        """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
         self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
         self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
-        self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs),
+        self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs,
+                                                             drafter_share, loop),
                                    max_engines or default_capacity())
 
     @classmethod
@@ -51,25 +54,32 @@ class VLLMBackend:
     def engine(self, spec: EngineSpec):
         return self.engines.get(spec)
 
+    def start_engines(self, specs: list[EngineSpec]) -> list:
+        """Start these engines now and no others (a server's fixed set: a request needing another raises
+        ConfigError); if one fails to start, those started are shut down."""
+        return self.engines.start_fixed(specs)
+
     def close(self, spec: EngineSpec | None = None) -> None:
         """Shut down one cached engine (or all) and free its memory."""
         self.engines.close(spec)
 
-    def engine_for(self, method: Method | str, K: int) -> tuple[EngineSpec, str]:
+    def engine_for(self, method: Method | str, K: int, speculative: bool = False) -> tuple[EngineSpec, str]:
         """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
         engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
-        up to its own."""
+        up to its own; with `speculative` Floor runs there too, in mode "floor" (no drafts: the verifier's
+        greedy tokens on x_comp), as on a server."""
         method = method if isinstance(method, Method) else method_named(method)
-        if method.engine == "verifier":
+        if method.engine == "verifier" and not speculative:
             return EngineSpec(self.verifier), "plain"
         if method.engine == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
-        drafter = self.text_drafter if (method.drafting.model == "sd_drafter" and self.text_drafter) else self.drafter
+        drafting = method.drafting.model if method.drafting else None
+        drafter = self.text_drafter if (drafting == "sd_drafter" and self.text_drafter) else self.drafter
         return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method.name
 
-    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig) -> int:
+    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False) -> int:
         """Every view of a request runs in one engine: its max_model_len."""
-        spec, _ = self.engine_for(method, cfg.K)
+        spec, _ = self.engine_for(method, cfg.K, speculative)
         return int(self.engine(spec).llm_engine.vllm_config.model_config.max_model_len)
 
     # -- running ---------------------------------------------------------------------------------
@@ -86,25 +96,28 @@ class VLLMBackend:
         progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self._row(o, method, mode, elapsed) for o in finals]
+        return [self.row(o, method, mode, elapsed) for o in finals]
 
-    def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig) -> tuple[dict, object]:
-        """What the method's engine receives for one request: its prompt and SamplingParams."""
+    def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
+                       speculative: bool = False) -> tuple[dict, object]:
+        """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
+        engine_for)."""
         method = method if isinstance(method, Method) else method_named(method)
-        spec, mode = self.engine_for(method, cfg.K)
-        room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg))
+        spec, mode = self.engine_for(method, cfg.K, speculative)
+        room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg,
+                                                   speculative=speculative))
         return self._prompt(self.engine(spec), r, method), self._params(r, method, mode, cfg, room)
 
     def served_request(self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
-        every method but the drafter alone, Floor as SD's request in mode "floor" (no drafts: it reads what SD
-        reads, with the same budget)."""
-        if method.name == "floor":
-            prompt, params = self.engine_request(r, "sd", cfg)
-            params.extra_args["asymspec"]["mode"] = "floor"
-            return prompt, params, "floor"
-        prompt, params = self.engine_request(r, method, cfg)
-        return prompt, params, self.engine_for(method, cfg.K)[1]
+        every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
+        budget)."""
+        prompt, params = self.engine_request(r, method, cfg, speculative=True)
+        return prompt, params, self.engine_for(method, cfg.K, speculative=True)[1]
+
+    def served_engine(self, method: Method, K: int):
+        """The engine a server runs the method on (served_request's)."""
+        return self.engine(self.engine_for(method, K, speculative=True)[0])
 
     def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
@@ -133,7 +146,7 @@ class VLLMBackend:
                   stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=False)
         if mode == "plain":
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
-        full = r.full if method.drafting.view == "x_full" else None
+        full = r.full if method.drafting and method.drafting.view == "x_full" else None
         extra = vllm_patches.make_extra_args(
             mode, cfg, x_full=full.ids if full else None, pixel_values=full.pixel_values if full else None,
             image_grid_thw=full.image_grid_thw if full else None, banned=banned)
@@ -148,7 +161,8 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def _row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
+    def row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
+        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason)."""
         from vllm_patches.stats import from_output
 
         completion = o.outputs[0]

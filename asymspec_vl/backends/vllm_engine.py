@@ -25,12 +25,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import ConfigError
+from ..limits import LIMITS
+
 logger = logging.getLogger(__name__)
 
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
-DEFAULT_SPEC_TOKENS = 4  # a speculative engine drafts up to max(this, the largest K asked for)
+DEFAULT_SPEC_TOKENS = LIMITS.speculative_tokens  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
 _stale_checked = False  # whether this process looked for an earlier run's engine processes
 
@@ -77,9 +80,12 @@ class EngineSpec:
     images: bool = False  # the model reads images (drafter-alone engine)
 
 
-def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict):
-    from vllm import LLM
-
+def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict,
+                 drafter_share: float | None = None, loop=None):
+    """The one place an engine is made: a vllm.LLM, or with `loop` an AsyncLLM seen as one (EngineView: a server's
+    engines, driven by that event loop). drafter_share: with a drafter-alone engine beside the speculative one on
+    the GPU, the drafter's gpu_memory_utilization (the speculative engine takes vLLM's 0.9 less it, unless
+    engine_kwargs set its share)."""
     from vllm_patches.worker_extension import WORKER_EXTENSION
 
     kwargs = dict(CPU_DEFAULTS) if on_cpu() else {}
@@ -92,7 +98,20 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
                                         "num_speculative_tokens": spec.K,
                                         "draft_tensor_parallel_size": tensor_parallel_size}
     kwargs.update(engine_kwargs)
-    return LLM(model=spec.model, **kwargs)
+    if drafter_share is not None and spec.images:
+        kwargs["gpu_memory_utilization"] = drafter_share
+    elif drafter_share is not None and "gpu_memory_utilization" not in engine_kwargs:
+        kwargs["gpu_memory_utilization"] = 0.9 - drafter_share  # vLLM's 0.9, less the drafter's share
+    if loop is None:
+        from vllm import LLM
+
+        return LLM(model=spec.model, **kwargs)
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from .engine_view import EngineView
+
+    return EngineView(AsyncLLM.from_engine_args(AsyncEngineArgs(model=spec.model, **kwargs)), loop)
 
 
 def shutdown_engine(llm) -> None:
@@ -100,15 +119,29 @@ def shutdown_engine(llm) -> None:
     cache and weights, and on a GPU its device memory, are free before the next engine starts."""
     from .engine_life import shut_down
 
-    shut_down(llm.llm_engine.engine_core, llm.llm_engine.engine_core.shutdown)
+    core = llm.llm_engine.engine_core
+    shut_down(core, getattr(llm, "shutdown", core.shutdown))  # an EngineView stops its AsyncLLM; an LLM its core
 
 
 class EngineCache:
-    """Live engines by EngineSpec, least recently used first; at most `capacity` at once."""
+    """Live engines by EngineSpec, least recently used first; at most `capacity` at once. After `start_fixed` the
+    set is fixed (a server's): asking for another engine raises ConfigError."""
 
     def __init__(self, build: Callable[[EngineSpec], object], capacity: int):
-        self.build, self.capacity = build, capacity
+        self.build, self.capacity, self.fixed = build, capacity, False
         self.live: OrderedDict[EngineSpec, object] = OrderedDict()
+
+    def start_fixed(self, specs: list[EngineSpec]) -> list:
+        """Start these engines now, in order, and no others later; if one fails to start, those started are shut
+        down and the error raised."""
+        self.capacity = max(self.capacity, len(specs))
+        try:
+            engines = [self.get(spec) for spec in specs]
+        except BaseException:
+            self.close()
+            raise
+        self.fixed = True
+        return engines
 
     def speculative_K(self, model: str, drafter: str, K: int) -> int:
         """The K of the engine that serves (model, drafter) at this K: a live one whose K suffices, else
@@ -122,6 +155,8 @@ class EngineCache:
         if spec in self.live:
             self.live.move_to_end(spec)
             return self.live[spec]
+        if self.fixed:
+            raise ConfigError(f"this server runs no engine for {_describe(spec)}: its engines start with the server")
         for other in [s for s in self.live if spec.drafter and (s.model, s.drafter) == (spec.model, spec.drafter)]:
             logger.info("asymspec-vl: restarting the speculative engine of %s with K=%s (was %s)",
                         spec.model, spec.K, other.K)

@@ -1,12 +1,11 @@
 """Compile every gate-kernel variant for a CUDA target (Triton -> PTX -> cubin with the bundled ptxas), no GPU
 needed: catches what triton's interpreter accepts but the compiler does not. Run without TRITON_INTERPRET:
 
-    python -m asymspec_vl.kernels.compile_check [--arch 90]
+    python -m asymspec_vl.doctor_kernels compile [--arch 90]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 
 PTR = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
@@ -59,14 +58,3 @@ def compile_all(arch: int = 90, num_warps: int = 8) -> int:
         assert kernel.asm.get("cubin"), f"{name}: no cubin"
         n += 1
     return n
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", type=int, default=90, help="CUDA compute capability x10 (90: H100 / H200)")
-    args = ap.parse_args()
-    print(f"compiled {compile_all(args.arch)} kernel variants for sm_{args.arch}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,10 @@
 """Gate/fusion dispatch: the fused Triton kernel on CUDA tensors, the torch reference (gate.py) elsewhere.
 
 asymspec_step has the signature and result of gate.asymspec_step (the [B, K+1, V] layout of kernels/layout.py);
-gate.decide_asymspec, which the decoding loop and the vLLM sampler both call, goes through it. The environment variable ASYMSPEC_GATE_BACKEND = auto (default) | torch | triton forces a path; "triton"
-on CPU tensors needs TRITON_INTERPRET=1 set before triton is first imported.
+decide_asymspec, AsymSpec's rule, which the decoding loop and the vLLM sampler both call (methods.py), goes through
+it. Imports run one way: this module reads gate.py (the reference), gate.py reads nothing here. The environment
+variable ASYMSPEC_GATE_BACKEND = auto (default) | torch | triton forces a path; "triton" on CPU tensors needs
+TRITON_INTERPRET=1 set before triton is first imported.
 """
 
 from __future__ import annotations
@@ -63,3 +65,14 @@ def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: tor
     n_acc = n_acc.long()
     n_drafts = num_drafts.long() if num_drafts is not None else torch.full_like(n_acc, K1 - 1)
     return StepOutcome(n_acc, token.long(), n_acc == n_drafts, div.view(B, K1))
+
+
+def decide_asymspec(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
+                    banned: torch.Tensor | None = None) -> StepOutcome:
+    """AsymSpec's rule: the CDA gate, δ-fusion at the first rejection, the bonus after K accepts.
+    a: [B, K or K+1, V] (a_{K+1} is drafted only for a fused bonus: the verifier's bonus argmax(t_{K+1}) never
+    reads it, so b_{K+1} stands in, delta_{K+1} = 0); b, t: [B, K+1, V]; drafts: [B, K]. On CUDA tensors the
+    fused Triton kernel decides, elsewhere gate.asymspec_step (the reference)."""
+    if a.shape[1] == drafts.shape[1]:
+        a = torch.cat([a, b[:, -1:]], dim=1)
+    return asymspec_step(a, b, t, drafts, cfg, banned)

@@ -1,23 +1,22 @@
 """The Triton gate kernel against the torch reference (gate.asymspec_step) on this machine's device, for every
 gate, delta source and bonus rule: the check `asymspec-vl doctor` runs.
 
-    python -m asymspec_vl.kernels.self_check [--vocab 151936] [--dtype bfloat16] [--json]
+    python -m asymspec_vl.doctor_kernels self-check [--vocab 151936] [--dtype bfloat16] [--json]
 
 On a CUDA device the compiled kernel runs; elsewhere it runs in triton's interpreter, which needs
-TRITON_INTERPRET=1 in the environment before triton is imported (the doctor starts this module in a process
+TRITON_INTERPRET=1 in the environment before triton is imported (the doctor starts the check in a process
 of its own for that).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 
 import torch
 
 from ..config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
+from ..limits import LIMITS
 
 
 def random_step(seed: int, B: int, K: int, V: int, dtype: torch.dtype, device: str):
@@ -35,7 +34,7 @@ def random_step(seed: int, B: int, K: int, V: int, dtype: torch.dtype, device: s
 
 
 def self_check(device: str | None = None, dtype: str = "bfloat16", vocab: int = 151_936, batch: int = 4,
-               K: int = 4) -> dict:
+               K: int = LIMITS.speculative_tokens) -> dict:
     """{"device", "dtype", "vocab", "cases", "mismatches": [case names]}: a case mismatches when the kernel's
     accepted counts or emitted tokens differ from the reference's."""
     from .. import gate
@@ -55,22 +54,3 @@ def self_check(device: str | None = None, dtype: str = "bfloat16", vocab: int = 
                 and torch.equal(token.long().cpu(), ref.token.cpu())):
             mismatches.append(f"gate={gate_name} delta={delta} bonus={bonus}")
     return {"device": device, "dtype": dtype, "vocab": vocab, "cases": cases, "mismatches": mismatches}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocab", type=int, default=151_936, help="V (Qwen3's 151,936 by default)")
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    ap.add_argument("--json", action="store_true", help="print the result as one JSON line")
-    args = ap.parse_args()
-    result = self_check(dtype=args.dtype, vocab=args.vocab)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases equal on {result['device']} "
-              f"({args.dtype}, V={args.vocab})" + "".join(f"\n  differs: {m}" for m in result["mismatches"]))
-    raise SystemExit(1 if result["mismatches"] else 0)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..images import MAX_FILE_BYTES, MAX_PIXELS
+from ..limits import LIMITS
 
 BACKENDS = ("vllm", "hf")
 
@@ -20,17 +20,17 @@ class ServeSettings:
     backend: str = "vllm"
     served_model_name: str = "asymspec-vl"
     api_key: str | None = None  # None: no key; /v1/* then answers anyone who can reach the port
-    K: int = 4  # the speculative engine's num_speculative_tokens: a request may ask for any K up to it
+    K: int = LIMITS.speculative_tokens  # the speculative engine's num_speculative_tokens: requests ask for K <= it
     drafter_engine: bool = False  # vLLM: a second engine with the VL drafter as target serves method "drafter"
     drafter_memory: float = 0.1  # that engine's gpu_memory_utilization (a GPU share of its own)
     engine_kwargs: dict = field(default_factory=dict)  # tensor / data parallel size, max_model_len, ...
     dtype: str = "auto"
     device: str | None = None  # hf backend
     # per-request limits
-    max_body_bytes: int = 64 * 2**20
-    max_image_bytes: int = MAX_FILE_BYTES
-    max_image_pixels: int = MAX_PIXELS
-    max_tokens: int = 1024  # the largest max_tokens a request may ask for (and the default when it asks none)
+    max_body_bytes: int = LIMITS.body_bytes
+    max_image_bytes: int = LIMITS.image_bytes
+    max_image_pixels: int = LIMITS.image_pixels
+    max_tokens: int = LIMITS.answer_tokens  # the largest max_tokens a request may ask for (and its default)
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
     # the connection (server.py): how long a client may take to send its headers / its body, how many it may hold

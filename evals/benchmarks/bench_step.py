@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--drafter")
     ap.add_argument("--verifier")
     ap.add_argument("--tokens", type=int, default=384)
-    ap.add_argument("--K", type=int, default=2)
+    ap.add_argument("--K", type=int, default=AsymSpecConfig.K)
     ap.add_argument("--bucket", type=int, default=64)
     ap.add_argument("--skip-naive", action="store_true")
     args = ap.parse_args()

@@ -123,7 +123,7 @@ def main() -> None:
     ap.add_argument("--drafter-size", choices=sorted(DRAFTER_SIZES), default="2b")
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--K", type=int, default=2)
+    ap.add_argument("--K", type=int, default=AsymSpecConfig.K)
     ap.add_argument("--image-side", type=int, default=None, help="largest image side (default 128 tiny, 448 sized)")
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     ap.add_argument("--methods", default=",".join(METHODS))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.methods import METHODS
 
-BASE = AsymSpecConfig(K=2, beta=1.0, gamma=0.5, max_new_tokens=48)  # the toy eval's settings
+BASE = AsymSpecConfig(max_new_tokens=48)  # the toy eval's settings (evals/toy/eval.py BASE)
 
 
 @dataclass(frozen=True)

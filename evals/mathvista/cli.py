@@ -44,7 +44,7 @@ def register(esub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_threads_arg(p)
     add_model_args(p)
-    add_config_args(p, K=PAPER_DECODING["K"], max_new_tokens=PAPER_DECODING["max_new_tokens"])
+    add_config_args(p, **PAPER_DECODING)
     p.set_defaults(func=_run)
 
 

@@ -87,7 +87,7 @@ def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedReque
             return run
         for i, (row, (_, rid, _, _, mode)) in enumerate(zip(workload.rows, items)):
             method = METHODS["sd" if row.mode == "plain" else row.mode]
-            run.rows[i] = VLLMBackend._row(finals[rid], method, mode, 0.0)
+            run.rows[i] = VLLMBackend.row(finals[rid], method, mode, 0.0)
         for req_id, entries in probe.captured_step_logits(llm).items():
             rid = req_id.rsplit("-", 1)[0]  # vLLM appends a suffix to the client's request id
             run.steps[int(rid.removeprefix("stress-"))] = entries

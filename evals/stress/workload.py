@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, Request
+from asymspec_vl.limits import LIMITS
 
 # The CPU build's attention (vllm/v1/attention/backends/cpu_attn.py) takes any block size its kernel divides:
 # multiples of 16 ("vec16"), of 32 for the "vec" / AMX kernels; 128 is the CPU platform's default.
@@ -42,7 +43,7 @@ WORDS = ("the chart shows bars of red green blue value total sum angle circle sq
 @dataclass(frozen=True)
 class EngineCase:
     block_size: int = 16
-    K: int = 4  # num_speculative_tokens: the most drafts a request may ask for
+    K: int = LIMITS.speculative_tokens  # num_speculative_tokens: the most drafts a request may ask for
     max_num_seqs: int = 4
     max_num_batched_tokens: int | None = None
     prefix_caching: bool = True
