@@ -38,7 +38,7 @@ def draft(drafter, rows) -> dict[str, list[int]]:
             batch = [PassRow(1, starts[req_id] + k, generated_positions(starts[req_id] + k, 1, 0, drafter.uses_mrope),
                              blocks[i]) for i, req_id, _ in (group[j] for j in live)]
             hidden, last = run_pass(drafter, batch, table.block_size,
-                                    token_ids=tokens if index is None else tokens[index])
+                                    token_ids=tokens if index is None else tokens[index], decode=True)
             new = greedy(drafter.model.compute_logits(hidden[last]), banned if index is None else banned[index])
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)

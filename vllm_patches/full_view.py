@@ -56,7 +56,7 @@ def draft(drafter, rows, images: FullViewImages | None) -> dict[str, list[int]]:
         index = to_device(torch.tensor(live), drafter.device) if len(live) < len(rows) else None
         batch = [pass_row(drafter, rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
         hidden, last = run_pass(drafter, batch, drafter.pool.block_size, drafter.pool.tensors,
-                                token_ids=tokens if index is None else tokens[index])
+                                token_ids=tokens if index is None else tokens[index], decode=True)
         step = drafter.model.compute_logits(hidden[last])  # [len(live), V]
         for j, r in enumerate(live):
             logits[r].append(step[j])
