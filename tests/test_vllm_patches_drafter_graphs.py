@@ -174,3 +174,26 @@ def test_capture_runs_each_size_in_the_compiled_form(vllm_config):
     assert [(c["mode"], c["n"], c["input_ids"]) for c in model.calls] == [
         (CUDAGraphMode.PIECEWISE, n, None) for n in (8, 4, 2, 1)]
     assert all(c["slots"]["layer.0"].eq(-1).all() for c in model.calls)
+
+
+def test_the_verifiers_output_leaves_the_graph_pool_before_a_drafter_replay(vllm_config):
+    """The x_comp scoring pass runs between the verifier's forward and its logits: a replayed drafter graph
+    may reuse the pool memory that holds the verifier's hidden states."""
+    from vllm.config import CUDAGraphMode
+
+    graphs = graphs_of(vllm_config, CUDAGraphMode.PIECEWISE)
+    out = torch.randn(3, 4)
+    kept = graphs.keep_verifier_output(out, 3)  # 3 tokens: replays the graph of 4
+    assert torch.equal(kept, out) and kept.data_ptr() != out.data_ptr()
+    pair = graphs.keep_verifier_output((out, [out]), 3)
+    assert pair[0].data_ptr() != out.data_ptr() and pair[1][0] is out
+    assert graphs.keep_verifier_output(out, 9) is out  # no graph of 9 tokens: nothing replays
+    assert graphs_of(vllm_config, CUDAGraphMode.NONE).keep_verifier_output(out, 3) is out
+
+
+def test_dummy_runs_before_the_kv_cache_write_nothing(vllm_config):
+    from vllm.config import CUDAGraphMode
+
+    model = Compiled()
+    graphs_of(vllm_config, CUDAGraphMode.NONE, model).dummy_run(16, (), use_cudagraphs=False)
+    assert model.calls[-1]["slots"] == {} and model.calls[-1]["n"] == 16

@@ -88,6 +88,25 @@ class DrafterGraphs:
                                               valid_modes=None if use_cudagraphs else {CUDAGraphMode.NONE})
         return mode, desc.num_tokens, desc
 
+    def replays(self, num_tokens: int) -> bool:
+        """Whether a pass of num_tokens tokens replays a CUDA graph."""
+        from vllm.config import CUDAGraphMode
+
+        return self.enabled and self.dispatch(num_tokens)[0] != CUDAGraphMode.NONE
+
+    def keep_verifier_output(self, output, num_tokens: int):
+        """The verifier forward's output, copied out of the CUDA-graph pool when the x_comp scoring pass that
+        follows it (before the runner computes the verifier's logits) replays a graph: graphs captured in one
+        pool reuse each other's memory, so the replay may overwrite it. Otherwise `output` itself."""
+        if not self.replays(num_tokens):
+            return output
+        if isinstance(output, torch.Tensor):
+            return output.clone()
+        if isinstance(output, tuple):
+            return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in output)
+        raise TypeError(f"the verifier's forward returned {type(output).__name__}; the drafter's CUDA graphs "
+                        "need a tensor or a tuple of tensors (set the speculative config's enforce_eager)")
+
     def forward(self, token_ids: torch.Tensor, positions: torch.Tensor, metadata: dict | None,
                 slot_mapping: torch.Tensor | None, layer_names) -> torch.Tensor:
         """The compiled drafter on token_ids [n] at positions [3, n] / [n] (on the device); metadata and the
@@ -113,7 +132,8 @@ class DrafterGraphs:
 
     def dummy_run(self, num_tokens: int, layer_names, use_cudagraphs: bool = True) -> None:
         """One pass of num_tokens tokens without attention metadata: the first call traces the compiled
-        model; inside the runner's capture_model (use_cudagraphs) it captures that size's graphs."""
+        model; inside the runner's capture_model (use_cudagraphs) it captures that size's graphs. Layers in
+        layer_names get padding slots (no KV written), the others none (before the KV cache exists)."""
         from vllm.forward_context import set_forward_context
 
         mode, padded, desc = self.dispatch(num_tokens, use_cudagraphs)

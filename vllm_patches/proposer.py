@@ -128,7 +128,9 @@ class AsymSpecProposer(DraftModelProposer):
         graphs captured, in the form of its compiled passes (drafter_graphs.py)."""
         if not self.graphs.enabled:
             return super().dummy_run(num_tokens, use_cudagraphs, is_graph_capturing, slot_mappings)
-        self.graphs.dummy_run(num_tokens, self._draft_attn_layer_names, use_cudagraphs)
+        names = self._draft_attn_layer_names  # KV-writing layers only where the runner has slots for them (eagle.py)
+        self.graphs.dummy_run(num_tokens, names if slot_mappings and names & set(slot_mappings) else (),
+                              use_cudagraphs)
 
     def profile_vision_tower(self) -> list[int] | None:
         """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""
