@@ -138,10 +138,11 @@ def test_a_replayed_pass_reads_padded_buffers_and_writes_no_kv_past_its_tokens(v
 
     model = Compiled()
     graphs = graphs_of(vllm_config, CUDAGraphMode.PIECEWISE, model)
+    graphs.forward(torch.arange(4), torch.arange(4).expand(3, -1), {}, torch.arange(50, 54), ["layer.0"])
     ids = torch.tensor([3, 5, 7])
     positions = torch.arange(3).expand(3, -1) + 10  # [3, n]
     slots = torch.tensor([40, 41, 42, -1, -1])  # the verifier's may run past n
-    hidden = graphs.forward(ids, positions, {}, slots, ["layer.0", "layer.1"])
+    hidden = graphs.forward(ids, positions, {}, slots, ["layer.0", "layer.1"])  # after a pass that wrote slot 53
     call = model.calls[-1]
     assert call["input_ids"] is None and call["n"] == 4  # embeddings outside, padded to the captured 4
     assert call["mode"] == CUDAGraphMode.PIECEWISE and call["desc"].num_tokens == 4
