@@ -204,18 +204,35 @@ def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(tiny_models, 
 
 # -- 4. compiled mode ------------------------------------------------------------------------------
 def test_asymspec_with_the_cpu_platforms_default_compilation(tiny_models, tiny_vl):
-    """enforce_eager=False: vLLM's CPU default (torch.compile, traced once with its guards dropped) for the
-    verifier; the drafter's passes, whose inputs change between token ids and image embeddings, stay eager."""
+    """enforce_eager=False: vLLM's CPU default (torch.compile with inductor, traced once with its guards
+    dropped) for the verifier and for the drafter's decode-shaped passes (the x_comp scoring pass, the x_full
+    passes after a step's first, sd's x_comp drafting passes; drafter_graphs.py). Tokens, sources and step
+    counts equal the same engine's with its drafter eager, and the transformers backend's."""
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from vllm.config import CompilationMode
 
     vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
                                     backend="vllm", enforce_eager=False)
     reqs = [random_request(s) for s in range(4)]
-    cfg = AsymSpecConfig(K=2, max_new_tokens=12)
     try:
         llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
-        assert llm.llm_engine.vllm_config.compilation_config.mode != 0  # CompilationMode.NONE: not eager
-        assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+        assert llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE
+        graphs = runner_of(llm).drafter.graphs
+        assert graphs.enabled
+        compiled = []  # token counts of the passes that ran compiled
+        forward = graphs.forward
+        graphs.forward = lambda ids, *a: compiled.append(ids.shape[0]) or forward(ids, *a)
+        for method, cfg in (("asymspec", AsymSpecConfig(K=2, max_new_tokens=12, bonus="fused")),
+                            ("sd", AsymSpecConfig(K=2, max_new_tokens=12))):
+            compiled.clear()
+            got = summary(vl.generate_batch(reqs, method, cfg))
+            assert compiled and min(compiled) <= len(reqs), method  # one-token-a-row passes ran compiled
+            graphs.enabled = False  # the same engine, every drafter pass eager
+            try:
+                eager = summary(vl.generate_batch(reqs, method, cfg))
+            finally:
+                graphs.enabled = True
+            assert got == eager == summary(tiny_vl.generate_batch(reqs, method, cfg)), (method, cfg.K)
     finally:
         vl.backend.close()
 
@@ -402,7 +419,10 @@ def test_asymspec_engines_get_the_worker_extension(tiny_models):
     config = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec
                         ).create_engine_config()
     assert config.parallel_config.worker_extension_cls == WORKER_EXTENSION
-    assert config.speculative_config.enforce_eager  # the drafter never compiles
+    assert not config.speculative_config.enforce_eager  # the drafter compiles where the verifier does
+    eager = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
+                       speculative_config={**spec, "enforce_eager": True}).create_engine_config()
+    assert eager.speculative_config.enforce_eager  # the switch that keeps every drafter pass eager
     mine = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec,
                       worker_extension_cls="my.Extension").create_engine_config()
     assert mine.parallel_config.worker_extension_cls == "my.Extension"

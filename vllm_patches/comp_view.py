@@ -34,6 +34,10 @@ class CompView:
         if proposer.uses_mrope and positions.dim() == 1:
             positions = positions.unsqueeze(0).expand(3, -1).contiguous()  # text: t = h = w
         metadata, slot_mapping = proposer.attention.build(common)
+        if proposer.graphs.enabled:
+            self.hidden = proposer.graphs.forward(input_ids[:n], positions, metadata, common.slot_mapping,
+                                                  proposer.attention.layer_names)
+            return
         with set_forward_context(metadata, proposer.vllm_config, num_tokens=n, slot_mapping=slot_mapping,
                                  skip_compiled=True):
             self.hidden = proposer.model(input_ids=input_ids[:n], positions=positions, inputs_embeds=None)
@@ -71,7 +75,7 @@ class CompView:
                                  generated_positions(starts[req_id] + k, 1, 0, proposer.uses_mrope), blocks[i])
                          for i, req_id, _ in (group[j] for j in live)]
                 hidden, last = run_pass(proposer, batch, table.block_size,
-                                        token_ids=tokens if index is None else tokens[index])
+                                        token_ids=tokens if index is None else tokens[index], decode=True)
                 new = greedy(proposer.model.compute_logits(hidden[last]),
                              banned if index is None else banned[index])
                 tokens = new if index is None else tokens.index_put((index,), new)

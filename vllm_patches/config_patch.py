@@ -4,9 +4,9 @@ vLLM validates `method` against a Literal, so "asymspec" is built as "draft_mode
 parallel config and max_model_len come out exactly as for a draft model) and then renamed. The drafter's
 proposals are consumed after the runner's bookkeeping (disable_padded_drafter_batch), where the committed
 tokens are plain lists; async scheduling stays off (vLLM allows it for EAGLE/draft_model only). The drafter
-runs eagerly (the speculative config's enforce_eager: no drafter compilation or CUDA-graph capture), whatever
-the verifier does. vLLM's V2 GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the
-V1 runner. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
+is compiled and its decode-shaped passes replay CUDA graphs as the verifier's engine allows
+(drafter_graphs.py); the speculative config's enforce_eager=True keeps every drafter pass eager. vLLM's V2
+GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the V1 runner. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ def speculative_config_init(original, spec, *args, **kwargs) -> None:
     if kwargs.get("method") != METHOD:
         return original(spec, *args, **kwargs)
     _refuse_v2_runner()
-    original(spec, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True,
-                             "enforce_eager": True})
+    original(spec, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True})
     spec.method = METHOD
     _check(spec)
 

@@ -3,8 +3,8 @@
 A row appends `length` tokens to its cache at cache indices start..start+length-1 with the given rope
 positions; `block_table` lists the row's blocks (in the kernel's block size). The pass builds vLLM's
 CommonAttentionMetadata (query_start_loc, seq_lens, block table, slot mapping), lets the drafter's own
-attention builders (drafter_attention.py) plan it, and runs the model eagerly under a forward context of its
-own. With `kv` (layer name -> tensor) the drafter's attention layers read and write those tensors for the
+attention builders (drafter_attention.py) plan it, and runs the model under a forward context of its own:
+eagerly, or for a decode-shaped pass through the compiled drafter (drafter_graphs.py). With `kv` (layer name -> tensor) the drafter's attention layers read and write those tensors for the
 duration instead of the cache vLLM bound to them (the x_full pool); without it, vLLM's (the x_comp view,
 on the verifier's block table).
 """
@@ -92,16 +92,22 @@ def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
 
 
 def run_pass(proposer, rows: list[PassRow], block_size: int, kv: dict[str, torch.Tensor] | None = None,
-             token_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+             token_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+             decode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward `rows` reading token_ids [N] (on the device) or inputs_embeds [N, H]; return hidden states
-    [N, H] and each row's last-token index [B] (on the device)."""
+    [N, H] and each row's last-token index [B] (on the device). A decode-shaped pass (`decode`, token_ids)
+    runs compiled where the drafter is (drafter_graphs.py), every other pass eagerly."""
     from vllm.forward_context import set_forward_context
 
     device = proposer.device
     common = common_metadata(rows, block_size, device)
     metadata, slot_mapping = proposer.attention.build(common)
     positions = to_device(torch.cat([r.positions for r in rows], dim=-1), device)
+    if decode and proposer.graphs.enabled:
+        with bound_kv(proposer.attn_layers, kv):
+            hidden = proposer.graphs.forward(token_ids, positions, metadata, common.slot_mapping,
+                                             proposer.attention.layer_names)
+        return hidden, (common.query_start_loc[1:] - 1).long()
     with bound_kv(proposer.attn_layers, kv), set_forward_context(
             metadata, proposer.vllm_config, num_tokens=common.num_actual_tokens, slot_mapping=slot_mapping,
             skip_compiled=True):

@@ -102,7 +102,7 @@ class FullView:
             index = to_device(torch.tensor(live), proposer.device) if len(live) < len(rows) else None
             batch = [self.pass_row(rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
             hidden, last = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
-                                    token_ids=tokens if index is None else tokens[index])
+                                    token_ids=tokens if index is None else tokens[index], decode=True)
             step = proposer.model.compute_logits(hidden[last])  # [len(live), V]
             for j, r in enumerate(live):
                 logits[r].append(step[j])

@@ -9,9 +9,10 @@
                incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
                first step, in chunks of at most max_num_batched_tokens), then drafts K greedily (logits a,
                kept in draft_logits until the next step verifies them).
-The drafter always runs eagerly (never compiled or captured in CUDA graphs, whatever the engine's
-compilation settings): its passes change shape and inputs (token ids, image embeddings with DeepStack
-features) in ways a graph traced once cannot follow. The verifier keeps vLLM's compilation and CUDA graphs.
+The drafter's decode-shaped passes (x_comp scoring, x_comp drafting, the x_full passes after a step's first)
+run through vLLM's compilation of the drafter and, on CUDA, its PIECEWISE CUDA graphs (drafter_graphs.py);
+a step's first x_full pass (its feed, with the image embeddings and DeepStack features) runs eagerly, and so
+does everything with the engine's or the speculative config's enforce_eager.
 Each view owns its caches and passes (full_view.py, comp_view.py); the gate/fusion math does not live here
 (sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
 """
@@ -30,6 +31,7 @@ from . import switches
 from .comp_view import CompView
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention
+from .drafter_graphs import DrafterGraphs
 from .faults import request_errors
 from .full_view import FullView, FullViewImages
 from .kv_pool import reserve_bytes
@@ -79,7 +81,11 @@ class AsymSpecProposer(DraftModelProposer):
 
     def load_model(self, target_model) -> None:
         super().load_model(target_model)
-        run_eagerly(self.model)
+        self.graphs = DrafterGraphs(self.model, self.vllm_config, self.draft_model_config.get_hidden_size(),
+                                    self.draft_model_config.dtype, bool(self.draft_model_config.uses_mrope),
+                                    self.device, bool(self.speculative_config.enforce_eager))
+        if not self.graphs.enabled:
+            run_eagerly(self.model)
         ctx = self.vllm_config.compilation_config.static_forward_context
         self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
         self.uses_mrope = bool(self.draft_model_config.uses_mrope)
@@ -101,11 +107,22 @@ class AsymSpecProposer(DraftModelProposer):
         """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
         in the final kernel block size (self.block_size)."""
         super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
+        self.graphs.initialize_keys()  # the runner has resolved its cudagraph mode and capture sizes
         self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
                                           getattr(self.runner, "reorder_batch_threshold", None))
         self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
         self.pool_reservation = None  # its memory goes to the pool
         self.full.lay_out(self.attn_layers, self.vllm_config, self.device, self.block_size)
+
+    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                  slot_mappings=None) -> None:
+        """The runner's dummy runs (profile, warm-up, capture_model): the compiled drafter traced, and its
+        graphs captured, in the form of its compiled passes (drafter_graphs.py)."""
+        if not self.graphs.enabled:
+            return super().dummy_run(num_tokens, use_cudagraphs, is_graph_capturing, slot_mappings)
+        names = self._draft_attn_layer_names  # KV-writing layers only where the runner has slots for them (eagle.py)
+        self.graphs.dummy_run(num_tokens, names if slot_mappings and names & set(slot_mappings) else (),
+                              use_cudagraphs)
 
     def profile_vision_tower(self) -> list[int] | None:
         """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""

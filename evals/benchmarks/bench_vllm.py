@@ -1,14 +1,22 @@
 """Benchmark: floor, sd, drafter-alone and asymspec through vLLM, side by side: tokens/s, acceptance,
-and the per-step time of each AsymSpec phase (verifier forward, the drafter's base pass on x_comp, the
-gate/fusion sampler, the x_full drafting).
+the per-step time of each AsymSpec phase (verifier forward, the drafter's base pass on x_comp, the
+gate/fusion sampler, the x_full drafting), with the drafter eager and compiled, and the speedup bound each
+split implies beside the measured speedup over the Floor.
 
-    python -m asymspec_vl.evals.benchmarks.bench_vllm [--models tiny|sized] [--requests 8] [--tokens 64]
-        [--K 2] [--verifier-size 8b] [--drafter-size 2b] [--tensor-parallel-size 1] [--out DIR]
+    python -m asymspec_vl.evals.benchmarks.bench_vllm [--models tiny|embedded|sized] [--cost-ratio R]
+        [--modes eager,compiled] [--requests 8] [--tokens 64] [--K 2] [--verifier-size 8b]
+        [--drafter-size 2b] [--tensor-parallel-size 1] [--out DIR]
 
-tiny   the tiny random models (what CPU machines can run).
-sized  random weights at real sizes, from configs alone (vLLM's dummy weight loader): a drafter shaped
-       like Qwen3-VL-2B-Instruct and a verifier shaped like a Qwen3 model (--verifier-size), with the
-       tiny tokenizer inside the real 151,936-row vocabulary; meant for a GPU. "mini" shapes run anywhere.
+tiny      the tiny random models (what CPU machines can run).
+embedded  the embedded toy pair on held-out toy questions; --cost-ratio R > 1 swaps in the heavy verifier
+          (`asymspec-vl toy heavy`: the same logits at R x the cost).
+sized     random weights at real sizes, from configs alone (vLLM's dummy weight loader): a drafter shaped
+          like Qwen3-VL-2B-Instruct and a verifier shaped like a Qwen3 model (--verifier-size), with the
+          tiny tokenizer inside the real 151,936-row vocabulary; meant for a GPU. "mini" shapes run anywhere.
+Modes: eager (enforce_eager=True: nothing compiled) and compiled (vLLM's compilation for the verifier and
+the drafter's decode-shaped passes; on CUDA their CUDA graphs; vllm_patches/drafter_graphs.py).
+The bound: with c_v the verifier's forward per step and c_d = (x_comp pass + x_full drafting) / (K + 1) the
+drafter's, a step emitting MAL tokens is at most MAL * c_v / ((K + 1) c_d + c_v) x the Floor (speed.py).
 Stop tokens are disabled so every request reaches --tokens; each engine is started and warmed up on one
 request before its timed batch.
 """
@@ -116,9 +124,48 @@ def bench(vl: AsymSpecVL, method: str, reqs: list[Request], cfg: AsymSpecConfig)
     return row
 
 
+def load_models(args, root: Path) -> tuple[dict, dict, list[Request]]:
+    """(model paths, engine kwargs, requests) of --models."""
+    engine_kwargs = {"tensor_parallel_size": args.tensor_parallel_size}
+    if args.models == "tiny":
+        from asymspec_vl.tiny import write_tiny_models
+
+        p = write_tiny_models(root)
+        models = {"drafter": p["vl_drafter"], "verifier": p["verifier"], "text_drafter": p["text_drafter"]}
+        return models, engine_kwargs, requests(args.requests, args.image_side or 128)
+    if args.models == "embedded":
+        from asymspec_vl.evals.toy.eval import request_of
+        from asymspec_vl.toy import world
+        from asymspec_vl.toy.heavy import source_folder, write_heavy_verifier
+
+        verifier = (write_heavy_verifier(root / f"verifier-R{args.cost_ratio:g}", args.cost_ratio)
+                    if args.cost_ratio > 1 else source_folder())
+        models = {"drafter": "embedded", "verifier": verifier, "text_drafter": None}
+        return models, {**engine_kwargs, "dtype": "float32"}, [request_of(e) for e in world.heldout(args.requests)]
+    models = write_sized_models(root, args.verifier_size, args.drafter_size)
+    engine_kwargs.update(load_format="dummy", max_model_len=4096)
+    return models, engine_kwargs, requests(args.requests, args.image_side or 448)
+
+
+def add_bounds(rows: list[dict], K: int) -> None:
+    """Each speculative row's speedup over its mode's Floor and the bound its per-step split implies."""
+    from .speed import bound
+
+    floors = {r["mode"]: r["tokens_per_s"] for r in rows if r["method"] == "floor"}
+    for row in rows:
+        if row["mode"] in floors:
+            row["x_floor"] = row["tokens_per_s"] / floors[row["mode"]]
+        if "verifier_ms_per_step" in row and row["method"] in ("sd", "asymspec"):
+            forwards = K + 1 if row["method"] == "asymspec" else K  # sd: K drafts on x_comp, no base pass
+            c_d = (row["base_pass_ms_per_step"] * (row["method"] == "asymspec") + row["draft_ms_per_step"]) / forwards
+            row["bound"] = bound(row["mean_accepted_length"], c_d, row["verifier_ms_per_step"], forwards)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", choices=("tiny", "sized"), default="tiny")
+    ap.add_argument("--models", choices=("tiny", "embedded", "sized"), default="tiny")
+    ap.add_argument("--cost-ratio", type=float, default=1.0, help="with --models embedded: the heavy verifier's R")
+    ap.add_argument("--modes", default="eager,compiled", help="eager, compiled or both")
     ap.add_argument("--verifier-size", choices=sorted(VERIFIER_SIZES), default="8b")
     ap.add_argument("--drafter-size", choices=sorted(DRAFTER_SIZES), default="2b")
     ap.add_argument("--requests", type=int, default=8)
@@ -129,28 +176,26 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default=None, help="write bench_vllm.{md,csv,json} here")
     args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"eager", "compiled"}:
+        ap.error(f"--modes takes eager and/or compiled, got {args.modes!r}")
 
     root = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
-    engine_kwargs = {"tensor_parallel_size": args.tensor_parallel_size}
-    if args.models == "tiny":
-        from asymspec_vl.tiny import write_tiny_models
-
-        p = write_tiny_models(root)
-        models = {"drafter": p["vl_drafter"], "verifier": p["verifier"], "text_drafter": p["text_drafter"]}
-    else:
-        models = write_sized_models(root, args.verifier_size, args.drafter_size)
-        engine_kwargs.update(load_format="dummy", max_model_len=4096)
+    rows = []
     with stdout_to_stderr():  # vLLM's and Gloo's start-up lines: stdout holds the table only
-        vl = AsymSpecVL.from_pretrained(**{k: str(v) if v else None for k, v in models.items()}, backend="vllm",
-                                        **engine_kwargs)
+        models, engine_kwargs, reqs = load_models(args, root)
         cfg = AsymSpecConfig(K=args.K, max_new_tokens=args.tokens, ignore_eos=True)
-        reqs = requests(args.requests, args.image_side or (128 if args.models == "tiny" else 448))
-        rows = [bench(vl, m, reqs, cfg) for m in args.methods.split(",")]
-    columns = ["method", "requests", "tokens", "seconds", "tokens_per_s", "acceptance_rate",
-               "mean_accepted_length", "verifier_ms_per_step", "base_pass_ms_per_step", "gate_ms_per_step",
-               "draft_ms_per_step"]
-    title = (f"vLLM {args.models} models (K={args.K}, {args.requests} requests x {args.tokens} tokens"
-             + (f", verifier {args.verifier_size}, drafter {args.drafter_size}" if args.models == "sized" else "") + ")")
+        for mode in modes:
+            vl = AsymSpecVL.from_pretrained(**{k: str(v) if v else None for k, v in models.items()}, backend="vllm",
+                                            enforce_eager=mode == "eager", **engine_kwargs)
+            rows += [{"mode": mode, **bench(vl, m, reqs, cfg)} for m in args.methods.split(",")]
+    add_bounds(rows, args.K)
+    columns = ["mode", "method", "requests", "tokens", "seconds", "tokens_per_s", "x_floor", "bound",
+               "acceptance_rate", "mean_accepted_length", "verifier_ms_per_step", "base_pass_ms_per_step",
+               "gate_ms_per_step", "draft_ms_per_step"]
+    what = {"sized": f", verifier {args.verifier_size}, drafter {args.drafter_size}",
+            "embedded": f", R = {args.cost_ratio:g}"}.get(args.models, "")
+    title = f"vLLM {args.models} models (K={args.K}, {args.requests} requests x {args.tokens} tokens{what})"
     print(f"# {title}\n\n" + markdown_table(rows, columns))
     if args.out:
         write_table(rows, columns, args.out, "bench_vllm", title)
