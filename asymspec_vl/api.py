@@ -208,11 +208,12 @@ class AsymSpecVL:
         return encoded
 
     def decode(self, token_ids: list[int]) -> str:
-        return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return self.pair.decode(token_ids)
 
     def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
         pieces = trace_pieces(self.pair.tokenizer, out.token_ids)
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
-        return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
+        text = out.text if out.text is not None else self.decode(out.token_ids)  # a stop string cut it
+        return GenerationResult(text, out.token_ids, trace, out.stats, enc.prompts,
                                 method, cfg, out.finish_reason, dict(enc.meta), out.error)
 
