@@ -134,7 +134,12 @@ class AsymSpecVL:
         Text arguments are str (caption / ocr None read as ""); config may be a dict of AsymSpecConfig
         fields, and keyword overrides (max_new_tokens=64, K=4, beta=..., gamma=...) replace its fields.
         A bad argument raises its own typed error (InvalidTextError, InvalidImageError, ...,
-        ConfigError for an unknown or invalid field) naming it; a failed model run raises RequestFailedError."""
+        ConfigError for an unknown or invalid field) naming it; a failed model run raises RequestFailedError.
+        Sampling (temperature > 0, top_p, top_k, min_p, seed) and stop strings follow vLLM's SamplingParams;
+        AsymSpec at temperature tau > 0 is this project's extension of the paper's greedy Algorithm 1: drafts
+        drawn from the drafter's filtered softmax(a / tau), the gate unchanged (temperature 1), the token at a
+        rejection drawn from filtered softmax((t + beta * delta) / tau), the bonus from softmax(t / tau); tau -> 0
+        is Algorithm 1 exactly. SD samples losslessly (speculative sampling). docs/python-api.md, "Sampling"."""
         req = Request(image, question, caption, ocr, full_context, compressed_context)
         return self.generate_batch([req], method, config, on_step, on_error="raise", **overrides)[0]
 
@@ -208,11 +213,12 @@ class AsymSpecVL:
         return encoded
 
     def decode(self, token_ids: list[int]) -> str:
-        return self.pair.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return self.pair.decode(token_ids)
 
     def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
         pieces = trace_pieces(self.pair.tokenizer, out.token_ids)
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
-        return GenerationResult(self.decode(out.token_ids), out.token_ids, trace, out.stats, enc.prompts,
+        text = out.text if out.text is not None else self.decode(out.token_ids)  # a stop string cut it
+        return GenerationResult(text, out.token_ids, trace, out.stats, enc.prompts,
                                 method, cfg, out.finish_reason, dict(enc.meta), out.error)
 

@@ -11,7 +11,8 @@ Terms, for one speculation step of one request with K drafts d_1..d_K:
   bonus     : argmax(t_{K+1}) when all drafts pass (or the fused variant)
 Every argmax skips `banned` tokens (structural specials such as <|image_pad|>) and breaks ties
 toward the lowest token id. Logits of any float dtype are reduced in float32.
-Both backends (transformers loop, vLLM sampler) and the kernels call exactly these definitions.
+Both backends (transformers loop, vLLM sampler) and the kernels call exactly these definitions; the sampled
+rules (temperature > 0) are in sampling.py, on the same gate.
 """
 
 from __future__ import annotations
@@ -106,9 +107,25 @@ def leading_accepts(accept: torch.Tensor, num_drafts: torch.Tensor | None) -> to
     return accept.long().cumprod(dim=1).sum(dim=1)
 
 
-def _select(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+def select(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """x[b, pos[b]] for x [B, K+1, V] -> [B, V]."""
     return x[torch.arange(x.shape[0], device=x.device), pos]
+
+
+def gate_accepts(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
+                 num_drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CDA gate (Algorithm 1, lines 8-12) on float32 logits a, b, t [B, K+1, V] and drafts [B, K]:
+    (leading drafts accepted [B], every draft passed [B], D_i [B, K+1]). Probabilities at temperature 1."""
+    K = drafts.shape[1]
+    la, lb, lt = a.log_softmax(-1), b.log_softmax(-1), t.log_softmax(-1)
+    divergence = kl(la, lb) if cfg.gate == "kl" else jsd(la, lb)  # [B, K+1]
+    idx = drafts.unsqueeze(-1)
+    lt_d = lt[:, :K].gather(-1, idx).squeeze(-1)  # [B, K] log p_t(d_i)
+    lb_d = lb[:, :K].gather(-1, idx).squeeze(-1)  # [B, K] log p_b(d_i)
+    accept = lt_d > log_gamma_eff(cfg, la, lb, drafts, divergence) + lb_d
+    n_acc = leading_accepts(accept, num_drafts)
+    n_drafts = num_drafts if num_drafts is not None else torch.full_like(n_acc, K)
+    return n_acc, n_acc == n_drafts, divergence
 
 
 def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor,
@@ -120,19 +137,8 @@ def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: tor
     num_drafts: [B] drafts per request when fewer than K (positions past it are padding).
     """
     a, b, t = a.float(), b.float(), t.float()
-    K = drafts.shape[1]
-    la, lb, lt = a.log_softmax(-1), b.log_softmax(-1), t.log_softmax(-1)
-    divergence = kl(la, lb) if cfg.gate == "kl" else jsd(la, lb)  # [B, K+1]
-
-    idx = drafts.unsqueeze(-1)
-    lt_d = lt[:, :K].gather(-1, idx).squeeze(-1)  # [B, K] log p_t(d_i)
-    lb_d = lb[:, :K].gather(-1, idx).squeeze(-1)  # [B, K] log p_b(d_i)
-    accept = lt_d > log_gamma_eff(cfg, la, lb, drafts, divergence) + lb_d
-    n_acc = leading_accepts(accept, num_drafts)
-    n_drafts = num_drafts if num_drafts is not None else torch.full_like(n_acc, K)
-    is_bonus = n_acc == n_drafts
-
-    t_p, a_p, b_p = _select(t, n_acc), _select(a, n_acc), _select(b, n_acc)  # [B, V] each
+    n_acc, is_bonus, divergence = gate_accepts(a, b, t, drafts, cfg, num_drafts)
+    t_p, a_p, b_p = select(t, n_acc), select(a, n_acc), select(b, n_acc)  # [B, V] each
     fused = greedy(fuse(t_p, context_delta(a_p, b_p, t_p, cfg.delta_source), cfg.beta), banned)
     bonus = fused if cfg.bonus == "fused" else greedy(t_p, banned)
     token = torch.where(is_bonus, bonus, fused)

@@ -8,6 +8,10 @@ One step for a batch of rows:
 Every method is this one loop with the sources and rule of its row in methods.py: AsymSpec drafts with the
 drafter on x_full and scores with the drafter on x_comp (b) and the verifier (t); SD and SCD draft on x_comp;
 Floor and drafter-alone have no drafting source (K = 0: one scoring forward, its greedy token).
+At temperature > 0 the drafts are drawn from the drafting source's filtered distribution and the method's
+sampled rule decides (sampling.py), with one generator per row seeded by cfg.seed. Before cfg.min_tokens
+tokens are out, the stop tokens' logits are -inf in every logits the step reads (vLLM's min-tokens logits
+processor); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py).
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from typing import Callable
 
 import torch
 
+from . import sampling
 from . import trace as T
 from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
 from .methods import Method, Source
 from .sources import LogitSource
+from .stop_strings import StopStrings
 
 
 @dataclass
@@ -34,6 +40,7 @@ class Plan:
     drafter: LogitSource | None  # drafts greedily; None for a method without drafts
     scorers: list[LogitSource]  # each scores pending + drafts in one forward, in method.scoring's order
     banned: torch.Tensor | None  # [V] bool: tokens no rule may emit
+    gens: list[torch.Generator] | None = None  # one per row at temperature > 0 (run() makes them)
 
     @property
     def K(self) -> int:
@@ -49,7 +56,15 @@ class Plan:
         logits = {source.logits: x for source, x in zip(self.method.scoring, scores)}
         if self.method.drafting is not None:
             logits[self.method.drafting.logits] = drafted
+        if self.cfg.samples:
+            return self.method.sample(self.cfg, logits, drafts, self.banned, self.gens)
         return self.method.decide(self.cfg, logits, drafts, self.banned)
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution."""
+        if self.cfg.samples:
+            return sampling.draw(sampling.filtered_logprobs(logits, self.cfg, self.banned), self.gens)
+        return greedy(logits, self.banned)
 
 
 @dataclass
@@ -61,6 +76,7 @@ class RowOutput:
     stats: T.Stats = field(default_factory=T.Stats)
     finish_reason: str = "length"  # "stop" | "length" | "error" (a backend could not decode this row)
     error: str = ""  # why, when finish_reason is "error"
+    text: str | None = None  # the answer's text when a stop string cut it (None: the decoded token_ids)
 
 
 def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],
@@ -71,28 +87,40 @@ def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSo
 
 
 def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
-        on_step: Callable[[list[RowOutput]], None] | None = None) -> list[RowOutput]:
-    """Decode until every row hits a stop token or its token budget max_new[r]. The prompts are read
-    before the clock starts (tokens/s measures decoding)."""
+        on_step: Callable[[list[RowOutput]], None] | None = None,
+        decode: Callable[[list[int]], str] | None = None) -> list[RowOutput]:
+    """Decode until every row hits a stop token, a stop string (cfg.stop, found in decode(token_ids)) or its
+    token budget max_new[r]. The prompts are read before the clock starts (tokens/s measures decoding)."""
+    cfg = plan.cfg
     out = [RowOutput(stats=T.Stats(accepted_at=[0] * plan.K)) for _ in range(batch)]
     y: list[list[int]] = [[] for _ in range(batch)]
     active = [m > 0 for m in max_new]
+    texts = [StopStrings(decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens) for _ in range(batch)] \
+        if cfg.stop else None
+    if cfg.samples:
+        plan.gens = sampling.generators(cfg, batch, plan.banned.device if plan.banned is not None else "cpu")
+    hold = _MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
     for src in _sources(plan):
         src.prefill()
     start = time.perf_counter()
     while any(active):
-        drafts, draft_logits = _draft(plan, y, active)
+        drafts, draft_logits = _draft(plan, y, active, hold)
         scores = []
         for src in plan.scorers:
             feed = [p + d if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
-            scores.append(src.forward(feed)[:, -(plan.K + 1):])  # [B, K+1, V]
+            x = src.forward(feed)[:, -(plan.K + 1):]  # [B, K+1, V]
+            scores.append(hold.mask(x, 0) if hold else x)
         drafts = drafts.to(scores[0].device)
         outcome = plan.decide(draft_logits, scores, drafts)
         accepted = outcome.num_accepted.tolist()
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:
                 labels = T.step_sources(plan.method.labels, plan.K, accepted[r])
-                active[r] = _append(out[r], y[r], new, labels, plan.K, accepted[r], max_new[r], stop_ids)
+                before = len(y[r])
+                active[r] = _append(out[r], y[r], new, labels, plan.K, accepted[r], max_new[r], stop_ids,
+                                    cfg.min_tokens)
+                if texts is not None and texts[r].after_step(y[r], before):
+                    out[r].finish_reason, out[r].text, active[r] = "stop", texts[r].text, False
         for src in _sources(plan):
             src.commit(y)
         if on_step:
@@ -107,8 +135,9 @@ def _sources(plan: Plan) -> list[LogitSource]:
     return ([plan.drafter] if plan.drafter else []) + plan.scorers
 
 
-def _draft(plan: Plan, y, active) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """K greedy drafts per row [B, K] and the drafter's logits at those positions [B, K(+1), V]."""
+def _draft(plan: Plan, y, active, hold: "_MinTokens | None") -> tuple[torch.Tensor, torch.Tensor | None]:
+    """K drafts per row [B, K] (greedy, or drawn at temperature > 0) and the drafter's logits at those
+    positions [B, K(+1), V]."""
     if plan.K == 0:
         return torch.zeros(len(y), 0, dtype=torch.long), None  # moved to the scorers' device by run()
     src = plan.drafter
@@ -116,20 +145,45 @@ def _draft(plan: Plan, y, active) -> tuple[torch.Tensor, torch.Tensor | None]:
     logits = [src.forward(feed)[:, -1]]  # [B, V]
     drafts = []
     for i in range(plan.K):
-        d = greedy(logits[-1], plan.banned)  # [B]
+        if hold:
+            logits[-1] = hold.mask(logits[-1][:, None], i)[:, 0]
+        d = plan.pick(logits[-1])  # [B]
         drafts.append(d)
         if i < plan.K - 1 or plan.draft_last:
             logits.append(src.forward([[x] if on else [] for x, on in zip(d.tolist(), active)])[:, -1])
+    if hold and len(logits) > plan.K:
+        logits[-1] = hold.mask(logits[-1][:, None], plan.K)[:, 0]
     return torch.stack(drafts, 1), torch.stack(logits, 1)
 
 
+class _MinTokens:
+    """vLLM's min-tokens logits processor: the stop tokens' logits are -inf at every output position below
+    min_tokens (position j of a step is output token len(y[r]) + j of row r)."""
+
+    def __init__(self, min_tokens: int, stop_ids: set[int], y: list[list[int]]):
+        self.min_tokens, self.stop_ids, self.y = min_tokens, sorted(stop_ids), y
+
+    def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
+        """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""
+        out = torch.tensor([len(r) + first for r in self.y], device=x.device)[:, None] + \
+            torch.arange(x.shape[1], device=x.device)  # [B, n]
+        held = out < self.min_tokens
+        if not held.any():
+            return x
+        x = x.clone()
+        stop = torch.tensor(self.stop_ids, device=x.device)
+        x[..., stop] = x[..., stop].masked_fill(held[..., None], float("-inf"))
+        return x
+
+
 def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_drafts: int, num_accepted: int,
-            max_new: int, stop_ids: set[int]) -> bool:
-    """Commit one row's new tokens (cut after a stop token, then at the budget); return whether it goes on."""
+            max_new: int, stop_ids: set[int], min_tokens: int = 0) -> bool:
+    """Commit one row's new tokens (cut after a stop token, then at the budget); return whether it goes on.
+    A stop token before min_tokens tokens does not stop (vLLM's check_stop)."""
     kept, going = [], True
     for tok in new:
         kept.append(tok)
-        if tok in stop_ids:
+        if tok in stop_ids and len(yr) + len(kept) >= min_tokens:
             o.finish_reason, going = "stop", False
             break
         if len(yr) + len(kept) >= max_new:

@@ -3,7 +3,8 @@ are labelled, which vLLM engine runs it. Both backends, the vLLM sampler, the st
 this table; adding a method means a row here, its rule in gate.py, its labels in trace.py, and its tests.
 
 A step of every method (loop.py, Algorithm 1): the drafting source drafts K tokens greedily (none when the
-method has no drafting source: one greedy token per step), every scoring source reads the pending tokens plus
+method has no drafting source: one greedy token per step; at temperature > 0 each draft is drawn from its
+filtered distribution and `sample` decides, sampling.py), every scoring source reads the pending tokens plus
 the drafts in one forward, and the rule decides from the logits by name:
   a  the drafter on x_full (image + full text)     b  the drafter on x_comp (caption + OCR + question)
   t  the verifier on x_comp                        q  the drafter on x_question (image + question only)
@@ -16,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from . import gate
+from . import gate, sampling
 from .kernels import dispatch
 from . import trace as T
 from .config import AsymSpecConfig, is_one_of
@@ -24,6 +25,10 @@ from .errors import ConfigError
 
 # decide(cfg, logits by name, drafts [B, K], banned [V] | None) -> StepOutcome
 Rule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None], gate.StepOutcome]
+# sample(cfg, logits by name, drafts [B, K], banned, one torch.Generator per row) -> StepOutcome (temperature > 0,
+# sampling.py; the drafts were drawn from the drafting source's filtered distribution)
+SampledRule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, list],
+                       gate.StepOutcome]
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class Method:
     decide: Rule
     reads: tuple[str, ...]  # the logits the rule reads
     engine: str  # the vLLM engine that runs it: "verifier", "drafter" (VL model alone) or "speculative"
+    sample: SampledRule  # the rule at temperature > 0
     fused_bonus_reads_last: bool = False  # the drafting source also reads d_K when cfg.bonus == "fused"
     always_reads_last: bool = False  # ... always (its logits at position K+1 are part of the rule)
 
@@ -90,16 +96,19 @@ DRAFTER_QUESTION = Source("drafter", "x_question", "q")
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("asymspec", DRAFTER_FULL, (DRAFTER_COMP, VERIFIER),
            lambda cfg, x, d, banned: dispatch.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned), ("a", "b", "t"),
-           "speculative", fused_bonus_reads_last=True),
+           "speculative",
+           lambda cfg, x, d, banned, g: sampling.sample_asymspec(x["a"], x["b"], x["t"], d, cfg, g, banned),
+           fused_bonus_reads_last=True),
     Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
-           "speculative"),
+           "speculative", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], x["sd"], d, cfg, g, banned)),
     Method("scd", DRAFTER_COMP, (VERIFIER,),
            lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), ("b", "t"), "speculative",
+           lambda cfg, x, d, banned, g: sampling.sample_scd(x["b"], x["t"], d, cfg, g, banned),
            always_reads_last=True),
     Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
-           "verifier"),
+           "verifier", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], None, d, cfg, g, banned)),
     Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
-           ("q",), "drafter"),
+           ("q",), "drafter", lambda cfg, x, d, banned, g: sampling.sample_sd(x["q"], None, d, cfg, g, banned)),
 )}
 NAMES = tuple(METHODS)
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)

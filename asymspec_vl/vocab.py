@@ -87,6 +87,10 @@ class ModelPair:
             return set(cfg.stop_token_ids)
         return set() if cfg.ignore_eos else set(self.eos_ids)
 
+    def decode(self, token_ids: list[int]) -> str:
+        """The answer's text: special tokens (the end token) dropped, as vLLM's detokenizer drops them."""
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
     def banned_ids(self) -> list[int]:
         """Structural special tokens, the thinking markers (thinking is disabled in every prompt), plus logit
         rows past the tokenizer (padding of the lm_head)."""

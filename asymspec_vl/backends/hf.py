@@ -88,7 +88,7 @@ class HFBackend:
         max_new = [min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs]
         plan = loop.plan(method, cfg, lambda s: self._source(self.models[s.model], [r.view(s.view) for r in reqs]),
                          self.pair.banned_mask(self.device))
-        return loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step)
+        return loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode)
 
     def _source(self, model, views: list[EncodedView]) -> HFSource:
         """`model` reading one view per row, with a cache of its own (nothing runs until its prefill)."""
