@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .structured import StructuredOutput, structured_output_of
 
 GATES = ("cda", "fixed", "lambda", "kl")
 DELTA_SOURCES = ("contrastive", "raw", "scd")
@@ -28,6 +29,8 @@ class AsymSpecConfig:
             (it would silently run every answer to max_new_tokens): say that with ignore_eos=True, which
             drops the verifier's EOS tokens (as vLLM's SamplingParams.ignore_eos). to_dict() shows ignore_eos
             only when set, so the settings (fingerprints) of runs made before it existed read the same.
+    structured_output: a grammar every answer follows (structured.py: {"json": schema}, {"json_object": True},
+            {"regex": ...}, {"choice": [...]}, {"grammar": ...}); vLLM backend only. to_dict() shows it only when set.
     """
 
     K: int = 2
@@ -41,6 +44,7 @@ class AsymSpecConfig:
     stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
     scd_alpha: float = 0.5  # Appendix B: alpha = 0.5, beta = 1.0
     ignore_eos: bool = False  # True: only stop_token_ids end an answer (benchmarks that run to the budget)
+    structured_output: StructuredOutput | None = None  # a dict of one kind is read as StructuredOutput
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -75,6 +79,7 @@ class AsymSpecConfig:
                    "tokens); to run every answer to max_new_tokens, set ignore_eos=True")
             object.__setattr__(self, "stop_token_ids", tuple(ids))
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")
+        object.__setattr__(self, "structured_output", structured_output_of(self.structured_output))
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
@@ -84,6 +89,9 @@ class AsymSpecConfig:
         out = dataclasses.asdict(self)
         if not self.ignore_eos:
             del out["ignore_eos"]
+        del out["structured_output"]
+        if self.structured_output is not None:
+            out["structured_output"] = self.structured_output.to_dict()
         return out
 
 

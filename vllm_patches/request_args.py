@@ -36,7 +36,8 @@ from .mrope import image_runs
 KEY = "asymspec"
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
+# a structured output travels as SamplingParams.structured_outputs (vLLM's scheduler applies it), never here
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)} - {"structured_output"}
 
 
 class RequestArgsError(InputError):
@@ -69,7 +70,7 @@ def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=No
                     banned=None) -> dict:
     """The extra_args dict for one request (client side)."""
     args: dict = {"mode": mode, "config": {k: v for k, v in cfg.to_dict().items()
-                                           if k not in ("max_new_tokens", "stop_token_ids")}}
+                                           if k not in ("max_new_tokens", "stop_token_ids", "structured_output")}}
     if x_full is not None:
         args["x_full"] = list(x_full)
     if pixel_values is not None:

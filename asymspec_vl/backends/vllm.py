@@ -131,6 +131,8 @@ class VLLMBackend:
         banned = self.pair.banned_ids()
         kw = dict(temperature=0.0, max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
                   stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=False)
+        if cfg.structured_output is not None:  # vLLM's scheduler masks t (every method) and validates the drafts
+            kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if mode == "plain":
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         full = r.full if method.drafting.view == "x_full" else None
