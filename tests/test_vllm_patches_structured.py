@@ -193,3 +193,35 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+# -- the fused Triton gate kernel (the GPU path of decide_asymspec) on grammar-masked t ---------------------------
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.filterwarnings("ignore:Conversion of an array with ndim:DeprecationWarning")
+@pytest.mark.parametrize("bonus", ["verifier", "fused"])
+def test_the_kernel_on_a_grammar_mask_equals_the_reference_and_emits_allowed_tokens(bonus):
+    """A grammar leaves a handful of tokens per position (t = -inf elsewhere, across blocks and chunks) while δ
+    favours forbidden ones: the kernel (Triton's interpreter here, compiled on a GPU) decides as gate.asymspec_step
+    does and emits only allowed tokens."""
+    from test_kernels import run_padded
+
+    from asymspec_vl import gate
+
+    g = torch.Generator().manual_seed(3)
+    B, K, V = 4, 3, 300
+    a, b, t = (torch.randn(B, K + 1, V, generator=g) * 2 for _ in range(3))
+    allowed = torch.zeros(B, K + 1, V, dtype=torch.bool)
+    for i in range(B):
+        for j in range(K + 1):
+            allowed[i, j, torch.randperm(V, generator=g)[:3]] = True
+    t = t.masked_fill(~allowed, float("-inf"))
+    a = a + 20.0 * (~allowed)  # δ = a - b: +20 on every forbidden token
+    drafts = torch.stack([torch.multinomial(allowed[i, :K].float(), 1, generator=g)[:, 0] for i in range(B)])
+    drafts[0, 0] = int((~allowed[0, 0]).nonzero()[0])  # one forbidden draft (vLLM's scheduler would cut it)
+    cfg = AsymSpecConfig(K=K, bonus=bonus, beta=1.0)
+    ref = gate.asymspec_step(a, b, t, drafts, cfg)
+    out = run_padded(a, b, t, drafts, cfg, None, None, block=64, chunks=2)
+    assert torch.equal(out.num_accepted, ref.num_accepted) and torch.equal(out.token, ref.token)
+    assert int(ref.num_accepted[0]) == 0  # the forbidden draft is rejected
+    for i in range(B):
+        assert allowed[i, int(ref.num_accepted[i]), int(ref.token[i])]
