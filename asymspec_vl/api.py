@@ -14,6 +14,7 @@ from .methods import Method
 from .methods import method as method_named
 from .prompts import EncodedRequest, Prompts, Request, encode_request
 from .stream import TextStream
+from .structured import refuse_on_backend
 from .trace import Stats
 from .vocab import ModelPair
 
@@ -195,6 +196,7 @@ class AsymSpecVL:
 
     def _validated(self, requests, method: Method, cfg: AsymSpecConfig) -> list[EncodedRequest]:
         """Encode every request and check it fits the models' context; collect every bad one by index."""
+        refuse_on_backend(cfg, self.backend.name)
         context = partial(self.backend.context_length, method=method, cfg=cfg)
         if not isinstance(requests, (list, tuple)):
             raise InputError(f"requests must be a list of Request, got {type(requests).__name__}")

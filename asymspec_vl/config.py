@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .structured import StructuredOutput, structured_output_of
 
 GATES = ("cda", "fixed", "lambda", "kl")
 DELTA_SOURCES = ("contrastive", "raw", "scd")
@@ -35,6 +36,8 @@ class AsymSpecConfig:
     min_tokens: no stop token or stop string ends an answer before this many tokens.
     to_dict() shows the sampling and stop fields only when they differ from their defaults (fingerprints of
     earlier runs read the same).
+    structured_output: a grammar every answer follows (structured.py: {"json": schema}, {"json_object": True},
+            {"regex": ...}, {"choice": [...]}, {"grammar": ...}); vLLM backend only. to_dict() shows it only when set.
     """
 
     K: int = 2
@@ -56,6 +59,7 @@ class AsymSpecConfig:
     stop: tuple[str, ...] = ()  # stop strings (a str is normalised to a 1-tuple)
     include_stop_str_in_output: bool = False
     min_tokens: int = 0
+    structured_output: StructuredOutput | None = None  # a dict of one kind is read as StructuredOutput
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -91,6 +95,7 @@ class AsymSpecConfig:
             object.__setattr__(self, "stop_token_ids", tuple(ids))
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")
         self._check_sampling()
+        object.__setattr__(self, "structured_output", structured_output_of(self.structured_output))
 
     def _check_sampling(self) -> None:
         _check(_real(self.temperature) and 0.0 <= self.temperature <= 100.0, "temperature", self.temperature,
@@ -124,6 +129,9 @@ class AsymSpecConfig:
         for name in ("ignore_eos",) + SAMPLING_FIELDS:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        del out["structured_output"]
+        if self.structured_output is not None:
+            out["structured_output"] = self.structured_output.to_dict()
         return out
 
 

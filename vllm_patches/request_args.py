@@ -45,8 +45,9 @@ KEY = "asymspec"
 REQUEST_KEY = "asymspec_request"  # extra_args key of the parsed AsymSpecRequest, set by the scheduler for the workers
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
-_IN_PARAMS = ("max_new_tokens", "stop_token_ids") + SAMPLING_FIELDS  # carried by SamplingParams, not config
+# a structured output travels as SamplingParams.structured_outputs (vLLM's scheduler applies it), never here
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)} - {"structured_output"}
+_IN_PARAMS = ("max_new_tokens", "stop_token_ids", "structured_output") + SAMPLING_FIELDS  # in SamplingParams
 
 
 class RequestArgsError(InputError):

@@ -9,7 +9,8 @@ for every other configuration.
                       waits while the pool cannot hold its whole x_full view
   _free_request       returns a finished (or aborted) request's share of that pool
   _preempt_request    holds back the last output token of a preempted request (hidden_tokens)
-  update_from_output  counts acceptance per request, strips the hidden tokens, returns the statistics with
+  update_from_output  counts acceptance per request, strips the hidden tokens (which never advance a request's
+                      grammar: structured.py), returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not serve
                       (bad image inputs, malformed extra_args); the rest of the batch goes on
 """
@@ -30,6 +31,7 @@ from .request_args import (KEY, REQUEST_KEY, AsymSpecRequest, EngineFacts, engin
                            parse_request)
 from .runner_patch import ERRORS_ATTR
 from .stats import OUTPUT_KEY, EngineStats
+from .structured import hidden_tokens_skip_grammar
 
 STATE_ATTR = "asymspec_state"  # Request attribute holding its RequestState
 SCHEDULER_ATTR = "asymspec"  # Scheduler attribute holding its SchedulerState (asymspec engines only)
@@ -156,7 +158,9 @@ def update_from_output(original, scheduler, scheduler_output, runner_output):
     steps = step_counts(scheduler_output, runner_output)
     states = {req_id: getattr(r, STATE_ATTR, None) for req_id, r in requests.items()}
     priming = [requests[req_id] for req_id, state in states.items() if state is not None and state.hidden.prime]
-    with hidden_tokens.prime_passes_stop_check(priming):
+    hidden = [requests[req_id] for req_id, state in states.items()
+              if state is not None and (state.hidden.prime or state.hidden.reemit)]
+    with hidden_tokens.prime_passes_stop_check(priming), hidden_tokens_skip_grammar(scheduler, hidden):
         outputs = original(scheduler, scheduler_output, runner_output)
     for engine_outputs in outputs.values():
         engine_outputs.outputs = [out for out in engine_outputs.outputs

@@ -13,6 +13,7 @@ from ..config import AsymSpecConfig
 from ..methods import Method
 from ..models import context_length, load_causal_lm, resolve_device_dtype
 from ..prompts import EncodedRequest, EncodedView
+from ..structured import refuse_on_backend
 from ..vocab import ModelPair
 from .hf_source import HFSource
 
@@ -52,6 +53,7 @@ class HFBackend:
         marked (finish_reason "error", its exception as message) beside the others' results. A failure
         of every request (or of a batch of one) is not about a request: its exception propagates, as does
         any exception raised by on_step (the caller stopping the decoding)."""
+        refuse_on_backend(cfg, self.name)
         step = _CallerStep(on_step) if on_step else None
         try:
             return self._decode(reqs, method, cfg, step)

@@ -153,6 +153,8 @@ class VLLMBackend:
         banned = self.pair.banned_ids()
         kw = dict(max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
                   stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=bool(cfg.stop), **sampling_params(cfg))
+        if cfg.structured_output is not None:  # vLLM's scheduler masks t (every method) and validates the drafts
+            kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if mode == "plain":  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         refuse_speculative_sampling(method, cfg)

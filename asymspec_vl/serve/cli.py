@@ -50,6 +50,9 @@ def register(sub) -> None:
     g.add_argument("--max-num-seqs", type=positive_int, default=None, help="requests decoded at once (default: vLLM's)")
     g.add_argument("--enforce-eager", action="store_true", default=None,
                    help="no torch.compile / CUDA graphs (default: vLLM's)")
+    g.add_argument("--structured-outputs-config", type=_structured_outputs_config, default=None,
+                   help='for response_format / structured_outputs, as JSON, e.g. \'{"backend": "xgrammar", '
+                        '"disable_any_whitespace": true}\' (default: vLLM\'s)')
     g = p.add_argument_group("the verifier's view when a request sends no caption / OCR text")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr", help="EasyOCR runs offline on the CPU")
     g.add_argument("--caption-model", default="none",
@@ -99,7 +102,8 @@ def settings_from_args(args):
     engine = {k: v for k, v in (("tensor_parallel_size", args.tensor_parallel_size),
                                 ("data_parallel_size", args.data_parallel_size), ("max_model_len", args.max_model_len),
                                 ("gpu_memory_utilization", args.gpu_memory_utilization),
-                                ("max_num_seqs", args.max_num_seqs), ("enforce_eager", args.enforce_eager))
+                                ("max_num_seqs", args.max_num_seqs), ("enforce_eager", args.enforce_eager),
+                                ("structured_outputs_config", args.structured_outputs_config))
               if v is not None}
     return ServeSettings(
         args.drafter, args.verifier, backend=args.backend, served_model_name=args.served_model_name,
@@ -169,3 +173,21 @@ def _serve(args) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     server.run()
     return 1 if app.state.serve.load_error is not None else 0
+
+
+def _structured_outputs_config(text: str):
+    """vLLM's StructuredOutputsConfig from its JSON (as `vllm serve --structured-outputs-config` takes it)."""
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {type(value).__name__}")
+    from vllm.config import StructuredOutputsConfig
+
+    try:
+        return StructuredOutputsConfig(**value)
+    except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+        raise argparse.ArgumentTypeError(" ".join(str(e).split())[:300]) from e

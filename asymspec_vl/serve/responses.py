@@ -49,7 +49,7 @@ def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
 
 
 def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, view: View) -> dict:
-    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids")}
+    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids", "structured_output")}
     out = {"method": job.method, **row.stats.to_dict(), "fused": row.sources.count(FUSED), "config": config,
            "view": view.sources}
     if job.return_trace:

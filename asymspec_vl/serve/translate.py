@@ -22,18 +22,20 @@ from ..methods import method as method_named
 from .errors import (MalformedRequestError, TooManyImagesError, UnknownModelError, UnsupportedRequestError,
                      validation_problems)
 from .settings import ServeSettings
+from .structured_output import structured_output_of_request
 
 EXTRAS = ("method", "caption", "ocr", "config", "return_trace", "return_prompts")
 # fields served as sent (checked below); every other field must keep its default or a neutral value
 FREE = {"messages", "model", "max_tokens", "max_completion_tokens", "stream", "stream_options", "user", "seed",
-        "stop_token_ids", "request_id", "return_token_ids", "include_reasoning", "parallel_tool_calls"}
+        "stop_token_ids", "request_id", "return_token_ids", "include_reasoning", "parallel_tool_calls",
+        "response_format", "structured_outputs"}  # the last two: structured_output.py
 NEUTRAL = {"temperature": (None, 0), "top_p": (None, 1), "n": (None, 1), "top_k": (None, 0, -1), "min_p": (None, 0),
            "presence_penalty": (None, 0), "frequency_penalty": (None, 0), "repetition_penalty": (None, 1),
            "logit_bias": (None, {}), "logprobs": (None, False), "top_logprobs": (None, 0), "stop": (None, [], ""),
            "tools": (None, []), "tool_choice": (None, "none", "auto"), "reasoning_effort": (None, "none")}
 GREEDY = ("temperature", "top_p", "n", "top_k", "min_p", "presence_penalty", "frequency_penalty",
           "repetition_penalty", "logit_bias", "logprobs", "top_logprobs", "use_beam_search", "min_tokens",
-          "bad_words", "allowed_token_ids", "structured_outputs", "response_format")
+          "bad_words", "allowed_token_ids")
 
 
 @dataclass(frozen=True)
@@ -86,11 +88,9 @@ def check_served_fields(request) -> None:
         value = getattr(request, name)
         if value in NEUTRAL.get(name, ()) or value == fields[name].get_default(call_default_factory=True):
             continue
-        if name == "response_format" and value.type == "text":
-            continue
         if name in GREEDY:
             raise UnsupportedRequestError(f"{name}={value!r} is not supported: AsymSpec decodes greedily (temperature "
-                                          "0, one choice, no logprobs, penalties, logit bias or constrained output)")
+                                          "0, one choice, no logprobs, penalties or logit bias)")
         raise UnsupportedRequestError(f"{name}={value!r} is not supported by asymspec-vl serve")
 
 
@@ -149,15 +149,17 @@ def decoding_config(request, config, settings: ServeSettings) -> AsymSpecConfig:
         config = {}
     if not isinstance(config, dict):
         raise ConfigError(f"config must be an object of AsymSpecConfig fields, got {type(config).__name__}")
-    reserved = sorted({"max_new_tokens", "stop_token_ids"} & set(config))
+    reserved = sorted({"max_new_tokens", "stop_token_ids", "structured_output"} & set(config))
     if reserved:
-        raise ConfigError(f"config {reserved}: use the request's max_tokens and stop_token_ids")
+        raise ConfigError(f"config {reserved}: use the request's max_tokens and stop_token_ids (and response_format "
+                          "for structured_output)")
     sent = [vars(request).get(k) for k in ("max_completion_tokens", "max_tokens")]  # vars: max_tokens is deprecated
     max_tokens = next((n for n in sent if n is not None), settings.max_tokens)
     if max_tokens > settings.max_tokens:
         raise UnsupportedRequestError(f"max_tokens={max_tokens} is over this server's limit of {settings.max_tokens}")
     cfg = as_config({"K": settings.K, **config, "max_new_tokens": max_tokens,
-                     "stop_token_ids": request.stop_token_ids or None})
+                     "stop_token_ids": request.stop_token_ids or None,
+                     "structured_output": structured_output_of_request(request, settings)})
     if cfg.K > settings.K:
         raise ConfigError(f"config K={cfg.K} is over the server's K={settings.K} (its engine drafts at most "
                           f"{settings.K} tokens a step)")
