@@ -28,6 +28,13 @@ class AsymSpecConfig:
             (it would silently run every answer to max_new_tokens): say that with ignore_eos=True, which
             drops the verifier's EOS tokens (as vLLM's SamplingParams.ignore_eos). to_dict() shows ignore_eos
             only when set, so the settings (fingerprints) of runs made before it existed read the same.
+    Sampling (vLLM's SamplingParams meanings): temperature (0: greedy, Algorithm 1 exactly), top_p, top_k
+            (0: off), min_p, seed (None: unseeded). How each method samples: docs/python-api.md, "Sampling".
+    stop:   strings that end an answer, cut as vLLM cuts them (the text stops before the first occurrence
+            unless include_stop_str_in_output; finish_reason "stop"); a str is one stop string.
+    min_tokens: no stop token or stop string ends an answer before this many tokens.
+    to_dict() shows the sampling and stop fields only when they differ from their defaults (fingerprints of
+    earlier runs read the same).
     """
 
     K: int = 2
@@ -41,6 +48,14 @@ class AsymSpecConfig:
     stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
     scd_alpha: float = 0.5  # Appendix B: alpha = 0.5, beta = 1.0
     ignore_eos: bool = False  # True: only stop_token_ids end an answer (benchmarks that run to the budget)
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # stop strings (a str is normalised to a 1-tuple)
+    include_stop_str_in_output: bool = False
+    min_tokens: int = 0
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -75,6 +90,29 @@ class AsymSpecConfig:
                    "tokens); to run every answer to max_new_tokens, set ignore_eos=True")
             object.__setattr__(self, "stop_token_ids", tuple(ids))
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")
+        self._check_sampling()
+
+    def _check_sampling(self) -> None:
+        _check(_real(self.temperature) and 0.0 <= self.temperature <= 100.0, "temperature", self.temperature,
+               "a number in [0, 100] (0: greedy)")
+        _check(_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
+        _check(_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "a non-negative integer (0: off)")
+        _check(_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "a number in [0, 1]")
+        _check(self.seed is None or (_int(self.seed) and -(2 ** 63) <= self.seed < 2 ** 64), "seed", self.seed,
+               "an integer in [-2**63, 2**64) or None")
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        _check(isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop), "stop",
+               self.stop, "a non-empty string or a list of non-empty strings")
+        object.__setattr__(self, "stop", tuple(stop))
+        _check(isinstance(self.include_stop_str_in_output, bool), "include_stop_str_in_output",
+               self.include_stop_str_in_output, "True or False")
+        _check(_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_new_tokens, "min_tokens",
+               self.min_tokens, f"an integer in [0, max_new_tokens={self.max_new_tokens}]")
+
+    @property
+    def samples(self) -> bool:
+        """Whether decoding samples (temperature > 0) rather than taking argmaxes."""
+        return self.temperature > 0.0
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
@@ -82,9 +120,17 @@ class AsymSpecConfig:
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
-        if not self.ignore_eos:
-            del out["ignore_eos"]
+        out["stop"] = list(self.stop)
+        for name in ("ignore_eos",) + SAMPLING_FIELDS:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
         return out
+
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "include_stop_str_in_output",
+                   "min_tokens")
+_DEFAULTS = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
+             for f in dataclasses.fields(AsymSpecConfig)}
 
 
 def as_config(config) -> AsymSpecConfig:
@@ -115,6 +161,10 @@ def _real(x) -> bool:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
     return isinstance(x, int) or math.isfinite(x)  # isfinite() cannot take ints beyond the float range
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:

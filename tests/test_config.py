@@ -49,3 +49,29 @@ def test_ignore_eos_leaves_no_stop_token_and_stop_ids_still_stop(tiny_vl):
     assert pair.stop_ids(AsymSpecConfig()) == set(pair.eos_ids) and pair.eos_ids
     assert pair.stop_ids(AsymSpecConfig(ignore_eos=True)) == set()
     assert pair.stop_ids(AsymSpecConfig(ignore_eos=True, stop_token_ids=[5])) == {5}
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("temperature", -0.1, "[0, 100]"), ("temperature", float("inf"), "[0, 100]"), ("temperature", "0.7", "[0, 100]"),
+    ("top_p", 0.0, "(0, 1]"), ("top_p", 1.5, "(0, 1]"), ("top_k", -1, "non-negative"), ("top_k", 2.0, "integer"),
+    ("min_p", 1.5, "[0, 1]"), ("seed", 1.5, "integer"), ("seed", True, "integer"), ("seed", 2 ** 64, "integer"),
+    ("stop", [""], "non-empty"), ("stop", [3], "strings"), ("stop", "", "non-empty"), ("stop", None, "strings"),
+    ("include_stop_str_in_output", 1, "True or False"), ("min_tokens", -1, "[0, max_new_tokens=256]"),
+    ("min_tokens", 257, "[0, max_new_tokens=256]"),
+])
+def test_invalid_sampling_field_is_named(field, value, expected):
+    with pytest.raises(ConfigError) as e:
+        AsymSpecConfig(**{field: value})
+    assert f"AsymSpecConfig.{field}=" in str(e.value) and expected in str(e.value)
+
+
+def test_sampling_fields_defaults_normalised_and_round_trip():
+    cfg = AsymSpecConfig()
+    assert (cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p, cfg.seed, cfg.stop, cfg.include_stop_str_in_output,
+            cfg.min_tokens) == (0.0, 1.0, 0, 0.0, None, (), False, 0) and not cfg.samples
+    assert AsymSpecConfig(stop="END").stop == ("END",) and AsymSpecConfig(stop=["a", "b"]).stop == ("a", "b")
+    assert set(AsymSpecConfig().to_dict()) == {"K", "beta", "gamma", "gate", "lam", "delta_source", "bonus",
+                                               "max_new_tokens", "stop_token_ids", "scd_alpha"}  # fingerprints
+    hot = AsymSpecConfig(temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=3, stop=("x",), min_tokens=2,
+                         include_stop_str_in_output=True)
+    assert hot.samples and AsymSpecConfig(**hot.to_dict()) == hot

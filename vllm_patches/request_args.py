@@ -4,7 +4,11 @@ Schema (all but `mode` optional):
   mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's greedy
                   tokens, for servers that hold one engine), "sd" (drafter on x_comp, greedy
                   verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
-  config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that)
+  config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that); the
+                  budget, stop and sampling fields travel in SamplingParams itself (max_tokens,
+                  stop_token_ids, stop, include_stop_str_in_output, min_tokens, temperature, top_p,
+                  top_k, min_p, seed: sampling_params() below), where vLLM's scheduler, output processor and
+                  per-request generators read them; in config they are refused
   x_full          the drafter's full prompt, token ids (mode "asymspec": required)
   pixel_values    [num_patches, C*T*P*P] float, the drafter's image inputs (Qwen-VL processor output)
   image_grid_thw  [num_images, 3] int
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asymspec_vl.config import AsymSpecConfig
+from asymspec_vl.config import SAMPLING_FIELDS, AsymSpecConfig
 from asymspec_vl.methods import SPECULATIVE_ENGINE_MODES
 from asymspec_vl.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
 
@@ -37,6 +41,7 @@ KEY = "asymspec"
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)}
+_IN_PARAMS = ("max_new_tokens", "stop_token_ids") + SAMPLING_FIELDS  # carried by SamplingParams, not config
 
 
 class RequestArgsError(InputError):
@@ -68,8 +73,7 @@ class AsymSpecArgs:
 def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=None, image_grid_thw=None,
                     banned=None) -> dict:
     """The extra_args dict for one request (client side)."""
-    args: dict = {"mode": mode, "config": {k: v for k, v in cfg.to_dict().items()
-                                           if k not in ("max_new_tokens", "stop_token_ids")}}
+    args: dict = {"mode": mode, "config": {k: v for k, v in cfg.to_dict().items() if k not in _IN_PARAMS}}
     if x_full is not None:
         args["x_full"] = list(x_full)
     if pixel_values is not None:
@@ -174,6 +178,10 @@ def _config(raw, facts: EngineFacts) -> AsymSpecConfig:
     unknown = set(raw) - _CONFIG_FIELDS
     if unknown:
         raise ConfigError(f"unknown AsymSpecConfig field(s) {sorted(unknown)}")
+    in_params = sorted(set(raw) & set(SAMPLING_FIELDS))
+    if in_params:
+        raise ConfigError(f"AsymSpecConfig.{in_params[0]} travels in SamplingParams, not in "
+                          f'extra_args["{KEY}"]["config"]: set SamplingParams({", ".join(in_params)}=...)')
     try:
         cfg = AsymSpecConfig(**{"K": facts.K, **raw})
     except TypeError as e:  # e.g. a list where a number belongs
@@ -233,6 +241,14 @@ def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
                                 f"{per_image}")
     return pv, grid
 
+
+
+def sampling_params(cfg: AsymSpecConfig) -> dict:
+    """The SamplingParams keywords of cfg's budget-free stop and sampling fields (vLLM's meanings; top_k 0
+    is vLLM's "off"): the engine's scheduler, output processor and sampler read them there."""
+    return dict(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k),
+                min_p=float(cfg.min_p), seed=cfg.seed, stop=list(cfg.stop),
+                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens))
 
 
 def decodes_greedily(params) -> bool:
