@@ -37,36 +37,62 @@ def body(**fields) -> dict:
 def test_a_plain_request_becomes_asymspec_at_the_servers_K_and_token_cap():
     j = job(body(), K=3, max_tokens=77)
     assert (j.method, j.cfg.K, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == ("asymspec", 3, 77, None)
-    assert (j.caption, j.ocr, j.stream, j.return_trace, j.return_prompts) == (None, None, False, False, False)
-    assert j.question == "What number is on the red square?" and j.image_url.startswith("data:image/png;base64,")
+    assert (j.captions, j.ocrs, j.stream, j.return_trace, j.return_prompts) == ((None,), (None,), False, False, False)
+    (turn,) = j.turns
+    assert (turn.role, turn.text) == ("user", "What number is on the red square?")
+    assert j.image_urls[0].startswith("data:image/png;base64,")
+    assert (j.cfg.temperature, j.cfg.stop, j.skip_special_tokens) == (0.0, (), True)  # greedy unless asked
 
 
 def test_extras_select_method_settings_view_and_what_comes_back():
     j = job(body(method="scd", caption="a caption", ocr="", config={"K": 2, "beta": 0.5, "gate": "fixed"},
                  return_trace=True, return_prompts=True, max_tokens=9, stop_token_ids=[7], stream=True,
                  stream_options={"include_usage": True}))
-    assert (j.method, j.caption, j.ocr, j.return_trace, j.return_prompts, j.stream, j.include_usage) == \
-        ("scd", "a caption", "", True, True, True, True)
+    assert (j.method, j.captions, j.ocrs, j.return_trace, j.return_prompts, j.stream, j.include_usage) == \
+        ("scd", ("a caption",), ("",), True, True, True, True)
     assert (j.cfg.K, j.cfg.beta, j.cfg.gate, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == (2, 0.5, "fixed", 9, (7,))
 
 
 @pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0, "top_p": 1, "n": 1}, {"seed": 3},
-                                    {"logprobs": False}, {"stop": []}, {"user": "me"}, {"tool_choice": "none"}])
-def test_greedy_neutral_fields_are_accepted(fields):
+                                    {"logprobs": False}, {"stop": []}, {"user": "me"}, {"tool_choice": "none"},
+                                    {"presence_penalty": 0}, {"response_format": {"type": "text"}}])
+def test_neutral_fields_are_accepted(fields):
     job(body(**fields))
 
 
+def test_openai_and_vllm_sampling_and_stop_fields_are_served_as_vllm_serves_them():
+    j = job(body(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, seed=11, stop="\n\n", min_tokens=2,
+                 include_stop_str_in_output=True, ignore_eos=True, skip_special_tokens=False,
+                 max_completion_tokens=12))
+    c = j.cfg
+    assert (c.temperature, c.top_p, c.top_k, c.min_p, c.seed, c.stop, c.min_tokens) == \
+        (0.7, 0.9, 20, 0.05, 11, ("\n\n",), 2)
+    assert (c.include_stop_str_in_output, c.ignore_eos, c.max_new_tokens, j.skip_special_tokens) == \
+        (True, True, 12, False)
+    assert job(body(stop=["a", "", "b"])).cfg.stop == ("a", "b")
+
+
+def test_stop_token_ids_end_an_answer_beside_the_eos_tokens_unless_ignore_eos():
+    from asymspec_vl.serve.translate import with_model_stops
+
+    assert with_model_stops(job(body(stop_token_ids=[7])), {2, 3}).cfg.stop_token_ids == (2, 3, 7)
+    assert with_model_stops(job(body(stop_token_ids=[7], ignore_eos=True)), {2, 3}).cfg.stop_token_ids == (7,)
+    plain = job(body())
+    assert with_model_stops(plain, {2, 3}) is plain  # None: the model's EOS tokens, as before
+
+
 @pytest.mark.parametrize("fields, named", [
-    ({"temperature": 0.7}, "temperature"), ({"top_p": 0.9}, "top_p"), ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"stop": ["\n"]}, "stop"), ({"min_tokens": 3}, "min_tokens"),
-    ({"response_format": {"type": "json_object"}}, "response_format"), ({"ignore_eos": True}, "ignore_eos"),
+    ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"presence_penalty": 0.5}, "presence_penalty"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+    ({"use_beam_search": True}, "use_beam_search"), ({"repetition_penalty": 1.2}, "repetition_penalty"),
+    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"chat_template": "{{ x }}"}, "chat_template"), ({"vllm_xargs": {"a": "b"}}, "vllm_xargs")])
 def test_what_the_server_does_not_serve_is_refused_by_name(fields, named):
-    from asymspec_vl.serve.errors import UnsupportedRequestError
+    from asymspec_vl.serve.errors import UnsupportedRequestError, error_body
 
-    with pytest.raises(UnsupportedRequestError, match=named):
+    with pytest.raises(UnsupportedRequestError, match=named) as refused:
         job(body(**fields))
+    assert error_body(refused.value)["error"]["param"] == named
 
 
 def test_unknown_extras_methods_and_settings_are_refused():
@@ -83,31 +109,69 @@ def test_unknown_extras_methods_and_settings_are_refused():
         job(body(config={"gamma": 5}))
     with pytest.raises(ConfigError, match="over the server's K=4"):
         job(body(config={"K": 6}))
-    with pytest.raises(ConfigError, match="max_tokens and stop_token_ids"):
+    with pytest.raises(ConfigError, match="use the request's own fields"):
         job(body(config={"max_new_tokens": 6}))
+    with pytest.raises(ConfigError, match="use the request's own fields"):
+        job(body(config={"temperature": 0.5}))
     with pytest.raises(UnsupportedRequestError, match="over this server's limit of 50"):
         job(body(max_tokens=51), max_tokens=50)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         job(body(max_tokens=0))
+    with pytest.raises(ConfigError, match="temperature"):
+        job(body(temperature=-1))
     with pytest.raises(UnsupportedRequestError, match="return_trace"):
         job(body(return_trace="yes"))
 
 
-def test_the_message_must_be_one_user_turn_with_one_image_and_a_question():
-    from asymspec_vl.errors import EmptyQuestionError, InvalidImageError, InvalidTextError
+def conversation_body(**fields) -> dict:
+    """A system prompt, a first user turn with an image, the assistant's answer, a second turn with an image."""
+    url = data_url(PNG)
+    return {"messages": [
+        {"role": "system", "content": "Answer with one number."},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                     {"type": "text", "text": "What number is on the red square?"}]},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": [{"type": "text", "text": "And this one?"},
+                                     {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "x"}]}],
+        **fields}
+
+
+def test_a_conversation_becomes_its_turns_with_each_images_view():
+    j = job(conversation_body(caption=["first", None], ocr=["", "ocr 2"]))
+    assert [(t.role, t.text, len(t.image_urls)) for t in j.turns] == [
+        ("system", "Answer with one number.", 0), ("user", "What number is on the red square?", 1),
+        ("assistant", "7", 0), ("user", "And this one?\nx", 1)]
+    assert (j.captions, j.ocrs) == (("first", None), ("", "ocr 2"))
+    developer = conversation_body()
+    developer["messages"][0]["role"] = "developer"  # OpenAI's newer name for the system prompt
+    assert job(developer).turns[0].role == "system"
+    text_only = job({"messages": [{"role": "user", "content": "just text"}]})
+    assert text_only.image_urls == [] and text_only.captions == ()
+
+
+def test_the_conversation_is_checked_before_anything_runs():
+    from asymspec_vl.errors import EmptyQuestionError, InvalidTextError
     from asymspec_vl.serve.errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
 
     url = data_url(PNG)
-    with pytest.raises(TooManyImagesError, match="2 images"):
-        job(chat_body("q?", [url, url]))
+    with pytest.raises(TooManyImagesError, match="5 images; this server reads at most 4"):
+        job(chat_body("q?", [url] * 5))
+    job(chat_body("q?", [url] * 2, caption=["a", "b"]))
+    with pytest.raises(TooManyImagesError, match="at most 1"):
+        job(conversation_body(), max_images=1)
+    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+        job(conversation_body(caption="one"))
     with pytest.raises(EmptyQuestionError):
         job(chat_body(" \n ", url))
-    with pytest.raises(InvalidImageError, match="no image"):
-        job({"messages": [{"role": "user", "content": "just text"}]})
-    two = body()
-    two["messages"] = [{"role": "system", "content": "be brief"}] + two["messages"]
-    with pytest.raises(UnsupportedRequestError, match="'system', 'user'"):
-        job(two)
+    ends = conversation_body()
+    ends["messages"].append({"role": "assistant", "content": "8"})
+    with pytest.raises(UnsupportedRequestError, match="last message must be the user's"):
+        job(ends)
+    for role, content in (("tool", "x"), ("assistant", [{"type": "image_url", "image_url": {"url": url}}])):
+        bad = conversation_body()
+        bad["messages"].insert(1, {"role": role, "content": content, **({"tool_call_id": "1"} if role == "tool" else {})})
+        with pytest.raises(UnsupportedRequestError, match=role):
+            job(bad)
     audio = body()
     audio["messages"][0]["content"].append({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}})
     with pytest.raises(UnsupportedRequestError, match="input_audio"):
@@ -486,7 +550,7 @@ def stand_in_service(stream, **kw):
     runner = SimpleNamespace(stream=stream, vl=SimpleNamespace(decode=lambda ids: "x" * len(ids)))
     service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
     j = job(body(stream=True))
-    return service, Prepared(j, METHODS[j.method], None, View(), time.monotonic(), 10**9)
+    return service, Prepared(j, METHODS[j.method], None, [View()], time.monotonic(), 10**9)
 
 
 def test_a_stream_closed_by_its_client_counts_as_disconnected():

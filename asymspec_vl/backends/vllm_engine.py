@@ -77,6 +77,9 @@ class EngineSpec:
     images: bool = False  # the model reads images (drafter-alone engine)
 
 
+MAX_IMAGES = 4  # images one prompt of the drafter's own engine may hold (a conversation's; engine_kwargs override)
+
+
 def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict):
     from vllm import LLM
 
@@ -86,7 +89,7 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
     kwargs.update(dtype=engine_dtype(dtype), tensor_parallel_size=tensor_parallel_size, seed=0,
                   disable_log_stats=True, trust_remote_code=False, worker_extension_cls=WORKER_EXTENSION)
     if spec.images:
-        kwargs.update(limit_mm_per_prompt={"image": 1, "video": 0}, enable_mm_embeds=True)
+        kwargs.update(limit_mm_per_prompt={"image": MAX_IMAGES, "video": 0}, enable_mm_embeds=True)
     if spec.drafter is not None:
         kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
                                         "num_speculative_tokens": spec.K,

@@ -30,6 +30,7 @@ class ServeSettings:
     max_body_bytes: int = 64 * 2**20
     max_image_bytes: int = MAX_FILE_BYTES
     max_image_pixels: int = MAX_PIXELS
+    max_images: int = 4  # images in one request's conversation
     max_tokens: int = 1024  # the largest max_tokens a request may ask for (and the default when it asks none)
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
@@ -55,7 +56,8 @@ class ServeSettings:
         if self.drafter_engine and share is not None and share + self.drafter_memory > 1:
             raise ConfigError(f"--gpu-memory-utilization {share} plus the drafter engine's --drafter-memory "
                               f"{self.drafter_memory} exceed the whole GPU: lower one of them")
-        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_tokens", "max_connections"):
+        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_images", "max_tokens",
+                     "max_connections"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
                    "an integer >= 1")

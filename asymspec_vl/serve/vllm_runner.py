@@ -127,7 +127,7 @@ def start_engine(spec: EngineSpec, settings: ServeSettings):
     kwargs.update(dtype=engine_dtype(settings.dtype), seed=0, disable_log_stats=True, trust_remote_code=False,
                   worker_extension_cls=WORKER_EXTENSION, **settings.engine_kwargs)
     if spec.images:
-        kwargs.update(limit_mm_per_prompt={"image": 1, "video": 0}, enable_mm_embeds=True,
+        kwargs.update(limit_mm_per_prompt={"image": settings.max_images, "video": 0}, enable_mm_embeds=True,
                       gpu_memory_utilization=settings.drafter_memory)
     elif settings.drafter_engine and "gpu_memory_utilization" not in settings.engine_kwargs:
         kwargs["gpu_memory_utilization"] = 0.9 - settings.drafter_memory  # vLLM's 0.9, less the drafter's share
