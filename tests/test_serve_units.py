@@ -537,6 +537,40 @@ def test_metrics_count_drafted_and_accepted_tokens_apart():
     assert metric(text, "asymspec_mean_accepted_length", method="asymspec") == 5 / 2
 
 
+def test_vllms_spec_decode_counters_have_vllms_names_and_labels_and_count_speculative_methods_only():
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.serve.metrics import ServeMetrics
+    from asymspec_vl.trace import Stats
+    from serve_support import metric
+
+    m = ServeMetrics("my-model", K=4)
+    for method in ("asymspec", "sd"):
+        m.finished(method, RowOutput(token_ids=[1] * 5, sources=["draft"] * 5,
+                                     stats=Stats(steps=2, drafted=8, accepted=3, emitted=5, accepted_at=[2, 1, 0, 0])))
+    m.finished("floor", RowOutput(token_ids=[1] * 4, stats=Stats(steps=4, emitted=4)))
+    text = m.render().decode()
+    labels = {"model_name": "my-model", "engine": "0"}
+    assert metric(text, "vllm:spec_decode_num_drafts_total", **labels) == 4
+    assert metric(text, "vllm:spec_decode_num_draft_tokens_total", **labels) == 16
+    assert metric(text, "vllm:spec_decode_num_accepted_tokens_total", **labels) == 6
+    assert [metric(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i), **labels)
+            for i in range(4)] == [4, 2, 0, 0]
+
+
+def test_the_response_summarises_speculative_decoding_as_vllm_counts_it():
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.serve.responses import speculative_decoding
+    from asymspec_vl.trace import Stats
+
+    row = RowOutput(token_ids=[1] * 9, sources=["draft"] * 6 + ["fused", "bonus", "fused"],
+                    stats=Stats(steps=4, drafted=12, accepted=5, emitted=9, accepted_at=[3, 2, 0]))
+    assert speculative_decoding(row) == {
+        "num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 5,
+        "mean_acceptance_length": 1 + 5 / 4, "draft_acceptance_rate": 5 / 12,
+        "acceptance_histogram": [1, 1, 2, 0], "num_accepted_tokens_per_pos": [3, 2, 0], "num_fused_tokens": 2}
+    assert speculative_decoding(RowOutput(token_ids=[1], stats=Stats(steps=1, emitted=1))) is None
+
+
 def stand_in_service(stream, **kw):
     """A ChatService on a runner whose stream is `stream(enc, method, cfg)`, and a Prepared request for it."""
     import time
