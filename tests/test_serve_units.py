@@ -814,3 +814,18 @@ def test_requests_running_when_the_drain_expires_end_with_an_error_object_and_st
     assert events[-1] == "data: [DONE]\n\n"
     assert json.loads(events[-2][6:])["error"]["type"] == "ServerShuttingDownError"
     assert len(events) > 3  # tokens were streamed before the drain ended it
+
+
+def test_streamed_text_holds_back_what_could_begin_a_stop_string_and_cuts_at_it():
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.serve.responses import TextDeltas, answer_text
+
+    text = "12 + 3 = 15. END of it"
+    decode = lambda ids: text[:len(ids)]  # noqa: E731 (one character a token)
+    cfg = AsymSpecConfig(stop=("END", "?!"))
+    deltas = TextDeltas(decode, cfg)
+    pieces = [deltas.push(list(range(n))) for n in range(1, len(text))] + [deltas.push(list(range(len(text))), True)]
+    assert "".join(pieces) == answer_text(decode, list(range(len(text))), cfg) == "12 + 3 = 15. "
+    assert not any("E" in p for p in pieces)  # not even the stop string's first letter went out
+    kept = AsymSpecConfig(stop="END", include_stop_str_in_output=True)
+    assert answer_text(decode, list(range(len(text))), kept) == "12 + 3 = 15. END"
