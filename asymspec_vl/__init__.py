@@ -2,15 +2,16 @@
 
 from .api import AsymSpecVL, GenerationResult, TraceToken
 from .config import AsymSpecConfig
+from .conversation import Conversation
 from .errors import (AsymSpecError, BatchInputError, ConfigError, EmptyQuestionError, ImageTooLargeError, InputError,
-                     InvalidImageError, InvalidTextError, ModelPairError, PromptTooLongError, RequestFailedError,
+                     InvalidImageError, InvalidTextError, MalformedConversationError, ModelPairError, PromptTooLongError, RequestFailedError,
                      VocabularyMismatchError)
 from .prompts import Request
 
 __all__ = [
-    "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request",
+    "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request", "Conversation",
     "AsymSpecError", "ConfigError", "InputError", "InvalidImageError", "ImageTooLargeError",
-    "EmptyQuestionError", "InvalidTextError", "PromptTooLongError", "BatchInputError", "RequestFailedError",
+    "EmptyQuestionError", "InvalidTextError", "MalformedConversationError", "PromptTooLongError", "BatchInputError", "RequestFailedError",
     "ModelPairError", "VocabularyMismatchError",
 ]
 __version__ = "0.1.0"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 
 from . import budget
 from .config import AsymSpecConfig, is_one_of, with_overrides
+from .conversation import Conversation
 from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
 from .loop import RowOutput
 from .methods import Method
@@ -144,6 +145,14 @@ class AsymSpecVL:
         req = Request(image, question, caption, ocr, full_context, compressed_context)
         return self.generate_batch([req], method, config, on_step, on_error="raise", **overrides)[0]
 
+    def generate_chat(self, messages: list, method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
+                      on_step: Callable | None = None, **overrides) -> GenerationResult:
+        """Answer the last user turn of a conversation: `messages` as OpenAI's (system / user / assistant),
+        images as {"type": "image", "image": ..., "caption": ..., "ocr": ...} parts of user turns (see
+        asymspec_vl/conversation.py for the three views it makes). Arguments and errors as generate's."""
+        return self.generate_batch([Conversation(messages)], method, config, on_step, on_error="raise",
+                                   **overrides)[0]
+
     def stream(self, image=None, question: str = "", caption: str = "", ocr: str = "",
                method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
                full_context: str | None = None, compressed_context: str | None = None, **overrides) -> TextStream:
@@ -199,7 +208,7 @@ class AsymSpecVL:
         refuse_on_backend(cfg, self.backend.name)
         context = partial(self.backend.context_length, method=method, cfg=cfg)
         if not isinstance(requests, (list, tuple)):
-            raise InputError(f"requests must be a list of Request, got {type(requests).__name__}")
+            raise InputError(f"requests must be a list of Request or Conversation, got {type(requests).__name__}")
         encoded, errors = [], {}
         for i, r in enumerate(requests):
             try:

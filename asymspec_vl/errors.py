@@ -33,6 +33,10 @@ class InvalidTextError(InputError):
     """A text argument (question, caption, ocr, a context) is not a str, or is not valid Unicode."""
 
 
+class MalformedConversationError(InputError):
+    """A conversation's messages are not of the shape it takes (roles, parts, ending with a user turn)."""
+
+
 class BatchInputError(InputError):
     """Some requests of a batch are invalid; nothing has run. `errors` maps each bad request's index to its
     own typed error."""

@@ -15,6 +15,7 @@ class Limits:
     image_bytes: int = 50 * MIB  # the largest image file load_image opens
     image_pixels: int = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
     body_bytes: int = 64 * MIB  # the largest request body the server reads
+    images_per_request: int = 4  # images in one conversation (the drafter engine's limit_mm_per_prompt)
     answer_tokens: int = 1024  # the largest max_tokens a server request may ask for (and its default)
     speculative_tokens: int = 4  # a speculative engine's num_speculative_tokens: the most K a request may ask for
     demo_image_bytes: int = 10 * MIB  # the demo page's upload (a public page: tighter than the library's)

@@ -10,7 +10,7 @@ import torch
 
 from .errors import ChatTemplateError, EmptyQuestionError, InputError, InvalidImageError
 from .images import load_image
-from .user_text import SENTINEL, check_text, encode_pieces, template_pieces
+from .user_text import SENTINEL, check_text, encode_pieces, encode_segments, template_pieces
 
 
 @dataclass
@@ -130,9 +130,13 @@ def build_prompts(req: Request, drafter_processor, verifier_tokenizer) -> Prompt
     return _prompts(*frame_views(checked_request(req), drafter_processor, verifier_tokenizer))
 
 
-def encode_request(req: Request, drafter_processor, verifier_tokenizer) -> EncodedRequest:
-    """Check the request, build the prompts and tokenize each view (user text as ordinary text, see
-    user_text.py); the image is decoded, validated and processed once."""
+def encode_request(req, drafter_processor, verifier_tokenizer) -> EncodedRequest:
+    """Check the request (a Request, or a Conversation: conversation.py), build the prompts and tokenize each view
+    (user text as ordinary text, see user_text.py); the image is decoded, validated and processed once."""
+    from .conversation import Conversation, encode_conversation
+
+    if isinstance(req, Conversation):
+        return encode_conversation(req, drafter_processor, verifier_tokenizer)
     req = checked_request(req)
     full, comp, only_q = frame_views(req, drafter_processor, verifier_tokenizer)
     prompts = _prompts(full, comp, only_q)
@@ -141,31 +145,33 @@ def encode_request(req: Request, drafter_processor, verifier_tokenizer) -> Encod
         full_view = EncodedView(encode_pieces(getattr(drafter_processor, "tokenizer", drafter_processor), full))
         return EncodedRequest(prompts, full_view, comp_view, full_view)
     image = load_image(req.image)
-    pixel_values, grid = _vision_inputs(drafter_processor, image)
-    return EncodedRequest(prompts, _image_view(drafter_processor, full, pixel_values, grid), comp_view,
-                          _image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size})
+    pixel_values, grid = vision_inputs(drafter_processor, [image])
+    return EncodedRequest(prompts, image_view(drafter_processor, full, pixel_values, grid), comp_view,
+                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size})
 
 
 def _prompts(full: Framed, comp: Framed, only_q: Framed) -> Prompts:
     return Prompts(x_full=full.prompt, x_comp=comp.prompt, x_question=only_q.prompt)
 
 
-def _vision_inputs(processor, image) -> tuple[torch.Tensor, torch.Tensor]:
-    """pixel_values [num_patches, C * T * P * P] and image_grid_thw [1, 3] (the processor's image processor)."""
+def vision_inputs(processor, images: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """pixel_values [num_patches, C * T * P * P] and image_grid_thw [num_images, 3] (the processor's image
+    processor)."""
     try:
-        out = processor.image_processor(images=[image], return_tensors="pt")
+        out = processor.image_processor(images=list(images), return_tensors="pt")
     except ValueError as e:  # e.g. an aspect ratio the image processor cannot resize
         raise InvalidImageError(f"the image processor refused the image: {e}") from e
     return out["pixel_values"], out["image_grid_thw"]
 
 
-def _image_view(processor, view: Framed, pixel_values: torch.Tensor, grid: torch.Tensor) -> EncodedView:
-    """The view's ids with the template's one image placeholder repeated once per merged image token, as
-    the Qwen3-VL processor does."""
+def image_view(processor, view, pixel_values: torch.Tensor, grid: torch.Tensor) -> EncodedView:
+    """The view's ids (a Framed view, or a conversation's segments) with the template's placeholder of image i
+    repeated once per merged token of image i, as the Qwen3-VL processor does."""
     pad = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-    ids = encode_pieces(processor.tokenizer, view)
-    if ids.count(pad) != 1:
+    ids = encode_pieces(processor.tokenizer, view) if isinstance(view, Framed) else \
+        encode_segments(processor.tokenizer, view)
+    if ids.count(pad) != len(grid):
         raise ChatTemplateError(f"the drafter's chat template put {ids.count(pad)} image placeholders in a "
-                                "prompt with one image")
-    n = int(grid.prod()) // processor.image_processor.merge_size ** 2
-    return EncodedView([t for i in ids for t in ([i] * n if i == pad else [i])], pixel_values, grid)
+                                f"prompt with {len(grid)} image(s)")
+    sizes = iter((grid.prod(-1) // processor.image_processor.merge_size ** 2).tolist())
+    return EncodedView([t for i in ids for t in ([i] * next(sizes) if i == pad else [i])], pixel_values, grid)

@@ -50,12 +50,42 @@ def template_pieces(template_owner, content, thinking_off: bool = True) -> tuple
     return before, after
 
 
+def template_segments(template_owner, messages: list[dict], n: int, thinking_off: bool = True) -> list:
+    """A whole conversation rendered by the chat template, split at its n texts: [template, None, template, None,
+    ..., template] (None where text i goes). Text i is marked `sentinel(i)` in `messages`, in order."""
+    kwargs = {"enable_thinking": False} if thinking_off else {}
+    rendered = template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    marks = [sentinel(i) for i in range(n)]
+    positions = [rendered.find(m) for m in marks]
+    if any(rendered.count(m) != 1 for m in marks) or positions != sorted(positions) \
+            or rendered.count("\x00asymspec-user-text") != n:
+        raise ChatTemplateError(f"the chat template of {type(template_owner).__name__} does not place each "
+                                "message's text verbatim once, in order; AsymSpec needs a ChatML-style template")
+    segments, rest = [], rendered
+    for m in marks:
+        before, rest = rest.split(m)
+        segments.append(before)
+        segments.append(None)  # filled by the caller with the message's text
+    return segments + [rest]
+
+
+def sentinel(i: int) -> str:
+    """The mark of text i of a conversation while its template renders."""
+    return f"\x00asymspec-user-text-{i}\x00"
+
+
 def encode_pieces(tokenizer, view) -> list[int]:
     """Ids of a framed view (view.before + view.text + view.after): special tokens read in the template pieces
     only."""
-    def template_ids(piece: str) -> list[int]:
-        return tokenizer(piece, add_special_tokens=False)["input_ids"]
-    return template_ids(view.before) + text_ids(tokenizer, view.text) + template_ids(view.after)
+    return encode_segments(tokenizer, (view.before, view.text, view.after))
+
+
+def encode_segments(tokenizer, segments) -> list[int]:
+    """Ids of [template, text, template, text, ..., template]: special tokens read in the template pieces only."""
+    ids = []
+    for i, piece in enumerate(segments):
+        ids += text_ids(tokenizer, piece) if i % 2 else tokenizer(piece, add_special_tokens=False)["input_ids"]
+    return ids
 
 
 def text_ids(tokenizer, text: str) -> list[int]:

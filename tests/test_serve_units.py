@@ -37,36 +37,61 @@ def body(**fields) -> dict:
 def test_a_plain_request_becomes_asymspec_at_the_servers_K_and_token_cap():
     j = job(body(), K=3, max_tokens=77)
     assert (j.method, j.cfg.K, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == ("asymspec", 3, 77, None)
-    assert (j.caption, j.ocr, j.stream, j.return_trace, j.return_prompts) == (None, None, False, False, False)
-    assert j.question == "What number is on the red square?" and j.image_url.startswith("data:image/png;base64,")
+    assert (j.captions, j.ocrs, j.stream, j.return_trace, j.return_prompts) == ((None,), (None,), False, False, False)
+    (turn,) = j.turns
+    assert (turn.role, turn.text) == ("user", "What number is on the red square?")
+    assert j.image_urls[0].startswith("data:image/png;base64,")
+    assert (j.cfg.temperature, j.cfg.stop, j.skip_special_tokens) == (0.0, (), True)  # greedy unless asked
 
 
 def test_extras_select_method_settings_view_and_what_comes_back():
     j = job(body(method="scd", caption="a caption", ocr="", config={"K": 2, "beta": 0.5, "gate": "fixed"},
                  return_trace=True, return_prompts=True, max_tokens=9, stop_token_ids=[7], stream=True,
                  stream_options={"include_usage": True}))
-    assert (j.method, j.caption, j.ocr, j.return_trace, j.return_prompts, j.stream, j.include_usage) == \
-        ("scd", "a caption", "", True, True, True, True)
+    assert (j.method, j.captions, j.ocrs, j.return_trace, j.return_prompts, j.stream, j.include_usage) == \
+        ("scd", ("a caption",), ("",), True, True, True, True)
     assert (j.cfg.K, j.cfg.beta, j.cfg.gate, j.cfg.max_new_tokens, j.cfg.stop_token_ids) == (2, 0.5, "fixed", 9, (7,))
 
 
 @pytest.mark.parametrize("fields", [{"temperature": 0}, {"temperature": 0.0, "top_p": 1, "n": 1}, {"seed": 3},
-                                    {"logprobs": False}, {"stop": []}, {"user": "me"}, {"tool_choice": "none"}])
-def test_greedy_neutral_fields_are_accepted(fields):
+                                    {"logprobs": False}, {"stop": []}, {"user": "me"}, {"tool_choice": "none"},
+                                    {"presence_penalty": 0}, {"response_format": {"type": "text"}}])
+def test_neutral_fields_are_accepted(fields):
     job(body(**fields))
 
 
+def test_openai_and_vllm_sampling_and_stop_fields_are_served_as_vllm_serves_them():
+    j = job(body(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, seed=11, stop="\n\n", min_tokens=2,
+                 include_stop_str_in_output=True, ignore_eos=True, skip_special_tokens=False,
+                 max_completion_tokens=12))
+    c = j.cfg
+    assert (c.temperature, c.top_p, c.top_k, c.min_p, c.seed, c.stop, c.min_tokens) == \
+        (0.7, 0.9, 20, 0.05, 11, ("\n\n",), 2)
+    assert (c.include_stop_str_in_output, c.ignore_eos, c.max_new_tokens, j.skip_special_tokens) == \
+        (True, True, 12, False)
+    assert job(body(stop=["a", "", "b"])).cfg.stop == ("a", "b")
+
+
+def test_stop_token_ids_end_an_answer_beside_the_eos_tokens_unless_ignore_eos():
+    from asymspec_vl.serve.translate import with_model_stops
+
+    assert with_model_stops(job(body(stop_token_ids=[7])), {2, 3}).cfg.stop_token_ids == (2, 3, 7)
+    assert with_model_stops(job(body(stop_token_ids=[7], ignore_eos=True)), {2, 3}).cfg.stop_token_ids == (7,)
+    plain = job(body())
+    assert with_model_stops(plain, {2, 3}) is plain  # None: the model's EOS tokens, as before
+
+
 @pytest.mark.parametrize("fields, named", [
-    ({"temperature": 0.7}, "temperature"), ({"top_p": 0.9}, "top_p"), ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"), ({"presence_penalty": 0.5}, "presence_penalty"),
-    ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"stop": ["\n"]}, "stop"), ({"min_tokens": 3}, "min_tokens"),
-    ({"ignore_eos": True}, "ignore_eos"),
+    ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"presence_penalty": 0.5}, "presence_penalty"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+    ({"use_beam_search": True}, "use_beam_search"), ({"repetition_penalty": 1.2}, "repetition_penalty"),
     ({"chat_template": "{{ x }}"}, "chat_template"), ({"vllm_xargs": {"a": "b"}}, "vllm_xargs")])
 def test_what_the_server_does_not_serve_is_refused_by_name(fields, named):
-    from asymspec_vl.serve.errors import UnsupportedRequestError
+    from asymspec_vl.serve.errors import UnsupportedRequestError, error_body
 
-    with pytest.raises(UnsupportedRequestError, match=named):
+    with pytest.raises(UnsupportedRequestError, match=named) as refused:
         job(body(**fields))
+    assert error_body(refused.value)["error"]["param"] == named
 
 
 def test_unknown_extras_methods_and_settings_are_refused():
@@ -83,31 +108,69 @@ def test_unknown_extras_methods_and_settings_are_refused():
         job(body(config={"gamma": 5}))
     with pytest.raises(ConfigError, match="over the server's K=4"):
         job(body(config={"K": 6}))
-    with pytest.raises(ConfigError, match="max_tokens and stop_token_ids"):
+    with pytest.raises(ConfigError, match="use the request's own fields"):
         job(body(config={"max_new_tokens": 6}))
+    with pytest.raises(ConfigError, match="use the request's own fields"):
+        job(body(config={"temperature": 0.5}))
     with pytest.raises(UnsupportedRequestError, match="over this server's limit of 50"):
         job(body(max_tokens=51), max_tokens=50)
     with pytest.raises(ConfigError, match="max_new_tokens"):
         job(body(max_tokens=0))
+    with pytest.raises(ConfigError, match="temperature"):
+        job(body(temperature=-1))
     with pytest.raises(UnsupportedRequestError, match="return_trace"):
         job(body(return_trace="yes"))
 
 
-def test_the_message_must_be_one_user_turn_with_one_image_and_a_question():
-    from asymspec_vl.errors import EmptyQuestionError, InvalidImageError, InvalidTextError
+def conversation_body(**fields) -> dict:
+    """A system prompt, a first user turn with an image, the assistant's answer, a second turn with an image."""
+    url = data_url(PNG)
+    return {"messages": [
+        {"role": "system", "content": "Answer with one number."},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                     {"type": "text", "text": "What number is on the red square?"}]},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": [{"type": "text", "text": "And this one?"},
+                                     {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "x"}]}],
+        **fields}
+
+
+def test_a_conversation_becomes_its_turns_with_each_images_view():
+    j = job(conversation_body(caption=["first", None], ocr=["", "ocr 2"]))
+    assert [(t.role, t.text, len(t.image_urls)) for t in j.turns] == [
+        ("system", "Answer with one number.", 0), ("user", "What number is on the red square?", 1),
+        ("assistant", "7", 0), ("user", "And this one?\nx", 1)]
+    assert (j.captions, j.ocrs) == (("first", None), ("", "ocr 2"))
+    developer = conversation_body()
+    developer["messages"][0]["role"] = "developer"  # OpenAI's newer name for the system prompt
+    assert job(developer).turns[0].role == "system"
+    text_only = job({"messages": [{"role": "user", "content": "just text"}]})
+    assert text_only.image_urls == [] and text_only.captions == ()
+
+
+def test_the_conversation_is_checked_before_anything_runs():
+    from asymspec_vl.errors import EmptyQuestionError, InvalidTextError
     from asymspec_vl.serve.errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
 
     url = data_url(PNG)
-    with pytest.raises(TooManyImagesError, match="2 images"):
-        job(chat_body("q?", [url, url]))
+    with pytest.raises(TooManyImagesError, match="5 images; this server reads at most 4"):
+        job(chat_body("q?", [url] * 5))
+    job(chat_body("q?", [url] * 2, caption=["a", "b"]))
+    with pytest.raises(TooManyImagesError, match="at most 1"):
+        job(conversation_body(), max_images=1)
+    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+        job(conversation_body(caption="one"))
     with pytest.raises(EmptyQuestionError):
         job(chat_body(" \n ", url))
-    with pytest.raises(InvalidImageError, match="no image"):
-        job({"messages": [{"role": "user", "content": "just text"}]})
-    two = body()
-    two["messages"] = [{"role": "system", "content": "be brief"}] + two["messages"]
-    with pytest.raises(UnsupportedRequestError, match="'system', 'user'"):
-        job(two)
+    ends = conversation_body()
+    ends["messages"].append({"role": "assistant", "content": "8"})
+    with pytest.raises(UnsupportedRequestError, match="last message must be the user's"):
+        job(ends)
+    for role, content in (("tool", "x"), ("assistant", [{"type": "image_url", "image_url": {"url": url}}])):
+        bad = conversation_body()
+        bad["messages"].insert(1, {"role": role, "content": content, **({"tool_call_id": "1"} if role == "tool" else {})})
+        with pytest.raises(UnsupportedRequestError, match=role):
+            job(bad)
     audio = body()
     audio["messages"][0]["content"].append({"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}})
     with pytest.raises(UnsupportedRequestError, match="input_audio"):
@@ -473,6 +536,40 @@ def test_metrics_count_drafted_and_accepted_tokens_apart():
     assert metric(text, "asymspec_mean_accepted_length", method="asymspec") == 5 / 2
 
 
+def test_vllms_spec_decode_counters_have_vllms_names_and_labels_and_count_speculative_methods_only():
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.serve.metrics import ServeMetrics
+    from asymspec_vl.trace import Stats
+    from serve_support import metric
+
+    m = ServeMetrics("my-model", K=4)
+    for method in ("asymspec", "sd"):
+        m.finished(method, RowOutput(token_ids=[1] * 5, sources=["draft"] * 5,
+                                     stats=Stats(steps=2, drafted=8, accepted=3, emitted=5, accepted_at=[2, 1, 0, 0])))
+    m.finished("floor", RowOutput(token_ids=[1] * 4, stats=Stats(steps=4, emitted=4)))
+    text = m.render().decode()
+    labels = {"model_name": "my-model", "engine": "0"}
+    assert metric(text, "vllm:spec_decode_num_drafts_total", **labels) == 4
+    assert metric(text, "vllm:spec_decode_num_draft_tokens_total", **labels) == 16
+    assert metric(text, "vllm:spec_decode_num_accepted_tokens_total", **labels) == 6
+    assert [metric(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i), **labels)
+            for i in range(4)] == [4, 2, 0, 0]
+
+
+def test_the_response_summarises_speculative_decoding_as_vllm_counts_it():
+    from asymspec_vl.loop import RowOutput
+    from asymspec_vl.serve.responses import speculative_decoding
+    from asymspec_vl.trace import Stats
+
+    row = RowOutput(token_ids=[1] * 9, sources=["draft"] * 6 + ["fused", "bonus", "fused"],
+                    stats=Stats(steps=4, drafted=12, accepted=5, emitted=9, accepted_at=[3, 2, 0]))
+    assert speculative_decoding(row) == {
+        "num_spec_steps": 4, "num_draft_tokens": 12, "num_accepted_draft_tokens": 5,
+        "mean_acceptance_length": 1 + 5 / 4, "draft_acceptance_rate": 5 / 12,
+        "acceptance_histogram": [1, 1, 2, 0], "num_accepted_tokens_per_pos": [3, 2, 0], "num_fused_tokens": 2}
+    assert speculative_decoding(RowOutput(token_ids=[1], stats=Stats(steps=1, emitted=1))) is None
+
+
 def stand_in_service(stream, **kw):
     """A ChatService on a runner whose stream is `stream(enc, method, cfg)`, and a Prepared request for it."""
     import time
@@ -486,7 +583,7 @@ def stand_in_service(stream, **kw):
     runner = SimpleNamespace(stream=stream, vl=SimpleNamespace(decode=lambda ids: "x" * len(ids)))
     service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
     j = job(body(stream=True))
-    return service, Prepared(j, METHODS[j.method], None, View(), time.monotonic(), 10**9)
+    return service, Prepared(j, METHODS[j.method], None, [View()], time.monotonic(), 10**9)
 
 
 def test_a_stream_closed_by_its_client_counts_as_disconnected():
@@ -716,3 +813,18 @@ def test_requests_running_when_the_drain_expires_end_with_an_error_object_and_st
     assert events[-1] == "data: [DONE]\n\n"
     assert json.loads(events[-2][6:])["error"]["type"] == "ServerShuttingDownError"
     assert len(events) > 3  # tokens were streamed before the drain ended it
+
+
+def test_streamed_text_holds_back_what_could_begin_a_stop_string_and_cuts_at_it():
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.serve.responses import TextDeltas, answer_text
+
+    text = "12 + 3 = 15. END of it"
+    decode = lambda ids: text[:len(ids)]  # noqa: E731 (one character a token)
+    cfg = AsymSpecConfig(stop=("END", "?!"))
+    deltas = TextDeltas(decode, cfg)
+    pieces = [deltas.push(list(range(n))) for n in range(1, len(text))] + [deltas.push(list(range(len(text))), True)]
+    assert "".join(pieces) == answer_text(decode, list(range(len(text))), cfg) == "12 + 3 = 15. "
+    assert not any("E" in p for p in pieces)  # not even the stop string's first letter went out
+    kept = AsymSpecConfig(stop="END", include_stop_str_in_output=True)
+    assert answer_text(decode, list(range(len(text))), kept) == "12 + 3 = 15. END"

@@ -26,7 +26,6 @@ EXAMPLE_TEXTS = json.loads((EXAMPLES / "examples.json").read_text())
 TOY = [e for e in EXAMPLE_TEXTS if e["image"].startswith("toy-")]
 TEST_FLAGS = ["--no-caption-cache", "--max-image-mb", "1", "--max-body-mb", "2", "--max-image-pixels", "4000000",
               "--max-tokens", "2000", "--drain-timeout", "120"]
-NEVER = 5  # a stop token the toy models never emit (<|box_start|>): a request then runs to its max_tokens
 
 
 def readme_section() -> str:
@@ -145,10 +144,10 @@ def _bad_requests() -> dict:
         "oversized image": (body(url=data_url(b"\0" * (2**20 + 10))), 400, "ImageTooLargeError"),
         "decompression bomb": (body(url=data_url(bomb)), 400, "ImageTooLargeError"),
         "empty question": (body(question="   "), 400, "EmptyQuestionError"),
-        "two images": (body(url=[good_url, good_url]), 400, "TooManyImagesError"),
+        "five images": (body(url=[good_url] * 5), 400, "TooManyImagesError"),
         "prompt over the context": (chat_body("What?", good_url, caption="a red square " * 3000, ocr=""), 400,
                                     "PromptTooLongError"),
-        "sampling": (body(temperature=0.8), 400, "UnsupportedRequestError"),
+        "two choices": (body(n=2), 400, "UnsupportedRequestError"),
         "unknown method": (body(method="beam"), 400, "ConfigError"),
         "unknown setting": (body(config={"gammma": 0.5}), 400, "ConfigError"),
         "oversized body": (body(padding="x" * (2 * 2**20 + 1000)), 413, "BodyTooLargeError"),
@@ -232,7 +231,7 @@ def test_a_client_that_disconnects_mid_stream_leaves_no_request_in_the_engine(se
 
     example = TOY[0]
     body = chat_body(example["question"], data_url(EXAMPLES / example["image"]), caption=example["caption"], ocr="",
-                     max_tokens=1500, stop_token_ids=[NEVER], stream=True)  # about a minute of decoding on 2 cores
+                     max_tokens=1500, ignore_eos=True, stream=True)  # about a minute of decoding on 2 cores
     gone_before = engines()[2]
     with httpx.Client(timeout=300) as http:
         with http.stream("POST", server.url + "/v1/chat/completions", json=body, headers=server.headers) as reply:
@@ -277,11 +276,46 @@ def test_the_readme_examples_run_against_the_server(server, monkeypatch, capsys)
     assert "draft" in out or "fused" in out or "bonus" in out
 
 
+def test_a_conversation_with_a_system_prompt_and_two_images_is_the_librarys_answer(client, reference):
+    """Two images in different user turns: the speculative engine's x_full and the drafter engine's prompt hold
+    both (the drafter engine takes --max-images images a prompt)."""
+    first, second = TOY[0], TOY[2]
+    url = [data_url(EXAMPLES / e["image"]) for e in (first, second)]
+    sent = [{"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url[0]}},
+                                         {"type": "text", "text": first["question"]}]},
+            {"role": "assistant", "content": "126"},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url[1]}},
+                                         {"type": "text", "text": second["question"]}]}]
+    library = [dict(m) for m in sent]
+    library[1] = {"role": "user", "content": [{"type": "image", "image": str(EXAMPLES / first["image"]),
+                                               "caption": first["caption"]}, {"type": "text", "text": first["question"]}]}
+    library[3] = {"role": "user", "content": [{"type": "image", "image": str(EXAMPLES / second["image"]),
+                                               "caption": second["caption"]},
+                                              {"type": "text", "text": second["question"]}]}
+    for method in ("asymspec", "drafter"):
+        ref = reference.generate_chat(library, method=method, K=2, max_new_tokens=24)
+        reply = client.chat.completions.create(
+            model="asymspec-vl", messages=sent, max_completion_tokens=24,
+            extra_body={"caption": [first["caption"], second["caption"]], "ocr": ["", ""], "method": method,
+                        "config": {"K": 2}, "return_token_ids": True})
+        assert (reply.choices[0].token_ids, reply.choices[0].message.content) == (ref.token_ids, ref.text), method
+
+
+def test_ignore_eos_runs_a_request_to_its_max_completion_tokens(client):
+    """What vllm bench serve sends: every answer is exactly its budget long."""
+    example = TOY[1]
+    reply = client.chat.completions.create(model="asymspec-vl", messages=messages(example), max_completion_tokens=30,
+                                           extra_body={"caption": example["caption"], "ocr": "", "ignore_eos": True})
+    assert (reply.usage.completion_tokens, reply.choices[0].finish_reason) == (30, "length")
+    assert reply.metrics["speculative_decoding"]["num_draft_tokens"] > 0
+
+
 def test_sigterm_drains_requests_in_flight_then_exits_zero(server):
     """Last: it stops the module's server."""
     example = TOY[0]
     body = chat_body(example["question"], data_url(EXAMPLES / example["image"]), caption=example["caption"], ocr="",
-                     max_tokens=40, stop_token_ids=[NEVER], stream=True, return_token_ids=True)
+                     max_tokens=40, ignore_eos=True, stream=True, return_token_ids=True)
     first, tokens, finish = threading.Event(), [], []
 
     def stream():
@@ -306,3 +340,4 @@ def test_sigterm_drains_requests_in_flight_then_exits_zero(server):
     reader.join(300)
     assert len(tokens) == 40 and finish[-1] == "length"  # the request in flight finished
     assert server.proc.wait(timeout=180) == 0
+

@@ -80,6 +80,9 @@ class EngineSpec:
     images: bool = False  # the model reads images (drafter-alone engine)
 
 
+MAX_IMAGES = LIMITS.images_per_request  # images one prompt of the drafter's own engine may hold (a conversation's)
+
+
 def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict,
                  drafter_share: float | None = None, loop=None):
     """The one place an engine is made: a vllm.LLM, or with `loop` an AsyncLLM seen as one (EngineView: a server's
@@ -92,7 +95,7 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
     kwargs.update(dtype=engine_dtype(dtype), tensor_parallel_size=tensor_parallel_size, seed=0,
                   disable_log_stats=True, trust_remote_code=False, worker_extension_cls=WORKER_EXTENSION)
     if spec.images:
-        kwargs.update(limit_mm_per_prompt={"image": 1, "video": 0}, enable_mm_embeds=True)
+        kwargs.update(limit_mm_per_prompt={"image": MAX_IMAGES, "video": 0}, enable_mm_embeds=True)
     if spec.drafter is not None:
         kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
                                         "num_speculative_tokens": spec.K,

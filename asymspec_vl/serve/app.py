@@ -33,7 +33,7 @@ class ServerState:
     """What the routes share: settings, metrics, and once loaded the chat service (runner + captioners)."""
 
     def __init__(self, settings: ServeSettings):
-        self.settings, self.metrics = settings, ServeMetrics()
+        self.settings, self.metrics = settings, ServeMetrics(settings.served_model_name, settings.K)
         self.service: ChatService | None = None
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[BaseException], None] = lambda e: None

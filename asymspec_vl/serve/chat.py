@@ -8,18 +8,21 @@ expires (--drain-timeout): it ends with ServerShuttingDownError (503 JSON, or a 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
 import time
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import AsyncIterator
 
 from .. import budget
 from ..errors import AsymSpecError, ConfigError
 from ..methods import METHODS, Method
-from ..prompts import EncodedRequest, Request, encode_request
+from ..conversation import Conversation
+from ..prompts import EncodedRequest, encode_request
 from . import responses as R
 from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
@@ -27,7 +30,7 @@ from .media import fetch_image
 from .metrics import ServeMetrics
 from .runner import Progress, Runner
 from .settings import ServeSettings
-from .translate import ChatJob
+from .translate import ChatJob, with_model_stops
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ class Prepared:
     job: ChatJob
     method: Method
     enc: EncodedRequest
-    view: View
+    views: list[View]  # per image of the conversation
     started: float  # time.monotonic() when the request arrived
     deadline: float  # loop time by which it must be done
 
@@ -86,19 +89,22 @@ class ChatService:
         if job.method not in self.runner.methods:
             raise ConfigError(f"method {job.method!r} is not served here: this server runs {list(self.runner.methods)}"
                               " (the drafter alone needs a server started with --drafter-engine)")
+        job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
         method = METHODS[job.method]
-        enc, view = await self._within(self._views(job, method), deadline,
-                                       f"preparing the request took over {self.settings.request_timeout_s} s")
-        return Prepared(job, method, enc, view, started, deadline)
+        enc, views = await self._within(self._views(job, method), deadline,
+                                        f"preparing the request took over {self.settings.request_timeout_s} s")
+        return Prepared(job, method, enc, views, started, deadline)
 
-    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, View]:
-        image = await fetch_image(job.image_url, self.settings)
-        view = await self.views.view(image, job.caption, job.ocr)
-        request = Request(image, job.question, caption=view.caption, ocr=view.ocr)
-        return await asyncio.to_thread(self._encode, request, method, job), view
+    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View]]:
+        """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
+        then the conversation encoded and checked to fit."""
+        images = [await fetch_image(url, self.settings) for url in job.image_urls]
+        views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
+        request = conversation_request(job, images, views)
+        return await asyncio.to_thread(self._encode, request, method, job), views
 
-    def _encode(self, request: Request, method: Method, job: ChatJob) -> EncodedRequest:
+    def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair
         enc = encode_request(request, pair.processor, pair.tokenizer)
         budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
@@ -122,10 +128,12 @@ class ChatService:
     def finish(self, p: Prepared, step: Progress):
         """(row, usage, asymspec object) of the finished request, counted in the metrics."""
         row = R.finished_row(step.row)
+        if row.finish_reason == "length" and R.stop_cut(self.decode(p.job)(row.token_ids), p.job.cfg)[1]:
+            row = dataclasses.replace(row, finish_reason="stop")  # a stop string ended the answer's text
         self.metrics.finished(p.job.method, row)
         self.metrics.latency.observe(time.monotonic() - p.started)
         usage = R.usage(p.job, p.enc, len(row.token_ids))
-        return row, usage, R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.view)
+        return row, usage, R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.views)
 
     async def answer(self, p: Prepared, model: str):
         """The whole ChatCompletionResponse."""
@@ -134,13 +142,20 @@ class ChatService:
             async for last in steps:
                 pass
             row, usage, asymspec = self.finish(p, last)
-        return R.completion(p.job, model, self.runner.vl.decode(row.token_ids), row, usage, asymspec)
+        return R.completion(p.job, model, R.answer_text(self.decode(p.job), row.token_ids, p.job.cfg), row, usage,
+                            asymspec)
+
+    def decode(self, job: ChatJob):
+        """token ids -> the answer's text: special tokens skipped unless the request said skip_special_tokens=false."""
+        if job.skip_special_tokens:
+            return self.runner.vl.decode
+        return partial(self.runner.vl.pair.tokenizer.decode, skip_special_tokens=False)
 
     async def events(self, p: Prepared, model: str) -> AsyncIterator[str]:
         """Server-sent events: the role, then the text each step committed, then the finish reason with the
         asymspec object, the usage if asked, and [DONE]; an error after the first event ends the stream with
         an error event."""
-        created, deltas, sent = R.now(), R.TextDeltas(self.runner.vl.decode), 0
+        created, deltas, sent = R.now(), R.TextDeltas(self.decode(p.job), p.job.cfg), 0
         yield R.chunk(p.job, model, created, content="", role="assistant")
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
@@ -152,7 +167,8 @@ class ChatService:
                         continue
                     row, usage, asymspec = self.finish(p, step)
                     yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
-                                  token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec)
+                                  token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
+                                  metrics=R.extra_metrics(row))
                     if p.job.include_usage:
                         yield R.chunk(p.job, model, created, usage_info=usage)
         except Exception as e:  # the status line is sent: the error travels as an event
@@ -174,3 +190,16 @@ class ChatService:
             self.metrics.in_flight.dec()
             if not finished and sys.exc_info()[0] in (None, asyncio.CancelledError, GeneratorExit):
                 self.metrics.ended(p.job.method, "disconnected")
+
+
+def conversation_request(job: ChatJob, images: list, views: list[View]) -> Conversation:
+    """The library's Conversation of a job: its turns, each image with its verifier view."""
+    described = iter(zip(images, views))
+    messages = []
+    for turn in job.turns:
+        parts = []
+        for _ in turn.image_urls:
+            image, view = next(described)
+            parts.append({"type": "image", "image": image, "caption": view.caption, "ocr": view.ocr})
+        messages.append({"role": turn.role, "content": parts + [{"type": "text", "text": turn.text}]})
+    return Conversation(messages)

@@ -13,12 +13,20 @@ class MalformedRequestError(InputError):
     """The body is not JSON, or not a chat completion request (a missing or mistyped field)."""
 
 
-class UnsupportedRequestError(InputError):
-    """A field of the request the server does not serve (sampling, tools, several messages, ...)."""
+class _NamesItsField(InputError):
+    """An error about one field of the request: `param` names it in the OpenAI error object."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
-class TooManyImagesError(InputError):
-    """More images than the one a request's views hold."""
+class UnsupportedRequestError(_NamesItsField):
+    """A field of the request the server does not serve (penalties, tools, n > 1, ...)."""
+
+
+class TooManyImagesError(_NamesItsField):
+    """More images in a request than the server reads (--max-images)."""
 
 
 class UnknownModelError(InputError):
@@ -88,5 +96,6 @@ def error_body(error: BaseException) -> dict:
     """The OpenAI error object of `error` (vLLM's ErrorResponse schema)."""
     from vllm.entrypoints.openai.engine.protocol import ErrorInfo, ErrorResponse
 
-    info = ErrorInfo(message=str(error) or type(error).__name__, type=type(error).__name__, code=status_of(error))
+    info = ErrorInfo(message=str(error) or type(error).__name__, type=type(error).__name__,
+                     param=getattr(error, "param", None), code=status_of(error))
     return ErrorResponse(error=info).model_dump()

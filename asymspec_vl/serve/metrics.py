@@ -4,7 +4,13 @@ Counters (rate() them): requests by method and finish reason, errors by type, an
 steps, drafts and accepted drafts, δ-fused tokens. Gauges: requests in flight, tokens/s over the last minute, per
 method the acceptance rate (accepted / drafted) and mean accepted length (emitted / steps) since the start, the
 captioner cache's hits and misses, and what the engines hold (read from them at each scrape). Histograms: time to
-first token and request latency."""
+first token and request latency.
+
+Beside them, vLLM's own spec-decode counters with vLLM's names and labels (vllm/v1/spec_decode/metrics.py,
+labels model_name and engine as vllm/v1/metrics/loggers.py sets them), so that dashboards built for `vllm serve`
+read this server: vllm:spec_decode_num_drafts_total (steps that drafted), ..._num_draft_tokens_total,
+..._num_accepted_tokens_total and ..._num_accepted_tokens_per_pos_total{position}, over every speculative method
+(asymspec, sd, scd). vLLM counts them each step; here each request adds its own when it finishes."""
 
 from __future__ import annotations
 
@@ -22,9 +28,10 @@ PREFIX = "asymspec_"
 
 
 class ServeMetrics:
-    def __init__(self):
+    def __init__(self, model_name: str = "asymspec-vl", K: int = 4):
         self.registry = CollectorRegistry()
         r, p = self.registry, PREFIX
+        self.vllm = VLLMSpecDecodeCounters(r, model_name, K)
         self.in_flight = Gauge(p + "requests_in_flight", "chat completions being answered", registry=r)
         self.requests = Counter(p + "requests", "chat completions answered", ["method", "finish_reason"], registry=r)
         self.errors = Counter(p + "errors", "requests answered with an error, by error type", ["type"], registry=r)
@@ -51,6 +58,7 @@ class ServeMetrics:
         for i, n in enumerate((s.drafted, s.accepted, s.emitted, s.steps)):
             totals[i] += n
         self.recent.append((time.monotonic(), s.emitted))
+        self.vllm.observe(row)
 
     def ended(self, method: str, reason: str) -> None:
         """A request that ended without a finished row (client gone, timeout)."""
@@ -66,6 +74,31 @@ class ServeMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class VLLMSpecDecodeCounters:
+    """vLLM's SpecDecodingProm counters (one engine, index 0), fed with finished requests' statistics."""
+
+    def __init__(self, registry, model_name: str, K: int):
+        labels, values = ["model_name", "engine"], [model_name, "0"]
+        def counter(name: str, doc: str):
+            return Counter(name, doc, labels, registry=registry).labels(*values)
+        self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+                          labels + ["position"], registry=registry)
+        self.per_pos = [per_pos.labels(*values, str(i)) for i in range(K)]
+
+    def observe(self, row: RowOutput) -> None:
+        s = row.stats
+        if not s.drafted:  # floor and the drafter alone draft nothing (vLLM counts no drafts then)
+            return
+        self.drafts.inc(s.steps)
+        self.draft_tokens.inc(s.drafted)
+        self.accepted.inc(s.accepted)
+        for counter, n in zip(self.per_pos, s.accepted_at):
+            counter.inc(n)
 
 
 class _Derived:

@@ -18,19 +18,39 @@ from .translate import ChatJob
 
 class TextDeltas:
     """The answer's text as its tokens arrive: each push returns what the new tokens added. A character split over
-    byte-level tokens waits for its last byte, so the deltas join to the decode of all the tokens."""
+    byte-level tokens waits for its last byte, so the deltas join to the decode of all the tokens; with stop
+    strings the text is cut as vLLM cuts it (stop_cut), the last len(longest stop) - 1 characters held back until
+    the answer ends (vLLM's stop buffer), so no part of a stop string is ever sent."""
 
-    def __init__(self, decode):
-        self.decode, self.sent = decode, ""
+    def __init__(self, decode, cfg=None):
+        self.decode, self.sent, self.cfg = decode, "", cfg
+        stops = cfg.stop if cfg is not None and not cfg.include_stop_str_in_output else ()
+        self.hold = max((len(s) for s in stops), default=1) - 1
 
     def push(self, token_ids: list[int], final: bool = False) -> str:
-        text = self.decode(token_ids)
-        if not final:
+        text, cut = stop_cut(self.decode(token_ids), self.cfg)
+        if not final and not cut:
             text = text.rstrip("\ufffd")
+            text = text[:len(text) - self.hold] if self.hold else text
         if not text.startswith(self.sent):
             return ""
         delta, self.sent = text[len(self.sent):], text
         return delta
+
+
+def stop_cut(text: str, cfg) -> tuple[str, bool]:
+    """The text cut at the first stop string as vLLM cuts it: before it, or after it with
+    include_stop_str_in_output; and whether a stop string was found."""
+    stops = cfg.stop if cfg is not None else ()
+    found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
+    if not found:
+        return text, False
+    i, s = min(found)
+    return text[:i + len(s)] if cfg.include_stop_str_in_output else text[:i], True
+
+
+def answer_text(decode, token_ids: list[int], cfg) -> str:
+    return stop_cut(decode(token_ids), cfg)[0]
 
 
 def finished_row(row: RowOutput) -> RowOutput:
@@ -48,16 +68,41 @@ def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
     return UsageInfo(prompt_tokens=prompt, completion_tokens=num_tokens, total_tokens=prompt + num_tokens)
 
 
-def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, view: View) -> dict:
-    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids", "structured_output")}
+def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, views: list[View]) -> dict:
+    """The statistics beside the answer; `view` is the one image's sources, `views` every image's in order."""
+    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids",
+                                                                                 "structured_output")}
     out = {"method": job.method, **row.stats.to_dict(), "fused": row.sources.count(FUSED), "config": config,
-           "view": view.sources}
+           "views": [v.sources for v in views]}
+    if len(views) == 1:
+        out["view"] = views[0].sources
     if job.return_trace:
         pieces = trace_pieces(vl.pair.tokenizer, row.token_ids)
         out["trace"] = [{"token_id": i, "text": p, "source": s} for i, p, s in zip(row.token_ids, pieces, row.sources)]
     if job.return_prompts:
         out["prompts"] = dict(vars(enc.prompts))
     return out
+
+
+def speculative_decoding(row: RowOutput) -> dict | None:
+    """The request's speculative-decoding summary in vLLM's terms (None where nothing was drafted): a draft is a
+    step that drafted; mean_acceptance_length = 1 + accepted / drafts (the bonus token counted, as vLLM counts it);
+    acceptance_histogram[i] = drafts with exactly i drafts accepted (i = 0..K); plus the δ-fused tokens."""
+    s = row.stats
+    if not s.drafted:
+        return None
+    drafts, at = s.steps, list(s.accepted_at)
+    histogram = [drafts - (at[0] if at else 0)] + [a - b for a, b in zip(at, at[1:] + [0])]
+    return {"num_spec_steps": drafts, "num_draft_tokens": s.drafted, "num_accepted_draft_tokens": s.accepted,
+            "mean_acceptance_length": 1 + s.accepted / drafts, "draft_acceptance_rate": s.accepted / s.drafted,
+            "acceptance_histogram": histogram, "num_accepted_tokens_per_pos": at,
+            "num_fused_tokens": row.sources.count(FUSED)}
+
+
+def extra_metrics(row: RowOutput) -> dict:
+    """The response's `metrics` object (later vLLM releases' shape), where there is something to say."""
+    spec = speculative_decoding(row)
+    return {"metrics": {"speculative_decoding": spec}} if spec is not None else {}
 
 
 def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict):
@@ -68,12 +113,12 @@ def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, 
                                           finish_reason=row.finish_reason,
                                           token_ids=row.token_ids if job.return_token_ids else None)
     return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
-                                  asymspec=asymspec)
+                                  asymspec=asymspec, **extra_metrics(row))
 
 
 def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,
           token_ids: list[int] | None = None, finish_reason: str | None = None, asymspec: dict | None = None,
-          usage_info=None) -> str:
+          usage_info=None, metrics: dict | None = None) -> str:
     """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
     choices, as OpenAI sends it."""
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
@@ -84,6 +129,7 @@ def chunk(job: ChatJob, model: str, created: int, content: str | None = None, ro
     choices = [] if usage_info is not None else [ChatCompletionResponseStreamChoice(
         index=0, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
     extra = {"asymspec": asymspec} if asymspec is not None else {}
+    extra.update(metrics or {})
     event = ChatCompletionStreamResponse(id=job.response_id, object="chat.completion.chunk", created=created,
                                          model=model, choices=choices, usage=usage_info, **extra)
     return f"data: {event.model_dump_json(exclude_unset=True)}\n\n"

@@ -30,6 +30,7 @@ class ServeSettings:
     max_body_bytes: int = LIMITS.body_bytes
     max_image_bytes: int = LIMITS.image_bytes
     max_image_pixels: int = LIMITS.image_pixels
+    max_images: int = LIMITS.images_per_request  # images in one request's conversation
     max_tokens: int = LIMITS.answer_tokens  # the largest max_tokens a request may ask for (and its default)
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
@@ -55,10 +56,13 @@ class ServeSettings:
         if self.drafter_engine and share is not None and share + self.drafter_memory > 1:
             raise ConfigError(f"--gpu-memory-utilization {share} plus the drafter engine's --drafter-memory "
                               f"{self.drafter_memory} exceed the whole GPU: lower one of them")
-        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_tokens", "max_connections"):
+        for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_images", "max_tokens",
+                     "max_connections"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
                    "an integer >= 1")
+        _check(self.max_images <= LIMITS.images_per_request, "max_images", self.max_images,
+               f"at most {LIMITS.images_per_request} (the images one prompt of the drafter's engine may hold)")
         for name in ("request_timeout_s", "drain_timeout_s", "media_fetch_timeout_s", "header_timeout_s",
                      "body_timeout_s"):
             _check(_positive(getattr(self, name)), name, getattr(self, name), "a positive number of seconds")
