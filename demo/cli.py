@@ -39,6 +39,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def add_ocr_min_confidence_arg(g) -> None:
+    """--ocr-min-confidence, for the demo and serve (both build their captioners with build_captioner)."""
+    g.add_argument("--ocr-min-confidence", type=_fraction, default=DEFAULT_OCR_MIN_CONFIDENCE,
+                   help="drop OCR readings EasyOCR is less sure of than this (0 keeps all): its guesses at "
+                        "shapes and noise score about 0.1, the text of a chart 0.7 or more")
+
+
 def register(sub) -> None:
     from .service import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 
@@ -52,9 +59,7 @@ def register(sub) -> None:
     g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
                    help="OCR that fills the OCR box on upload (EasyOCR runs offline on the CPU)")
-    g.add_argument("--ocr-min-confidence", type=_fraction, default=DEFAULT_OCR_MIN_CONFIDENCE,
-                   help="drop OCR readings EasyOCR is less sure of than this (0 keeps all): its guesses at "
-                        "shapes and noise score about 0.1, the text of a chart 0.7 or more")
+    add_ocr_min_confidence_arg(g)
     g.add_argument("--caption-model", default="none",
                    help="vision-language model that fills the caption box on upload: none (the user types it), "
                         "drafter (reuse the loaded VL drafter), a hub id or a local path")

@@ -72,6 +72,17 @@ def test_the_toy_drafter_is_refused_as_captioner(argv, capsys):
     assert "the embedded toy drafter cannot caption images" in err and "--caption-model" in err
 
 
+@pytest.mark.parametrize("argv", [["--caption-model", "embedded"], ["--caption-model", "drafter"]])
+def test_serve_refuses_the_toy_drafter_as_captioner_as_the_demo_does(argv, capsys, monkeypatch):
+    import asymspec_vl.serve.app
+
+    monkeypatch.setattr(asymspec_vl.serve.app, "create_app", lambda *a, **k: pytest.fail("the server started"))
+    assert main(["serve", "--backend", "hf", "--ocr", "none", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "the embedded toy drafter cannot caption images" in err and "--caption-model" in err
+    assert build_parser().parse_args(["serve"]).ocr_min_confidence == 0.3  # its OCR as the demo's
+
+
 def test_a_taken_port_is_a_clear_error_before_the_models_load(capsys, monkeypatch):
     import asymspec_vl.demo.cli as demo_cli
 
