@@ -7,7 +7,6 @@ import warnings
 
 import gradio as gr
 
-from asymspec_vl.commands import is_embedded
 from asymspec_vl.config import GATES
 
 from . import render
@@ -17,15 +16,25 @@ from .service import SESSIONS_KEPT, DemoService
 from .uploads import EXAMPLES_DIR
 CSS = """
 .answer{min-height:3em} .answer-status{color:#555;font-size:0.85em;margin-top:2px}
-.answer-tokens{white-space:pre-wrap;line-height:2.1;font-family:ui-monospace,monospace;font-size:1.05em}
-.tok{border-radius:3px;padding:1px 1px;margin-right:2px;box-shadow:inset 0 0 0 1px rgba(0,0,0,0.22)}
+.answer-text{font-size:1.2em;margin:2px 0 4px 0}
+.answer-tokens{line-height:2.1;font-family:ui-monospace,monospace;font-size:1.05em}
+.answer-tokens > .tok{white-space:pre}
+.word{display:inline-block;white-space:nowrap}
+.chip{display:inline-block;white-space:pre;line-height:1.5;border:1px solid rgba(0,0,0,0.22);border-radius:3px;
+      margin-right:2px;overflow:hidden;vertical-align:middle}
+.chip .tok{display:inline-block;padding:0 1px}
+.legend .tok{border-radius:3px;padding:1px 2px;box-shadow:inset 0 0 0 1px rgba(0,0,0,0.22)}
+.answer-notes{margin:4px 0;padding:6px 10px 6px 24px;background:#fff6d6;border-left:4px solid #d4a200;border-radius:3px}
+.settings,.speed-note{color:#555;font-size:0.85em;margin-top:3px}
+pre.prompt{white-space:pre-wrap;font-size:0.85em;background:#f6f6f6;padding:6px;border-radius:3px}
+#examples th:nth-child(n+3),#examples td:nth-child(n+3){display:none}
 table.stats{width:100%;font-size:0.9em} table.stats td,table.stats th{padding:2px 5px}
 .message{border:1px solid #c0392b;border-left-width:6px;border-radius:4px;padding:8px 12px;background:#fdf0ee}
 #message:not(:has(.message)){display:none}
 #image .upload-container,#image .image-frame{width:100% !important}
-#image .image-frame img{width:100%;height:auto;max-height:420px;object-fit:contain}
-#examples .container{width:144px;height:auto;max-height:108px}
-#examples .container img{width:100%;height:auto;max-height:108px;object-fit:contain}
+#image .image-frame img{width:100%;height:auto;max-height:170px;object-fit:contain}
+#examples .container{width:144px;height:auto;max-height:60px}
+#examples .container img{width:100%;height:auto;max-height:60px;object-fit:contain}
 """
 # Small images (the toy scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
 HEAD = """<script>
@@ -53,33 +62,50 @@ def _header(names: dict, toy: bool) -> str:
     models = ("the embedded toy pair: a tiny Qwen3-VL drafter and a tiny Qwen3 verifier trained on scenes of "
               "coloured shapes carrying digits" if toy else
               f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}`")
-    return ("# AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption and "
-            "OCR text below. Every token of the answer is coloured by where it came from.\n\n"
+    return ("## AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption "
+            "and OCR text. Every token of the answer is coloured by where it came from. "
             f"Models: {models} · backend `{names.get('backend')}`")
 
 
 def build_demo(service: DemoService) -> gr.Blocks:
-    """The page, and its API: /describe (image -> caption, OCR) and /answer (streams the answers)."""
+    """The page, and its API: /describe (image -> caption, OCR) and /answer (streams the answers). The first
+    screen holds the first action: the image, the question with Answer beside it, the examples (a click runs
+    one) and the answer."""
     cfg, names = service.base_config, service.vl.names
-    toy = is_embedded(names.get("drafter")) and is_embedded(names.get("verifier"), "verifier")
+    toy = service.toy
     handlers = Handlers(service)
     # uploads older than an hour are deleted every hour (Gradio's cache would otherwise grow without bound)
     with gr.Blocks(title="AsymSpec-VL demo", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         gr.Markdown(_header(names, toy))
+        # created here, shown further down: the examples fill them
+        caption = gr.Textbox(label="Caption", lines=3, elem_id="caption", render=False,
+                             placeholder="A description of the image for the verifier")
+        ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr", render=False,
+                         placeholder="Text written in the image")
         with gr.Row():
             with gr.Column(scale=1):
-                image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image")
-                message = gr.HTML("", elem_id="message")
-                question = gr.Textbox(label="Question", lines=2, elem_id="question",
-                                      placeholder="Which number does the yellow circle carry?" if toy else
-                                      "What is the value of the tallest bar?")
+                image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image",
+                                 height=220)
+                message = gr.HTML("", label="Message", elem_id="message")
+                with gr.Row(equal_height=True):
+                    question = gr.Textbox(label="Question", lines=2, elem_id="question", scale=4,
+                                          placeholder="Which number does the yellow circle carry?" if toy else
+                                          "What is the value of the tallest bar?")
+                    with gr.Column(scale=1, min_width=110):
+                        run = gr.Button("Answer", variant="primary", elem_id="answer-button")
+                        stop = gr.Button("Stop", size="sm", elem_id="stop-button")
+                examples = gr.Examples(load_examples(toy_only=toy), inputs=[image, question, caption, ocr],
+                                       label="Examples (offline): click one to answer it", elem_id="examples",
+                                       api_visibility="private")
+                if toy:
+                    gr.Markdown("These are toy scenes, the only images the embedded pair can read. Charts and "
+                                "photos need real models: start the demo with `--drafter` and `--verifier`.",
+                                elem_id="examples-note")
                 with gr.Accordion("The verifier's view (editable)", open=True):
                     gr.Markdown(service.captioner_label or "No captioner runs here: type what the verifier "
                                                            "should read.", elem_id="view-source")
-                    caption = gr.Textbox(label="Caption", lines=3, elem_id="caption",
-                                         placeholder="A description of the image for the verifier")
-                    ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr",
-                                     placeholder="Text written in the image")
+                    caption.render()
+                    ocr.render()
                 with gr.Accordion("Decoding controls", open=False):
                     k = gr.Slider(1, 16, value=cfg.K, step=1, label="K (draft tokens per step)", elem_id="k")
                     beta = gr.Slider(0, 10, value=cfg.beta, step=0.1, label="β (δ-fusion weight)", elem_id="beta")
@@ -90,30 +116,24 @@ def build_demo(service: DemoService) -> gr.Blocks:
                                            label="max new tokens", elem_id="max-tokens")
                     baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
                                                  value=list(BASELINES), label="also run", elem_id="baselines")
-                with gr.Row():
-                    run = gr.Button("Answer", variant="primary", elem_id="answer-button")
-                    stop = gr.Button("Stop", elem_id="stop-button")
-                gr.Examples(load_examples(toy_only=toy), inputs=[image, question, caption, ocr],
-                            label="Examples (offline)", elem_id="examples")
-                if toy:
-                    gr.Markdown("These are toy scenes, the only images the embedded pair can read. Charts and "
-                                "photos need real models: start the demo with `--drafter` and `--verifier`.",
-                                elem_id="examples-note")
             with gr.Column(scale=1):
-                asym = gr.HTML(NO_ANSWER[0], elem_id="asymspec-answer")
-                gr.HTML(render.legend_html(), elem_id="legend")
-                stats = gr.HTML(render.stats_html([]), elem_id="stats")
+                asym = gr.HTML(NO_ANSWER[0], label="AsymSpec answer", elem_id="asymspec-answer")
+                stats = gr.HTML(render.stats_html([]), label="Stats", elem_id="stats")
+                gr.HTML(render.legend_html(), label="Colour key", elem_id="legend")
                 with gr.Row():
-                    floor = gr.HTML(NO_ANSWER[1], elem_id="floor-answer")
-                    drafter = gr.HTML(NO_ANSWER[2], elem_id="drafter-answer")
-                with gr.Accordion("Full results (prompts each model read, trace, stats)", open=False):
-                    results = gr.JSON(label="results", elem_id="results")
+                    floor = gr.HTML(NO_ANSWER[1], label="Floor answer", elem_id="floor-answer")
+                    drafter = gr.HTML(NO_ANSWER[2], label="VL drafter answer", elem_id="drafter-answer")
+                with gr.Tabs():
+                    with gr.Tab("Prompts each model read", elem_id="prompts-tab"):
+                        prompts = gr.HTML(render.prompts_html(None), label="Prompts", elem_id="prompts")
+                    with gr.Tab("Full results (JSON)", elem_id="results-tab"):
+                        results = gr.JSON(label="Results", elem_id="results")
                 refused = gr.State(False)  # describe() refused the last upload and emptied the image box
                 api_describe = gr.Button(visible=False)
                 api_answer = gr.Button(visible=False)
 
         inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines]
-        panels = [asym, floor, drafter, stats, results]
+        panels = [asym, floor, drafter, stats, prompts, results]
         # The events that read the image skip Gradio's preprocessing (it opens the file with Pillow: a traceback
         # for a file that is no image, Pillow's warning for a large one); uploads.load_upload checks it instead.
         # The page's own events are private (named page_*); /describe and /answer are the public API.
@@ -122,10 +142,13 @@ def build_demo(service: DemoService) -> gr.Blocks:
                      show_progress_on=[caption, ocr], api_name="page_describe", **raw, **page)
         image.change(handlers.removed, [image, refused], [message, *panels, refused], queue=False,
                      show_progress="hidden", api_name="page_removed", **raw, **page)
-        begun = run.click(handlers.begin, None, [message, *panels, run], queue=False, show_progress="hidden",
-                          api_name="page_begin", **page)
-        begun.then(handlers.answer, inputs, [message, *panels, run], concurrency_id="models", show_progress_on=[asym],
-                   api_name="page_answer", **raw, **page)
+        # Answer, and a click on an example (once it has filled the inputs), run the same two steps. The
+        # examples are not cached: a cached answer would replay another run's tokens/s and skip Stop and the queue.
+        for name, trigger in (("page", run.click), ("page_example", examples.load_input_event.then)):
+            begun = trigger(handlers.begin, None, [message, *panels, run], queue=False, show_progress="hidden",
+                            api_name=f"{name}_begin", **page)
+            begun.then(handlers.answer, inputs, [message, *panels, run], concurrency_id="models",
+                       show_progress_on=[asym], api_name=f"{name}_answer", **raw, **page)
         stop.click(handlers.stop, None, None, queue=False, api_name="page_stop", **page)
         api_describe.click(handlers.api_describe, image, [caption, ocr], api_name="describe", **raw)
         api_answer.click(handlers.api_answer, inputs, panels, api_name="answer", concurrency_id="models", **raw)

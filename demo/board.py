@@ -14,8 +14,9 @@ PANELS = ("asymspec", *BASELINES)
 # Panel states. The answer ends in DONE (end of answer or token limit), STOPPED (the Stop button) or FAILED.
 WAITING, DECODING, DONE, STOPPED, NOT_RUN, FAILED = "waiting", "decoding", "done", "stopped", "not run", "failed"
 ENDINGS = {"stop": "end of answer", "length": "token limit"}  # GenerationResult.finish_reason -> words
-# answer outputs: AsymSpec panel, Floor panel, drafter panel (HTML), stats table (HTML), results (dict)
-Outputs = tuple[str, str, str, str, dict]
+# answer outputs: AsymSpec panel, Floor panel, drafter panel (HTML), stats table (HTML), prompts (HTML),
+# results (dict)
+Outputs = tuple[str, str, str, str, str, dict]
 
 
 @dataclass
@@ -43,10 +44,13 @@ class Panel:
 
 class Board:
     """The panels of one Answer click; `methods` are the ones asked for, in the order they run. A final token in
-    `end_ids` ends the answer and is not shown as a token."""
+    `end_ids` ends the answer and is not shown as a token. notes: warnings shown next to the AsymSpec answer;
+    settings: render.settings_html's line and speed_note a line on speed, both under the stats."""
 
-    def __init__(self, methods: list[str], end_ids: set[int] = frozenset()):
+    def __init__(self, methods: list[str], end_ids: set[int] = frozenset(), notes: tuple[str, ...] = (),
+                 settings: str = "", speed_note: str = ""):
         self.methods, self.end_ids = methods, end_ids
+        self.notes, self.settings, self.speed_note = tuple(notes), settings, speed_note
         self.panels = {m: Panel(m, WAITING if m in methods else NOT_RUN) for m in PANELS}
 
     @classmethod
@@ -83,11 +87,14 @@ class Board:
                 panel.state = NOT_RUN
 
     def outputs(self) -> Outputs:
-        html = [render.panel_html(p.method, p.pieces, p.status()) for p in (self.panels[m] for m in PANELS)]
+        html = [render.panel_html(p.method, p.pieces, p.status(), self.notes if p.method == "asymspec" else ())
+                for p in (self.panels[m] for m in PANELS)]
         rows = [render.stats_row(m, p.stats, p.fused, p.elapsed_s, _stats_status(p))
                 for m in self.methods for p in [self.panels[m]] if p.stats is not None]
         results = {m: self.panels[m].result for m in self.methods if self.panels[m].result is not None}
-        return html[0], html[1], html[2], render.stats_html(rows), results
+        prompts = next((r.get("prompts") for r in results.values() if r), None)  # one request: the same prompts
+        return (html[0], html[1], html[2], render.stats_html(rows, self.settings, self.speed_note),
+                render.prompts_html(prompts), results)
 
 
 def _stats_status(panel: Panel) -> str:

@@ -27,6 +27,26 @@ def _positive(kind, most: float):
     return parse
 
 
+DEFAULT_OCR_MIN_CONFIDENCE = 0.3  # EasyOCR's readings of shapes and noise: ~0.12; a chart's text: >= 0.7
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: expected a number from 0 to 1")
+    return value
+
+
+def add_ocr_min_confidence_arg(g) -> None:
+    """--ocr-min-confidence, for the demo and serve (both build their captioners with build_captioner)."""
+    g.add_argument("--ocr-min-confidence", type=_fraction, default=DEFAULT_OCR_MIN_CONFIDENCE,
+                   help="drop OCR readings EasyOCR is less sure of than this (0 keeps all): its guesses at "
+                        "shapes and noise score about 0.1, the text of a chart 0.7 or more")
+
+
 def register(sub) -> None:
     from .service import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 
@@ -40,6 +60,7 @@ def register(sub) -> None:
     g = p.add_argument_group("the verifier's view (prefilled on upload, editable in the page)")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr",
                    help="OCR that fills the OCR box on upload (EasyOCR runs offline on the CPU)")
+    add_ocr_min_confidence_arg(g)
     g.add_argument("--caption-model", default="none",
                    help="vision-language model that fills the caption box on upload: none (the user types it), "
                         "drafter (reuse the loaded VL drafter), a hub id or a local path")
@@ -80,7 +101,7 @@ def build_captioner(args, vl):
     if args.ocr == "easyocr":
         from asymspec_vl.captioners import EasyOCRCaptioner
 
-        ocr = CachedCaptioner(EasyOCRCaptioner(), directory)
+        ocr = CachedCaptioner(EasyOCRCaptioner(min_confidence=args.ocr_min_confidence), directory)
     return None if caption is None and ocr is None else CombinedCaptioner(caption, ocr)
 
 
@@ -90,7 +111,8 @@ def captioner_label(args) -> str:
                                                                                 args.caption_model)
     if caption is None and args.ocr == "none":
         return "No captioner and no OCR run here: type what the verifier should read."
-    parts = ["OCR by EasyOCR" if args.ocr == "easyocr" else "no OCR (type the text in the image)",
+    ocr = f"OCR by EasyOCR (readings below {args.ocr_min_confidence:.0%} confidence left out)"
+    parts = [ocr if args.ocr == "easyocr" else "no OCR (type the text in the image)",
              f"caption by {caption}" if caption else "no captioner (type the caption)"]
     return f"Filled in on upload: {'; '.join(parts)}. Edit freely."
 

@@ -17,7 +17,7 @@ from .service import DemoService
 
 log = logging.getLogger(__name__)
 NO_ANSWER = tuple(render.panel_html(m, [], "no answer yet") for m in PANELS)
-CLEARED = (*NO_ANSWER, render.stats_html([]), {})  # the three panels, stats, results with no answer
+CLEARED = (*NO_ANSWER, render.stats_html([]), render.prompts_html(None), {})  # the panels with no answer
 # The heading of the page's message, per error type (the first match in this order).
 HEADINGS = ((ImageTooLargeError, "The image is too large"), (InvalidImageError, "The image cannot be used"),
             (EmptyQuestionError, "There is no question"), (PromptTooLongError, "The input is too long"),
@@ -50,8 +50,11 @@ class Handlers:
         self.service = service
 
     # The page: Answer arms the session's Stop and clears the panels at once (even while the answer waits in
-    # the queue), then answer() streams; outputs: message, the three panels, stats, results, the Answer button.
+    # the queue), then answer() streams; outputs: message, the three panels, stats, prompts, results, the Answer
+    # button.
     def begin(self, request: gr.Request):
+        # an answer still running (an example clicked while it decodes) is about other inputs: it stops
+        self.service.stops.stop(request.session_hash, superseded=True)
         self.service.stops.arm(request.session_hash)
         return ("", *Board.blank(WAITING).outputs(), gr.update(interactive=False))
 
@@ -83,7 +86,7 @@ class Handlers:
     def describe(self, image, request: gr.Request):
         """Upload: a running answer (about the old image) stops and its panels clear, the verifier's view is
         prefilled; a refused file leaves the image box (no broken-image icon). Outputs: image, caption, OCR,
-        message, the three panels, stats, results, whether the file was refused (see removed())."""
+        message, the three panels, stats, prompts, results, whether the file was refused (see removed())."""
         self.service.stops.stop(request.session_hash, superseded=True)
         try:
             caption, ocr = self.service.describe_image(image)
@@ -95,9 +98,9 @@ class Handlers:
         """The image box changed. Emptied (the user removed the image, or the page refused a file before
         uploading it: wrong type, too big): a running answer stops, the answers and any old message go, since
         they were about an image no longer shown; emptied by describe() after a refusal: its message stays.
-        Outputs: message, the three panels, stats, results, refused (reset)."""
+        Outputs: message, the three panels, stats, prompts, results, refused (reset)."""
         if image is not None or refused:
-            return (gr.skip(),) * 6 + (False,)
+            return (gr.skip(),) * (1 + len(CLEARED)) + (False,)
         self.service.stops.stop(request.session_hash, superseded=True)
         return ("", *CLEARED, False)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 
 from asymspec_vl import trace as T
 
@@ -40,16 +41,97 @@ def token_span(text: str, source: str) -> str:
             f'style="background:{colour}">{html.escape(text)}</span>')
 
 
-def panel_html(method: str, pieces: list[tuple[str, str]], status: str) -> str:
-    """One method's panel: its title, its answer as plain text and as coloured tokens (pieces = [(token text,
-    trace source)]) and a status line (waiting, decoding, done, stopped, not run)."""
-    tokens = "".join(token_span(t, s) for t, s in pieces)
+def chips_html(pieces: list[tuple[str, str]]) -> str:
+    """The answer's tokens as chips, one coloured <span class="tok"> per token in order. A token of spaces alone
+    (or adding no text) shares the chip of the token after it (of the one before, at the end), so no chip is
+    empty; a chip never breaks over two lines, nor do the chips of one word (up to the next chip that starts
+    with a space). A token of line breaks stays outside the chips, as the line break."""
+    items: list[tuple[str, list[tuple[str, str]]]] = []  # ("chip" | "break", [(token text, source), ...])
+    pending: list[tuple[str, str]] = []  # space tokens waiting for a chip
+
+    def flush() -> None:
+        if pending:
+            if items and items[-1][0] == "chip":
+                items[-1][1].extend(pending)
+            else:
+                items.append(("chip", list(pending)))
+            pending.clear()
+
+    for text, source in pieces:
+        if text.strip():
+            items.append(("chip", [*pending, (text, source)]))
+            pending.clear()
+        elif "\n" in text:
+            flush()
+            items.append(("break", [(text, source)]))
+        else:
+            pending.append((text, source))
+    flush()
+    out, word = [], []
+
+    def end_word() -> None:
+        if word:
+            out.append(f'<span class="word">{"".join(word)}</span>')
+            word.clear()
+
+    for kind, tokens in items:
+        spans = "".join(token_span(t, s) for t, s in tokens)
+        if kind == "break":
+            end_word()
+            out.append(spans)
+            continue
+        if "".join(t for t, _ in tokens)[:1].isspace():
+            end_word()
+        word.append(f'<span class="chip">{spans}</span>')
+    end_word()
+    return "".join(out)
+
+
+def panel_html(method: str, pieces: list[tuple[str, str]], status: str, notes: tuple[str, ...] = ()) -> str:
+    """One method's panel: its title, its answer as plain text and as coloured chips (pieces = [(token text,
+    trace source)]), the notes that bear on this answer (warnings, next to it) and a status line (waiting,
+    decoding, done, stopped, not run)."""
+    tokens = chips_html(pieces)
     text = "".join(t for t, _ in pieces).strip()  # the answer as plain text, to read (and copy) above its tokens
     body = (f'<div class="answer-text">{html.escape(text)}</div><div class="answer-tokens">{tokens}</div>'
             if tokens else "")
     return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
             f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
-            f'{body}<div class="answer-status">{html.escape(status)}</div></div>')
+            f'{body}{notes_html(notes)}<div class="answer-status">{html.escape(status)}</div></div>')
+
+
+def notes_html(notes) -> str:
+    """Warnings about an answer (the verifier's view is empty, the toy pair on an image that is no toy scene)."""
+    items = "".join(f'<li class="note">{html.escape(n)}</li>' for n in notes)
+    return f'<ul class="answer-notes" role="note">{items}</ul>' if items else ""
+
+
+def settings_html(cfg, caption: str, ocr: str) -> str:
+    """The settings an answer was made with, in one line under its stats."""
+    view = f"caption {len(caption.strip())} characters, OCR {len(ocr.strip())} characters"
+    return (f'<div class="settings">Settings used: K={cfg.K} · β={cfg.beta:g} · γ={cfg.gamma:g} · '
+            f'gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · verifier\'s view: {view}</div>')
+
+
+PROMPT_TITLES = {  # Prompts field -> what it is
+    "x_full": "The VL drafter reads: the image and the question (x_full)",
+    "x_comp": "The verifier reads: caption, OCR text and the question (x_comp)",
+    "x_question": "The question alone, for δ = a − b (x_question)",
+}
+
+
+def prompts_html(prompts: dict | None) -> str:
+    """The exact prompt each model read, as text; a run of image placeholder tokens is written once with its
+    count (the drafter's prompt holds one per image token)."""
+    if not prompts:
+        return '<p class="prompts-none">The prompts appear here with the first answer.</p>'
+    parts = []
+    for field, title in PROMPT_TITLES.items():
+        if field in prompts:
+            text = re.sub(r"((<\|[a-z_]+\|>)\2+)", lambda m: f"{m.group(2)}×{len(m.group(1)) // len(m.group(2))}",
+                          prompts[field])
+            parts.append(f'<h4>{html.escape(title)}</h4><pre class="prompt prompt-{field}">{html.escape(text)}</pre>')
+    return "".join(parts)
 
 
 def message_html(title: str, text: str) -> str:
@@ -102,8 +184,9 @@ def _times_floor(row: dict, rows: list[dict]) -> str:
     return f"{row['tokens_per_s'] / floor:.2f}"
 
 
-def stats_html(rows: list[dict]) -> str:
-    """A table with one row per method that has started (none: no table); figures that do not apply are empty."""
+def stats_html(rows: list[dict], settings: str = "", note: str = "") -> str:
+    """A table with one row per method that has started (none: no table); figures that do not apply are empty.
+    settings: settings_html's line, note: a line on speed (e.g. why no speed-up is possible), both under it."""
     if not rows:
         return ""
     head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
@@ -115,4 +198,5 @@ def stats_html(rows: list[dict]) -> str:
         f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{_times_floor(r, rows)}</td><td>{html.escape(r["status"])}</td>'
         '</tr>'
         for r in rows)
-    return f'<table class="stats">{head}{body}</table>'
+    note = f'<div class="speed-note">{html.escape(note)}</div>' if note else ""
+    return f'<table class="stats">{head}{body}</table>{settings}{note}'

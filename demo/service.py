@@ -10,9 +10,14 @@ from typing import Iterator, Sequence
 from PIL import Image
 
 from asymspec_vl.api import token_pieces
+from asymspec_vl.commands import is_embedded
 from asymspec_vl.config import AsymSpecConfig
 from asymspec_vl.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.limits import LIMITS
+from asymspec_vl.timing import impossible_speedup_note
+from asymspec_vl.toy.render import looks_like_scene
+
+from . import render
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
 from .streaming import Cancelled, Snapshot, stream_generate
@@ -42,6 +47,8 @@ class DemoService:
         self.stops = StopSignals()
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
         self._decoded_lock = threading.Lock()
+        names = getattr(vl, "names", None) or {}
+        self.toy = is_embedded(names.get("drafter")) and is_embedded(names.get("verifier"), "verifier")
 
     def load(self, image) -> Image.Image:
         """The uploaded image (anything uploads.as_upload takes), checked against the demo's limits and decoded
@@ -90,7 +97,10 @@ class DemoService:
         if unknown:
             raise ConfigError(f"unknown baseline(s) {', '.join(sorted(unknown))}: choose from {', '.join(BASELINES)}")
         decoded = self.load(image)
-        board = Board(["asymspec"] + [m for m in BASELINES if m in (baselines or ())], self.vl.pair.stop_ids(cfg))
+        board = Board(["asymspec"] + [m for m in BASELINES if m in (baselines or ())], self.vl.pair.stop_ids(cfg),
+                      notes=self.notes(decoded, caption or "", ocr or ""),
+                      settings=render.settings_html(cfg, caption or "", ocr or ""),
+                      speed_note=self.speed_note(cfg.K))
         yield board.outputs()
         for method in board.methods:
             if stop is not None and stop.is_set():  # stopped between two panels, or before the first
@@ -115,6 +125,26 @@ class DemoService:
                 board.settle(FAILED, method)
                 yield board.outputs()
                 raise
+
+
+    def notes(self, image: Image.Image, caption: str, ocr: str) -> tuple[str, ...]:
+        """The warnings shown next to the answer: the verifier's view is empty; the toy pair on an image that
+        is no toy scene."""
+        notes = []
+        if not caption.strip() and not ocr.strip():
+            notes.append("The verifier's view is empty: the verifier (and the Floor) read only the question, so "
+                         "their tokens cannot use the image. Describe the image in the Caption / OCR boxes.")
+        if self.toy and not looks_like_scene(image):
+            notes.append(f"This image is no toy scene ({image.width}×{image.height}): the embedded toy pair only "
+                         "reads its 96×32 scenes of coloured shapes carrying digits, so this answer means nothing. "
+                         "Start the demo with --drafter and --verifier to ask about other images.")
+        return tuple(notes)
+
+    def speed_note(self, K: int) -> str:
+        """Why this pair cannot be faster than the Floor (its drafter costs what its verifier does), or ""."""
+        if getattr(self.vl, "backend", None) is None:
+            return ""
+        return (impossible_speedup_note(self.vl, ["asymspec"], K) or "").removeprefix("note: ")
 
 
 class StopSignal(threading.Event):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from pathlib import Path
 
 
@@ -38,24 +39,39 @@ def write_table(rows: list[dict], columns: list[str], out_dir: str | Path, stem:
 
 def plot_bars(rows: list[dict], label_col: str, value_cols: list[str], out_path: str | Path,
               title: str = "", ylabel: str = "accuracy (%)") -> Path:
-    """One PNG: for each value column a group of bars, one bar per row (e.g. per method)."""
+    """One PNG: for each value column a group of bars, one bar per row (e.g. per method). The figure grows with
+    the bars (each at least BAR_IN wide), the legend sits outside the axes on the right (it never covers a
+    bar), the title is wrapped to the figure's width above both, and matplotlib's constrained layout keeps all of it on
+    the canvas."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    width = 0.8 / max(1, len(rows))
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(value_cols) + 2), 3.2), dpi=100)
-    for i, row in enumerate(rows):
-        xs = [j + i * width for j in range(len(value_cols))]
-        ax.bar(xs, [float(row.get(c) or 0.0) for c in value_cols], width, label=str(row[label_col]))
-    ax.set_xticks([j + width * (len(rows) - 1) / 2 for j in range(len(value_cols))], value_cols)
+    n, groups = max(1, len(rows)), max(1, len(value_cols))
+    labels = [str(r[label_col]) for r in rows]
+    legend_in = 0.75 + 0.075 * max((len(x) for x in labels), default=0)  # the legend's width, 8 pt text
+    axes_in = max(3.0, groups * (n * BAR_IN / 0.8))  # bars take 0.8 of each group's slot
+    fig_w = axes_in + legend_in + 0.9  # + the y axis' label and ticks
+    fig = plt.figure(figsize=(fig_w, 3.6 + 0.16 * max(0, n - 12)), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / n
+    values = [[float(row.get(c) or 0.0) for c in value_cols] for row in rows]
+    for i, (label, ys) in enumerate(zip(labels, values)):
+        ax.bar([j + i * width for j in range(len(value_cols))], ys, width, label=label)
+    ax.set_xticks([j + width * (n - 1) / 2 for j in range(len(value_cols))], value_cols)
+    top = max((y for ys in values for y in ys), default=0.0)
+    ax.set_ylim(0, top * 1.05 if top > 0 else 1.0)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncols=min(4, len(rows)))
-    fig.tight_layout()
+    if title:  # above the axes and the legend both
+        fig.suptitle(textwrap.fill(title, width=max(20, int(fig_w * 11))), fontsize=10)
+    # beside the axes' top right; constrained layout makes room for it (and puts the title above both)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+BAR_IN = 0.16  # the narrowest bar, in inches (16 pixels at the charts' 100 dpi)

@@ -92,7 +92,7 @@ def streamed(client):
 
 
 def test_streamed_answers_equal_the_python_api(streamed, tiny_vl):
-    asym, floor, drafter, table, results = streamed[-1]
+    asym, floor, drafter, table, prompts, results = streamed[-1]
     cfg = AsymSpecConfig(**SETTINGS)
     end_ids = tiny_vl.pair.stop_ids(cfg)
     for method, markup in (("asymspec", asym), ("floor", floor), ("drafter", drafter)):
@@ -118,7 +118,7 @@ def test_streamed_answers_equal_the_python_api(streamed, tiny_vl):
 
 
 def test_answers_stream_token_by_token(streamed):
-    counts = [(len(spans(a)), len(spans(f)), len(spans(d))) for a, f, d, _, _ in streamed]
+    counts = [(len(spans(a)), len(spans(f)), len(spans(d))) for a, f, d, *_ in streamed]
     assert len(streamed) > 3 and counts[0] == (0, 0, 0)
     assert counts == sorted(counts), "a panel shrank while streaming"
     final = [t for _, _, t in spans(streamed[-1][0])]
@@ -129,7 +129,7 @@ def test_answers_stream_token_by_token(streamed):
 
 
 def test_baselines_can_be_left_out(client):
-    asym, floor, drafter, table, results = ask(client, baselines=(), max_new_tokens=3)[-1]
+    asym, floor, drafter, table, _, results = ask(client, baselines=(), max_new_tokens=3)[-1]
     assert list(results) == ["asymspec"] and len(results["asymspec"]["token_ids"]) >= 1
     assert "not run" in floor and "not run" in drafter and "stats-floor" not in table
     json.dumps(results)  # the results output is plain JSON
@@ -217,7 +217,7 @@ def test_only_the_api_endpoints_are_public(client):
 
 
 def test_page_works_after_errors(client):
-    _, _, _, _, results = ask(client, baselines=("floor",), max_new_tokens=2)[-1]
+    *_, results = ask(client, baselines=("floor",), max_new_tokens=2)[-1]
     assert set(results) == {"asymspec", "floor"}
 
 

@@ -198,22 +198,39 @@ def _error_badges(browser) -> list:
     return [e for e in badges if e.is_displayed()]
 
 
-def _click_example(browser, wait, example=MULT):
+def _click_example(browser, wait, example=MULT, until=PANELS):
+    """Click an example: it fills the inputs and runs the answer; wait for the `until` panels to be done."""
     from selenium.webdriver.common.by import By
 
     cell = next(c for c in browser.find_elements(By.CSS_SELECTOR, "#examples td")
                 if c.text.strip() and example["question"].startswith(c.text.strip().rstrip(".")[:30]))
+    _mark_stale(browser)
     cell.click()
     wait.until(lambda d: _box(d, "question").get_attribute("value") == example["question"])
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
+    if until:
+        wait.until(lambda d: all(_status(d, p).startswith("done") for p in until) and not _stale(d)
+                   and d.find_element(By.ID, "answer-button").is_enabled())
+
+
+def _mark_stale(browser):
+    """Mark the panels shown now: a panel re-rendered since has lost the mark (its answer is a new one)."""
+    browser.execute_script("document.querySelectorAll('.answer').forEach(e => e.dataset.stale = '1')")
+
+
+def _stale(browser) -> bool:
+    from selenium.webdriver.common.by import By
+
+    return bool(browser.find_elements(By.CSS_SELECTOR, ".answer[data-stale]"))
 
 
 def _answer(browser, wait, until=("asymspec-answer", "floor-answer", "drafter-answer")):
     from selenium.webdriver.common.by import By
 
     wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())  # the last answer has ended
+    _mark_stale(browser)
     browser.find_element(By.ID, "answer-button").click()
-    wait.until(lambda d: all(_status(d, p).startswith("done") for p in until))
+    wait.until(lambda d: all(_status(d, p).startswith("done") for p in until) and not _stale(d))
 
 
 def _screenshot(browser, name) -> Path:
@@ -239,9 +256,23 @@ def _stats_cells(browser, method) -> list[str]:
 def test_the_toy_example_answered_with_coloured_tokens(server, browser):
     from selenium.webdriver.common.by import By
 
-    wait = _open(browser, server)
-    _click_example(browser, wait)
-    _answer(browser, wait)
+    browser.set_window_size(1400, 1000)
+    try:
+        wait = _open(browser, server)
+        fold = browser.execute_script("return window.innerHeight")
+        for elem_id in ("answer-button", "examples", "question"):  # the first action is on the first screen
+            rect = browser.find_element(By.ID, elem_id).rect
+            assert rect["y"] + rect["height"] <= fold, (elem_id, rect, fold)
+        _click_example(browser, wait)  # the click alone runs the answer
+        _check_the_toy_answer(browser)
+        _screenshot(browser, "demo-answer.png")  # the first screen at 1400 x 1000
+    finally:
+        browser.set_window_size(1400, 1800)
+
+
+def _check_the_toy_answer(browser):
+    from selenium.webdriver.common.by import By
+
     expected = {"asymspec-answer": {T.DRAFT, T.FUSED, T.BONUS}, "floor-answer": {T.VERIFIER},
                 "drafter-answer": {T.DRAFTER}}
     for panel, allowed in expected.items():
@@ -266,7 +297,12 @@ def test_the_toy_example_answered_with_coloured_tokens(server, browser):
     assert floor[3:6] == ["", "", ""] and float(floor[6]) > 0  # the Floor drafts nothing: nothing shown
     assert float(asym[7]) > 0 and floor[7] == ""  # × Floor: AsymSpec's tokens/s over the Floor's
     assert asym[8] in ("end of answer", "token limit") and "stop" not in asym[8]
-    _screenshot(browser, "demo-answer.png")
+    for chip in browser.find_elements(By.CSS_SELECTOR, ".answer-tokens .chip"):  # space tokens share a chip
+        assert chip.get_attribute("textContent").strip()
+    answer = browser.find_element(By.CSS_SELECTOR, "#asymspec-answer .answer-text").text
+    assert "126" in answer and "<" not in answer  # the plain-text answer above the chips
+    assert "Settings used: K=2" in browser.find_element(By.ID, "stats").text
+    assert "x_comp" in browser.find_element(By.ID, "prompts").get_attribute("textContent")
 
 
 def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
@@ -277,11 +313,17 @@ def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
     wait.until(lambda d: "Sales per year" in _box(d, "ocr").get_attribute("value"))  # EasyOCR, from the pixels
     source = browser.find_element(By.ID, "view-source").text
-    assert source == "Filled in on upload: OCR by EasyOCR; no captioner (type the caption). Edit freely."
+    assert source == ("Filled in on upload: OCR by EasyOCR (readings below 30% confidence left out); no captioner "
+                      "(type the caption). Edit freely.")
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
     assert image.size["width"] >= 2 * 256  # the 256-pixel chart scaled up to the column, not shown at 256
+    _type(browser, "question", "What is the value of the tallest bar?")
+    _answer(browser, wait, until=("asymspec-answer",))
+    note = browser.find_element(By.CSS_SELECTOR, "#asymspec-answer .answer-notes").text
+    assert "This image is no toy scene (256×192)" in note
     _screenshot(browser, "demo-upload.png")
     _click_example(browser, wait)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#asymspec-answer .answer-notes")
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#image img").get_property("naturalWidth") == 96)
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
     assert image.size["width"] >= 4 * 96 and image.value_of_css_property("image-rendering") == "pixelated"
@@ -322,7 +364,6 @@ def test_each_bad_upload_is_one_message_and_the_page_works_after(server, browser
     for path, text, refused_by_the_page in _bad_upload_cases(tmp_path):
         wait = _open(browser, server)
         _click_example(browser, wait)
-        _answer(browser, wait, until=("asymspec-answer",))
         browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(path))
         wait.until(lambda d: any(text in m for m in _messages(d)), f"{path.name}: no message {text!r}")
         time.sleep(1)  # a second message, a late badge or an answer would show by now
@@ -339,7 +380,6 @@ def test_each_bad_upload_is_one_message_and_the_page_works_after(server, browser
             assert all(_status(browser, p) == "no answer yet" for p in PANELS)
         _screenshot(browser, f"demo-bad-upload-{path.name.replace('.', '-')}.png")
         _click_example(browser, wait)  # the page works after
-        _answer(browser, wait, until=("asymspec-answer",))
         assert not browser.find_elements(By.CSS_SELECTOR, "#message .message")
 
 
@@ -348,7 +388,6 @@ def test_the_empty_question_is_one_message_and_clears_the_answer(server, browser
 
     wait = _open(browser, server)
     _click_example(browser, wait)
-    _answer(browser, wait)
     _type(browser, "question", "")
     wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())
     browser.find_element(By.ID, "answer-button").click()
@@ -379,8 +418,7 @@ def test_stop_mid_answer_keeps_the_partial_answer(paced_server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, paced_server)
-    _click_example(browser, wait)
-    browser.find_element(By.ID, "answer-button").click()
+    _click_example(browser, wait, until=())  # the click starts the answer
     wait.until(lambda d: _tokens(d, "asymspec-answer") and _status(d, "asymspec-answer") == "decoding…")
     browser.find_element(By.ID, "stop-button").click()
     _settled_after_stop(browser, wait)
@@ -397,8 +435,7 @@ def test_stop_after_the_first_panel(paced_server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, paced_server)
-    _click_example(browser, wait)
-    browser.find_element(By.ID, "answer-button").click()
+    _click_example(browser, wait, until=())
     wait.until(lambda d: _status(d, "asymspec-answer").startswith("done") and _tokens(d, "floor-answer"))
     browser.find_element(By.ID, "stop-button").click()
     _settled_after_stop(browser, wait)
@@ -417,11 +454,9 @@ def test_a_second_session_sees_its_place_in_the_queue(paced_server, browser, tmp
     other = _chromium(tmp_path / "profile-2")
     try:
         waits = [_open(b, paced_server) for b in (browser, other)]
-        for b, w in zip((browser, other), waits):
-            _click_example(b, w)
-        browser.find_element(By.ID, "answer-button").click()
+        _click_example(browser, waits[0], until=())
         waits[0].until(lambda d: _status(d, "asymspec-answer") == "decoding…")
-        other.find_element(By.ID, "answer-button").click()
+        _click_example(other, waits[1], until=())
         waits[1].until(lambda d: "queue: 1/1" in d.find_element(By.ID, "asymspec-answer").text)
         assert _status(other, "asymspec-answer") == "waiting…"
         _screenshot(other, "demo-queue.png")
@@ -483,8 +518,7 @@ def test_the_page_and_its_api_open_no_file_of_the_servers_disk(server, browser, 
             assert "Sales" not in json.dumps(out), (path, out)  # the chart's OCR text
             assert "The image did not arrive on the server: upload it again." in out["api"]
             assert "The image did not arrive on the server: upload it again." in out["page"]
-        _click_example(browser, wait)  # the page works after
-        _answer(browser, wait, until=("asymspec-answer",))
+        _click_example(browser, wait, until=("asymspec-answer",))  # the page works after
         assert not _messages(browser) and not _box(browser, "ocr").get_attribute("value").count("Sales")
     finally:
         shutil.rmtree(link.parent, ignore_errors=True)

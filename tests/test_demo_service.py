@@ -63,7 +63,7 @@ def test_stop_mid_answer_keeps_the_partial_answer(tiny_vl):
     stop = threading.Event()
     vl = Interrupting(tiny_vl, "asymspec", at=2, action=stop.set)
     frames, service = _answer(vl, stop)
-    asym, floor, drafter, table, results = frames[-1]
+    asym, floor, drafter, table, _, results = frames[-1]
     ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec",
                            config=AsymSpecConfig(**SETTINGS))
     shown = [t for _, _, t in spans(asym)]
@@ -77,12 +77,12 @@ def test_stop_mid_answer_keeps_the_partial_answer(tiny_vl):
 def test_stop_after_the_first_panel(tiny_vl):
     stop = threading.Event()
     frames, _ = _answer(Interrupting(tiny_vl, "asymspec", at=0, action=stop.set), stop)
-    asym, floor, drafter, table, results = frames[-1]
+    asym, floor, drafter, table, _, results = frames[-1]
     assert _status(asym).startswith("done: ") and set(results) == {"asymspec"}
     assert _status(floor) == _status(drafter) == "not run" and "stats-floor" not in table
     stop.clear()
     frames, _ = _answer(Interrupting(tiny_vl, "floor", at=1, action=stop.set), stop)
-    asym, floor, drafter, _, results = frames[-1]
+    asym, floor, drafter, _, _, results = frames[-1]
     assert _status(asym).startswith("done: ") and _status(floor) == stopped_after(len(spans(floor)))
     assert len(spans(floor)) >= 1 and _status(drafter) == "not run" and set(results) == {"asymspec"}
 
@@ -108,7 +108,7 @@ def test_an_error_mid_way_marks_its_panel_failed_and_propagates(tiny_vl):
     with pytest.raises(Broken):
         for frame in service.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor", "drafter"]):
             frames.append(frame)
-    asym, floor, drafter, _, results = frames[-1]
+    asym, floor, drafter, _, _, results = frames[-1]
     assert _status(asym).startswith("done: ") and _status(floor) == "failed: see the message"
     assert _status(drafter) == "not run" and set(results) == {"asymspec"}
 
@@ -123,7 +123,7 @@ def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_pat
 
     out = list(handlers.answer(str(CHART), "  ", CAPTION, "", *SETTINGS.values(), ["floor"], request))
     assert len(out) == 1
-    message, asym, floor, drafter, table, results, button = out[0]
+    message, asym, floor, drafter, table, _, results, button = out[0]
     assert "There is no question" in message and "type a question" in message
     assert all(_status(p) == "not run" and not spans(p) for p in (asym, floor, drafter))
     assert results == {} and button["interactive"] is True
@@ -197,7 +197,7 @@ def test_a_new_upload_stops_the_running_answer_and_clears_its_panels(tiny_vl, tm
     handlers.begin(request)
     out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
     assert uploaded[0][3] == "" and vl.calls == ["asymspec"]  # the upload was fine; the answer stopped
-    message, asym, floor, drafter, table, results, button = out[-1]
+    message, asym, floor, drafter, table, _, results, button = out[-1]
     assert message == {"__type__": "update"}  # left to the upload's own message
     assert all(_status(p) == "no answer yet" and not spans(p) for p in (asym, floor, drafter))
     assert results == {} and button["interactive"] is True

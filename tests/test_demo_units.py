@@ -102,7 +102,7 @@ def _panel_text(markup: str) -> tuple[str, str]:
 def test_board_shows_the_end_token_as_the_status_not_as_a_token():
     board = Board(["asymspec", "floor"], end_ids={9})
     board.snapshot("asymspec", [1, 2], ["a", "b"], [T.DRAFT, T.FUSED], T.Stats(steps=1, drafted=2, emitted=2), 0.5)
-    asym, floor, drafter, table, results = board.outputs()
+    asym, floor, drafter, table, _, results = board.outputs()
     assert _panel_text(asym) == ("ab", "decoding…") and _panel_text(floor)[1] == "waiting…"
     assert _panel_text(drafter)[1] == "not run" and "stats-floor" not in table and results == {}
     stats = T.Stats(steps=2, drafted=4, emitted=3, elapsed_s=1.0)
@@ -110,7 +110,7 @@ def test_board_shows_the_end_token_as_the_status_not_as_a_token():
                  {"text": "ab"})
     board.finish("floor", [5, 6], ["c", "d"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2, elapsed_s=1.0),
                  "length", {"text": "cd"})
-    asym, floor, _, table, results = board.outputs()
+    asym, floor, _, table, _, results = board.outputs()
     assert _panel_text(asym) == ("ab", "done: end of answer") and "im_end" not in asym
     assert _panel_text(floor) == ("cd", "done: token limit")
     assert "<td>2</td><td>" in table.split('class="stats-asymspec"')[1]  # both fused tokens counted, the end's too
@@ -122,7 +122,7 @@ def test_stop_keeps_the_partial_answer_and_marks_the_rest_not_run():
     board.finish("asymspec", [1], ["a"], [T.BONUS], T.Stats(steps=1, emitted=1, elapsed_s=1.0), "length", {})
     board.snapshot("floor", [1, 2], ["x", "y"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2), 1.0)
     board.settle(STOPPED, "floor")
-    asym, floor, drafter, table, _ = board.outputs()
+    asym, floor, drafter, table, *_ = board.outputs()
     assert _panel_text(asym) == ("a", "done: token limit")
     assert _panel_text(floor) == ("xy", "stopped after 2 tokens") and _panel_text(drafter)[1] == "not run"
     single = Board(["floor"])
@@ -326,3 +326,112 @@ def test_the_page_bounds_gradios_sessions_and_releases_a_closed_sessions_signal(
         assert service.stops.current("tab") is None
     finally:
         demo.close()
+
+
+class Chips(HTMLParser):
+    """The chips of an answer: per chip the texts of its tokens, and per word its chips."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.words, self.chips, self._stack = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        cls = dict(attrs).get("class") or ""
+        self._stack.append(cls)
+        if cls == "word":
+            self.words.append([])
+        elif cls == "chip":
+            self.chips.append([])
+            self.words[-1].append(self.chips[-1])
+        elif "tok" in cls.split() and "chip" in self._stack:
+            self.chips[-1].append("")
+
+    def handle_data(self, data):
+        if self._stack and "tok" in self._stack[-1].split() and "chip" in self._stack:
+            self.chips[-1][-1] += data
+
+    def handle_endtag(self, tag):
+        self._stack.pop()
+
+
+def test_space_tokens_share_the_next_chip_and_words_stay_whole():
+    pieces = [("9", T.DRAFT), (" ", T.DRAFT), ("×", T.DRAFT), (" ", T.FUSED), ("1", T.DRAFT), ("4", T.BONUS),
+              ("", T.DRAFT), (" The", T.DRAFT), ("\n", T.DRAFT), ("x", T.DRAFT), (" ", T.BONUS)]
+    markup = render.panel_html("asymspec", pieces, "done")
+    p = Chips()
+    p.feed(markup)
+    assert all("".join(chip).strip() for chip in p.chips)  # no chip without text
+    assert p.chips == [["9"], [" ", "×"], [" ", "1"], ["4"], ["", " The"], ["x", " "]]
+    assert [["".join(c) for c in w] for w in p.words] == [["9"], [" ×"], [" 1", "4"], [" The"], ["x "]]
+    # every token keeps its own span, colour and tooltip, in order
+    assert [(c, t) for c, _, t in spans(markup)] == [(f"tok tok-{s}", t) for t, s in pieces]
+
+
+def test_the_settings_and_the_speed_note_are_shown_with_the_stats():
+    row = render.stats_row("asymspec", T.Stats(steps=1, drafted=2, accepted=1, emitted=2, elapsed_s=1.0), 0, None,
+                           "done")
+    cfg = AsymSpecConfig(K=3, beta=1.5, gamma=0.25, gate="cda", max_new_tokens=40)
+    table = render.stats_html([row], render.settings_html(cfg, "a caption", ""), "no speed-up here")
+    text = html.unescape(table)
+    assert "Settings used: K=3 · β=1.5 · γ=0.25 · gate cda · max new tokens 40" in text
+    assert "caption 9 characters, OCR 0 characters" in text and "no speed-up here" in text
+
+
+def test_notes_sit_in_the_asymspec_panel_only():
+    board = Board(["asymspec", "floor"], notes=("The verifier's view is empty <x>",))
+    board.snapshot("asymspec", [1], ["a"], [T.DRAFT], T.Stats(steps=1, drafted=1, emitted=1), 0.1)
+    asym, floor, *_ = board.outputs()
+    assert 'class="answer-notes"' in asym and "The verifier&#x27;s view is empty &lt;x&gt;" in asym
+    assert "answer-notes" not in floor
+
+
+def test_the_prompts_are_text_with_image_placeholders_counted():
+    prompts = {"x_full": "<|vision_start|>" + "<|image_pad|>" * 48 + "<|vision_end|>Q?", "x_comp": "cap <b>",
+               "x_question": "Q?"}
+    markup = render.prompts_html(prompts)
+    assert "&lt;|image_pad|&gt;×48&lt;|vision_end|&gt;Q?" in markup and "cap &lt;b&gt;" in markup
+    assert markup.index("x_full") < markup.index("x_comp") < markup.index("x_question")
+    assert "appear here" in render.prompts_html(None)
+
+
+def test_warnings_for_an_empty_view_and_the_toy_pair_on_a_chart():
+    from PIL import Image
+
+    service = DemoService(NoModels(), AsymSpecConfig())
+    chart, scene = Image.new("RGB", (256, 192)), Image.new("RGB", (96, 32))
+    assert service.notes(chart, "a chart", "") == ()  # not the toy pair: no claim about the image
+    assert "verifier's view is empty" in service.notes(chart, " ", "")[0]
+    service.toy = True
+    assert "no toy scene (256×192)" in service.notes(chart, "a chart", "")[0]
+    assert service.notes(scene, "three shapes", "") == ()
+
+
+def test_the_toy_pair_is_known_from_its_names():
+    toy = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded", "backend": "hf"})
+    assert DemoService(toy, AsymSpecConfig()).toy
+    assert not DemoService(SimpleNamespace(names={"drafter": "a", "verifier": "b"}), AsymSpecConfig()).toy
+
+
+def test_the_api_names_every_output():
+    from asymspec_vl.demo.app import build_demo
+
+    demo = build_demo(DemoService(SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"}),
+                                  AsymSpecConfig()))
+    info = demo.get_api_info()["named_endpoints"]
+    assert [r["label"] for r in info["/answer"]["returns"]] == ["AsymSpec answer", "Floor answer",
+                                                                "VL drafter answer", "Stats", "Prompts", "Results"]
+    assert [r["label"] for r in info["/describe"]["returns"]] == ["Caption", "OCR text"]
+
+
+def test_a_click_on_an_example_runs_the_answer():
+    """The examples' load event is followed by the same begin → answer chain as the Answer button."""
+    from asymspec_vl.demo.app import build_demo
+
+    demo = build_demo(DemoService(SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"}),
+                                  AsymSpecConfig()))
+    deps = demo.config["dependencies"]
+    by_name = {d["api_name"]: d for d in deps}
+    load = next(d for d in deps if d["api_name"] == "load_example")
+    begin, answer = by_name["page_example_begin"], by_name["page_example_answer"]
+    assert begin["trigger_after"] == load["id"] and answer["trigger_after"] == begin["id"]
+    assert [demo.fns[d["id"]].fn.__name__ for d in (begin, answer)] == ["begin", "answer"]

@@ -337,3 +337,15 @@ def test_records_carry_their_settings_and_a_copied_in_file_is_refused(tmp_path):
     legacy = [{k: v for k, v in r.items() if k != "fingerprint"} for r in lines(other)]
     mine.write_text("".join(json.dumps(r) + "\n" for r in legacy))  # lines from before records carried one
     assert len(ResultsLog(mine, {"model": "mine"}).load()) == 2
+
+
+def test_the_live_accuracy_is_one_methods_never_pooled(tmp_path, capsys):
+    """The bar shows the figures of the method whose job just finished, over that method's jobs alone."""
+    def scored(job):
+        fast = job.method == "asymspec"
+        return {"correct": fast, "stats": {"emitted": 10, "elapsed_s": 0.5 if fast else 2.0}}
+
+    order = [Job(str(i), m, i) for m in ("floor", "asymspec") for i in range(2)]
+    run_jobs(order, scored, ResultsLog(tmp_path / "r.jsonl"), desc="eval", progress=True)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "asymspec: acc 100.0% of 2, 20.0 tok/s" in last, last  # not 50 % and 8 tok/s pooled with the Floor's

@@ -130,7 +130,8 @@ def test_offline_folder_of_standin_images(tmp_path, problems):
     assert "missing for 3 of 8" in msg and "9, 10, 12" in msg
     assert "--images" in msg and "AI4Math/MathVista" in msg
     folder = tmp_path / "mv"
-    assert f"{folder}/images/<pid>.png" in msg and f"flat as {folder}/<pid>.png" in msg  # both layouts
+    assert f"Put them in {folder}, then pass --images {folder}" in msg  # the folder, and both layouts in it
+    assert "as images/<pid>.png" in msg and "flat as <pid>.png" in msg
     render_standins(tmp_path / "flat", pids[:2])  # the flat layout works as the message says
     flat = load_setup(str(tmp_path / "flat"), EvalProtocol(), limit=2)
     assert flat.store.get(flat.problems[1]) == tmp_path / "flat" / "3.png"
@@ -197,3 +198,13 @@ def test_methods_that_never_read_the_image_need_no_images(tmp_path, monkeypatch)
         load_setup(None, EvalProtocol(), limit=3)
     setup = load_setup(None, EvalProtocol(), limit=3, needs_images=False)
     assert len(setup.problems) == 3 and setup.store is None
+
+
+def test_the_missing_images_message_is_short_lines(tmp_path):
+    """The message reads in a terminal: no line over 100 characters beyond the folder's name it holds."""
+    with pytest.raises(MissingImagesError) as err:
+        open_images(tmp_path / "nowhere")
+    lines = str(err.value).splitlines()
+    folder = str(tmp_path / "nowhere")
+    assert len(lines) >= 5 and all(len(line.replace(folder, "")) <= 100 for line in lines), lines
+    assert f"--images {folder}" in str(err.value) and "--images hub" in lines[-1]

@@ -22,6 +22,8 @@ def _positive_float(text: str) -> float:
 
 
 def register(sub) -> None:
+    from asymspec_vl.demo.cli import add_ocr_min_confidence_arg
+
     from .settings import ServeSettings
 
     d = ServeSettings("", "")
@@ -55,6 +57,7 @@ def register(sub) -> None:
                         '"disable_any_whitespace": true}\' (default: vLLM\'s)')
     g = p.add_argument_group("the verifier's view when a request sends no caption / OCR text")
     g.add_argument("--ocr", choices=("easyocr", "none"), default="easyocr", help="EasyOCR runs offline on the CPU")
+    add_ocr_min_confidence_arg(g)
     g.add_argument("--caption-model", default="none",
                    help="VLM that writes captions: 'none', 'drafter' (the VL drafter), a hub id or a path")
     g.add_argument("--caption-cache", default=None, help="folder caching captions / OCR by image content "
@@ -150,13 +153,14 @@ def _log_to_stderr() -> None:
 
 
 def _serve(args) -> int:
-    from asymspec_vl.demo.cli import build_captioner
+    from asymspec_vl.demo.cli import build_captioner, check_caption_model
 
     from .app import create_app
     from .hf_runner import HFRunner
     from .server import build_server
     from .vllm_runner import VLLMRunner
 
+    check_caption_model(args)  # the toy drafter as captioner: refused before anything loads, as by the demo
     settings = settings_from_args(args)
     _log_to_stderr()
     warning = open_access_warning(args.host, settings.api_key)

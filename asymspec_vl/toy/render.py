@@ -48,6 +48,12 @@ def draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: int, cy: int, r: int, 
         raise ValueError(f"unknown shape {shape!r}")
 
 
+def looks_like_scene(image) -> bool:
+    """Whether an image has a toy scene's shape: one CELL high, a whole number of cells wide (the toy pair
+    reads nothing else)."""
+    return image.height == CELL and image.width % CELL == 0 and image.width > 0
+
+
 def render_scene(items, seed) -> Image.Image:
     """RGB image, one CELL x CELL cell per item (left to right): shape with jitter, digit, noisy background.
     items: objects with .colour, .shape, .digit; seed: an int or tuple of ints. Deterministic in both."""

@@ -24,11 +24,13 @@ def default_image_dir() -> Path:
 
 
 def where_to_put(folder: Path) -> str:
-    return (f"The MathVista text data ships with asymspec-vl; only the testmini images must come from elsewhere. "
-            f"Either put them in {folder} as {folder}/images/<pid>.png (the images/ folder of MathVista's data "
-            f"release, or the `decoded_image` field of the {HUB_ID} {SPLIT} split) or flat as {folder}/<pid>.png "
-            f"(.jpg works too), or put a parquet copy of that split anywhere under {folder}, and pass "
-            f"--images {folder}; or, with access to the Hugging Face hub, pass --images hub.")
+    """Where the testmini images can come from, in short lines (the first starts a new line)."""
+    return (f"\nThe MathVista text data ships with asymspec-vl; only the testmini images must come from elsewhere."
+            f"\nPut them in {folder}, then pass --images {folder}:"
+            f"\n  - as images/<pid>.png (the images/ folder of MathVista's data release), or flat as <pid>.png"
+            f"\n    (.jpg works too; the `decoded_image` field of the {HUB_ID} {SPLIT} split holds them),"
+            f"\n  - or as a parquet copy of that split anywhere under the folder."
+            f"\nOr, with access to the Hugging Face hub, pass --images hub.")
 
 
 class FolderImages:
@@ -48,7 +50,7 @@ class FolderImages:
     def get(self, p: Problem):
         path = self.locate(p)
         if path is None:
-            raise MissingImagesError(f"no image for pid {p.pid} under {self.root}. " + where_to_put(self.root))
+            raise MissingImagesError(f"no image for pid {p.pid} under {self.root}." + where_to_put(self.root))
         return path
 
     def missing(self, problems: list[Problem]) -> list[str]:
@@ -92,7 +94,7 @@ def _table_records(dataset) -> list[dict]:
 def load_local(root: Path) -> tuple[list[dict] | None, FolderImages | TableImages]:
     """Annotations (None: use the vendored ones) and images from a local folder."""
     if not root.is_dir():
-        raise MissingImagesError(f"image folder not found: {root}. " + where_to_put(root))
+        raise MissingImagesError(f"image folder not found: {root}." + where_to_put(root))
     parquet = sorted(root.rglob("*.parquet"))
     if parquet:
         import datasets
@@ -118,13 +120,13 @@ def load_hub() -> tuple[list[dict], TableImages]:
     if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
         raise MissingImagesError(f"cannot load {HUB_ID} from the hub in offline mode (HF_HUB_OFFLINE / "
-                                 f"HF_DATASETS_OFFLINE is set). " + where_to_put(folder))
+                                 f"HF_DATASETS_OFFLINE is set)." + where_to_put(folder))
     import datasets
 
     try:
         ds = datasets.load_dataset(HUB_ID, split=SPLIT)
     except Exception as e:  # noqa: BLE001 - connection, auth and cache errors all mean: no hub images
-        raise MissingImagesError(f"could not load {HUB_ID} ({SPLIT}) from the hub: {type(e).__name__}: {e}. "
+        raise MissingImagesError(f"could not load {HUB_ID} ({SPLIT}) from the hub: {type(e).__name__}: {e}."
                                  + where_to_put(folder)) from e
     info = {"dataset": HUB_ID, "split": SPLIT, "fingerprint": getattr(ds, "_fingerprint", None)}
     return _table_records(ds), TableImages(ds, "hub", info)
@@ -147,5 +149,5 @@ def check_images(store, problems: list[Problem]) -> None:
     if missing:
         where = getattr(store, "root", default_image_dir())
         raise MissingImagesError(f"images are missing for {len(missing)} of {len(problems)} selected problems "
-                                 f"(pids {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}). "
+                                 f"(pids {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})."
                                  + where_to_put(Path(where)))
