@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Callable
 
 from . import budget
 from .config import AsymSpecConfig, is_one_of, with_overrides
-from .conversation import Conversation
+from .conversation import Conversation, encode
 from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
 from .loop import RowOutput
 from .methods import Method
 from .methods import method as method_named
-from .prompts import EncodedRequest, Prompts, Request, encode_request
+from .prompts import EncodedRequest, Prompts, Request
 from .stream import TextStream
 from .structured import refuse_on_backend
 from .trace import Stats
@@ -212,7 +212,7 @@ class AsymSpecVL:
         encoded, errors = [], {}
         for i, r in enumerate(requests):
             try:
-                enc = encode_request(r, self.pair.processor, self.pair.tokenizer)
+                enc = encode(r, self.pair.processor, self.pair.tokenizer)
                 budget.check_fits(enc, method, cfg, context)
                 encoded.append(enc)
             except InputError as e:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from .errors import EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
+from .prompts import (EncodedRequest, EncodedView, Prompts, encode_request, image_view, verifier_text,
+                      vision_inputs)
 
 ROLES = ("system", "user", "assistant")
 
@@ -83,8 +85,6 @@ def _turn(i: int, message) -> Turn:
 def view_text(text: str, views: tuple) -> str:
     """A user turn as the verifier reads it: each image's caption and OCR text, then the turn's text. One
     image: prompts.verifier_text's blocks; several: the same blocks numbered."""
-    from .prompts import verifier_text
-
     if len(views) == 1:
         return verifier_text(text, *views[0])
     blocks = []
@@ -115,8 +115,6 @@ def framed_segments(turns: list[Turn], owner, images: bool, with_views: bool) ->
 
 def encode_conversation(conv: Conversation, processor, tokenizer):
     """The EncodedRequest of a conversation: x_full, x_comp, x_question (prompts.encode_request's views)."""
-    from .prompts import EncodedRequest, EncodedView, Prompts, image_view, vision_inputs
-
     if not isinstance(conv, Conversation):
         raise InputError(f"a conversation must be an asymspec_vl.Conversation, got {type(conv).__name__}")
     turns = checked_turns(conv)
@@ -134,3 +132,10 @@ def encode_conversation(conv: Conversation, processor, tokenizer):
     return EncodedRequest(prompts, image_view(processor, full, pixel_values, grid), comp_view,
                           image_view(processor, question, pixel_values, grid),
                           meta={"image_sizes": [im.size for im in all_images]})
+
+
+def encode(req, processor, tokenizer) -> EncodedRequest:
+    """A Request (prompts.encode_request) or a Conversation (encode_conversation) -> its EncodedRequest."""
+    if isinstance(req, Conversation):
+        return encode_conversation(req, processor, tokenizer)
+    return encode_request(req, processor, tokenizer)

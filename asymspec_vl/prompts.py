@@ -131,12 +131,8 @@ def build_prompts(req: Request, drafter_processor, verifier_tokenizer) -> Prompt
 
 
 def encode_request(req, drafter_processor, verifier_tokenizer) -> EncodedRequest:
-    """Check the request (a Request, or a Conversation: conversation.py), build the prompts and tokenize each view
-    (user text as ordinary text, see user_text.py); the image is decoded, validated and processed once."""
-    from .conversation import Conversation, encode_conversation
-
-    if isinstance(req, Conversation):
-        return encode_conversation(req, drafter_processor, verifier_tokenizer)
+    """Check the request, build the prompts and tokenize each view (user text as ordinary text, see user_text.py);
+    the image is decoded, validated and processed once. A Conversation: conversation.encode."""
     req = checked_request(req)
     full, comp, only_q = frame_views(req, drafter_processor, verifier_tokenizer)
     prompts = _prompts(full, comp, only_q)

@@ -29,15 +29,15 @@ def test_keyword_overrides_are_config_fields(vl):
     short = ask(vl, max_new_tokens=3, K=3)
     assert short.config == AsymSpecConfig(K=3, max_new_tokens=3) and len(short.token_ids) == 3
     assert ask(vl, config={"K": 3}, max_new_tokens=3).config == short.config  # overrides replace config's fields
-    with pytest.raises(ConfigError, match="temperature"):
-        ask(vl, temperature=0.7)
+    with pytest.raises(ConfigError, match="temprature"):  # a misspelt field, not a silently ignored keyword
+        ask(vl, temprature=0.7)
     with pytest.raises(ConfigError, match="AsymSpecConfig.K"):
         ask(vl, K=0)
 
 
 def test_an_unknown_config_field_is_a_config_error():
-    with pytest.raises(ConfigError, match="unknown AsymSpecConfig field.*temperature"):
-        AsymSpecConfig(temperature=0.7)
+    with pytest.raises(ConfigError, match="unknown AsymSpecConfig field.*temprature"):
+        AsymSpecConfig(temprature=0.7)
     with pytest.raises(ConfigError, match="unknown"):
         AsymSpecConfig().replace(topk=3)
 

@@ -10,7 +10,7 @@ import pytest
 from asymspec_vl import AsymSpecVL, Conversation, Request
 from asymspec_vl.errors import (EmptyQuestionError, InvalidImageError, InvalidTextError, MalformedConversationError,
                                 PromptTooLongError)
-from asymspec_vl.prompts import encode_request
+from asymspec_vl import conversation
 from serve_support import EXAMPLES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -33,7 +33,7 @@ def embedded():
 
 
 def encode(vl, request):
-    return encode_request(request, vl.pair.processor, vl.pair.tokenizer)
+    return conversation.encode(request, vl.pair.processor, vl.pair.tokenizer)
 
 
 def test_one_user_turn_with_one_image_is_exactly_a_request(embedded):

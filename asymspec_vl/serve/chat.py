@@ -21,8 +21,8 @@ from typing import AsyncIterator
 from .. import budget
 from ..errors import AsymSpecError, ConfigError
 from ..methods import METHODS, Method
-from ..conversation import Conversation
-from ..prompts import EncodedRequest, encode_request
+from ..conversation import Conversation, encode
+from ..prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
@@ -106,7 +106,7 @@ class ChatService:
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair
-        enc = encode_request(request, pair.processor, pair.tokenizer)
+        enc = encode(request, pair.processor, pair.tokenizer)
         budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
         return enc
 
