@@ -116,7 +116,28 @@ CONFIG_HELP = {
     "stop_token_ids": "comma-separated token ids that end an answer (default: the verifier's EOS tokens)",
     "scd_alpha": "SCD's plausibility cut α (Appendix B)",
     "ignore_eos": "only --stop-token-ids end an answer, not the verifier's EOS tokens (runs to the budget)",
+    "temperature": "sampling temperature τ (0: greedy, Algorithm 1 exactly; AsymSpec at τ > 0 is our extension: "
+                   "docs/python-api.md)",
+    "top_p": "nucleus sampling: the smallest set of tokens whose probability reaches top_p (1: off)",
+    "top_k": "sample among the top_k most likely tokens (0: off)",
+    "min_p": "drop tokens below min_p times the most likely token's probability (0: off)",
+    "seed": "seed of the sampling draws (a fixed seed repeats on one backend; none: unseeded)",
+    "stop": "comma-separated stop strings; the text ends before the first one",
+    "include_stop_str_in_output": "keep the stop string that ended the answer in its text",
+    "min_tokens": "no stop token or stop string ends an answer before this many tokens",
+    "structured_output": 'a grammar every answer follows, as JSON: {"json": SCHEMA}, {"json_object": true}, '
+                         '{"regex": "..."} or {"choice": [...]} (vLLM backend only)',
 }
+
+
+def _json_value(text: str):
+    """An option's JSON value; argparse names the option in the error."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({e})") from None
 
 
 def config_flag(field: str) -> str:
@@ -167,6 +188,8 @@ def add_config_args(p: argparse.ArgumentParser, **defaults) -> None:
             kw["action"] = "store_true" if default is False else argparse.BooleanOptionalAction
         elif kind is tuple:
             kw["type"] = _comma_values(element)
+        elif field == "structured_output":
+            kw["type"] = _json_value
         else:
             kw["type"] = kind
         g.add_argument(*flags, **kw)
