@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-EMBEDDED = "embedded"
+from .model_source import EMBEDDED, locate  # EMBEDDED: the name callers read from here
 
 
 def cache_dir() -> Path:
@@ -28,6 +28,4 @@ def resolve(role: str, name: str | None) -> str | None:
         return None
     if name == EMBEDDED:
         return embedded_models()[role]
-    from .model_source import locate
-
     return locate(role, name)

@@ -41,7 +41,8 @@ import sys
 import tempfile
 
 from .doctor_backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
-from .doctor_checks import Check, kernel_check, method_checks
+from .doctor_cases import Check
+from .doctor_checks import kernel_check, method_checks
 from .doctor_serve import serve_check, tensor_parallel_check
 
 

@@ -10,7 +10,7 @@ The prompts are long (about a thousand tokens) so that on a GPU the host builds 
 from __future__ import annotations
 
 from .doctor_backends import AttentionRun
-from .doctor_checks import Check
+from .doctor_cases import Check
 from .limits import LIMITS
 
 BF16_LOGIT_TOLERANCE = 0.05  # max |vLLM - transformers| / max |transformers| accepted in bf16
@@ -20,7 +20,7 @@ LONG_TEXT_WORDS = 600
 
 def long_requests():
     """Two image requests and a text-only one whose prompts run to about a thousand tokens."""
-    from .doctor_checks import requests
+    from .doctor_cases import requests
     from .prompts import Request
 
     words = "the chart shows the value of each bar and the total of the left and right side".split()

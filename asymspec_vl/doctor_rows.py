@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 
 from .doctor_backends import AttentionRun
-from .doctor_checks import Check, compare, requests
+from .doctor_cases import Check, compare, requests
 
 IN_FLIGHT = 4  # requests in the engine at once: each finished one frees a row the next request takes
 _wave_ids = itertools.count()

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 
 from .doctor_backends import AttentionRun, Verdict
-from .doctor_checks import Check, compare, requests
+from .doctor_cases import Check, compare, requests
 
 SERVE_START_TIMEOUT_S = 600
 

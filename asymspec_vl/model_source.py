@@ -14,8 +14,9 @@ import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .defaults import EMBEDDED
 from .errors import ModelPairError
+
+EMBEDDED = "embedded"  # the offline toy pair's name (defaults.py resolves it to its paths)
 
 PROBE_TIMEOUT_S = 3.0
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
