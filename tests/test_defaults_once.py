@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -55,13 +56,17 @@ def test_mathvista_reads_the_papers_protocol():
 def test_config_from_args_round_trips_every_field():
     """Every field set away from its default comes back through the flags (scd_alpha and stop_token_ids too)."""
     changed = AsymSpecConfig(K=5, beta=0.5, gamma=0.25, gate="kl", lam=0.5, delta_source="raw", bonus="fused",
-                             max_new_tokens=7, stop_token_ids=(3, 4), scd_alpha=0.25, ignore_eos=True)
+                             max_new_tokens=7, stop_token_ids=(3, 4), scd_alpha=0.25, ignore_eos=True,
+                             temperature=0.5, top_p=0.9, top_k=5, min_p=0.1, seed=7, stop=("x", "y"),
+                             include_stop_str_in_output=True, min_tokens=2, structured_output={"regex": "[0-9]+"})
     assert all(getattr(changed, f) != getattr(AsymSpecConfig(), f) for f in FIELDS)
     argv = ["--image", "x", "--question", "q"]
     for f in FIELDS:
         value = getattr(changed, f)
         if value is True:
             argv.append(config_flag(f))
+        elif f == "structured_output":
+            argv += [config_flag(f), json.dumps(value.to_dict())]
         else:
             argv += [config_flag(f), ",".join(map(str, value)) if isinstance(value, tuple) else str(value)]
     assert config_from_args(_parser("generate").parse_args(argv)) == changed

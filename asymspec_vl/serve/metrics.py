@@ -20,6 +20,7 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from ..limits import LIMITS
 from ..loop import RowOutput
 from ..trace import FUSED
 
@@ -28,7 +29,7 @@ PREFIX = "asymspec_"
 
 
 class ServeMetrics:
-    def __init__(self, model_name: str = "asymspec-vl", K: int = 4):
+    def __init__(self, model_name: str = "asymspec-vl", K: int = LIMITS.speculative_tokens):
         self.registry = CollectorRegistry()
         r, p = self.registry, PREFIX
         self.vllm = VLLMSpecDecodeCounters(r, model_name, K)
