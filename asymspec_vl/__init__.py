@@ -1,12 +1,12 @@
 """asymspec-vl: cross-modal AsymSpec speculative decoding (a VL drafter steers a text-only verifier)."""
 
 from .api import AsymSpecVL, GenerationResult, TraceToken
-from .config import AsymSpecConfig
-from .conversation import Conversation
-from .errors import (AsymSpecError, BatchInputError, ConfigError, EmptyQuestionError, ImageTooLargeError, InputError,
-                     InvalidImageError, InvalidTextError, MalformedConversationError, ModelPairError, PromptTooLongError, RequestFailedError,
-                     VocabularyMismatchError)
-from .prompts import Request
+from .core.config import AsymSpecConfig
+from .inputs.conversation import Conversation
+from .core.errors import (AsymSpecError, BatchInputError, ConfigError, EmptyQuestionError, ImageTooLargeError,
+                          InputError, InvalidImageError, InvalidTextError, MalformedConversationError, ModelPairError,
+                          PromptTooLongError, RequestFailedError, VocabularyMismatchError)
+from .inputs.prompts import Request
 
 __all__ = [
     "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request", "Conversation",

@@ -6,18 +6,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from . import budget
-from .config import AsymSpecConfig, is_one_of, with_overrides
-from .conversation import Conversation, encode
-from .errors import BatchInputError, ConfigError, InputError, RequestFailedError
-from .loop import RowOutput
-from .methods import Method
-from .methods import method as method_named
-from .prompts import EncodedRequest, Prompts, Request
+from .inputs import budget
+from .core.config import AsymSpecConfig, is_one_of, with_overrides
+from .inputs.conversation import Conversation, encode
+from .core.errors import BatchInputError, ConfigError, InputError, RequestFailedError
+from .core.loop import RowOutput
+from .core.methods import Method
+from .core.methods import method as method_named
+from .inputs.prompts import EncodedRequest, Prompts, Request
 from .stream import TextStream
-from .structured import refuse_on_backend
-from .trace import Stats
-from .vocab import ModelPair
+from .core.structured import refuse_on_backend
+from .core.trace import Stats
+from .inputs.vocab import ModelPair
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -93,9 +93,9 @@ class AsymSpecVL:
         `embedded` on the other unless both are given; None: DEFAULT_DRAFTER / DEFAULT_VERIFIER).
         backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path). A name that cannot load (a bad
         path, a folder without config.json, a hub id offline and not cached) raises ModelPairError."""
-        from .defaults import resolve
-        from .errors import ConfigError, ModelPairError
-        from .model_source import pair_names
+        from .pair.defaults import resolve
+        from .core.errors import ConfigError, ModelPairError
+        from .pair.model_source import pair_names
 
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
@@ -105,12 +105,12 @@ class AsymSpecVL:
         try:
             pair = ModelPair.load(paths["drafter"], paths["verifier"], paths["text_drafter"], trust_remote_code)
             if backend == "hf":
-                from .backends.hf import HFBackend
+                from .backends.hf.backend import HFBackend
 
                 impl = HFBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"], device,
                                       dtype, trust_remote_code)
             else:
-                from .backends.vllm import VLLMBackend
+                from .backends.vllm.backend import VLLMBackend
 
                 impl = VLLMBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"],
                                         dtype=dtype, **backend_kwargs)
@@ -149,7 +149,7 @@ class AsymSpecVL:
                       on_step: Callable | None = None, **overrides) -> GenerationResult:
         """Answer the last user turn of a conversation: `messages` as OpenAI's (system / user / assistant),
         images as {"type": "image", "image": ..., "caption": ..., "ocr": ...} parts of user turns (see
-        asymspec_vl/conversation.py for the three views it makes). Arguments and errors as generate's."""
+        asymspec_vl/inputs/conversation.py for the three views it makes). Arguments and errors as generate's."""
         return self.generate_batch([Conversation(messages)], method, config, on_step, on_error="raise",
                                    **overrides)[0]
 

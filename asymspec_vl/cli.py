@@ -8,7 +8,7 @@ import os
 import sys
 
 from .commands import HelpFormatter, fill_pair_defaults
-from .errors import AsymSpecError
+from .core.errors import AsymSpecError
 
 DESCRIPTION = """\
 Answer questions about images with a text-only LLM (the verifier, e.g.
@@ -31,7 +31,7 @@ COMMAND_MODULES = [
     "asymspec_vl.captioners.cli",
     "asymspec_vl.evals.cli",
     "asymspec_vl.toy.cli",
-    "asymspec_vl.doctor",
+    "asymspec_vl.doctor.cli",
     "asymspec_vl.serve.cli",
 ]
 

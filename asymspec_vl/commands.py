@@ -9,9 +9,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from .config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
-from .methods import NAMES as METHODS
-from .trace import FUSED
+from .core.config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
+from .core.methods import NAMES as METHODS
+from .core.trace import FUSED
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -48,8 +48,8 @@ def invocation() -> list[str]:
 
 def is_embedded(name: str | None, role: str = "drafter") -> bool:
     """Whether `name` is the embedded toy pair's model for `role` (by the name `embedded` or by its folder)."""
-    from .defaults import EMBEDDED, embedded_models
-    from .errors import ModelPairError
+    from .pair.defaults import EMBEDDED, embedded_models
+    from .core.errors import ModelPairError
 
     if name is None:
         return False
@@ -65,7 +65,7 @@ def is_embedded(name: str | None, role: str = "drafter") -> bool:
 def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
     """The embedded toy drafter is no captioner (it writes toy-world answers): refuse it by name, before any
     model loads. `flag` names the option, `otherwise` what the user can do instead."""
-    from .errors import ConfigError
+    from .core.errors import ConfigError
 
     if is_embedded(name):
         raise ConfigError(f"the embedded toy drafter cannot caption images (it only answers questions about its "
@@ -197,7 +197,7 @@ def add_config_args(p: argparse.ArgumentParser, **defaults) -> None:
 
 def fill_pair_defaults(args) -> None:
     """args.drafter / args.verifier as model_source.pair_names completes them from the command's defaults."""
-    from .model_source import pair_names
+    from .pair.model_source import pair_names
 
     defaults = getattr(args, "pair_defaults", None)
     if defaults is not None:
@@ -206,7 +206,7 @@ def fill_pair_defaults(args) -> None:
 
 def config_from_args(args) -> AsymSpecConfig:
     """The flags as an AsymSpecConfig; an invalid value is a ConfigError naming its flag (-K 0 is invalid ...)."""
-    from .errors import ConfigError
+    from .core.errors import ConfigError
 
     fields = [field for field, _, _ in _config_options()]
     try:
@@ -334,7 +334,7 @@ def summary(method: str, stats, trace, floor_tokens_per_s: float | None = None) 
 
 
 def _tiny_models(args) -> int:
-    from .tiny import write_tiny_models
+    from .toy.tiny import write_tiny_models
 
     paths = write_tiny_models(args.dir, seed=args.seed)
     for role, path in paths.items():

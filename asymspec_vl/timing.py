@@ -11,7 +11,7 @@ embedded pair a measured ratio can pass that bound a little; the note says so wi
 
 from __future__ import annotations
 
-from .methods import METHODS
+from .core.methods import METHODS
 
 WARM_UP_TOKENS = 2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
-from asymspec_vl.errors import AsymSpecError, InputError
+from asymspec_vl.core.errors import AsymSpecError, InputError
 
 
 class CaptionerError(AsymSpecError):
@@ -63,7 +63,7 @@ class Captioner(Protocol):
     """Anything that describes an image for the verifier.
 
     `name` identifies the captioner and the settings that change its output (it is part of cache keys).
-    `describe(image, key)`: image is a path, bytes, PIL image or array (asymspec_vl.images.load_image);
+    `describe(image, key)`: image is a path, bytes, PIL image or array (asymspec_vl.inputs.images.load_image);
     key optionally names the image (e.g. a MathVista pid) for captioners that look text up instead of
     computing it. Returns an ImageText; fields a captioner does not produce stay empty.
     """

@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from asymspec_vl.images import image_digest, load_image
+from asymspec_vl.inputs.images import image_digest, load_image
 
 from .base import Captioner, ImageText
 

@@ -33,9 +33,9 @@ def _caption(args) -> int:
     from importlib import metadata
 
     from asymspec_vl.commands import check_captioning_model
-    from asymspec_vl.defaults import cache_dir
-    from asymspec_vl.errors import InputError
-    from asymspec_vl.images import load_image
+    from asymspec_vl.pair.defaults import cache_dir
+    from asymspec_vl.core.errors import InputError
+    from asymspec_vl.inputs.images import load_image
 
     from .base import CombinedCaptioner
     from .cache import CachedCaptioner

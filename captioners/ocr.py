@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from asymspec_vl.images import load_image
+from asymspec_vl.inputs.images import load_image
 
 from .base import CaptionerError, ImageText, OCRBox
 from .reading import ocr_text, ordered_boxes, parse_easyocr
@@ -43,7 +43,7 @@ def get_reader(languages: tuple[str, ...] = ("en",), gpu: bool = False, model_di
             try:
                 import easyocr
 
-                from asymspec_vl.defaults import cache_dir
+                from asymspec_vl.pair.defaults import cache_dir
 
                 user_dir = cache_dir() / "easyocr" / "user_network"
                 user_dir.mkdir(parents=True, exist_ok=True)

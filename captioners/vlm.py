@@ -6,9 +6,9 @@ import hashlib
 
 import torch
 
-from asymspec_vl.errors import InvalidImageError
-from asymspec_vl.images import load_image
-from asymspec_vl.vocab import STRUCTURAL_TOKENS
+from asymspec_vl.core.errors import InvalidImageError
+from asymspec_vl.inputs.images import load_image
+from asymspec_vl.inputs.vocab import STRUCTURAL_TOKENS
 
 from .base import CaptionerError, ImageText
 
@@ -60,7 +60,7 @@ class VLMCaptioner:
         if self._model is None:
             from transformers import AutoProcessor
 
-            from asymspec_vl.models import load_causal_lm, resolve_device_dtype
+            from asymspec_vl.pair.models import load_causal_lm, resolve_device_dtype
 
             device, dtype, trust = self._load_args
             dev, dt = resolve_device_dtype(device, dtype)
@@ -100,7 +100,7 @@ def _vl_path(model: str, trust_remote_code: bool) -> str:
     """The local path or hub id of `model` ("embedded" resolved), after checking it is vision-language."""
     from transformers import AutoConfig
 
-    from asymspec_vl.defaults import resolve
+    from asymspec_vl.pair.defaults import resolve
 
     path = resolve("drafter", model)
     try:

@@ -7,7 +7,7 @@ import warnings
 
 import gradio as gr
 
-from asymspec_vl.config import GATES
+from asymspec_vl.core.config import GATES
 
 from . import render
 from .board import BASELINES

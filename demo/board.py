@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from asymspec_vl.trace import FUSED, Stats
+from asymspec_vl.core.trace import FUSED, Stats
 
 from . import render
 

@@ -10,9 +10,9 @@ import socket
 
 from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, check_captioning_model,
                                   config_from_args, load_from_args)
-from asymspec_vl.errors import ConfigError
-from asymspec_vl.images import MAX_FILE_BYTES, MAX_PIXELS
-from asymspec_vl.limits import LIMITS
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.inputs.images import MAX_FILE_BYTES, MAX_PIXELS
+from asymspec_vl.core.limits import LIMITS
 
 
 def _positive(kind, most: float):
@@ -86,7 +86,7 @@ def check_caption_model(args) -> None:
 def build_captioner(args, vl):
     """The captioners the flags ask for, each behind a content-hash cache; None when both are off."""
     from asymspec_vl.captioners import CachedCaptioner, CombinedCaptioner
-    from asymspec_vl.defaults import cache_dir
+    from asymspec_vl.pair.defaults import cache_dir
 
     check_caption_model(args)
     directory = None if args.no_caption_cache else (args.caption_cache or cache_dir() / "captions")
@@ -149,7 +149,7 @@ def _terminate(signum, frame):
 def _demo(args) -> int:
     from PIL import Image
 
-    from asymspec_vl.methods import METHODS
+    from asymspec_vl.core.methods import METHODS
     from asymspec_vl.timing import set_threads, warm_up
 
     from .app import build_demo, launch

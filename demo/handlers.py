@@ -8,8 +8,8 @@ import logging
 
 import gradio as gr
 
-from asymspec_vl.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
-                                InvalidImageError, PromptTooLongError)
+from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
+                                     InvalidImageError, PromptTooLongError)
 
 from . import render
 from .board import NOT_RUN, PANELS, WAITING, Board

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from asymspec_vl import trace as T
+from asymspec_vl.core import trace as T
 
 # source -> (legend label, background colour). Colour-blind-safe hues (Okabe-Ito), light enough for text.
 SOURCE_STYLES = {

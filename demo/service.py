@@ -11,9 +11,9 @@ from PIL import Image
 
 from asymspec_vl.api import token_pieces
 from asymspec_vl.commands import is_embedded
-from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.errors import ConfigError, EmptyQuestionError
-from asymspec_vl.limits import LIMITS
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
+from asymspec_vl.core.limits import LIMITS
 from asymspec_vl.timing import impossible_speedup_note
 from asymspec_vl.toy.render import looks_like_scene
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from asymspec_vl.trace import Stats
+from asymspec_vl.core.trace import Stats
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The uploaded image: the folders it may come from, the name the user gave it, the demo's own limits checked before
-anything is decoded, the one decode (asymspec_vl.images.load_image), and messages that name the file, the limit and
+anything is decoded, the one decode (asymspec_vl.inputs.images.load_image), and messages that name the file, the limit and
 what to do.
 
 Why the folder check: the demo's events skip Gradio's preprocessing (see app.py), and with it Gradio's own check
@@ -18,8 +18,8 @@ from typing import Sequence
 
 from PIL import Image
 
-from asymspec_vl.errors import ImageTooLargeError, InvalidImageError
-from asymspec_vl.images import IMAGE_FORMATS, load_image
+from asymspec_vl.core.errors import ImageTooLargeError, InvalidImageError
+from asymspec_vl.inputs.images import IMAGE_FORMATS, load_image
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 IMAGE_KINDS = "a PNG, JPEG, WebP, BMP, GIF or TIFF image"

@@ -42,7 +42,7 @@ def _labels(paths: list[Path]) -> list[str]:
 
 
 def _score(args, modules) -> int:
-    from asymspec_vl.errors import InputError
+    from asymspec_vl.core.errors import InputError
 
     from .runner import ResultsFileError, read_records, writable_folder
 

@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.core.errors import AsymSpecError
 
 COUNTERS = ("emitted", "elapsed_s", "steps", "drafted", "accepted")
 

@@ -21,7 +21,7 @@ API (shared by every eval: MathVista, the toy world, ...)
         base(job) (fields known before the work runs, kept in error records too), then work's fields.
         Record fields it reads: "correct" (bool, or None when not scored) for the running accuracy and
         "stats" {"emitted", "elapsed_s", ...} for tokens/s, both shown per method on a tqdm bar.
-        A typed error (asymspec_vl.errors.AsymSpecError) raised by work() is recorded as
+        A typed error (asymspec_vl.core.errors.AsymSpecError) raised by work() is recorded as
         {"error": {"type", "message"}, "correct": False} and the run goes on; any other exception stops
         the run (a bug) with every finished job already on disk. One process writes a log at a time
         (an flock on .<stem>.lock).
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.core.errors import AsymSpecError
 
 from .records import (ResultsFileError, ResumeMismatchError, digest, parse_lines, read_fingerprint, require_file,
                       write_json_atomic)
@@ -217,7 +217,7 @@ class BatchedWork:
 def failed(res) -> AsymSpecError | None:
     """A result the model run failed (finish_reason "error") as its job's typed error, recorded as such by
     run_jobs; None for a finished result. decode functions return it in place of that job's record."""
-    from asymspec_vl.errors import RequestFailedError
+    from asymspec_vl.core.errors import RequestFailedError
 
     return RequestFailedError([res], [0]) if res.finish_reason == "error" else None
 

@@ -15,7 +15,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory):
     """Paths of tiny verifier/, text_drafter/, vl_drafter/ folders (shared tokenizer), built locally."""
-    from asymspec_vl.tiny import write_tiny_models
+    from asymspec_vl.toy.tiny import write_tiny_models
 
     return write_tiny_models(tmp_path_factory.mktemp("tiny-models"), seed=0)
 

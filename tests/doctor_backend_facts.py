@@ -1,4 +1,4 @@
-"""Run by tests/test_doctor.py in a process of its own: the doctor's verdict on each of its attention runs on a
+"""Run by tests/doctor/test_doctor.py in a process of its own: the doctor's verdict on each of its attention runs on a
 stand-in CUDA machine (compute capability 9.0, the flash-attn build's own version test answered "supported"),
 and the head sizes, dtypes and block sizes each backend class declares, as JSON on stdout.
 
@@ -49,7 +49,7 @@ def main() -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from asymspec_vl import doctor_backends as db
+    from asymspec_vl.doctor.cli import backends as db
 
     install_flashinfer_stand_in()
     db.flash_attn_unsupported = lambda version: None  # no flash-attn build on a CPU machine

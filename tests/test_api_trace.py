@@ -48,7 +48,7 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(tiny_vl, method):
 
 
 def test_a_step_cut_by_a_stop_token_or_the_budget_counts_the_tokens_it_emitted():
-    from asymspec_vl.trace import Stats
+    from asymspec_vl.core.trace import Stats
 
     s = Stats(accepted_at=[0, 0, 0])
     s.record(num_drafts=3, num_accepted=3, num_emitted=4)  # a whole step: 3 drafts kept + the bonus token

@@ -12,7 +12,7 @@ from PIL import Image
 from asymspec_vl import (AsymSpecConfig, AsymSpecVL, BatchInputError, ConfigError, EmptyQuestionError,
                          ImageTooLargeError, InputError, InvalidImageError, InvalidTextError, PromptTooLongError,
                          Request, RequestFailedError, VocabularyMismatchError)
-from asymspec_vl.tiny import TinySizes, train_tokenizer, write_text_model
+from asymspec_vl.toy.tiny import TinySizes, train_tokenizer, write_text_model
 from helpers import random_image
 
 CFG = AsymSpecConfig(K=2, max_new_tokens=6)
@@ -168,8 +168,8 @@ def test_batch_validation_names_every_bad_request_before_anything_runs(tiny_vl, 
 def poisoned(tiny_vl, monkeypatch):
     """Makes the transformers backend fail on any batch holding the request with caption "poison" (as a
     model run that fails on one request would), and returns that request."""
-    from asymspec_vl.backends import hf_source
-    from asymspec_vl.prompts import encode_request
+    from asymspec_vl.backends.hf.backend import source as hf_source
+    from asymspec_vl.inputs.prompts import encode_request
 
     bad = Request(random_image(7), "What is shown?", caption="poison")
     bad_ids = encode_request(bad, tiny_vl.pair.processor, tiny_vl.pair.tokenizer).comp.ids
@@ -266,7 +266,7 @@ def test_a_cache_entry_of_the_wrong_shape_is_recomputed(tmp_path, entry):
 
 def test_paths_that_are_no_image_file_say_what_they_are(tmp_path):
     """Issue 22 item 11: a name over 255 bytes, a folder, a FIFO and a URL each get their own words, typed."""
-    from asymspec_vl.images import load_image
+    from asymspec_vl.inputs.images import load_image
 
     fifo = tmp_path / "pipe.png"
     os.mkfifo(fifo)

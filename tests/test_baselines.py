@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
-from asymspec_vl.prompts import encode_request
+from asymspec_vl.inputs.prompts import encode_request
 from helpers import random_request
 
 CFG = AsymSpecConfig(K=2, max_new_tokens=16)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from asymspec_vl import images
+from asymspec_vl.inputs import images
 from asymspec_vl.cli import build_parser
 from asymspec_vl.commands import config_flag, config_from_args
-from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.limits import LIMITS
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.core.limits import LIMITS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = [f.name for f in dataclasses.fields(AsymSpecConfig)]
@@ -73,14 +73,14 @@ def test_config_from_args_round_trips_every_field():
 
 
 def test_an_invalid_flag_value_names_its_flag():
-    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="^--scd-alpha 0.0 is invalid"):
         config_from_args(_parser("generate").parse_args(["--image", "x", "--question", "q", "--scd-alpha", "0"]))
 
 
 def test_the_server_the_demo_and_the_library_read_the_limits_table():
-    from asymspec_vl.backends.vllm_engine import DEFAULT_SPEC_TOKENS
+    from asymspec_vl.backends.vllm.engine import DEFAULT_SPEC_TOKENS
     from asymspec_vl.serve.settings import ServeSettings
     from demo.service import DemoService
 

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, AsymSpecError, AsymSpecVL, BatchInputError, GenerationResult, Request
-from asymspec_vl.config import BONUS_RULES, DELTA_SOURCES, GATES
-from asymspec_vl.methods import NAMES as METHODS
+from asymspec_vl.core.config import BONUS_RULES, DELTA_SOURCES, GATES
+from asymspec_vl.core.methods import NAMES as METHODS
 from helpers import random_image
 
 MAX_EXAMPLES = 120

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = {"asymspec_vl": ROOT / "asymspec_vl", "asymspec_vl.captioners": ROOT / "captioners",
            "asymspec_vl.evals": ROOT / "evals", "asymspec_vl.demo": ROOT / "demo", "vllm_patches": ROOT / "vllm_patches"}
 HIGH = ("asymspec_vl.evals", "asymspec_vl.demo")  # the layers nothing below them may import
-CORE_OF_CAPTIONERS = ("asymspec_vl.prompts", "asymspec_vl.backends", "asymspec_vl.loop", "asymspec_vl.api")
+CORE_OF_CAPTIONERS = ("asymspec_vl.inputs.prompts", "asymspec_vl.backends", "asymspec_vl.core.loop", "asymspec_vl.api")
 
 
 def modules():
@@ -73,13 +73,13 @@ def test_the_scan_sees_relative_and_lazy_imports(tmp_path):
 
 
 def test_the_kernels_read_the_gate_and_the_gate_reads_no_kernel():
-    """kernels/dispatch.py runs gate.py's reference off CUDA: gate.py (the math) imports nothing of kernels/."""
+    """core/kernels/dispatch.py runs gate.py's reference off CUDA: gate.py (the math) imports nothing of kernels/."""
     path = ROOT / "asymspec_vl" / "gate.py"
-    assert [m for _, m in imported("asymspec_vl.gate", path) if under(m, ("asymspec_vl.kernels",))] == []
+    assert [m for _, m in imported("asymspec_vl.core.gate", path) if under(m, ("asymspec_vl.core.kernels",))] == []
 
 
 def test_the_kernels_hold_no_command_line():
     """kernels/ is kernels and their checks; their command line is doctor_kernels.py's."""
-    found = [f"{name}:{line}" for name, path in modules() if under(name, ("asymspec_vl.kernels",))
+    found = [f"{name}:{line}" for name, path in modules() if under(name, ("asymspec_vl.core.kernels",))
              for line, module in imported(name, path) if module == "argparse"]
     assert found == []

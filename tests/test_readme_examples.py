@@ -227,11 +227,11 @@ def _attribute_owners():
     from dataclasses import fields
 
     from asymspec_vl import AsymSpecVL, GenerationResult
-    from asymspec_vl.backends.hf import HFBackend
-    from asymspec_vl.backends.vllm import VLLMBackend
+    from asymspec_vl.backends.hf.backend import HFBackend
+    from asymspec_vl.backends.vllm.backend import VLLMBackend
     from asymspec_vl.stream import TextStream
-    from asymspec_vl.trace import Stats
-    from asymspec_vl.vocab import ModelPair
+    from asymspec_vl.core.trace import Stats
+    from asymspec_vl.inputs.vocab import ModelPair
 
     def names(*classes, extra=()):
         out = set(extra)
@@ -261,7 +261,7 @@ def test_every_name_exists():
 def test_the_checks_catch_what_the_issue_found():
     """The drift that was in the README once, each caught by the checks above."""
     owners = _attribute_owners()
-    assert "engine_order" not in owners["vl.backend"] and _resolve("asymspec_vl.methods.engine_order")
+    assert "engine_order" not in owners["vl.backend"] and _resolve("asymspec_vl.core.methods.engine_order")
     assert cli_problem(["serve", "--no-such-flag"]) and cli_problem(["eval", "score", "x", "--protocol", "a|b"])
     assert not (ROOT / "chart.png").exists() and REPO_PATH.findall("`demo/examples/chart.png`")
     assert matches("a ... b\n...\nz", "a 1.5 b\nx\ny\nz\n") and not matches("a 1 b", "a 2 c")

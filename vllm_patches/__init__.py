@@ -21,7 +21,7 @@ The rest of the method:
   attention metadata for the drafter's own heads                   drafter_attention.py
   the x_full KV cache and its admission control                    kv_pool.py, scheduler_patch.py (schedule)
   the drafter's logits a kept between steps                        draft_logits.py
-  the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/methods.py, gate.py)
+  the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/core/methods.py, gate.py)
   per-request state, failures                                      rows.py, faults.py (tensor parallelism)
   the tokens emitted without a decision (prime, re-emit)           hidden_tokens.py
   per-request statistics and token labels                          stats.py
@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import logging
 
-from .config_patch import METHOD
-from .request_args import make_extra_args
+from .hooks.config_patch import METHOD
+from .requests.request_args import make_extra_args
 from .switches import PATCH_SWITCHES, disabled
 from .version import SUPPORTED_VLLM_VERSIONS, UnsupportedVLLMVersionError, check_vllm_version, is_cpu_build
 
@@ -58,10 +58,10 @@ def apply() -> None:
     check_vllm_version()
     if _applied:
         return
-    from .config_patch import patch_speculative_config
-    from .cpu_patch import patch_cpu_runner
-    from .runner_patch import patch_model_runner
-    from .scheduler_patch import patch_scheduler
+    from .hooks.config_patch import patch_speculative_config
+    from .hooks.cpu_patch import patch_cpu_runner
+    from .hooks.runner_patch import patch_model_runner
+    from .hooks.scheduler_patch import patch_scheduler
 
     patch_speculative_config()
     patch_model_runner()

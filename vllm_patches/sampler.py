@@ -1,4 +1,4 @@
-"""The sampler of an asymspec engine: each request's method rule (asymspec_vl.methods) in place of vLLM's
+"""The sampler of an asymspec engine: each request's method rule (asymspec_vl.core.methods) in place of vLLM's
 rejection sampler.
 
 Per request, this step's verifier logits t come in vLLM's flattened layout (num_drafts + 1 rows each). A
@@ -23,10 +23,10 @@ from collections import defaultdict
 
 import torch
 
-from asymspec_vl.methods import PLAIN_SPECULATIVE
+from asymspec_vl.core.methods import PLAIN_SPECULATIVE
 
-from . import hidden_tokens
-from .request_args import RequestArgsError, decodes_greedily
+from .requests import hidden_tokens
+from .requests.request_args import RequestArgsError, decodes_greedily
 from .version import is_cpu_build
 
 PLACEHOLDER = -1  # vLLM's padding of sampled_token_ids past the committed tokens

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.core.errors import AsymSpecError
 
 SUPPORTED_VLLM_VERSIONS = ("0.19.0", "0.19.1")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from ..config import AsymSpecConfig
-from ..loop import RowOutput
-from ..methods import Method
-from ..prompts import EncodedRequest
+from ..core.config import AsymSpecConfig
+from ..core.loop import RowOutput
+from ..core.methods import Method
+from ..inputs.prompts import EncodedRequest
 
 
 class Backend(Protocol):

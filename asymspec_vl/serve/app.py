@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from ..errors import AsymSpecError
+from ..core.errors import AsymSpecError
 from .captioning import ViewMaker
 from .chat import ChatService
 from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import AsyncIterator
 
-from .. import budget
-from ..errors import AsymSpecError, ConfigError
-from ..methods import METHODS, Method
-from ..conversation import Conversation, encode
-from ..prompts import EncodedRequest
+from ..inputs import budget
+from ..core.errors import AsymSpecError, ConfigError
+from ..core.methods import METHODS, Method
+from ..inputs.conversation import Conversation, encode
+from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body

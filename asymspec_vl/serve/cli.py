@@ -93,7 +93,7 @@ def register(sub) -> None:
 
 
 def settings_from_args(args):
-    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.core.errors import ConfigError
 
     from .settings import ServeSettings
 

@@ -6,7 +6,7 @@ STATUS in the class's method resolution order), its `type` is the class name, so
 
 from __future__ import annotations
 
-from ..errors import AsymSpecError, ConfigError, InputError
+from ..core.errors import AsymSpecError, ConfigError, InputError
 
 
 class MalformedRequestError(InputError):

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 from ..api import AsymSpecVL
-from ..config import AsymSpecConfig
-from ..loop import RowOutput
-from ..methods import METHODS, Method
-from ..prompts import EncodedRequest
+from ..core.config import AsymSpecConfig
+from ..core.loop import RowOutput
+from ..core.methods import METHODS, Method
+from ..inputs.prompts import EncodedRequest
 from .runner import Progress
 from .settings import ServeSettings
 

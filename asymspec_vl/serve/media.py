@@ -3,7 +3,7 @@ allows (--allowed-media-domains), file:// only inside the folder the operator al
 (--allowed-local-media-path), as vLLM's own server gates them.
 
 The bytes are capped before anything is decoded (a data: URL by the length its base64 decodes to, a download as
-it streams, a file by its size), then asymspec_vl.images.load_image decodes them with the pixel cap (a decompression bomb
+it streams, a file by its size), then asymspec_vl.inputs.images.load_image decodes them with the pixel cap (a decompression bomb
 is refused from its header). vLLM's MediaConnector is not used: it returns decoded images, with no byte cap."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import binascii
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from ..errors import ImageTooLargeError, InvalidImageError
-from ..images import load_image
+from ..core.errors import ImageTooLargeError, InvalidImageError
+from ..inputs.images import load_image
 from .settings import ServeSettings
 
 

@@ -20,9 +20,9 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from ..limits import LIMITS
-from ..loop import RowOutput
-from ..trace import FUSED
+from ..core.limits import LIMITS
+from ..core.loop import RowOutput
+from ..core.trace import FUSED
 
 WINDOW_S = 60.0
 PREFIX = "asymspec_"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 
 from ..api import trace_pieces
-from ..loop import RowOutput
-from ..methods import method as method_named
-from ..prompts import EncodedRequest
-from ..trace import FUSED
+from ..core.loop import RowOutput
+from ..core.methods import method as method_named
+from ..inputs.prompts import EncodedRequest
+from ..core.trace import FUSED
 from .captioning import View
 from .errors import GenerationFailedError
 from .translate import ChatJob

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable, Protocol
 
 from ..api import AsymSpecVL
-from ..config import AsymSpecConfig
-from ..loop import RowOutput
-from ..methods import Method
-from ..prompts import EncodedRequest
+from ..core.config import AsymSpecConfig
+from ..core.loop import RowOutput
+from ..core.methods import Method
+from ..inputs.prompts import EncodedRequest
 
 
 @dataclass

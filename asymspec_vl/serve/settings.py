@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from ..limits import LIMITS
+from ..core.errors import ConfigError
+from ..core.limits import LIMITS
 
 BACKENDS = ("vllm", "hf")
 

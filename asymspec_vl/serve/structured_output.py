@@ -4,8 +4,8 @@ as vLLM's own server maps them (ChatCompletionRequest.to_sampling_params). The t
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from ..structured import KINDS, StructuredOutput, structured_output_of
+from ..core.errors import ConfigError
+from ..core.structured import KINDS, StructuredOutput, structured_output_of
 from .errors import UnsupportedRequestError
 from .settings import ServeSettings
 

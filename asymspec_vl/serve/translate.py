@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..config import AsymSpecConfig, as_config
-from ..errors import ConfigError, EmptyQuestionError, InvalidTextError
-from ..methods import method as method_named
+from ..core.config import AsymSpecConfig, as_config
+from ..core.errors import ConfigError, EmptyQuestionError, InvalidTextError
+from ..core.methods import method as method_named
 from .errors import (MalformedRequestError, TooManyImagesError, UnknownModelError, UnsupportedRequestError,
                      validation_problems)
 from .settings import ServeSettings

@@ -18,14 +18,14 @@ import time
 from typing import AsyncIterator
 
 from ..api import AsymSpecVL
-from ..backends.engine_view import EngineView
-from ..backends.vllm import VLLMBackend
-from ..backends.vllm_engine import EngineSpec, configure_environment
-from ..config import AsymSpecConfig
-from ..defaults import resolve
-from ..methods import METHODS, Method
-from ..prompts import EncodedRequest
-from ..vocab import ModelPair
+from ..backends.vllm.engine_view import EngineView
+from ..backends.vllm.backend import VLLMBackend
+from ..backends.vllm.engine import EngineSpec, configure_environment
+from ..core.config import AsymSpecConfig
+from ..pair.defaults import resolve
+from ..core.methods import METHODS, Method
+from ..inputs.prompts import EncodedRequest
+from ..inputs.vocab import ModelPair
 from .runner import Progress
 from .settings import ServeSettings
 

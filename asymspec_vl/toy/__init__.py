@@ -7,7 +7,7 @@ PAIR_DIR = Path(__file__).resolve().parent / "pair"  # the shipped pair: drafter
 
 def pair_paths() -> dict[str, str | None]:
     """The shipped pair's model folders (text_drafter None: the VL drafter reads text for SD)."""
-    from ..errors import ModelPairError
+    from ..core.errors import ModelPairError
 
     if not (PAIR_DIR / "manifest.json").is_file():
         raise ModelPairError(f"the toy pair is missing from {PAIR_DIR}: reinstall asymspec-vl, or write one "

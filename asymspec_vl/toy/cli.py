@@ -40,7 +40,7 @@ def register(sub) -> None:
 def _train(args) -> int:
     import dataclasses
 
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from .train import ToyTrainConfig, train_pair
 
     if args.scale <= 0 or args.eval_n < 0:

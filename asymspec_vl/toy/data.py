@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..prompts import Request, build_prompts
+from ..inputs.prompts import Request, build_prompts
 from . import world
 from .tags import tag_targets, word_token_ids
 

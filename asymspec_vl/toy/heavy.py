@@ -20,7 +20,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 MAX_COST_RATIO = 64  # the embedded verifier at R = 64: 256 layers, about 200 MB of float32 weights
 ZEROED = (".o_proj.", ".down_proj.")  # the output projections of attention and MLP: zero in every extra layer

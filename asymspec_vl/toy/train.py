@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from ..errors import ConfigError
-from ..tiny import TinySizes
+from ..core.errors import ConfigError
+from .tiny import TinySizes
 
 DRAFTER_SIZES = TinySizes(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, intermediate=256,
                           vision_hidden=64, vision_depth=2, max_position=4096)
@@ -85,7 +85,7 @@ def train_verifier(out: str, cfg: ToyTrainConfig, position: int = 1) -> None:
     """Train the verifier in this process; write its folder and verifier_log.jsonl under out."""
     from transformers import AutoTokenizer
 
-    from ..tiny import text_model, write_text_model
+    from .tiny import text_model, write_text_model
     from .data import Encoder, verifier_batch
     from .lm import train_lm
 
@@ -109,7 +109,7 @@ def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict
     """Pretrain the drafter's vision tower, then train the whole drafter; write its folder; return the log."""
     from transformers import AutoProcessor
 
-    from ..tiny import vl_model, write_vl_model
+    from .tiny import vl_model, write_vl_model
     from .data import Encoder, drafter_batch
     from .lm import train_lm
     from .tags import TagHead
@@ -157,7 +157,7 @@ def train_pair(out_dir: str | Path, cfg: ToyTrainConfig = ToyTrainConfig(), work
     (`asymspec-vl toy train` passes the toy eval's quick_heldout: the eval is a layer above the models)."""
     import transformers
 
-    from ..tiny import train_tokenizer, write_text_model, write_vl_model
+    from .tiny import train_tokenizer, write_text_model, write_vl_model
     from . import world
 
     if workers not in (1, 2):

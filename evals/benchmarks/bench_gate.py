@@ -26,8 +26,8 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from asymspec_vl import gate  # noqa: E402
-from asymspec_vl.config import GATES, AsymSpecConfig  # noqa: E402
+from asymspec_vl.core import gate  # noqa: E402
+from asymspec_vl.core.config import GATES, AsymSpecConfig  # noqa: E402
 from asymspec_vl.evals.report import markdown_table, write_table  # noqa: E402
 
 V_QWEN = 151_936
@@ -77,7 +77,7 @@ def make_inputs(B: int, K: int, V: int, dtype: torch.dtype, device: torch.device
 
 
 def bench_shape(B, K, args, device, copy_bw) -> list[dict]:
-    from asymspec_vl.kernels.triton_gate import run_gate  # after TRITON_INTERPRET is settled
+    from asymspec_vl.core.kernels.triton_gate import run_gate  # after TRITON_INTERPRET is settled
 
     dtype = getattr(torch, args.dtype)
     cfg = AsymSpecConfig(K=K, gate=args.gate)

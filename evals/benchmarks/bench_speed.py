@@ -36,7 +36,7 @@ SPECULATIVE = [k for k in VARIANTS if k not in REFERENCES]
 
 def _ratios(text: str) -> list[float]:
     """argparse type: a comma list of cost ratios toy heavy accepts for the embedded verifier."""
-    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.core.errors import ConfigError
     from asymspec_vl.toy.heavy import layer_count
 
     try:

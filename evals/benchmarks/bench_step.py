@@ -20,9 +20,9 @@ from collections import defaultdict
 import torch
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
-from asymspec_vl import loop, methods
-from asymspec_vl.reference import reference_asymspec
-from asymspec_vl.prompts import encode_request
+from asymspec_vl.core import loop, methods
+from asymspec_vl.backends.hf.reference import reference_asymspec
+from asymspec_vl.inputs.prompts import encode_request
 
 
 class Timed:
@@ -66,7 +66,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     if not args.drafter:
-        from asymspec_vl.tiny import write_tiny_models
+        from asymspec_vl.toy.tiny import write_tiny_models
 
         paths = write_tiny_models(tempfile.mkdtemp(prefix="bench-step-"))
         args.drafter, args.verifier = str(paths["vl_drafter"]), str(paths["verifier"])

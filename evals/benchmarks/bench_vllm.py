@@ -14,7 +14,7 @@ sized     random weights at real sizes, from configs alone (vLLM's dummy weight 
           like Qwen3-VL-2B-Instruct and a verifier shaped like a Qwen3 model (--verifier-size), with the
           tiny tokenizer inside the real 151,936-row vocabulary; meant for a GPU. "mini" shapes run anywhere.
 Modes: eager (enforce_eager=True: nothing compiled) and compiled (vLLM's compilation for the verifier and
-the drafter's decode-shaped passes; on CUDA their CUDA graphs; vllm_patches/drafter_graphs.py).
+the drafter's decode-shaped passes; on CUDA their CUDA graphs; vllm_patches/drafter/drafter_graphs.py).
 The bound: with c_v the verifier's forward per step and c_d = (x_comp pass + x_full drafting) / (K + 1) the
 drafter's, a step emitting MAL tokens is at most MAL * c_v / ((K + 1) c_d + c_v) x the Floor (speed.py).
 Stop tokens are disabled so every request reaches --tokens; each engine is started and warmed up on one
@@ -49,7 +49,7 @@ VOCAB = 151936
 
 def write_sized_models(root: Path, verifier_size: str, drafter_size: str) -> dict[str, Path]:
     """Config-only model folders of real shapes (tokenizer and processor files from the tiny writer)."""
-    from asymspec_vl.tiny import write_tiny_models
+    from asymspec_vl.toy.tiny import write_tiny_models
 
     paths = write_tiny_models(root)
     h, i, n, a, kv, tied = VERIFIER_SIZES[verifier_size]
@@ -100,7 +100,7 @@ def requests(n: int, side: int, seed: int = 0) -> list[Request]:
 
 
 def bench(vl: AsymSpecVL, method: str, reqs: list[Request], cfg: AsymSpecConfig) -> dict:
-    from vllm_patches import probe
+    from vllm_patches.probes import probe
 
     vl.generate_batch(reqs[:1], method, cfg.replace(max_new_tokens=4))  # start + warm the engine
     llm = vl.backend.engine(vl.backend.engine_for(method, cfg.K)[0])
@@ -128,7 +128,7 @@ def load_models(args, root: Path) -> tuple[dict, dict, list[Request]]:
     """(model paths, engine kwargs, requests) of --models."""
     engine_kwargs = {"tensor_parallel_size": args.tensor_parallel_size}
     if args.models == "tiny":
-        from asymspec_vl.tiny import write_tiny_models
+        from asymspec_vl.toy.tiny import write_tiny_models
 
         p = write_tiny_models(root)
         models = {"drafter": p["vl_drafter"], "verifier": p["verifier"], "text_drafter": p["text_drafter"]}

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from asymspec_vl import AsymSpecConfig
-from asymspec_vl.methods import METHODS
+from asymspec_vl.core.methods import METHODS
 
 BASE = AsymSpecConfig(max_new_tokens=48)  # the toy eval's settings (evals/toy/eval.py BASE)
 

@@ -140,7 +140,7 @@ def _score_extractor(args, sources: list[Path]):
         from .extraction import RuleExtractor
 
         return RuleExtractor()
-    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.core.errors import ConfigError
 
     from .llm_extract import LLMExtractor
 

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from asymspec_vl.errors import AsymSpecError
+from asymspec_vl.core.errors import AsymSpecError
 
 DATA_DIR = Path(__file__).parent / "data"
 FILES = {"annotations": "testmini.json", "queries": "query.json",

@@ -18,7 +18,7 @@ class MissingImagesError(MathVistaDataError):
 
 
 def default_image_dir() -> Path:
-    from asymspec_vl.defaults import cache_dir
+    from asymspec_vl.pair.defaults import cache_dir
 
     return cache_dir() / "mathvista"
 

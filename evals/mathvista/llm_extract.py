@@ -72,8 +72,8 @@ class LLMExtractor:
                         trust_remote_code: bool = False) -> "LLMExtractor":
         from transformers import AutoTokenizer
 
-        from asymspec_vl.models import load_causal_lm, resolve_device_dtype
-        from asymspec_vl.defaults import resolve
+        from asymspec_vl.pair.models import load_causal_lm, resolve_device_dtype
+        from asymspec_vl.pair.defaults import resolve
 
         local = resolve("verifier", path)
         dev, dt = resolve_device_dtype(device, dtype)
@@ -99,7 +99,7 @@ class LLMExtractor:
             response = "..." + self.tokenizer.decode(resp_ids)
             ids = self._encode(query, response)
         if len(ids) > budget:
-            from asymspec_vl.errors import PromptTooLongError
+            from asymspec_vl.core.errors import PromptTooLongError
 
             raise PromptTooLongError(f"the extraction prompt has {len(ids)} tokens without the response; the "
                                      f"extraction model's budget is {budget}")

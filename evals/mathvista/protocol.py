@@ -8,7 +8,7 @@ zero-shot query (query.json: "Hint: ...\nQuestion: ...\nChoices: ...") + "\n" + 
 Two prompt protocols (EvalProtocol.name) say what the verifier reads, x_comp's text:
   official  "Image description:\n<Bard caption, stripped, first 1,600 characters>\n\nText in the image
             (OCR):\n<official EasyOCR text in reading order, first 800 characters>\n\n<question>" (the layout of
-            asymspec_vl.prompts.verifier_text);
+            asymspec_vl.inputs.prompts.verifier_text);
   release   the authors' released harness: "Image caption: ...", "OCR text from image: ..." (EasyOCR texts in
             stored order), <question> (release.py has the rules).
 The drafter reads the image + that same text (AsymSpec) or the image + <question> alone (the drafter-alone
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from asymspec_vl.errors import ConfigError
-from asymspec_vl.methods import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
-from asymspec_vl.prompts import Request, verifier_text
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.methods import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
+from asymspec_vl.inputs.prompts import Request, verifier_text
 
 from . import release
 from .data import Problem

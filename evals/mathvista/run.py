@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from asymspec_vl.methods import engine_order
+from asymspec_vl.core.methods import engine_order
 
 from ..manifest import build_manifest, write_manifest
 from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs, writable_folder

@@ -24,7 +24,7 @@ from .workload import Workload, draw
 
 def model_paths(root: Path) -> dict:
     """The tiny verifier / VL drafter under root (written there first if missing)."""
-    from asymspec_vl.tiny import write_tiny_models
+    from asymspec_vl.toy.tiny import write_tiny_models
 
     if not (root / "verifier" / "config.json").exists():
         write_tiny_models(root, seed=0)

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from asymspec_vl.prompts import encode_request
+from asymspec_vl.inputs.prompts import encode_request
 
 from .reference import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request

@@ -7,11 +7,11 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from asymspec_vl.backends.vllm import VLLMBackend
-from asymspec_vl.backends.vllm_engine import EngineSpec
-from asymspec_vl.loop import RowOutput
-from asymspec_vl.methods import METHODS
-from asymspec_vl.prompts import EncodedRequest
+from asymspec_vl.backends.vllm.backend import VLLMBackend
+from asymspec_vl.backends.vllm.engine import EngineSpec
+from asymspec_vl.core.loop import RowOutput
+from asymspec_vl.core.methods import METHODS
+from asymspec_vl.inputs.prompts import EncodedRequest
 
 from .workload import RowSpec, Workload
 
@@ -65,7 +65,7 @@ def _env(name: str, value: str | None):
 
 def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedRequest]) -> EngineRun:
     """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
-    from vllm_patches import probe
+    from vllm_patches.probes import probe
 
     e = workload.engine
     backend = VLLMBackend.load(pair, str(paths["vl_drafter"]), str(paths["verifier"]), dtype="float32",

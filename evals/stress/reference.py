@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 
 from asymspec_vl import AsymSpecVL
-from asymspec_vl.loop import RowOutput
-from asymspec_vl.methods import METHODS
-from asymspec_vl.prompts import EncodedRequest
+from asymspec_vl.core.loop import RowOutput
+from asymspec_vl.core.methods import METHODS
+from asymspec_vl.inputs.prompts import EncodedRequest
 
 from .workload import RowSpec
 

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, Request
-from asymspec_vl.limits import LIMITS
+from asymspec_vl.core.limits import LIMITS
 
 # The CPU build's attention (vllm/v1/attention/backends/cpu_attn.py) takes any block size its kernel divides:
 # multiples of 16 ("vec16"), of 32 for the "vec" / AMX kernels; 128 is the CPU platform's default.

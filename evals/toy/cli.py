@@ -38,7 +38,7 @@ def register(esub) -> None:
 def _run(args) -> int:
     from asymspec_vl.commands import load_from_args
     from asymspec_vl.timing import set_threads
-    from asymspec_vl.errors import ConfigError
+    from asymspec_vl.core.errors import ConfigError
 
     from asymspec_vl.toy import world
 

@@ -8,11 +8,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from asymspec_vl.config import AsymSpecConfig
-from asymspec_vl.prompts import Request
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.inputs.prompts import Request
 from asymspec_vl.toy import world
 from asymspec_vl.timing import warm_up
-from asymspec_vl.trace import FUSED
+from asymspec_vl.core.trace import FUSED
 
 from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs
 from ..summary import SPEED_COLUMNS, summarize, write_summary

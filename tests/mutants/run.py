@@ -7,10 +7,10 @@ file, and print killed / survived per mutant and the kill rate.
 
 A list holds entries
     [[mutant]]
-    file = "asymspec_vl/budget.py"        # relative to the repository root
+    file = "asymspec_vl/inputs/budget.py"        # relative to the repository root
     old = "exact text (occurs exactly once in the file)"
     new = "the mutated text"
-    tests = ["tests/test_budget.py::test_name"]   # pytest node ids or files
+    tests = ["tests/inputs/test_budget.py::test_name"]   # pytest node ids or files
     note = "what bug this is"
 A mutant is killed when its tests fail (or time out), survives when they pass. The runner refuses to start while a
 target file has uncommitted changes (a restore could not tell them from the mutant), restores every file even on

@@ -1,0 +1,1 @@
+"""The vLLM backend: engines (the only engine builder), their processes' life, every method on them."""

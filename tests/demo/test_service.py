@@ -1,0 +1,203 @@
+"""The demo's answer stream on the tiny models, without a server: Stop mid-answer and between panels settles the
+page (partial answer kept, the rest not run), an error mid-way marks its panel failed, the page's handlers turn
+every error into one message and clear stale answers, and each upload is decoded once."""
+
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from PIL import Image
+
+from asymspec_vl import AsymSpecConfig
+from asymspec_vl.demo.handlers import Handlers
+from asymspec_vl.demo.service import DemoService
+from asymspec_vl.demo.uploads import Upload
+
+from tests.demo.test_units import spans, stopped_after
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CHART = Path(__file__).resolve().parents[2] / "demo" / "examples" / "chart.png"
+QUESTION, CAPTION = "What is the value of the tallest bar?", "A bar chart of sales per year."
+SETTINGS = dict(K=2, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=12)
+
+
+class Interrupting:
+    """The pipeline, with an action run inside the decoding of `method` after its `at`-th step (at=0: when
+    its generate call returns): a Stop click or a failure at an exact point, no timing involved."""
+
+    def __init__(self, vl, method: str, at: int, action):
+        self.vl, self.method, self.at, self.action = vl, method, at, action
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self.vl, name)
+
+    def generate(self, on_step=None, **kwargs):
+        self.calls.append(kwargs["method"])
+        steps = []
+
+        def step(rows):
+            on_step(rows)
+            steps.append(1)
+            if kwargs["method"] == self.method and len(steps) == self.at:
+                self.action()
+
+        result = self.vl.generate(on_step=step, **kwargs)
+        if kwargs["method"] == self.method and self.at == 0:
+            self.action()
+        return result
+
+
+def _answer(vl, stop=None):
+    service = DemoService(vl, AsymSpecConfig())
+    return list(service.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor", "drafter"],
+                               stop=stop)), service
+
+
+def _status(markup: str) -> str:
+    return markup.split('class="answer-status">')[1].split("</div>")[0]
+
+
+def test_stop_mid_answer_keeps_the_partial_answer(tiny_vl):
+    stop = threading.Event()
+    vl = Interrupting(tiny_vl, "asymspec", at=2, action=stop.set)
+    frames, service = _answer(vl, stop)
+    asym, floor, drafter, table, _, results = frames[-1]
+    ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec",
+                           config=AsymSpecConfig(**SETTINGS))
+    shown = [t for _, _, t in spans(asym)]
+    assert 0 < len(shown) < len(ref.trace) and shown == [t.text for t in ref.trace[:len(shown)]]
+    assert _status(asym) == stopped_after(len(shown))
+    assert _status(floor) == _status(drafter) == "not run" and vl.calls == ["asymspec"]
+    assert "<td>stopped</td>" in table and results == {}
+    assert 'class="error' not in asym + floor + drafter
+
+
+def test_stop_after_the_first_panel(tiny_vl):
+    stop = threading.Event()
+    frames, _ = _answer(Interrupting(tiny_vl, "asymspec", at=0, action=stop.set), stop)
+    asym, floor, drafter, table, _, results = frames[-1]
+    assert _status(asym).startswith("done: ") and set(results) == {"asymspec"}
+    assert _status(floor) == _status(drafter) == "not run" and "stats-floor" not in table
+    stop.clear()
+    frames, _ = _answer(Interrupting(tiny_vl, "floor", at=1, action=stop.set), stop)
+    asym, floor, drafter, _, _, results = frames[-1]
+    assert _status(asym).startswith("done: ") and _status(floor) == stopped_after(len(spans(floor)))
+    assert len(spans(floor)) >= 1 and _status(drafter) == "not run" and set(results) == {"asymspec"}
+
+
+def test_stop_while_waiting_in_the_queue_runs_nothing(tiny_vl):
+    stop = threading.Event()
+    stop.set()  # Stop clicked before this answer left the queue
+    vl = Interrupting(tiny_vl, "asymspec", at=99, action=None)
+    frames, _ = _answer(vl, stop)
+    assert vl.calls == [] and all(_status(p) == "not run" for p in frames[-1][:3])
+
+
+class Broken(RuntimeError):
+    pass
+
+
+def test_an_error_mid_way_marks_its_panel_failed_and_propagates(tiny_vl):
+    def fail():
+        raise Broken("the GPU fell off")
+
+    service = DemoService(Interrupting(tiny_vl, "floor", at=1, action=fail), AsymSpecConfig())
+    frames = []
+    with pytest.raises(Broken):
+        for frame in service.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor", "drafter"]):
+            frames.append(frame)
+    asym, floor, drafter, _, _, results = frames[-1]
+    assert _status(asym).startswith("done: ") and _status(floor) == "failed: see the message"
+    assert _status(drafter) == "not run" and set(results) == {"asymspec"}
+
+
+def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_path):
+    handlers = Handlers(DemoService(tiny_vl, AsymSpecConfig(), max_image_pixels=100_000,
+                                    upload_folders=[tmp_path, CHART.parent]))
+    request = SimpleNamespace(session_hash="s1")
+    begin = handlers.begin(request)
+    assert begin[0] == "" and all("waiting…" in p for p in begin[1:4])  # stale answers go at once
+    assert begin[-1]["interactive"] is False  # Answer is off while this one runs
+
+    out = list(handlers.answer(str(CHART), "  ", CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    assert len(out) == 1
+    message, asym, floor, drafter, table, _, results, button = out[0]
+    assert "There is no question" in message and "type a question" in message
+    assert all(_status(p) == "not run" and not spans(p) for p in (asym, floor, drafter))
+    assert results == {} and button["interactive"] is True
+
+    wide = tmp_path / "wide.png"
+    Image.new("RGB", (400, 300)).save(wide)
+    image, caption, ocr, message, *panels, refused = handlers.describe(Upload(str(wide), "wide.png"), request)
+    assert image is None and caption == ocr == "" and refused is True  # the refused file leaves the image box
+    assert "The image is too large" in message and "wide.png is 400×300 = 120,000 pixels" in message
+    assert all("no answer yet" in p for p in panels[:3])
+    kept = handlers.removed(None, True, request)  # the box emptied by that refusal: its message stays
+    assert kept[0] == {"__type__": "update"} and kept[-1] is False
+    cleared = handlers.removed(None, False, request)  # emptied in the page (the user, or a file it refused)
+    assert cleared[0] == "" and all("no answer yet" in p for p in cleared[1:4]) and cleared[-1] is False
+    assert handlers.removed({"path": str(CHART)}, False, request)[0] == {"__type__": "update"}
+
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    assert all(frame[0] == {"__type__": "update"} for frame in out)  # the message (begin cleared it) stays
+    assert _status(out[-1][1]).startswith("done: ")
+    assert handlers.service.stops.current("s1") is None  # released when the answer ended
+
+
+def test_an_unexpected_error_is_a_short_message_with_the_details_in_the_log(tiny_vl, caplog):
+    def fail():
+        raise Broken("internal detail")
+
+    handlers = Handlers(DemoService(Interrupting(tiny_vl, "asymspec", at=1, action=fail), AsymSpecConfig()))
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [],
+                               SimpleNamespace(session_hash="s2")))
+    message = out[-1][0]
+    assert "Something went wrong on the server" in message and "Broken" in message
+    assert "internal detail" not in message and "internal detail" in caplog.text
+    assert _status(out[-1][1]) == "failed: see the message"
+
+
+def test_each_upload_is_decoded_once(tiny_vl, monkeypatch, tmp_path):
+    from PIL import Image as PILImage
+
+    decodes = []
+    real = PILImage._getdecoder
+
+    def counting(mode, decoder_name, *args, **kwargs):
+        decodes.append(decoder_name)
+        return real(mode, decoder_name, *args, **kwargs)
+
+    class Reader:
+        name = "reader"
+
+        def describe(self, image=None, key=None):
+            return SimpleNamespace(caption=f"{image.width}x{image.height}", ocr="")
+
+    upload = tmp_path / "chart.png"
+    upload.write_bytes(CHART.read_bytes())
+    service = DemoService(tiny_vl, AsymSpecConfig(), captioner=Reader(), upload_folders=[tmp_path])
+    monkeypatch.setattr(PILImage, "_getdecoder", counting)
+    assert service.describe_image(Upload(str(upload), "chart.png")) == ("256x192", "")
+    for _ in range(2):  # two questions about the uploaded image, three methods each
+        list(service.answer(Upload(str(upload), "chart.png"), QUESTION, CAPTION, "", *SETTINGS.values(),
+                            ["floor", "drafter"]))
+    assert decodes == ["zip"]  # PNG's decoder ran once: the upload, not once per event or per method
+
+
+def test_a_new_upload_stops_the_running_answer_and_clears_its_panels(tiny_vl, tmp_path):
+    request = SimpleNamespace(session_hash="s3")
+    upload = tmp_path / "new.png"
+    Image.new("RGB", (40, 30), "white").save(upload)
+    uploaded = []
+    vl = Interrupting(tiny_vl, "asymspec", at=1, action=lambda: uploaded.append(
+        handlers.describe(Upload(str(upload), "new.png"), request)))
+    handlers = Handlers(DemoService(vl, AsymSpecConfig(), upload_folders=[tmp_path, CHART.parent]))
+    handlers.begin(request)
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    assert uploaded[0][3] == "" and vl.calls == ["asymspec"]  # the upload was fine; the answer stopped
+    message, asym, floor, drafter, table, _, results, button = out[-1]
+    assert message == {"__type__": "update"}  # left to the upload's own message
+    assert all(_status(p) == "no answer yet" and not spans(p) for p in (asym, floor, drafter))
+    assert results == {} and button["interactive"] is True

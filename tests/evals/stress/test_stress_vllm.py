@@ -1,0 +1,163 @@
+"""The differential stress test of the vLLM path, CI-sized (the long run: `python -m asymspec_vl.evals.stress`).
+
+Each case is one asymspec engine serving a seeded random mix of asymspec, sd, scd, floor and plain rows (each
+with its own K below the engine's, answer budget and stop tokens, image or text-only, arriving while others
+run, so rows finish and their batch rows are reused); every request must equal the same request decoded alone
+on the transformers backend (tokens, sources, finish, step counts), and the drafter's logits a and b at its
+verification steps must equal the transformers drafter's on the same tokens (reference.LOGIT_TOLERANCE).
+The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
+"vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
+worker processes; the long run draws every axis at random."""
+
+import pytest
+
+from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
+
+CI_CASES = {  # seed -> the engine its rows run on
+    18: EngineCase(block_size=16, K=4, max_num_seqs=4, max_num_batched_tokens=32, prefix_caching=True, preempt=True),
+    2: EngineCase(block_size=48, K=3, max_num_seqs=3, prefix_caching=False, small_pool=True),
+    3: EngineCase(block_size=128, K=5, max_num_seqs=6, max_num_batched_tokens=64, prefix_caching=True),
+    4: EngineCase(block_size=32, K=2, max_num_seqs=2, prefix_caching=True, tp=2, processes=True),
+}
+MAX_ROWS, MAX_NEW = 9, 24
+
+
+def ci_workload(seed):
+    return draw(seed, max_rows=MAX_ROWS, engine=CI_CASES[seed], max_new=MAX_NEW)
+
+
+def test_ci_cases_cover_every_stress_axis():
+    axes = set().union(*(ci_workload(seed).axes() for seed in CI_CASES))
+    required = {f"mode={m}" for m in MODES} | {"image", "text", "K_below_engine", "rows_reused", "mixed_methods",
+                                                "chunked_prefill", "preemption", "small_pool", "processes", "tp=2",
+                                                "prefix_caching=True", "prefix_caching=False"}
+    assert required <= axes, sorted(required - axes)
+    assert {16, 32, 48, 128} <= {case.block_size for case in CI_CASES.values()}
+
+
+def test_workloads_round_trip_and_shrink_to_what_fails():
+    """A mismatch prints its workload (JSON); --shrink keeps only the rows and engine settings the failure needs."""
+    import dataclasses
+
+    from asymspec_vl.evals.stress.case import CaseReport, Mismatch
+    from asymspec_vl.evals.stress.shrink import PLAIN_ENGINE, shrink
+    from asymspec_vl.evals.stress.workload import Workload
+
+    engine = dataclasses.replace(CI_CASES[18], small_pool=True)
+    w = next(w for w in (draw(seed, engine=engine) for seed in range(100)) if any(r.mode == "floor" for r in w.rows))
+    assert Workload.from_json(w.to_json()) == w
+    floors = [r for r in w.rows if r.mode == "floor"]
+
+    def run(trial):  # fails while a floor row runs on a preempting engine
+        bad = trial.engine.preempt and any(r.mode == "floor" for r in trial.rows)
+        return CaseReport(trial.seed, trial.to_json(), mismatches=[Mismatch("tokens", 0, "x")] if bad else [])
+
+    best = shrink(w, run, log=lambda line: None)
+    assert [r.mode for r in best.rows] == ["floor"] and best.rows[0] == floors[-1]
+    assert best.engine == dataclasses.replace(PLAIN_ENGINE, block_size=16, K=4, max_num_seqs=4, preempt=True)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_models):
+    from asymspec_vl.evals.stress.reference import Reference
+
+    return Reference(tiny_models)
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("seed", sorted(CI_CASES))
+def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
+    from asymspec_vl.evals.stress.case import run_case
+
+    w = ci_workload(seed)
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(w, paths, reference, logit_steps=3)
+    assert not report.mismatches, (report.mismatches, w.to_json())
+    assert report.compared == len(w.rows) and report.logit_steps > 0
+    assert report.max_error["b"] > 0  # b was compared (asymspec or scd rows ran)
+    if w.engine.preempt:
+        assert report.resumptions > 0, "no request was preempted: shrink the KV cache"
+
+
+# -- what the stress run found ---------------------------------------------------------------------
+def test_floor_rows_on_a_speculative_engine_count_no_draft_positions():
+    """Found by the stress run (seed 1): a Floor request on the speculative engine (how `serve` runs Floor) reported accepted_at
+    [0] * K where the transformers backend and the verifier engine report [] (Floor drafts nothing), so its
+    acceptance_per_position was K zeros instead of none."""
+    from vllm_patches.requests.stats import EngineStats
+
+    from asymspec_vl.core.trace import Stats
+
+    floor = EngineStats(4, "floor")
+    floor.record(0, 1, 1)
+    assert floor.to_dict()["accepted_at"] == [] == Stats(steps=1, emitted=1).accepted_at
+    assert floor.to_dict()["acceptance_per_position"] == []
+    for mode in ("asymspec", "sd", "scd", "plain"):
+        assert EngineStats(3, mode).to_dict()["accepted_at"] == [0, 0, 0]
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_stop_token_equal_to_the_prompts_last_token_does_not_end_the_request(tiny_models, reference):
+    """Found by the stress run (seeds 126, 136): the prime token (x_comp's last token, moved to the output side and
+    emitted by the prefill in place of a sample) went through vLLM's stop check, so a request whose stop tokens
+    include it (Qwen's templates end the prompt with "\\n": a common stop) finished at once with no tokens and
+    finish_reason "stop", where the transformers backend decodes its answer."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import RowSpec, Workload, make_request
+    from asymspec_vl.inputs.prompts import encode_request
+
+    pair = reference.pair
+    rows = []
+    for mode, seed, image in (("asymspec", 1, True), ("scd", 2, True), ("sd", 3, False), ("floor", 4, True),
+                              ("asymspec", 5, False)):
+        row = RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image)
+        last = encode_request(make_request(row), pair.processor, pair.tokenizer).comp.ids[-1]
+        rows.append(RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image, stop_token_ids=(last, 2)))
+    w = Workload(0, EngineCase(block_size=16, K=2, max_num_seqs=4), tuple(rows))
+    report = run_case(w, {**tiny_models, "root": tiny_models["verifier"].parent}, reference, logit_steps=2)
+    assert not report.mismatches, report.mismatches
+
+
+def test_the_prime_token_passes_vllms_stop_check_and_nothing_else_does():
+    """vLLM's own check_stop on a request whose first output is the prime token: inside the window it goes on, a
+    real first token after it still stops, and min_tokens is restored."""
+    import types
+
+    from vllm.v1.core.sched.utils import check_stop
+
+    from vllm_patches.requests.hidden_tokens import prime_passes_stop_check
+
+    def request(outputs):
+        params = types.SimpleNamespace(min_tokens=0, eos_token_id=None, stop_token_ids=[212], repetition_detection=None)
+        return types.SimpleNamespace(pooling_params=None, sampling_params=params, output_token_ids=outputs,
+                                     num_output_tokens=len(outputs), num_tokens=10 + len(outputs), max_tokens=8,
+                                     status=None, stop_reason=None)
+
+    first = request([])
+    with prime_passes_stop_check([first]):
+        first.output_token_ids.append(212)  # the prime: the prompt's last token, a stop token here
+        first.num_output_tokens = 1
+        assert not check_stop(first, max_model_len=4096)
+    assert first.sampling_params.min_tokens == 0
+    later = request([212, 212])  # the first decided token is the stop token: it stops
+    with prime_passes_stop_check([later]):
+        assert check_stop(later, max_model_len=4096) and later.stop_reason == 212
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(tiny_models, reference):
+    """Found by the long stress run (seed 108: block 32, prefix caching, forced preemption): issue 23's finding 2
+    on a real engine. Row 1 (text-only asymspec, K=1) is preempted after 5 tokens and resumes on its own two
+    prefix-cached blocks; meanwhile an sd / plain row in a reused batch row, its block table's tail still naming
+    one of those blocks, wrote its x_comp drafts there. The resumed row's b was off by 1e-1 to 6e-1 (relative)
+    at every step after that, its tokens from the 10th on. comp_view.draft now maps a row's entries past
+    num_blocks_per_row to the null block."""
+    from asymspec_vl.evals.stress.case import run_case
+
+    report = run_case(draw(108, tp=False), {**tiny_models, "root": tiny_models["verifier"].parent}, reference,
+                      logit_steps=6)
+    assert report.resumptions > 0
+    assert not report.mismatches, report.mismatches

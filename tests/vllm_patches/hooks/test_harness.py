@@ -1,0 +1,95 @@
+"""harness.py on fakes: the recordings hook the proposer and the sampler only while on, from outside, and record
+what the sampler's rule read (b, steps) and what the proposer drafted from (a)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from vllm_patches.hooks import harness
+from vllm_patches import sampler
+
+ROOT = Path(__file__).resolve().parents[3]
+V = 5
+
+
+class FakeState:
+    def __init__(self, drafts):
+        self.drafts, self.K = drafts, len(drafts)
+        self.request = SimpleNamespace(x_full=[1, 2, 3])
+        self.full = SimpleNamespace(prompt=[1, 2, 3])
+
+    def committed(self, output_ids):
+        return list(output_ids)
+
+
+class FakeProposer:
+    def __init__(self):
+        self.runner = SimpleNamespace(requests={"r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
+                                                "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[])})
+        self.states = {"r0": FakeState([3, 4]), "r1": FakeState([1, 1])}
+        self.a = torch.arange(2 * 3 * V, dtype=torch.float32).view(2, 3, V)
+        self.full = SimpleNamespace(logits=lambda req_ids, n: torch.stack([self.a[int(r[1:]), :n] for r in req_ids]))
+        self.comp = SimpleNamespace(logits=lambda token_index: token_index.float()[:, None].expand(-1, V) * 10)
+
+    def row(self, req_id):
+        return self.states[req_id]
+
+    def propose(self, plan, images=None):
+        return {req_id: state.drafts for req_id, state, _ in plan.full_rows}
+
+
+
+def _step(drafter):
+    """One sampler group of rows r0, r1 with 2 drafts each (the rule reads t and b)."""
+    logits = torch.randn(6, V)
+    batch = SimpleNamespace(req_ids=["r0", "r1"])
+    drafts = torch.tensor([[3, 4], [1, 1]])
+    return sampler._logits(SimpleNamespace(reads=("t", "b")), drafter, batch, logits, torch.arange(6), [0, 3, 6], [0, 1], drafts, None)
+
+
+def test_no_hook_without_a_recording_and_none_left_after_one():
+    drafter = FakeProposer()
+    original = sampler._logits
+    assert not harness.hooked(drafter)
+    harness.record(drafter, "proposals")
+    harness.record(drafter, "steps")
+    assert harness.hooked(drafter) and sampler._logits is not original
+    harness.record(drafter, "proposals", on=False)
+    assert harness.hooked(drafter)  # the steps recording is still on
+    harness.record(drafter, "steps", on=False)
+    assert not harness.hooked(drafter) and sampler._logits is original and "propose" not in vars(drafter)
+
+
+def test_the_hot_path_holds_no_capture_code():
+    """The drafting passes, the proposer and the sampler's loop name no recording (the harness wraps them)."""
+    for name in ("full_view.py", "comp_view.py", "proposer.py", "sampler.py"):
+        code = "\n".join(line.split("#")[0] for line in (ROOT / "vllm_patches" / name).read_text().splitlines())
+        recording = r"LogitCapture|StepCapture|\.capture\b|step_capture|harness\.|record_"  # not CUDA-graph capture
+        assert not re.search(recording, code.split('"""', 2)[-1]), name
+
+
+def test_a_recording_holds_what_the_rule_read_and_what_was_drafted():
+    drafter = FakeProposer()
+    harness.record(drafter, "proposals")
+    harness.record(drafter, "steps")
+    try:
+        out = _step(drafter)
+        plan = SimpleNamespace(full_rows=[("r0", drafter.states["r0"], [1, 2, 3])])
+        assert drafter.propose(plan) == {"r0": [3, 4]}
+        rec = harness.recording(drafter)
+        proposals, steps = rec.proposals, rec.steps
+    finally:
+        harness.record(drafter, "proposals", on=False)
+        harness.record(drafter, "steps", on=False)
+    assert torch.equal(proposals["r0"]["b"][0]["b"], out["b"][0]) and proposals["r0"]["b"][0]["tokens"] == [7, 8, 9, 3, 4]
+    assert proposals["r1"]["b"][0]["tokens"] == [6, 1, 1]
+    a = proposals["r0"]["a"][0]
+    assert (a["y"], a["drafts"], proposals["r0"]["x_full"]) == ([9], [3, 4], (1, 2, 3))
+    assert torch.equal(a["a"], drafter.a[0, :2])
+    assert steps["r0"][0]["y"] == [9] and steps["r1"][0]["drafts"] == [1, 1]
+    assert torch.equal(steps["r1"][0]["b"], out["b"][1]) and "a" not in steps["r1"][0]
+    assert harness.recording(drafter).proposals is None  # off: nothing kept

@@ -1,0 +1,163 @@
+"""The drafter's x_full view (`FullView`, owned by the proposer): its caches (the x_full KV pool, the image
+cache, the logits a kept until they are verified), its feed (the whole prompt with the image on a request's
+first step, chunked), then one pass per draft, and the image embeddings its prefill reads (the paper's patch 4).
+The drafted tokens stay on the device until the last pass; a goes to the view's buffer, the drafts to the
+request's state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from asymspec_vl.core.gate import greedy
+
+from asymspec_vl.core.sources import RowLedger
+
+from .. import switches
+from .draft_logits import DraftLogits
+from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
+from ..requests.kv_pool import FullViewPool
+from .mm_cache import ImageCache
+from ..requests.mrope import prompt_positions, view_positions
+
+
+@dataclass
+class FullViewImages:
+    """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
+
+    embeddings: torch.Tensor  # [M, hidden * (1 + DeepStack levels)], in row and token order
+    masks: list[torch.Tensor]  # per full row: [len(feed)] bool, True at image_pad tokens
+
+
+class FullView:
+    """The x_full view of the proposer's drafter, with the caches it owns."""
+
+    def __init__(self, proposer, images: ImageCache | None, draft_logits: DraftLogits):
+        self.proposer = proposer
+        self.images = images  # patches (1), (2): per-request pixels, the vision tower once; None: a text drafter
+        self.draft_logits = draft_logits  # a, from the step that drafts to the step that verifies
+        self.pool: FullViewPool | None = None  # laid out once the KV cache config is final (lay_out)
+
+    def lay_out(self, layers: dict, vllm_config, device, kernel_block_size: int) -> None:
+        self.pool = FullViewPool(layers, vllm_config, device, kernel_block_size)
+
+    def open(self, req_id: str, state, x_comp: list[int]) -> None:
+        """A request's x_full view, on its first step: its prompt (x_comp when patch 5 is off and x_full is not
+        longer), rope positions and images."""
+        proposer = self.proposer
+        ids, grid, pixels = state.request.x_full, state.request.image_grid_thw, state.request.pixel_values
+        if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
+            ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
+        state.full = RowLedger(prompt=list(ids))
+        state.full_positions, state.delta = prompt_positions(proposer.model, ids, grid,
+                                                             proposer.facts.image_token_id, proposer.uses_mrope)
+        if pixels is not None:
+            self.images.put(req_id, pixels, grid)  # patch (1)
+            state.sees_image = True
+
+    def release(self, req_id: str) -> None:
+        if self.pool is not None:
+            self.pool.release(req_id)
+        if self.images is not None:
+            self.images.drop(req_id)
+        self.draft_logits.release(req_id)
+
+    def logits(self, req_ids: list[str], n: int) -> torch.Tensor:
+        """a: the first n stored x_full logits of each request. -> [len(req_ids), n, V]."""
+        return self.draft_logits.gather(req_ids, n)
+
+    def images_for(self, plan) -> FullViewImages | None:
+        """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
+        (their first step), and where those tokens are. A row whose vision tower fails is failed alone
+        (without tensor parallelism; see faults.py) and leaves the plan."""
+        proposer = self.proposer
+        embeds, masks, kept = [], [], []
+        for req_id, state, feed in plan.full_rows:
+            mask = torch.zeros(len(feed), dtype=torch.bool)
+            if state.sees_image and proposer.facts.image_token_id in feed:
+                try:
+                    embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
+                except proposer.request_errors as e:
+                    proposer.fail(req_id, state, e)
+                    continue
+                mask = torch.tensor(feed) == proposer.facts.image_token_id
+            masks.append(mask)
+            kept.append((req_id, state, feed))
+        plan.full_rows = kept
+        return FullViewImages(torch.cat(embeds), masks) if embeds else None
+
+    def draft(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
+        """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
+        the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
+        proposer = self.proposer
+        passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K (a_{K+1} if the rule reads it)
+        banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
+        logits = [[row] for row in self.first_pass(rows, images)]  # a_1 per row
+        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row
+        drafted = [tokens]
+        for k in range(1, max(passes)):
+            live = [r for r in range(len(rows)) if k < passes[r]]
+            index = to_device(torch.tensor(live), proposer.device) if len(live) < len(rows) else None
+            batch = [self.pass_row(rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
+            hidden, last = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
+                                    token_ids=tokens if index is None else tokens[index], decode=True)
+            step = proposer.model.compute_logits(hidden[last])  # [len(live), V]
+            for j, r in enumerate(live):
+                logits[r].append(step[j])
+            new = greedy(step, banned if index is None else banned[index])  # [len(live)]
+            tokens = new if index is None else tokens.index_put((index,), new)
+            drafted.append(tokens)
+        drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
+        out = {}
+        for (req_id, state, _), lg, row_drafts, n in zip(rows, logits, drafts, passes):
+            ledger = state.full  # the passes after the feed read d_1 .. d_{n-1}
+            start = ledger.n_cached + len(ledger.speculative)
+            ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
+            a = torch.stack(lg)  # [K (+1), V]
+            self.draft_logits.store(req_id, a)
+            state.drafts = row_drafts[:state.K]
+            out[req_id] = state.drafts
+        return out
+
+    def first_pass(self, rows, images: FullViewImages | None) -> list[torch.Tensor]:
+        """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
+        most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
+        row's last feed token, a_1 (each [V])."""
+        proposer = self.proposer
+        feeds = [feed for _, _, feed in rows]
+        last: list[torch.Tensor | None] = [None] * len(rows)
+        image_rows = 0  # embeddings consumed by earlier chunks
+        for chunk in chunk_feeds([len(f) for f in feeds], proposer.max_batched_tokens):
+            batch = []
+            for r, lo, hi in chunk:
+                req_id, state, feed = rows[r]
+                batch.append(self.pass_row(req_id, state, hi - lo))
+                state.full.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
+            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), proposer.device)
+            embeds = None
+            if images is not None:
+                mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
+                n_image = int(mask.sum())
+                if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
+                    embeds = proposer.model.embed_input_ids(
+                        ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
+                        is_multimodal=to_device(mask, proposer.device))
+                    image_rows += n_image
+            hidden, ends = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
+                                    token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
+            done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
+            if done:
+                step = proposer.model.compute_logits(hidden[ends[done]])  # [len(done), V]
+                for j, row_logits in zip(done, step):
+                    last[chunk[j][0]] = row_logits
+        return last
+
+    def pass_row(self, req_id: str, state, length: int, offset: int = 0) -> PassRow:
+        """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
+        not yet recorded there)."""
+        proposer = self.proposer
+        start = state.full.n_cached + len(state.full.speculative) + offset
+        pos = view_positions(state.full_positions, state.delta, start, length, proposer.uses_mrope)
+        return PassRow(length, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))

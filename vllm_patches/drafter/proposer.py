@@ -1,0 +1,186 @@
+"""AsymSpecProposer: the drafter of speculative method "asymspec", one set of weights reading two views.
+
+  x_comp view  (`self.comp`, comp_view.CompView) the verifier's token stream, in the KV blocks vLLM allocates for
+               the drafter's layers on the verifier's block table. `CompView.score` runs the drafter on exactly the tokens the verifier
+               runs on, in the same step (with the verifier step's queries and block table, but attention
+               metadata planned for the drafter's own heads), so the logits b at the K+1 verified positions
+               come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
+  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
+               incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
+               first step, in chunks of at most max_num_batched_tokens), then drafts K greedily (logits a,
+               kept in draft_logits until the next step verifies them).
+The drafter's decode-shaped passes (x_comp scoring, x_comp drafting, the x_full passes after a step's first)
+run through vLLM's compilation of the drafter and, on CUDA, its PIECEWISE CUDA graphs (drafter_graphs.py);
+a step's first x_full pass (its feed, with the image embeddings and DeepStack features) runs eagerly, and so
+does everything with the engine's or the speculative config's enforce_eager.
+Each view owns its caches and passes (full_view.py, comp_view.py); the gate/fusion math does not live here
+(sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from vllm.v1.spec_decode.draft_model import DraftModelProposer
+from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
+
+from asymspec_vl.core.errors import AsymSpecError
+
+from .. import switches
+from .comp_view import CompView
+from .draft_logits import DraftLogits
+from .drafter_attention import DrafterAttention
+from .drafter_graphs import DrafterGraphs
+from ..requests.faults import request_errors
+from .full_view import FullView, FullViewImages
+from ..requests.kv_pool import reserve_bytes
+from .mm_cache import ImageCache
+from ..requests.request_args import engine_facts
+from ..requests.rows import RequestRegistry, RowState
+
+_VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+
+
+@dataclass
+class DraftPlan:
+    full_rows: list[tuple[str, RowState, list[int]]]  # (req_id, state, x_full tokens to feed first)
+    comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
+
+
+def run_eagerly(model: torch.nn.Module) -> None:
+    """Every vLLM-compiled submodule of `model` calls its plain forward from now on."""
+    for module in model.modules():
+        if hasattr(module, "do_not_compile"):
+            module.do_not_compile = True
+
+
+class AsymSpecProposer(DraftModelProposer):
+    def __init__(self, vllm_config, device: torch.device, runner=None):
+        # pass_hidden_states_to_model=True keeps the base class from reserving 1-D-position draft slots
+        # (and from refusing an M-RoPE drafter): this proposer runs its own passes.
+        SpecDecodeBaseProposer.__init__(self, vllm_config, device, True, runner)
+        self.pass_hidden_states_to_model = False
+        self._raise_if_draft_tp_mismatch()
+        self.runner = runner
+        self.K = self.num_speculative_tokens  # the most drafts a request may ask for
+        self.world_size = vllm_config.parallel_config.tensor_parallel_size
+        self.request_errors = request_errors(self.world_size)
+        self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
+        self.comp = CompView(self)
+        self.full: FullView | None = None  # made in load_model (its caches need the model), its pool later
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def _create_draft_vllm_config(self):
+        """The drafter's VllmConfig, built once, when the model loads (as vLLM's draft models build it): a
+        rebuild re-runs VllmConfig.__post_init__, which, after the runner has set its CUDA-graph sizes, would
+        re-derive them on the compilation config the verifier shares."""
+        if getattr(self, "_draft_vllm_config", None) is None:
+            self._draft_vllm_config = super()._create_draft_vllm_config()
+        return self._draft_vllm_config
+
+    def load_model(self, target_model) -> None:
+        super().load_model(target_model)
+        self.graphs = DrafterGraphs(self.model, self.vllm_config, self.draft_model_config.get_hidden_size(),
+                                    self.draft_model_config.dtype, bool(self.draft_model_config.uses_mrope),
+                                    self.device, bool(self.speculative_config.enforce_eager))
+        if not self.graphs.enabled:
+            run_eagerly(self.model)
+        ctx = self.vllm_config.compilation_config.static_forward_context
+        self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
+        self.uses_mrope = bool(self.draft_model_config.uses_mrope)
+        hf = self.draft_model_config.hf_config
+        self.facts = engine_facts(self.vllm_config)  # as the scheduler parsed the requests against
+        if self.facts.image_token_id is not None and not hasattr(self.model, "visual"):
+            raise ValueError(f"speculative method 'asymspec': the drafter {self.draft_model_config.model} has an "
+                             "image config but no Qwen-VL vision tower (`visual`) in vLLM")
+        images = ImageCache(self.model, self.device) if self.facts.image_token_id is not None else None
+        banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
+        # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
+        self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
+        self.full = FullView(self, images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
+                                                       self.facts.vocab_size, self.draft_model_config.dtype,
+                                                       self.device))
+        self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self.full.release)
+
+    def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
+        """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
+        in the final kernel block size (self.block_size)."""
+        super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
+        self.graphs.initialize_keys()  # the runner has resolved its cudagraph mode and capture sizes
+        self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
+                                          getattr(self.runner, "reorder_batch_threshold", None))
+        self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
+        self.pool_reservation = None  # its memory goes to the pool
+        self.full.lay_out(self.attn_layers, self.vllm_config, self.device, self.block_size)
+
+    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
+                  slot_mappings=None) -> None:
+        """The runner's dummy runs (profile, warm-up, capture_model): the compiled drafter traced, and its
+        graphs captured, in the form of its compiled passes (drafter_graphs.py)."""
+        if not self.graphs.enabled:
+            return super().dummy_run(num_tokens, use_cudagraphs, is_graph_capturing, slot_mappings)
+        names = self._draft_attn_layer_names  # KV-writing layers only where the runner has slots for them (eagle.py)
+        self.graphs.dummy_run(num_tokens, names if slot_mappings and names & set(slot_mappings) else (),
+                              use_cudagraphs)
+
+    def profile_vision_tower(self) -> list[int] | None:
+        """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""
+        if self.full.images is None or not switches.enabled("mm_embeds"):
+            return None
+        return self.full.images.profile(self.draft_model_config)
+
+    # -- requests -------------------------------------------------------------------------------
+    def row(self, req_id: str) -> RowState:
+        """The request's state, created (and its x_full view opened) on first sight."""
+        state = self.registry.rows.get(req_id)
+        if state is None:
+            state = self.registry.add(req_id, self.runner.requests[req_id])
+            if state.request is not None and state.request.reads_full_view:
+                prime = [state.prime] if state.prime is not None else []
+                try:
+                    self.full.open(req_id, state, list(self.runner.requests[req_id].prompt_token_ids) + prime)
+                except self.request_errors as e:
+                    self.fail(req_id, state, e)
+        return state
+
+    def fail(self, req_id: str, state: RowState, err: Exception) -> None:
+        self.registry.fail(req_id, state, err)
+
+    # -- drafting -------------------------------------------------------------------------------
+    def plan(self, req_ids: list[str], sampled: list[list[int]]) -> DraftPlan:
+        """Commit this step's tokens into each row's x_full ledger; list what each view feeds next."""
+        plan = DraftPlan([], [])
+        for i, (req_id, new) in enumerate(zip(req_ids, sampled)):
+            state = self.row(req_id)
+            if not new or state.failed:
+                continue  # a prefill chunk (nothing committed) or a request about to be finished
+            state.reemit = None
+            view = state.method.draft_view
+            if view is None:
+                continue  # Floor: no drafts, the verifier decodes alone
+            if view == "x_full":
+                y = state.committed(self.runner.requests[req_id].output_token_ids)
+                state.full.commit(y)
+                feed = state.full.pending(y)
+                try:  # blocks for the feed and the K drafts (admission control keeps room for them)
+                    self.full.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
+                except AsymSpecError as e:
+                    self.fail(req_id, state, e)
+                    continue
+                plan.full_rows.append((req_id, state, feed))
+            else:
+                plan.comp_rows.append((i, req_id, state))
+        # shortest feeds first: attention backends that split decodes from prefills expect decodes first
+        plan.full_rows.sort(key=lambda row: len(row[2]))
+        return plan
+
+    def propose(self, plan: DraftPlan, images: FullViewImages | None = None) -> dict[str, list[int]]:
+        """Draft each row's K tokens: asymspec rows from x_full (with the image embeddings on their first
+        pass), the others from x_comp. Returns req_id -> drafts."""
+        drafts = {}
+        if plan.full_rows:
+            drafts.update(self.full.draft(plan.full_rows, images))
+        if plan.comp_rows:
+            drafts.update(self.comp.draft(plan.comp_rows))
+        return drafts

@@ -1,0 +1,128 @@
+"""The test harness inside a running asymspec engine (probe.py's recordings, for `asymspec-vl doctor`, evals/stress
+and the tests): the drafter logits the engine computed, with the tokens they belong to, for a caller to recompute
+with transformers.
+
+Installed only while a recording is on, from outside, as the other hooks are (_patching.py): it wraps the
+proposer's `propose` (this proposer's attribute) and the sampler's `_logits` (the module function, recording only
+for proposers with a recording on), and takes both wrappers off when the last recording stops. The hot path
+carries no capture code. Two recordings:
+
+  proposals  the first MAX_PROPOSALS proposals of each request, float32 on the host:
+             a  on x_full at the draft positions: the drafter read x_full's prompt + y, then d_1 .. d_{K-1}
+             b  on x_comp at the verified positions: the verifier's tokens (x_comp + y) and the drafts
+  steps      at every verification step of a request whose rule reads the drafter's logits: y (the committed
+             output before the step, Algorithm 1's y), the drafts it verifies (d_1..d_n) and what the rule read:
+             b [n+1, V] (x_comp + y + d_1..d_j, j = 0..n), a [m, V] (x_full + y + d_1..d_{j-1}, j = 1..m; m = n,
+             or n+1 for a fused bonus)
+The copies to the host wait for the device: never on outside a test.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from . import _patching
+from .. import sampler
+
+MAX_PROPOSALS = 4  # per request and view
+KINDS = ("proposals", "steps")
+
+
+class Recording:
+    """What one proposer recorded: `proposals` (req_id -> {"x_full", "view", "a": [...], "b": [...]}) and `steps`
+    (req_id -> one entry per verification step), each None while off."""
+
+    def __init__(self):
+        self.proposals: dict[str, dict] | None = None
+        self.steps: dict[str, list[dict]] | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.proposals is not None or self.steps is not None
+
+    def _proposal(self, req_id: str) -> dict:
+        return self.proposals.setdefault(req_id, {"x_full": None, "view": None, "a": [], "b": []})
+
+    def record_a(self, req_id: str, state, y: list[int], a: torch.Tensor) -> None:
+        """a: [K, V] of the proposal state.drafts, drafted after the x_full prompt + y."""
+        row = self._proposal(req_id)
+        row["x_full"], row["view"] = tuple(state.request.x_full), tuple(state.full.prompt)
+        if len(row["a"]) < MAX_PROPOSALS:
+            row["a"].append({"y": list(y), "drafts": list(state.drafts), "a": a.float().cpu()})
+
+    def record_step(self, proposer, req_ids: list[str], drafts: torch.Tensor, logits: dict[str, torch.Tensor]):
+        """logits: what the sampler gathered for these rows (t [G, n+1, V], and a, b where the rule reads them);
+        drafts [G, n]."""
+        requests, read = proposer.runner.requests, [name for name in ("a", "b") if name in logits]
+        if self.proposals is not None and "b" in logits:
+            for req_id, row_drafts, row_b in zip(req_ids, drafts.tolist(), logits["b"]):
+                row = self._proposal(req_id)
+                if len(row["b"]) < MAX_PROPOSALS:
+                    request = requests[req_id]
+                    tokens = list(request.prompt_token_ids) + list(request.output_token_ids) + row_drafts
+                    row["b"].append({"tokens": tokens, "b": row_b.float().cpu()})
+        if self.steps is None or not read:
+            return
+        host = {name: logits[name].float().cpu() for name in read}  # [G, *, V]
+        for j, (req_id, row_drafts) in enumerate(zip(req_ids, drafts.tolist())):
+            y = proposer.row(req_id).committed(requests[req_id].output_token_ids)
+            entry = {"y": [int(t) for t in y], "drafts": [int(d) for d in row_drafts]}
+            entry.update({name: host[name][j].clone() for name in read})
+            self.steps.setdefault(req_id, []).append(entry)
+
+
+_recordings: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # proposer -> Recording while one is on
+
+
+def recording(proposer) -> Recording:
+    """The proposer's recording (empty, off, when none is on)."""
+    return _recordings.get(proposer) or Recording()
+
+
+def record(proposer, kind: str, on: bool = True) -> None:
+    """Start (clearing) or stop one kind of recording on this proposer; the hooks are on while any is."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown recording {kind!r}: one of {KINDS}")
+    rec = _recordings.get(proposer) or Recording()
+    setattr(rec, kind, {} if on else None)
+    if rec.on:
+        _recordings[proposer] = rec
+        _install(proposer)
+    else:
+        _recordings.pop(proposer, None)
+        proposer.__dict__.pop("propose", None)  # the class's propose again
+    if not _recordings:
+        _patching.unwrap(sampler, "_logits")
+
+
+def hooked(proposer) -> bool:
+    """Whether any harness hook reaches this proposer (its propose, or the sampler's _logits)."""
+    return "propose" in proposer.__dict__ or _patching.is_patched(sampler._logits)
+
+
+def _install(proposer) -> None:
+    if "propose" not in proposer.__dict__:
+        propose = proposer.propose
+
+        def recorded_propose(plan, images=None):
+            drafts = propose(plan, images)
+            rec = _recordings.get(proposer)
+            if rec is not None and rec.proposals is not None:
+                for req_id, state, _ in plan.full_rows:
+                    if req_id in drafts:
+                        y = state.committed(proposer.runner.requests[req_id].output_token_ids)
+                        rec.record_a(req_id, state, y, proposer.full.logits([req_id], state.K)[0])
+            return drafts
+
+        proposer.propose = recorded_propose
+    _patching.install_function(sampler, "_logits", _recorded_logits)
+
+
+def _recorded_logits(original, method, proposer, batch, logits, logits_indices, first, index, drafts, cfg):
+    out = original(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
+    rec = _recordings.get(proposer)
+    if rec is not None:
+        rec.record_step(proposer, [batch.req_ids[i] for i in index], drafts, out)
+    return out

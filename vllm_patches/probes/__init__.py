@@ -1,0 +1,1 @@
+"""Looking inside a running engine (tests, benchmarks, the doctor): probes, captured logits, phase timing."""

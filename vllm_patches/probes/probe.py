@@ -1,0 +1,74 @@
+"""Looking inside a running asymspec engine (tests, benchmarks, `asymspec-vl doctor`): counters, captured
+drafter logits, phase timing.
+
+Every function calls a named worker method (worker_extension.py) through LLM.collective_rpc, so it works with
+the engine in this process or in worker processes, multiprocessing included, without sending a function;
+each returns the first worker's answer (all tensor-parallel ranks agree).
+"""
+
+from __future__ import annotations
+
+
+def start_timing(llm) -> None:
+    """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see timing.py)."""
+    llm.collective_rpc("asymspec_set_timing", args=(True,))
+
+
+def stop_timing(llm) -> dict | None:
+    """{"steps": engine steps, "seconds": {phase: total seconds}} since start_timing; timing off again."""
+    report = llm.collective_rpc("asymspec_timing")[0]
+    llm.collective_rpc("asymspec_set_timing", args=(False,))
+    return report
+
+
+def counters(llm) -> dict:
+    """vision_tower_calls and resumptions after a preemption (cumulative), live_requests, free / total
+    x_full KV blocks and their size, the engine's K, the drafter's attention builders."""
+    return llm.collective_rpc("asymspec_counters")[0]
+
+
+def capture_full_view_logits(llm, on: bool = True) -> None:
+    """Start (clearing) or stop recording each request's first proposals: a and b (harness.py)."""
+    llm.collective_rpc("asymspec_set_capture", args=(on,))
+
+
+def captured_proposals(llm) -> dict[str, dict]:
+    """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read as x_full's prompt,
+    "a": [{"y": committed tokens, "drafts": d_1..d_K, "a": [K, V]}, ...] (x_full rows),
+    "b": [{"tokens": x_comp + y + drafts, "b": [n+1, V]}, ...] (rows whose rule reads b)}, float32, the first
+    harness.MAX_PROPOSALS of each."""
+    from ..requests.request_args import unpack_tensor
+
+    captured = llm.collective_rpc("asymspec_captured")[0]
+    return {req_id: {**c, "x_full": tuple(c["x_full"] or ()), "view": tuple(c["view"] or ()),
+                     "a": [{**p, "a": unpack_tensor(p["a"], "a")} for p in c["a"]],
+                     "b": [{**p, "b": unpack_tensor(p["b"], "b")} for p in c["b"]]}
+            for req_id, c in captured.items()}  # msgpack turns tuples into lists; tensors travel packed
+
+
+def captured_full_view_logits(llm) -> dict[str, dict]:
+    """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read, "drafts": d_1..d_K,
+    "a": [K, V] float32 drafter logits at the draft positions} of the first proposal of each x_full request."""
+    return {req_id: {"x_full": c["x_full"], "view": c["view"], "drafts": c["a"][0]["drafts"], "a": c["a"][0]["a"]}
+            for req_id, c in captured_proposals(llm).items() if c["a"]}
+
+
+def capture_step_logits(llm, on: bool = True) -> None:
+    """Start (clearing) or stop recording, at every verification step, the drafter logits a and b the rule read
+    (harness.py)."""
+    llm.collective_rpc("asymspec_set_step_capture", args=(on,))
+
+
+def captured_step_logits(llm) -> dict[str, list[dict]]:
+    """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "b": [n+1, V],
+    "a": [m, V]} (a, b float32, where the request's rule reads them) since capture_step_logits."""
+    from ..requests.request_args import unpack_tensor
+
+    captured = llm.collective_rpc("asymspec_step_captured")[0]
+    return {req_id: [{k: unpack_tensor(v, k) if k in ("a", "b") else v for k, v in entry.items()}
+                     for entry in entries] for req_id, entries in captured.items()}
+
+
+def profile_vision_tower(llm) -> list[int] | None:
+    """Run the drafter's vision tower on its largest image (as the profile run does); that image's grid."""
+    return llm.collective_rpc("asymspec_profile_vision_tower")[0]

@@ -1,0 +1,94 @@
+"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures.
+
+`RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
+in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
+reads and updates the `RowState`s but never parses a request. What it does not know: any tensor of the
+models (the proposer opens a request's x_full view, and frees its caches through `release`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from asymspec_vl.core.methods import PLAIN_SPECULATIVE, Method
+from asymspec_vl.core.sources import RowLedger
+from asymspec_vl.inputs.vocab import token_mask
+
+from . import hidden_tokens
+from .hidden_tokens import PRIME_KEY
+from .request_args import REQUEST_KEY, AsymSpecRequest, EngineFacts
+
+
+@dataclass
+class RowState:
+    """request None: a plain speculative-decoding request (no extra_args["asymspec"]). prime and reemit are the
+    hidden tokens (hidden_tokens.py)."""
+
+    request: AsymSpecRequest | None
+    K: int  # drafts per step: the request's config K (at most the engine's num_speculative_tokens)
+    prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
+    reemit: tuple[int, int] | None = None  # (held-back token, outputs before it) of a resumed request
+    failed: str | None = None  # "ErrorType: message" once the request cannot be served
+    banned: torch.Tensor | None = None  # [V] bool
+    banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)
+    full: RowLedger | None = None  # the drafter's x_full view (a method drafting on x_full)
+    full_positions: torch.Tensor | None = None  # [3, P] or [P] rope positions of the x_full prompt
+    delta: int = 0  # M-RoPE delta of the x_full prompt
+    sees_image: bool = False
+    drafts: list[int] = field(default_factory=list)  # the last proposal
+
+    @property
+    def method(self) -> Method:
+        """The request's method; a plain request's is SD (vLLM's speculative decoding on x_comp)."""
+        return self.request.method if self.request is not None else PLAIN_SPECULATIVE
+
+    def committed(self, output_token_ids: list[int]) -> list[int]:
+        """y of Algorithm 1."""
+        return hidden_tokens.committed(self.prime, output_token_ids)
+
+
+class RequestRegistry:
+    """The engine's requests on this worker, by request id."""
+
+    def __init__(self, facts: EngineFacts, default_banned: tuple[int, ...], device: torch.device,
+                 request_errors: tuple[type[BaseException], ...], release: Callable[[str], None]):
+        """request_errors: exceptions of a request's device work that fail only that request
+        (faults.request_errors); release(req_id) frees a request's caches."""
+        self.facts, self.default_banned, self.device = facts, default_banned, device
+        self.request_errors, self.release = request_errors, release
+        self.rows: dict[str, RowState] = {}
+        self.errors: dict[str, str] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
+        self.resumptions = 0  # preempted requests resumed with a held-back token
+
+    def add(self, req_id: str, request) -> RowState:
+        """The state of a request seen for the first time. request: the runner's CachedRequestState."""
+        params = request.sampling_params
+        extra = (params.extra_args if params is not None else None) or {}
+        state = self.rows[req_id] = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY))
+        if state.request is None:
+            return state
+        state.K = state.request.K
+        state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
+        state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
+        return state
+
+    def fail(self, req_id: str, state: RowState, err: Exception) -> None:
+        state.failed = f"{type(err).__name__}: {err}"
+        self.errors[req_id] = state.failed
+        self.release(req_id)
+
+    def take_errors(self) -> dict[str, str]:
+        errors, self.errors = self.errors, {}
+        return errors
+
+    def forget(self, req_ids) -> None:
+        for req_id in req_ids:
+            self.rows.pop(req_id, None)
+            self.release(req_id)
+
+    def note_resumed(self, cached_reqs, requests: dict) -> None:
+        """Mark resumed requests whose prefill re-emits a held-back token (hidden_tokens.note_resumed)."""
+        self.resumptions += hidden_tokens.note_resumed(self.rows, cached_reqs, requests)
