@@ -53,19 +53,26 @@ def modules():
             yield name, path
 
 
-def imported(name: str, path: Path):
-    """(line, absolute module name) of every import in the module."""
+def statements(name: str, path: Path):
+    """(line, base, names) of every import: `import a.b` is (line, "a.b", []); `from ..x import y, z` is resolved
+    against the module's package, (line, "pkg.x", ["y", "z"])."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name) for alias in node.names)
+            yield from ((node.lineno, alias.name, []) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            yield node.lineno, base
-            yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+            yield node.lineno, base, [alias.name for alias in node.names]
+
+
+def imported(name: str, path: Path):
+    """(line, absolute module name) of every import in the module."""
+    for line, base, names in statements(name, path):
+        yield line, base
+        yield from ((line, f"{base}.{n}") for n in names)
 
 
 def under(module: str, prefixes) -> bool:
@@ -80,18 +87,11 @@ def room_of(module: str) -> tuple[int, str] | None:
 
 def targets(name: str, path: Path, known: set[str]):
     """(line, module) of every import, resolved: `from P import m` names P.m where that is a module, P otherwise."""
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            yield from ((node.lineno, alias.name) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                yield node.lineno, sub if sub in known else base
+    for line, base, names in statements(name, path):
+        if not names:
+            yield line, base
+        for n in names:
+            yield line, f"{base}.{n}" if f"{base}.{n}" in known else base
 
 
 def violations(mods=None):
