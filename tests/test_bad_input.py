@@ -168,7 +168,7 @@ def test_batch_validation_names_every_bad_request_before_anything_runs(tiny_vl, 
 def poisoned(tiny_vl, monkeypatch):
     """Makes the transformers backend fail on any batch holding the request with caption "poison" (as a
     model run that fails on one request would), and returns that request."""
-    from asymspec_vl.backends.hf.backend import source as hf_source
+    from asymspec_vl.backends.hf import source as hf_source
     from asymspec_vl.inputs.prompts import encode_request
 
     bad = Request(random_image(7), "What is shown?", caption="poison")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from asymspec_vl.backends.vllm.backend import backend as vllm_backend
+from asymspec_vl.backends.vllm import backend as vllm_backend
 from asymspec_vl.backends.vllm.backend import VLLMBackend
 from asymspec_vl.backends.vllm.engine import EngineSpec
 from asymspec_vl.core.config import AsymSpecConfig
@@ -91,7 +91,7 @@ def test_floor_is_its_own_request_on_the_speculative_engine(built):
 def test_build_engine_gives_the_drafter_engine_its_gpu_share(monkeypatch):
     """The share rule the server had: the drafter-alone engine takes drafter_share, the speculative one 0.9 less it
     unless the options set its share."""
-    from asymspec_vl.backends.vllm.backend import engine as vllm_engine
+    from asymspec_vl.backends.vllm import engine as vllm_engine
 
     made = []
     monkeypatch.setattr("vllm.LLM", lambda model, **kw: made.append(kw) or kw)

@@ -52,7 +52,7 @@ def test_a_child_with_the_watchdog_exits_when_its_parent_is_sigkilled(tmp_path, 
 def test_the_engine_core_entry_point_is_wrapped_once_and_calls_vllms():
     from vllm.v1.engine.core import EngineCoreProc
 
-    from asymspec_vl.backends.vllm.backend import engine_life
+    from asymspec_vl.backends.vllm import engine_life
 
     engine_life.tie_engine_cores()
     engine_life.tie_engine_cores()
@@ -105,7 +105,7 @@ def orphan(prefix: str, lives_s: float) -> psutil.Process:
 
 
 def test_engine_processes_an_earlier_run_left_are_named_and_waited_for(monkeypatch, caplog):
-    from asymspec_vl.backends.vllm.backend import engine_life
+    from asymspec_vl.backends.vllm import engine_life
 
     prefix = f"ASVTEST{os.getpid()}"
     monkeypatch.setenv("VLLM_PROCESS_NAME_PREFIX", prefix)

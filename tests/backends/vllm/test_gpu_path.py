@@ -77,7 +77,7 @@ def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
 
 # -- 2. a bounded engine cache; one speculative engine serves every K --------------------------------
 def test_engine_cache_shuts_the_previous_engine_down_before_the_next_starts(monkeypatch):
-    from asymspec_vl.backends.vllm.backend import engine as ve
+    from asymspec_vl.backends.vllm import engine as ve
 
     events = []
     monkeypatch.setattr(ve, "shutdown_engine", lambda llm: events.append(("shutdown", llm)))
