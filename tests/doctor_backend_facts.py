@@ -49,7 +49,7 @@ def main() -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from asymspec_vl.doctor.cli import backends as db
+    from asymspec_vl.doctor import backends as db
 
     install_flashinfer_stand_in()
     db.flash_attn_unsupported = lambda version: None  # no flash-attn build on a CPU machine

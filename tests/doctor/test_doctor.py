@@ -128,7 +128,7 @@ def run(backend="FLASHINFER", dtype="bfloat16", block_size=16, fa=None):
 
 
 def test_a_backend_the_machine_lacks_is_skipped_with_the_reason(backends, monkeypatch):
-    from asymspec_vl.doctor.cli import backends as db
+    from asymspec_vl.doctor import backends as db
 
     backends["FLASHINFER"] = ImportError("No module named 'flashinfer'")
     skipped = db.verdict(run(), [64], FakePlatform())
@@ -145,7 +145,7 @@ def test_a_backend_the_machine_lacks_is_skipped_with_the_reason(backends, monkey
 
 
 def test_a_configuration_the_backend_refuses_fails(backends):
-    from asymspec_vl.doctor.cli import backends as db
+    from asymspec_vl.doctor import backends as db
 
     backends["FLASHINFER"] = fake_backend(head_sizes=(64, 128, 256), dtypes=(torch.bfloat16,))
     assert db.verdict(run(), [64], FakePlatform()).result == "run"

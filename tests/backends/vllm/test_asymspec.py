@@ -212,7 +212,8 @@ def test_bad_request_fails_alone(vl):
 
 MULTIPROC_SCRIPT = """
 import json, os, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [os.path.dirname({tests!r})]  # the repository first: tests/vllm_patches/ must not shadow the package
+sys.path.append({tests!r})
 from helpers import random_request
 from vllm import LLM, SamplingParams  # vllm_patches is not imported here: the plugin entry point loads it
 from asymspec_vl import AsymSpecConfig

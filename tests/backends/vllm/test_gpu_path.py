@@ -160,9 +160,10 @@ def test_a_closed_engine_releases_its_model_and_kv_cache(tiny_models):
 # -- 3. no pickled functions: named worker RPCs work with multiprocessing --------------------------
 MULTIPROC_SCRIPT = """
 import json, os, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [os.path.dirname({tests!r})]  # the repository first: tests/vllm_patches/ must not shadow the package
+sys.path.append({tests!r})
 from helpers import random_request
-from vllm_patches import probe
+from vllm_patches.probes import probe
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
 if __name__ == "__main__":
     vl = AsymSpecVL.from_pretrained(drafter={drafter!r}, verifier={verifier!r}, backend="vllm")
@@ -282,7 +283,8 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
 
 TP2_SCRIPT = """
 import json, os, sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [os.path.dirname({tests!r})]  # the repository first: tests/vllm_patches/ must not shadow the package
+sys.path.append({tests!r})
 import torch
 from helpers import random_request
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
