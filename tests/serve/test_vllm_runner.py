@@ -246,9 +246,11 @@ def test_a_client_that_disconnects_mid_stream_leaves_no_request_in_the_engine(se
 
 def test_the_servers_captioner_makes_the_ocr_and_caches_it(client):
     from asymspec_vl.captioners import EasyOCRCaptioner
+    from asymspec_vl.demo.cli import DEFAULT_OCR_MIN_CONFIDENCE
 
+    server_ocr = EasyOCRCaptioner(min_confidence=DEFAULT_OCR_MIN_CONFIDENCE)  # the server's default captioner
     chart = EXAMPLES / "chart.png"
-    ocr = EasyOCRCaptioner().describe(str(chart)).ocr
+    ocr = server_ocr.describe(str(chart)).ocr
     assert "Sales" in ocr
     msgs = chat_body("What is the value of the tallest bar?", data_url(chart))["messages"]
     replies = [client.chat.completions.create(model="asymspec-vl", messages=msgs, max_tokens=8,
@@ -256,7 +258,7 @@ def test_the_servers_captioner_makes_the_ocr_and_caches_it(client):
                for _ in range(2)]
     for reply, hit in zip(replies, (False, True)):
         assert reply.asymspec["view"] == {"caption": {"from": "request"},
-                                          "ocr": {"from": EasyOCRCaptioner().name, "cache_hit": hit}}
+                                          "ocr": {"from": server_ocr.name, "cache_hit": hit}}
         assert f"Text in the image (OCR):\n{ocr}" in reply.asymspec["prompts"]["x_comp"]
         assert "A bar chart." in reply.asymspec["prompts"]["x_comp"]
     assert replies[0].choices[0].message.content == replies[1].choices[0].message.content
