@@ -57,7 +57,7 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
     rows = [(0, "new", RowState(None, 4)), (1, "live", RowState(None, 2))]
     starts = {2: "new", 3: "new", 4: "new", 5: "new", 8: "live", 9: "live"}  # cache slot -> the row at it
 
-    def by_start(proposer_, batch, block_size, token_ids=None):
+    def by_start(proposer_, batch, block_size, token_ids=None, decode=False):
         proposer_.pass_req_ids = [starts[row.start] for row in batch]
         return run_pass(proposer_, batch, block_size, token_ids)
 
@@ -85,7 +85,7 @@ def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
     starts = {}
     passes = []
 
-    def record(proposer_, batch, block_size, token_ids=None):
+    def record(proposer_, batch, block_size, token_ids=None, decode=False):
         proposer_.pass_req_ids = [starts[(row.start, int(row.block_table[0]))] for row in batch]
         passes.append(sorted(proposer_.pass_req_ids))
         return run_pass(proposer_, batch, block_size, token_ids)

@@ -66,7 +66,7 @@ def test_no_hook_without_a_recording_and_none_left_after_one():
 
 def test_the_hot_path_holds_no_capture_code():
     """The drafting passes, the proposer and the sampler's loop name no recording (the harness wraps them)."""
-    for name in ("full_view.py", "comp_view.py", "proposer.py", "sampler.py"):
+    for name in ("drafter/full_view.py", "drafter/comp_view.py", "drafter/proposer.py", "sampler.py"):
         code = "\n".join(line.split("#")[0] for line in (ROOT / "vllm_patches" / name).read_text().splitlines())
         recording = r"LogitCapture|StepCapture|\.capture\b|step_capture|harness\.|record_"  # not CUDA-graph capture
         assert not re.search(recording, code.split('"""', 2)[-1]), name

@@ -9,6 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from asymspec_vl.core.methods import METHODS
+
+from vllm_patches.hooks.runner_state import RunnerState
+from vllm_patches.hooks.scheduler_patch import SchedulerState
+
 from asymspec_vl.core.config import AsymSpecConfig
 from vllm_patches.hooks import runner_patch, scheduler_patch, structured
 
@@ -52,19 +57,18 @@ class Drafter:
 
     def __init__(self):
         self.rows = {req_id: types.SimpleNamespace(
-            args=types.SimpleNamespace(cfg=AsymSpecConfig(K=2)), failed=False, mode=mode, banned_ids=(), banned=None,
-            reemit=None, prime=None) for req_id, (mode, *_) in CASES.items()}
+            request=types.SimpleNamespace(cfg=AsymSpecConfig(K=2), num_draft_logits=len(drafts)),
+            method=METHODS[mode], failed=False, banned_ids=(), banned=None, reemit=None, prime=None)
+            for req_id, (mode, drafts, *_) in CASES.items()}
         self.b = torch.cat([torch.stack(b) for _, _, _, b, _ in CASES.values()])  # [num_rows, V]
         self.a = {req_id: torch.stack(a) for req_id, (*_, a) in CASES.items() if a is not None}
+        self.comp = types.SimpleNamespace(logits=lambda token_index: self.b[token_index])
+        self.full = types.SimpleNamespace(logits=lambda req_ids, n: torch.stack([self.a[r][:n] for r in req_ids]))
 
     def row(self, req_id):
         return self.rows[req_id]
 
-    def comp_logits(self, token_index):
-        return self.b[token_index]
 
-    def full_view_logits(self, req_ids, n):
-        return torch.stack([self.a[r][:n] for r in req_ids])
 
 
 def bitmask() -> np.ndarray:
@@ -95,7 +99,7 @@ def run_sample_tokens(apply_mask=True):
 
     runner = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=Drafter(), _asymspec_logits_indices=torch.arange(logits.shape[0]),
+        drafter=Drafter(), asymspec=RunnerState(logits_indices=torch.arange(logits.shape[0])),
         input_batch=types.SimpleNamespace(req_ids=req_ids, num_reqs=len(req_ids), max_num_logprobs=None,
                                           update_async_output_token_ids=lambda: None),
         requests={r: types.SimpleNamespace(output_token_ids=[5], sampling_params=None) for r in req_ids},
@@ -177,7 +181,7 @@ def test_update_from_output_skips_the_grammar_for_a_step_that_emits_a_hidden_tok
 
     scheduler = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        structured_output_manager=manager, _asymspec_rejected=[],
+        structured_output_manager=manager, asymspec=SchedulerState(facts=None, pool=None),
         requests={"primed": request(prime=True), "resumed": request(reemit=True), "decoding": request()})
     scheduler_output = types.SimpleNamespace(num_scheduled_tokens={r: 1 for r in scheduler.requests},
                                              scheduled_spec_decode_tokens={})
