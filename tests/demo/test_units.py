@@ -458,3 +458,11 @@ def test_the_decoding_controls_hold_temperature_top_p_and_seed():
             assert tuple(p.get("value") for p in last[1:]) == shown
         temperature = next(c["props"] for c in blocks.values() if c["props"].get("elem_id") == "temperature")
         assert (temperature["minimum"], temperature["maximum"]) == (0, 2)
+
+
+def test_no_speed_note_where_the_backend_holds_model_names_not_models():
+    """The vLLM backend's drafter and verifier are the names its engines load: the speed note (which counts
+    parameters) is empty there, not an AttributeError on every answer."""
+    vllm_like = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"},
+                                backend=SimpleNamespace(drafter="/models/vl", verifier="/models/llm"))
+    assert DemoService(vllm_like, AsymSpecConfig()).speed_note(2) == ""
