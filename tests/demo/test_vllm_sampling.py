@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from asymspec_vl import AsymSpecConfig
+from tests.backends.vllm.test_bad_input import vl  # noqa: F401  (the tiny pair on the vLLM backend)
 
 pytestmark = pytest.mark.vllm
 CHART = Path(__file__).resolve().parents[2] / "demo" / "examples" / "chart.png"
@@ -15,21 +16,11 @@ QUESTION, CAPTION = "What is the value of the tallest bar?", "A bar chart of sal
 SETTINGS = dict(K=2, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=8)
 
 
-@pytest.fixture(scope="module")
-def vllm_vl(tiny_models):
-    from asymspec_vl import AsymSpecVL
-
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm", block_size=16)
-    yield vl
-    vl.backend.close()
-
-
-def test_a_sampled_answer_on_the_vllm_backend_is_the_librarys_or_the_pages_message(vllm_vl):
+def test_a_sampled_answer_on_the_vllm_backend_is_the_librarys_or_the_pages_message(vl):
     from asymspec_vl.demo.handlers import Handlers
     from asymspec_vl.demo.service import DemoService
 
-    handlers = Handlers(DemoService(vllm_vl, AsymSpecConfig()))
+    handlers = Handlers(DemoService(vl, AsymSpecConfig()))
     request = SimpleNamespace(session_hash="vllm")
     message, asym, floor, drafter, table, _, results, button = list(handlers.answer(
         str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor", "drafter"], 0.8, 1.0, 3, request))[-1]
@@ -39,11 +30,11 @@ def test_a_sampled_answer_on_the_vllm_backend_is_the_librarys_or_the_pages_messa
         assert "failed: see the message" in asym and "not run" in floor and results == {}
     else:
         for method in ("asymspec", "floor", "drafter"):
-            ref = vllm_vl.generate(str(CHART), QUESTION, caption=CAPTION, method=method, config=cfg)
+            ref = vl.generate(str(CHART), QUESTION, caption=CAPTION, method=method, config=cfg)
             assert results[method]["token_ids"] == ref.token_ids
         assert 'seed <b class="seed">3</b>' in table
     assert button["interactive"] is True
     greedy = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], 0.0, 1.0, None,
                                   request))[-1]
-    ref = vllm_vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec", config=AsymSpecConfig(**SETTINGS))
+    ref = vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec", config=AsymSpecConfig(**SETTINGS))
     assert greedy[6]["asymspec"]["token_ids"] == ref.token_ids and "greedy (temperature 0)" in greedy[4]
