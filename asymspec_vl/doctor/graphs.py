@@ -57,8 +57,8 @@ def _graphs_checks(vl, llm, run: AttentionRun) -> list[Check]:
             probe.capture_full_view_logits(llm)
             results = vl.generate_batch(reqs, "asymspec", cfg)
             runs[on] = (results, probe.captured_proposals(llm), probe.drafter_graphs(llm)["passes"])
-            probe.capture_full_view_logits(llm, on=False)
     finally:
+        probe.capture_full_view_logits(llm, on=False)
         probe.drafter_graphs(llm, True)
     (got, got_logits, passes), (eager, eager_logits, eager_passes) = runs[True], runs[False]
     where = (f"drafter mode {state['cudagraph_mode']}, graphs at {_sizes(state['capture_sizes'])}"
