@@ -159,6 +159,7 @@ class AsymSpecProposer(DraftModelProposer):
             view = state.method.draft_view
             if view is None:
                 continue  # Floor: no drafts, the verifier decodes alone
+            state.y_len = state.num_committed(self.runner.requests[req_id].output_token_ids)  # d_1's output position
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 state.full.commit(y)
