@@ -1,7 +1,7 @@
 """The drafter's x_comp view (`CompView`, owned by the proposer): the drafter on the verifier's token stream, in
 the KV blocks vLLM allocates for the drafter's layers on the verifier's block table. Its pass over the
 verifier's step inputs gives the logits b at the verified positions; drafting on it (methods sd and scd, and
-requests without extra_args) writes greedy drafts into the lookahead KV slots vLLM reserves for those layers."""
+requests without extra_args) writes its drafts (draft_pick.py) into the lookahead KV slots vLLM reserves for those layers."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """The per-request AsymSpec inputs carried by SamplingParams.extra_args["asymspec"]: build and validate.
 
 Schema (all but `mode` optional):
-  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's greedy
-                  tokens, for servers that hold one engine), "sd" (drafter on x_comp, greedy
-                  verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
+  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's
+                  tokens, for servers that hold one engine), "sd" (drafter on x_comp, speculative
+                  verification), "scd" (drafter on x_comp, contrastive target, Appendix B); each greedy, or
+                  sampled by its method's sampled rule (asymspec_vl.core.sampling) when temperature >= 1e-5
   config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that); the
                   budget, stop and sampling fields travel in SamplingParams itself (max_tokens,
                   stop_token_ids, stop, include_stop_str_in_output, min_tokens, temperature, top_p,
