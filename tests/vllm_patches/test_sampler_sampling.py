@@ -65,7 +65,7 @@ def test_sd_samples_with_q_and_min_tokens_holds_every_logits():
     min_tokens 3: output positions 1, 2 held, 3 not)."""
     torch.manual_seed(1)
     t, q = torch.randn(K + 1, V), torch.randn(K, V)
-    t[:, 5] = q[:, 5] = 50.0  # the stop token 5 would win everywhere
+    t[:, 5] = 50.0  # the verifier's stop token 5 would win at every position
     drafts = torch.tensor([[2, 3]])
     cfg = HOT.replace(min_tokens=3, max_new_tokens=8)
     runner = stand_in({"r": row("sd", cfg, "r", stop_ids=(5,))}, t, {"r": q}, t, {"r": [7]})
@@ -75,6 +75,7 @@ def test_sd_samples_with_q_and_min_tokens_holds_every_logits():
     held_t[:2, 5] = held_q[:2, 5] = float("-inf")
     want = sampling.sample_sd(held_t[None], held_q[None], drafts, cfg, sampling.generators(cfg, 1, "cpu"))
     assert [x for x in got if x >= 0] == want.committed(drafts)[0]
+    assert 5 not in want.committed(drafts)[0][:2]
 
 
 def test_the_pick_keeps_greedy_rows_exact_and_draws_sampling_rows_with_their_generator():
