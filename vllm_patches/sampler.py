@@ -22,7 +22,7 @@ LogprobsTensors of the committed tokens in the rejection sampler's layout ([num_
 row-major over the output, rows past a row's tokens filtered out by vLLM): log-softmax of the verifier's raw
 logits t (vLLM's default logprobs_mode, raw_logprobs; raw_logits returns t itself), so vLLM's server never reads
 an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are decided in groups of
-equal (method, config, number of drafts, banned set, stop set). The drafts vLLM hands back for verification are
+equal (method, config but its seed, number of drafts, banned set, stop set). The drafts vLLM hands back for verification are
 always a prefix of the request's last proposal: the scheduler only trims them (to the step's token budget, to
 max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them; a step with no
 drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw from filtered(t)).
@@ -72,7 +72,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
             groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids, ())].append((i, drafts))
         else:  # with no drafts (Floor; drafts trimmed near max_model_len) SD's rule at K = 0: t's token
             method = state.method if n else PLAIN_SPECULATIVE
-            groups[(method, n, state.request.cfg, state.banned_ids, state.request.stop_ids)].append((i, drafts))
+            groups[(method, n, state.rule_cfg, state.banned_ids, state.request.stop_ids)].append((i, drafts))
     for (method, n, cfg, _, stop_ids), rows in groups.items():
         index = [i for i, _ in rows]
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -186,12 +187,14 @@ def parse_request(params, facts: EngineFacts) -> AsymSpecRequest:
 
 def decoding_config(cfg: AsymSpecConfig, params) -> AsymSpecConfig:
     """cfg with the SamplingParams' temperature, top_p, top_k, min_p, seed and min_tokens; a temperature below
-    vLLM's greedy threshold (1e-5) decodes greedily (temperature 0, no seed), as vLLM's sampler does."""
+    vLLM's greedy threshold (1e-5) decodes greedily (temperature 0, no seed), as vLLM's sampler does. A sampling
+    request without a seed gets a fresh one here, once: every tensor-parallel rank then draws the same stream."""
     if params.temperature < GREEDY_BELOW:
         sampled = dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=None)
     else:
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
         sampled = dict(temperature=float(params.temperature), top_p=float(params.top_p),
-                       top_k=max(int(params.top_k), 0), min_p=float(params.min_p), seed=params.seed)
+                       top_k=max(int(params.top_k), 0), min_p=float(params.min_p), seed=seed)
     return cfg.replace(**sampled, min_tokens=int(params.min_tokens),
                        max_new_tokens=max(cfg.max_new_tokens, int(params.min_tokens)))
 

@@ -10,6 +10,7 @@ models (the proposer opens a request's x_full view, and frees its caches through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import torch
@@ -44,6 +45,11 @@ class RowState:
     req_id: str = ""
     generator: torch.Generator | None = None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed
     y_len: int = 0  # len(y) when the row last drafted: d_1 is output position y_len
+
+    @cached_property
+    def rule_cfg(self):
+        """The request's cfg without its seed (the rules never read it; the generator holds it): rows group by it."""
+        return self.request.cfg.replace(seed=None)
 
     @property
     def samples(self) -> bool:

@@ -58,6 +58,8 @@ def test_the_parsed_config_samples_as_the_sampling_params_say():
                                                               seed=7, min_tokens=3))
     assert (hot.temperature, hot.top_p, hot.top_k, hot.min_p, hot.seed, hot.min_tokens, hot.samples) == \
         (0.8, 0.9, 0, 0.05, 7, 3, True)
+    unseeded = [decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.8)).seed for _ in range(2)]
+    assert None not in unseeded and unseeded[0] != unseeded[1]  # drawn once, on the scheduler: every rank's
     cold = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.0, seed=7))
     assert (cold.temperature, cold.seed, cold.samples) == (0.0, None, False)
     tiny = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=1e-6))  # vLLM raises it to 0.01
