@@ -278,7 +278,8 @@ def sampling_params(cfg: AsymSpecConfig) -> dict:
     is vLLM's "off"): the engine's scheduler, output processor and sampler read them there."""
     return dict(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k),
                 min_p=float(cfg.min_p), seed=cfg.seed, stop=list(cfg.stop),
-                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens))
+                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens),
+                logprobs=cfg.logprobs)
 
 
 def decodes_greedily(params) -> bool:
