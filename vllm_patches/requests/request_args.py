@@ -289,13 +289,9 @@ def decodes_greedily(params) -> bool:
             and params.frequency_penalty == 0 and params.repetition_penalty == 1 and not params.min_tokens)
 
 
-def is_plain_greedy(params) -> bool:
-    """Greedy decoding without logits processing or logprobs (the only decoding AsymSpec's gate defines)."""
-    return decodes_greedily(params) and params.logprobs is None
-
-
 def check_greedy(params) -> None:
-    """RequestArgsError unless the SamplingParams decode greedily without logits processing."""
-    if not is_plain_greedy(params):
-        raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no logprobs, "
-                               "penalties, logit_bias, bad_words, allowed_token_ids or min_tokens")
+    """RequestArgsError unless the SamplingParams decode greedily without logits processing (logprobs are served:
+    each token's under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
+    if not decodes_greedily(params):
+        raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no penalties, "
+                               "logit_bias, bad_words, allowed_token_ids or min_tokens")

@@ -31,6 +31,7 @@ from ...core.methods import Method
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
+from .logprobs import MissingLogprobsError, from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
 GREEDY_BELOW = 1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
@@ -102,7 +103,7 @@ class VLLMBackend:
         progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self.row(o, method, mode, elapsed) for o in finals]
+        return [self.row(o, method, mode, elapsed, cfg) for o in finals]
 
     def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
                        speculative: bool = False) -> tuple[dict, object]:
@@ -175,8 +176,9 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
-        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason)."""
+    def row(o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None) -> loop.RowOutput:
+        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason; with
+        cfg.logprobs the engine's logprobs, each named by its distribution)."""
         from vllm_patches.requests.stats import from_output
 
         completion = o.outputs[0]
@@ -188,7 +190,12 @@ class VLLMBackend:
         stats.elapsed_s = elapsed
         if completion.finish_reason in FINISH_REASONS:
             text = completion.text if isinstance(completion.stop_reason, str) else None  # cut by a stop string
-            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text)
+            try:
+                logprobs = from_vllm(completion.logprobs, tokens, sources, method.name, cfg) \
+                    if cfg is not None and cfg.logprobs is not None else None
+            except MissingLogprobsError as e:
+                return loop.RowOutput(tokens, sources, stats, "error", str(e))
+            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs)
         return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
                                                                f"'{completion.finish_reason}': {error or 'no detail'}")
 

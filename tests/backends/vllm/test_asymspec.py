@@ -429,7 +429,7 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
     """Finding 7: a plain request (no extra_args) on an asymspec engine that asks for logprobs gets its greedy
     tokens and, per token, the verifier's log-softmax logprob of it and the top 2 (the old sampler returned
     no logprobs: vLLM's chat server then indexed an empty list, HTTP 500; the CPU build failed the request).
-    An sd row asking for logprobs is refused alone with an error that names them."""
+    An sd row asking for logprobs gets the verifier's too (SD's tokens are the verifier's greedy tokens)."""
     from vllm import SamplingParams
 
     from asymspec_vl import AsymSpecConfig
@@ -456,7 +456,10 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
             want = logits[0].float().log_softmax(-1)
             assert step[token].logprob == pytest.approx(float(want[token]), abs=1e-4)
             assert set(step) >= set(want.topk(2).indices.tolist())
-    assert "logprobs" in outs[2].kv_transfer_params["asymspec"]["error"]
+    sd_out, plain = outs[2].outputs[0], outs[0].outputs[0]
+    assert list(sd_out.token_ids) == list(plain.token_ids)[:8] and len(sd_out.logprobs) == 8
+    for token, step, want in zip(sd_out.token_ids, sd_out.logprobs, plain.logprobs):
+        assert step[token].logprob == pytest.approx(want[token].logprob, abs=1e-4)
 
 
 @pytest.mark.parametrize("method", ["asymspec", "scd"])

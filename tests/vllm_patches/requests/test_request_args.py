@@ -34,13 +34,14 @@ def test_video_like_grids_are_refused():
 
 
 @pytest.mark.parametrize("over", [{"temperature": 0.7}, {"repetition_penalty": 1.1}, {"presence_penalty": 0.5},
-                                  {"frequency_penalty": 0.5}, {"logprobs": 2}, {"min_tokens": 2},
+                                  {"frequency_penalty": 0.5}, {"min_tokens": 2},
                                   {"logit_bias": {3: 1.0}}, {"bad_words": ["x"]}, {"allowed_token_ids": [1, 2]}])
 def test_asymspec_rows_refuse_sampling_and_logits_processing(over):
     """The gate defines greedy decoding only: every sampling parameter that changes a step is refused."""
     from vllm import SamplingParams
 
     check_greedy(SamplingParams(temperature=0))
+    check_greedy(SamplingParams(temperature=0, logprobs=2))  # served: core/logprobs.py's rule
     with pytest.raises(RequestArgsError, match="greedily"):
         check_greedy(SamplingParams(**{"temperature": 0, **over}))
 
