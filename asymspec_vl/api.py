@@ -65,23 +65,34 @@ class GenerationResult:
 def trace_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The trace's text of each token: token_pieces with special tokens (the end token) adding "", as the
     answer's text drops them, so the trace joins to that text (the library's result and the server's alike)."""
-    special = set(tokenizer.all_special_ids)
-    return ["" if i in special else p for i, p in zip(ids, token_pieces(tokenizer, ids))]
+    return TokenPieces(tokenizer, skip_special_tokens=True).push(ids)
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The text each token adds. A character split over several byte-level tokens is shown on the token
     that completes it (the earlier ones add ""), so the pieces join to the decoded text."""
-    pieces, held = [], []
-    for i in ids:
-        held.append(i)
-        text = tokenizer.decode(held)
-        if text.endswith("\ufffd") and len(held) < 4:  # an incomplete UTF-8 sequence: wait for its end
-            pieces.append("")
-            continue
-        pieces.append(text)
-        held = []
-    return pieces
+    return TokenPieces(tokenizer).push(ids)
+
+
+class TokenPieces:
+    """token_pieces token by token, for tokens that arrive in parts (a stream); skip_special_tokens: special
+    tokens add "" (trace_pieces)."""
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = False):
+        self.tokenizer, self.held = tokenizer, []
+        self.special = set(tokenizer.all_special_ids) if skip_special_tokens else set()
+
+    def push(self, ids: list[int]) -> list[str]:
+        pieces = []
+        for i in ids:
+            self.held.append(i)
+            text = self.tokenizer.decode(self.held)
+            if text.endswith("\ufffd") and len(self.held) < 4:  # an incomplete UTF-8 sequence: wait for its end
+                pieces.append("")
+                continue
+            pieces.append("" if i in self.special else text)
+            self.held = []
+        return pieces
 
 
 class AsymSpecVL:

@@ -100,7 +100,7 @@ class VLLMBackend:
         rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
                 for _ in reqs]
         start = time.perf_counter()
-        progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
+        progress = partial(self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
         return [self.row(o, method, mode, elapsed, cfg) for o in finals]
@@ -168,7 +168,7 @@ class VLLMBackend:
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, streamed: "_StreamedStats", on_step, step_outputs: dict) -> None:
+    def _progress(rows, streamed: "StreamedStats", on_step, step_outputs: dict) -> None:
         for i, o in step_outputs.items():
             tokens = list(o.outputs[0].token_ids)
             rows[i].sources, rows[i].stats = streamed.step(i, len(tokens) - len(rows[i].token_ids))
@@ -212,7 +212,7 @@ def refuse_speculative_sampling(method: Method, cfg: AsymSpecConfig) -> None:
                           f"backend has no min_tokens yet; it runs on the transformers backend (backend='hf')")
 
 
-class _StreamedStats:
+class StreamedStats:
     """Labels and counters while a request streams. On a speculative engine each step's new tokens are the
     accepted drafts and then the token the step emitted, counted by the engine's own rule
     (vllm_patches.requests.stats); provisional only where the engine drafted fewer than K (near the context limit) or a
