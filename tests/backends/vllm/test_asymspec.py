@@ -462,6 +462,28 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
         assert step[token].logprob == pytest.approx(want[token].logprob, abs=1e-4)
 
 
+@pytest.mark.parametrize("method", ["floor", "asymspec"])
+def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method):
+    """Floor's from vLLM's own sampler, AsymSpec's from the patched sampler: each token under the distribution it
+    was chosen from (core/logprobs.py), equal to the transformers backend's within float32 tolerance."""
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=3)
+    distributions = set()
+    for seed in (3, 4):
+        r = random_request(seed)
+        want = tiny_vl.generate_batch([r], method, cfg)[0]
+        got = vl.generate_batch([r], method, cfg)[0]
+        assert got.token_ids == want.token_ids and len(got.logprobs) == len(got.token_ids)
+        for g, w in zip(got.logprobs, want.logprobs):
+            assert (g.token_id, g.distribution) == (w.token_id, w.distribution)
+            assert g.logprob == pytest.approx(w.logprob, abs=2e-3)
+            assert [i for i, _ in g.top] == [i for i, _ in w.top]
+            assert [v for _, v in g.top] == pytest.approx([v for _, v in w.top], abs=2e-3)
+            distributions.add(g.distribution)
+    assert distributions == {"t"} if method == "floor" else {"a", "fused"} <= distributions
+
+
 @pytest.mark.parametrize("method", ["asymspec", "scd"])
 def test_on_step_streams_growing_rows_with_their_labels(vl, method):
     """Streamed rows grow by prefixes; while streaming, every token already carries the label the finished
