@@ -61,7 +61,7 @@ def test_drafter_alone_logprobs_are_q(tiny_vl):
 @pytest.mark.parametrize("bonus", ["verifier", "fused"])
 def test_asymspec_logprobs_follow_each_tokens_source(tiny_vl, bonus):
     """An accepted draft: the drafter's a on x_full; the fused token: t + beta * delta; the bonus: t (or fused)."""
-    cfg = CFG.replace(bonus=bonus)
+    cfg = CFG.replace(bonus=bonus, gamma=0.02)  # a low gamma: drafts accepted, fused and bonus tokens alike
     found = set()
     for seed in (3, 4):
         res = run(tiny_vl, "asymspec", cfg, seed)
@@ -74,7 +74,7 @@ def test_asymspec_logprobs_follow_each_tokens_source(tiny_vl, bonus):
         pairs = {(s.source, lp.distribution) for s, lp in zip(res.trace, res.logprobs)}
         assert pairs <= {("draft", "a"), ("fused", "fused"), ("bonus", "fused" if bonus == "fused" else "t")}
         found |= pairs
-    assert {"draft", "fused"} <= {s for s, _ in found}  # both branches were exercised
+    assert {"draft", "fused", "bonus"} <= {s for s, _ in found}  # every branch was exercised
 
 
 def test_sd_and_scd_logprobs(tiny_vl):
