@@ -108,12 +108,16 @@ def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int],
     index = torch.minimum(torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]).flatten()
     tokens = out.flatten().long().clamp(min=0).to(logits.device)  # [B * W] placeholders read token 0, as vLLM's
     raw = logits[index.to(logits.device)].float()  # [B * W, V] t
+    batch = runner.input_batch
     for method, cfg, rows, step_logits, outcome, n in decided:
-        if cfg is None:  # plain speculative decoding (SD's rule, or the verifier's greedy token): t
+        asking = [g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs]  # the others' are dropped
+        if cfg is None or not asking:  # plain speculative decoding (SD's rule, the verifier's greedy token): t
             continue
-        chosen, _ = step_scores(method.name, cfg, step_logits, outcome, n)  # [G, n + 1, V]
-        at = torch.tensor([i * width + j for i in rows for j in range(n + 1)], device=logits.device)
-        raw[at] = chosen.reshape(len(rows) * (n + 1), -1).to(raw.device)
+        sel = torch.tensor(asking, device=logits.device)
+        chosen, _ = step_scores(method.name, cfg, {name: x[sel] for name, x in step_logits.items()},
+                                outcome.num_accepted[sel.to(outcome.num_accepted.device)], n)  # [G', n + 1, V]
+        at = torch.tensor([rows[g] * width + j for g in asking for j in range(n + 1)], device=logits.device)
+        raw[at] = chosen.reshape(len(asking) * (n + 1), -1).to(raw.device)
     mode = getattr(getattr(runner, "sampler", None), "logprobs_mode", "raw_logprobs")
     scores = raw if mode == "raw_logits" else runner.sampler.compute_logprobs(raw)
     return runner.sampler.gather_logprobs(scores, k, tokens)

@@ -78,13 +78,12 @@ def scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], widt
 
 
 def step_scores(method: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor],
-                outcome: StepOutcome, num_drafts: int) -> tuple[torch.Tensor, list[list[str]]]:
-    """The raw scores each committed position of the step was chosen from, [B, K+1, V] float32 (position j <
-    num_accepted: the accepted draft's distribution; j = num_accepted: the emitted token's; later
-    positions: unused),
-    and each row's distribution names for its committed tokens."""
+                num_accepted: torch.Tensor, num_drafts: int) -> tuple[torch.Tensor, list[list[str]]]:
+    """The raw scores each committed position of the step was chosen from, [B, K+1, V] float32, and each row's
+    distribution names for its committed tokens. num_accepted [B]: the drafts each row kept; position j below it
+    reads the accepted draft's distribution, j = num_accepted the emitted token's, later positions are unused."""
     width = num_drafts + 1
-    names = [T.step_sources(labels(method, cfg), num_drafts, n) for n in outcome.num_accepted.tolist()]
+    names = [T.step_sources(labels(method, cfg), num_drafts, n) for n in num_accepted.tolist()]
     used = dict.fromkeys(x for row in names for x in row)
     by_name = {name: scores(name, cfg, logits, width) for name in used}
     out = by_name["t"] if "t" in by_name else next(iter(by_name.values()))
@@ -110,7 +109,7 @@ def step_logprobs(method: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tens
                   drafts: torch.Tensor, k: int) -> list[list[TokenLogprob]]:
     """Per row, the TokenLogprob of each token the step commits (outcome.committed(drafts)), with k alternatives."""
     num_drafts = drafts.shape[1]
-    raw, names = step_scores(method, cfg, logits, outcome, num_drafts)
+    raw, names = step_scores(method, cfg, logits, outcome.num_accepted, num_drafts)
     committed = outcome.committed(drafts)
     tokens = torch.tensor([row + [row[-1]] * (num_drafts + 1 - len(row)) for row in committed],
                           device=raw.device)  # [B, K+1], padded past the committed tokens

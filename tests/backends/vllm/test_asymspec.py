@@ -484,6 +484,29 @@ def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method):
     assert distributions == {"t"} if method == "floor" else {"a", "fused"} <= distributions
 
 
+def test_in_a_batch_where_one_asymspec_row_asks_for_logprobs_it_gets_the_transformers_backends(vl, tiny_vl):
+    """One engine step decides both rows (one group); only the asking row's logprobs are computed and returned."""
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm.engine import generate
+    from asymspec_vl.inputs.prompts import encode_request
+
+    asks = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=2)
+    encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in (3, 4)]
+    jobs = [vl.backend.engine_request(encs[0], "asymspec", asks.replace(logprobs=None)),
+            vl.backend.engine_request(encs[1], "asymspec", asks)]  # the second row asks: its rows are mapped back
+    from vllm import SamplingParams
+
+    plain = ({"prompt_token_ids": encs[0].comp.ids}, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    jobs = [plain] + jobs  # a row of another group first: the asymspec group's rows are not its batch positions
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    outs = generate(llm, [p for p, _ in jobs], [params for _, params in jobs])
+    want = tiny_vl.generate_batch([random_request(4)], "asymspec", asks)[0]
+    got = outs[2].outputs[0]
+    assert list(got.token_ids) == want.token_ids and outs[1].outputs[0].logprobs is None
+    for token, entry, w in zip(got.token_ids, got.logprobs, want.logprobs):
+        assert entry[token].logprob == pytest.approx(w.logprob, abs=2e-3)
+
+
 @pytest.mark.parametrize("method", ["asymspec", "scd"])
 def test_on_step_streams_growing_rows_with_their_labels(vl, method):
     """Streamed rows grow by prefixes; while streaming, every token already carries the label the finished
