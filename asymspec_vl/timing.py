@@ -39,9 +39,10 @@ def times_floor(tokens_per_s: float | None, floor_tokens_per_s: float | None) ->
 
 
 def cost_ratio(vl) -> float | None:
-    """r = drafter / verifier parameters, None when the backend holds no models here (vLLM engines)."""
+    """r = drafter / verifier parameters, None when the backend holds no models here (the vLLM backend's drafter
+    and verifier are the names its engines load)."""
     drafter, verifier = getattr(vl.backend, "drafter", None), getattr(vl.backend, "verifier", None)
-    if drafter is None or verifier is None:
+    if not (hasattr(drafter, "parameters") and hasattr(verifier, "parameters")):
         return None
     return sum(p.numel() for p in drafter.parameters()) / sum(p.numel() for p in verifier.parameters())
 

@@ -114,6 +114,13 @@ def build_demo(service: DemoService) -> gr.Blocks:
                     gate = gr.Radio(list(GATES), value=cfg.gate, label="gate", elem_id="gate")
                     max_tokens = gr.Slider(1, max(1024, cfg.max_new_tokens), value=cfg.max_new_tokens, step=1,
                                            label="max new tokens", elem_id="max-tokens")
+                    temperature = gr.Slider(0, max(2.0, cfg.temperature), value=cfg.temperature, step=0.05,
+                                            label="temperature (0: greedy, the paper's Algorithm 1)",
+                                            elem_id="temperature")
+                    top_p = gr.Slider(min(0.01, cfg.top_p), 1, value=cfg.top_p, step=0.01,
+                                      label="top-p (1: off)", elem_id="top-p")
+                    seed = gr.Number(value=cfg.seed, precision=0, label="seed (empty: a random one, shown with "
+                                     "the answer)", elem_id="seed")
                     baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
                                                  value=list(BASELINES), label="also run", elem_id="baselines")
             with gr.Column(scale=1):
@@ -132,7 +139,8 @@ def build_demo(service: DemoService) -> gr.Blocks:
                 api_describe = gr.Button(visible=False)
                 api_answer = gr.Button(visible=False)
 
-        inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines]
+        inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines, temperature, top_p,
+                  seed]
         panels = [asym, floor, drafter, stats, prompts, results]
         # The events that read the image skip Gradio's preprocessing (it opens the file with Pillow: a traceback
         # for a file that is no image, Pillow's warning for a large one); uploads.load_upload checks it instead.

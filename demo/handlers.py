@@ -59,14 +59,14 @@ class Handlers:
         return ("", *Board.blank(WAITING).outputs(), gr.update(interactive=False))
 
     def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
-               request: gr.Request):
+               temperature, top_p, seed, request: gr.Request):
         # the message is left alone unless this answer fails: begin() cleared it, and a refused upload meanwhile
         # (which stops this answer) writes its own
         stop = self.service.stops.current(request.session_hash)
         shown = Board.blank(NOT_RUN).outputs()
         try:
             for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-                                             baselines, stop=stop):
+                                             baselines, temperature, top_p, seed, stop=stop):
                 yield (gr.skip(), *shown, gr.skip())
             if stop is not None and stop.superseded:  # a new image arrived: this answer is about the old one
                 shown = CLEARED
@@ -105,10 +105,11 @@ class Handlers:
         return ("", *CLEARED, False)
 
     # The API (gradio_client): errors raise, as gr.Error with the typed error's class as title.
-    def api_answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines):
+    def api_answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
+                   temperature=None, top_p=None, seed=None):
         try:
             yield from self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-                                           baselines)
+                                           baselines, temperature, top_p, seed)
         except Exception as e:
             raise api_error(e) from e
 

@@ -107,10 +107,24 @@ def notes_html(notes) -> str:
 
 
 def settings_html(cfg, caption: str, ocr: str) -> str:
-    """The settings an answer was made with, in one line under its stats."""
+    """The settings an answer was made with, in one line under its stats, with how it was decoded: greedy, or
+    sampled with its temperature, top-p and seed (the seed repeats the answer)."""
     view = f"caption {len(caption.strip())} characters, OCR {len(ocr.strip())} characters"
     return (f'<div class="settings">Settings used: K={cfg.K} · β={cfg.beta:g} · γ={cfg.gamma:g} · '
-            f'gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · verifier\'s view: {view}</div>')
+            f'gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · {decoding_html(cfg)} · '
+            f'verifier\'s view: {view}</div>')
+
+
+def decoding_html(cfg) -> str:
+    """"greedy (temperature 0)", or "sampled: temperature 0.7 · top-p 0.9 · seed 123 (...)"."""
+    if not cfg.samples:
+        return '<span class="decoding decoding-greedy">greedy (temperature 0)</span>'
+    extra = "".join(f" · {name} {value:g}" for name, value, off in (("top-k", cfg.top_k, 0),
+                                                                     ("min-p", cfg.min_p, 0.0)) if value != off)
+    seed = ("unseeded (not repeatable)" if cfg.seed is None else
+            f'seed <b class="seed">{cfg.seed}</b> (the same seed and settings repeat this answer)')
+    return (f'<span class="decoding decoding-sampled">sampled: temperature {cfg.temperature:g} · '
+            f'top-p {cfg.top_p:g}{extra} · {seed}</span>')
 
 
 PROMPT_TITLES = {  # Prompts field -> what it is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from collections import OrderedDict
 from typing import Iterator, Sequence
@@ -69,10 +70,18 @@ class DemoService:
                     self._decoded.popitem(last=False)
         return image
 
-    def config(self, K, beta, gamma, gate, max_new_tokens) -> AsymSpecConfig:
-        """The page's controls on top of the command line's configuration (validated by AsymSpecConfig)."""
-        return self.base_config.replace(K=_as_int("K", K), beta=beta, gamma=gamma, gate=gate,
-                                        max_new_tokens=_as_int("max_new_tokens", max_new_tokens))
+    def config(self, K, beta, gamma, gate, max_new_tokens, temperature=None, top_p=None, seed=None
+               ) -> AsymSpecConfig:
+        """The page's controls on top of the command line's configuration (validated by AsymSpecConfig).
+        temperature / top_p None: the command line's. A sampled answer (temperature > 0) always has a seed: the
+        one given, else one drawn at random here, so the page can show it and the user can repeat the answer."""
+        temperature = self.base_config.temperature if temperature is None else temperature
+        top_p = self.base_config.top_p if top_p is None else top_p
+        seed = None if seed is None or seed == "" else _as_int("seed", seed)
+        cfg = self.base_config.replace(K=_as_int("K", K), beta=beta, gamma=gamma, gate=gate,
+                                       max_new_tokens=_as_int("max_new_tokens", max_new_tokens),
+                                       temperature=temperature, top_p=top_p, seed=seed)
+        return cfg.replace(seed=secrets.randbelow(2 ** 31)) if cfg.samples and seed is None else cfg
 
     def describe_image(self, image) -> tuple[str, str]:
         """Caption and OCR text for the verifier's view; empty (for the user to type) without a captioner."""
@@ -84,13 +93,15 @@ class DemoService:
         return text.caption or "", text.ocr or ""
 
     def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-               baselines=BASELINES, stop: threading.Event | None = None) -> Iterator[Outputs]:
-        """Stream AsymSpec's answer, then each chosen baseline's, re-rendering all panels at every step.
+               baselines=BASELINES, temperature=None, top_p=None, seed=None,
+               stop: threading.Event | None = None) -> Iterator[Outputs]:
+        """Stream AsymSpec's answer, then each chosen baseline's, re-rendering all panels at every step; every
+        method samples with the same temperature, top_p and seed (config()).
         Every input is checked before any model runs (a typed error, nothing yielded). `stop` set (the Stop
         button) ends the answer at the next step: the partial answer is kept and marked stopped, the panels not
         reached are marked not run. An error while decoding yields the board with that panel marked failed,
         then propagates."""
-        cfg = self.config(K, beta, gamma, gate, max_new_tokens)
+        cfg = self.config(K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed)
         if not isinstance(question, str) or not question.strip():
             raise EmptyQuestionError("The question is empty: type a question about the image.")
         unknown = set(baselines or ()) - set(BASELINES)
@@ -209,7 +220,8 @@ def _file_key(upload: Upload | None) -> tuple | None:
 
 
 def _as_int(name: str, x) -> int:
-    """Sliders send floats; an integral float is that integer, anything else is refused by name."""
+    """Sliders (and number boxes) send floats; an integral float is that integer, anything else is refused by
+    name."""
     if isinstance(x, float) and x.is_integer():
         return int(x)
     if isinstance(x, int) and not isinstance(x, bool):

@@ -50,3 +50,30 @@ def test_generate_command(tiny_models, tmp_path):
     bad = cli("generate", "--image", str(image), "--question", "What?", "-K", "0",
               "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]))
     assert bad.returncode == 2 and "-K 0 is invalid" in bad.stderr and "AsymSpecConfig" not in bad.stderr
+
+
+def test_generate_samples_with_temperature_top_p_and_seed(tiny_models, tiny_vl, tmp_path, capsys):
+    """--temperature / --top-p / --seed reach AsymSpecConfig: the seeded answer is the Python API's with that
+    config (and no greedy one); a bad value is the typed error naming its flag."""
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.cli import main
+
+    image = tmp_path / "img.png"
+    random_image(3).save(image)
+    models = ["--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"])]
+    ask = ["generate", "--image", str(image), "--question", "What is shown?", "--caption", "a chart", *models,
+           "--max-new-tokens", "6", "--json"]
+    capsys.readouterr()
+    assert main([*ask, "--temperature", "1.5", "--top-p", "0.9", "--seed", "3"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    cfg = AsymSpecConfig(max_new_tokens=6, temperature=1.5, top_p=0.9, seed=3)
+    ref = tiny_vl.generate(str(image), "What is shown?", caption="a chart", config=cfg)
+    greedy = tiny_vl.generate(str(image), "What is shown?", caption="a chart", config=cfg.replace(temperature=0.0))
+    assert row["token_ids"] == ref.token_ids != greedy.token_ids
+    assert {k: row["config"][k] for k in ("temperature", "top_p", "seed")} == {"temperature": 1.5, "top_p": 0.9,
+                                                                                "seed": 3}
+    for flag, value, says in (("--temperature", "-1", "--temperature -1.0 is invalid: expected a number in [0, 100]"),
+                              ("--top-p", "0", "--top-p 0.0 is invalid: expected a number in (0, 1]")):
+        assert main([*ask, flag, value]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "AsymSpecConfig" not in err and "Traceback" not in err

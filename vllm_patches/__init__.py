@@ -27,7 +27,8 @@ The rest of the method:
   per-request statistics and token labels                          stats.py
   named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, timing.py
 vLLM's hooks, file by file:
-  SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config     config_patch.py
+  SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config,
+    SamplingParams._validate_spec_decode                                              config_patch.py
   GPUModelRunner: __init__, _update_states, execute_model, _prepare_inputs,
     _build_attention_metadata, _model_forward, _sample, propose_draft_token_ids,
     sample_tokens, profile_run                                                        runner_patch.py

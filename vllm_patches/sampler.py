@@ -6,17 +6,28 @@ request's parsed AsymSpecRequest carries its method; the rule reads the logits i
   t  the verifier's, this step
   b  the proposer's on x_comp at the verified positions (the proposer's x_comp pass of this step)
   a  the proposer's on x_full at the draft positions (kept by the proposer since it drafted them)
-Requests without extra_args are plain speculative decoding: greedy verification (SD's rule), or vLLM's own
-sampler when they sample. When a row asks for logprobs, the step returns vLLM's LogprobsTensors of the committed
-tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows, row-major over the output, rows
-past a row's tokens filtered out by vLLM): log-softmax (vLLM's default logprobs_mode, raw_logprobs; raw_logits
-returns the scores themselves) of the raw scores each token was chosen from, by asymspec_vl/core/logprobs.py's
-rule (AsymSpec: a for an accepted draft, t + beta * delta for the fused token, t for the bonus; SCD: its contrastive
-target; SD, Floor and plain requests: t), so vLLM's server never reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are
-decided in groups of equal (method, config, number of drafts, banned set). The drafts vLLM hands back for
-verification are always a prefix of the request's last proposal: the scheduler only trims them (to the step's
-token budget, to max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them;
-a step with no drafts left takes the verifier's greedy token.
+  sd / drafted  (a request that samples) the proposer's x_comp drafting logits q at the draft positions
+Where a request samples (vLLM's temperature >= 1e-5; its parsed cfg holds temperature, top_p, top_k, min_p, seed)
+the method's sampled rule decides (method.sample, asymspec_vl.core.sampling: AsymSpec's gate with the emitted
+token drawn from filtered(t + beta * delta); lossless speculative sampling for SD against t and for SCD against
+its contrastive target, with the exact q the drafts were drawn from), with the request's own generator
+(rows.RowState.generator: the drafts were drawn from it too, draft_pick.py); otherwise the greedy rule. Below a
+request's min_tokens its stop tokens are -inf in every logits the step reads (core.min_tokens, as the
+transformers loop does): vLLM's logits processors (min_tokens, penalties, logit_bias, bad words) run inside the
+rejection sampler this replaces, so none of them has touched the logits here; only the grammar bitmask of a
+structured output has (sample_tokens applies it before _sample). Requests without extra_args are plain
+speculative decoding: greedy verification (SD's rule), or vLLM's own sampler when they sample (refused on the
+CPU build, which has no rejection sampler kernels). When a row asks for logprobs, the step returns vLLM's
+LogprobsTensors of the committed tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows,
+row-major over the output, rows past a row's tokens filtered out by vLLM): log-softmax (vLLM's default
+logprobs_mode, raw_logprobs; raw_logits returns the scores themselves) of the raw scores each token was chosen
+from, by asymspec_vl/core/logprobs.py's rule (AsymSpec: a for an accepted draft, t + beta * delta for the fused
+token, t for the bonus; SCD: its contrastive target; SD, Floor and plain requests: t), so vLLM's server never
+reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are decided in groups of
+equal (method, config but its seed, number of drafts, banned set, stop set). The drafts vLLM hands back for verification are
+always a prefix of the request's last proposal: the scheduler only trims them (to the step's token budget, to
+max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them; a step with no
+drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw from filtered(t)).
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ from collections import defaultdict
 import torch
 
 from asymspec_vl.core.logprobs import step_scores
-from asymspec_vl.core.methods import PLAIN_SPECULATIVE
+from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
+from asymspec_vl.core.min_tokens import hold_stops
 
 from .requests import hidden_tokens
 from .requests.request_args import RequestArgsError, decodes_greedily
@@ -60,17 +72,23 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
                                                                                                    state)):
                 stock_rows.append(i)
                 continue
-            groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids)].append((i, drafts))
-        elif n == 0:  # no drafts fit (the scheduler trims them near max_model_len): the verifier's greedy token
-            groups[(PLAIN_SPECULATIVE, 0, None, state.banned_ids)].append((i, drafts))
-        else:
-            groups[(state.method, n, state.request.cfg, state.banned_ids)].append((i, drafts))
-    for (method, n, cfg, _), rows in groups.items():
+            groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids, ())].append((i, drafts))
+        else:  # with no drafts (Floor; drafts trimmed near max_model_len) SD's rule at K = 0: t's token
+            method = state.method if n else PLAIN_SPECULATIVE
+            groups[(method, n, state.rule_cfg, state.banned_ids, state.request.stop_ids)].append((i, drafts))
+    for (method, n, cfg, _, stop_ids), rows in groups.items():
         index = [i for i, _ in rows]
         drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
-        banned = proposer.row(batch.req_ids[index[0]]).banned
+        states = [proposer.row(batch.req_ids[i]) for i in index]
         step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
-        outcome = method.decide(cfg, step_logits, drafts, banned)
+        if cfg is not None and cfg.min_tokens:  # every logits of the step, from output position len(y) on
+            produced = [s.num_committed(runner.requests[batch.req_ids[i]].output_token_ids)
+                        for s, i in zip(states, index)]
+            step_logits = {k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids) for k, x in step_logits.items()}
+        if cfg is not None and cfg.samples:
+            outcome = method.sample(cfg, step_logits, drafts, states[0].banned, [s.generator for s in states])
+        else:
+            outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
         decided.append((method, cfg, index, step_logits, outcome, n))
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
@@ -82,7 +100,8 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
 
 def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:
     """The logits the method's rule reads, for the rows `index` with their drafts [G, n]: t, b [G, n+1, V];
-    a [G, n or n+1, V]. A test recording wraps this function while it is on."""
+    a [G, n or n+1, V]; for sampled sd and scd the x_comp drafting logits the drafts were drawn from
+    ("sd", DRAFTED: [G, n, V], draft_pick.py keeps them). A test recording wraps this function while it is on."""
     n = drafts.shape[1]
     out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
     if "b" in method.reads:
@@ -91,6 +110,9 @@ def _logits(method, proposer, batch, logits, logits_indices, first, index, draft
     if "a" in method.reads:
         stored = proposer.row(batch.req_ids[index[0]]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
         out["a"] = proposer.full.logits([batch.req_ids[i] for i in index], min(n + 1, stored))
+    if cfg is not None and cfg.samples and n and method.draft_view == "x_comp":  # q: what the drafts were drawn from
+        name = method.drafting.logits if method.drafting.logits not in method.reads else DRAFTED
+        out[name] = proposer.full.logits([batch.req_ids[i] for i in index], n)  # [G, n, V]
     return out
 
 

@@ -11,8 +11,8 @@ Floor and drafter-alone have no drafting source (K = 0: one scoring forward, its
 At temperature > 0 the drafts are drawn from the drafting source's filtered distribution and the method's
 sampled rule decides (sampling.py), with one generator per row seeded by cfg.seed. Before cfg.min_tokens
 tokens are out, the stop tokens' logits are -inf in every logits the step reads (vLLM's min-tokens logits
-processor); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py). With cfg.logprobs each committed
-token gets its logprob from the step's logits (logprobs.py).
+processor, min_tokens.py); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py). With cfg.logprobs
+each committed token gets its logprob from the step's logits (logprobs.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
 from .logprobs import TokenLogprob, step_logprobs
 from .methods import Method, Source
+from .min_tokens import MinTokens
 from .sources import LogitSource
 from .stop_strings import StopStrings
 
@@ -108,7 +109,7 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
         if cfg.stop else None
     if cfg.samples:
         plan.gens = sampling.generators(cfg, batch, plan.banned.device if plan.banned is not None else "cpu")
-    hold = _MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
+    hold = MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
     for src in _sources(plan):
         src.prefill()
     start = time.perf_counter()
@@ -147,7 +148,7 @@ def _sources(plan: Plan) -> list[LogitSource]:
     return ([plan.drafter] if plan.drafter else []) + plan.scorers
 
 
-def _draft(plan: Plan, y, active, hold: "_MinTokens | None") -> tuple[torch.Tensor, torch.Tensor | None]:
+def _draft(plan: Plan, y, active, hold: MinTokens | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """K drafts per row [B, K] (greedy, or drawn at temperature > 0) and the drafter's logits at those
     positions [B, K(+1), V]."""
     if plan.K == 0:
@@ -166,26 +167,6 @@ def _draft(plan: Plan, y, active, hold: "_MinTokens | None") -> tuple[torch.Tens
     if hold and len(logits) > plan.K:
         logits[-1] = hold.mask(logits[-1][:, None], plan.K)[:, 0]
     return torch.stack(drafts, 1), torch.stack(logits, 1)
-
-
-class _MinTokens:
-    """vLLM's min-tokens logits processor: the stop tokens' logits are -inf at every output position below
-    min_tokens (position j of a step is output token len(y[r]) + j of row r)."""
-
-    def __init__(self, min_tokens: int, stop_ids: set[int], y: list[list[int]]):
-        self.min_tokens, self.stop_ids, self.y = min_tokens, sorted(stop_ids), y
-
-    def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
-        """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""
-        out = torch.tensor([len(r) + first for r in self.y], device=x.device)[:, None] + \
-            torch.arange(x.shape[1], device=x.device)  # [B, n]
-        held = out < self.min_tokens
-        if not held.any():
-            return x
-        x = x.clone()
-        stop = torch.tensor(self.stop_ids, device=x.device)
-        x[..., stop] = x[..., stop].masked_fill(held[..., None], float("-inf"))
-        return x
 
 
 def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_drafts: int, num_accepted: int,

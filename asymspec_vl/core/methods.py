@@ -8,6 +8,10 @@ filtered distribution and `sample` decides, sampling.py), every scoring source r
 the drafts in one forward, and the rule decides from the logits by name:
   a  the drafter on x_full (image + full text)     b  the drafter on x_comp (caption + OCR + question)
   t  the verifier on x_comp                        q  the drafter on x_question (image + question only)
+  sd SD's drafter on x_comp (its drafting logits; None in a step without drafts, the vLLM sampler's)
+The vLLM sampler also hands a sampled rule DRAFTED, the x_comp drafting pass's logits at the draft positions, where
+the drafting source's name is a scored one (SCD's b: there b comes from the x_comp scoring pass, and lossless
+sampling needs the exact distribution the drafts were drawn from).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from .kernels import dispatch
 from . import trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
+
+DRAFTED = "drafted"  # the vLLM sampler's x_comp drafting logits where they are not the scored b (module docstring)
 
 # decide(cfg, logits by name, drafts [B, K], banned [V] | None) -> StepOutcome
 Rule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None], gate.StepOutcome]
@@ -100,10 +106,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            lambda cfg, x, d, banned, g: sampling.sample_asymspec(x["a"], x["b"], x["t"], d, cfg, g, banned),
            fused_bonus_reads_last=True),
     Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
-           "speculative", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], x["sd"], d, cfg, g, banned)),
+           "speculative", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], x.get("sd"), d, cfg, g, banned)),
     Method("scd", DRAFTER_COMP, (VERIFIER,),
            lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), ("b", "t"), "speculative",
-           lambda cfg, x, d, banned, g: sampling.sample_scd(x["b"], x["t"], d, cfg, g, banned),
+           lambda cfg, x, d, banned, g: sampling.sample_scd(x["b"], x["t"], d, cfg, g, banned, x.get(DRAFTED)),
            always_reads_last=True),
     Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
            "verifier", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], None, d, cfg, g, banned)),

@@ -118,11 +118,13 @@ def sample_asymspec(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: t
 
 
 def sample_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-               gens: list[torch.Generator], banned: torch.Tensor | None = None) -> StepOutcome:
-    """SCD at temperature > 0: speculative sampling against its contrastive target, the drafts drawn from
-    filtered(b)."""
-    return speculative_sampling(scd_scores(t, b, cfg.beta, cfg.scd_alpha), filtered_logprobs(b, cfg, banned),
-                                drafts, cfg, gens, banned)
+               gens: list[torch.Generator], banned: torch.Tensor | None = None,
+               q: torch.Tensor | None = None) -> StepOutcome:
+    """SCD at temperature > 0: speculative sampling against its contrastive target (from b, t [B, K+1, V]), the
+    drafts drawn from filtered(q); q [B, K, V] the drafting pass's logits where they are not b's (the vLLM
+    sampler's: b comes from its x_comp scoring pass there), b itself by default."""
+    return speculative_sampling(scd_scores(t, b, cfg.beta, cfg.scd_alpha),
+                                filtered_logprobs(b if q is None else q, cfg, banned), drafts, cfg, gens, banned)
 
 
 def sample_sd(t: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor, cfg: AsymSpecConfig,

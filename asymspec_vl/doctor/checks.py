@@ -1,6 +1,7 @@
 """The checks of `asymspec-vl doctor` (doctor.py) on one attention backend: every method through the vLLM path
-against the transformers backend, then the row checks (doctor_rows.py), the logits checks (doctor_logits.py) and a
-forced preemption; and the gate kernel against its reference. Each returns Check rows."""
+against the transformers backend, then the row checks (rows.py), the logits checks (logits.py), the drafter's
+graphs against its eager passes (graphs.py) and a forced preemption; and the gate kernel against its reference.
+Each returns Check rows."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def method_checks(paths: dict, run: AttentionRun, device: str) -> list[Check]:
 
     from ..api import AsymSpecVL
     from ..core.config import AsymSpecConfig
+    from .graphs import NAMES as GRAPHS_ROWS, graphs_checks
     from .logits import logits_checks
     from .rows import mixed_waves_check, plain_sampling_check
 
@@ -40,6 +42,8 @@ def method_checks(paths: dict, run: AttentionRun, device: str) -> list[Check]:
         checks += guarded(["drafter x_full logits a", "drafter x_comp logits b"], run, logits_checks, vl, hf, run)
         checks += guarded(["mixed sd/scd/asymspec waves (rows reused)"], run, mixed_waves_check, vl, hf, run)
         checks += guarded(["plain request: sampling + logprobs"], run, plain_sampling_check, vl, run)
+        checks += guarded(GRAPHS_ROWS, run, graphs_checks, vl, run, lambda: AsymSpecVL.from_pretrained(
+            **names, backend="vllm", dtype=run.dtype, enforce_eager=False, **run.engine_kwargs()))  # vl's drafter eager (CPU)
     finally:
         vl.backend.close()
     checks += guarded(["forced preemption"], run, preemption_check, vl, hf, run)

@@ -20,6 +20,9 @@ Checks per backend:
                        are reused), each equal to the same request alone on transformers
   plain sampling       a request without extra_args that samples and asks for logprobs (GPU build: the CPU build
                        decodes speculative rows greedily)
+  drafter graphs       asymspec with the drafter's compiled passes (on CUDA: its PIECEWISE CUDA graphs) against
+                       the same engine with them off: tokens, sources, steps equal (float32), a and b equal to
+                       1e-4 (float32) / 0.05 (bf16) of the logits' size; the CPU build compiles a second engine
   preemption           a KV cache too small for the batch: requests are preempted, resume, and still agree
 In float32 (CPU_ATTN, TRITON_ATTN) token agreement must be exact and logits agree to 1e-4. FLASH_ATTN and
 FLASHINFER run bf16 only, where two implementations cannot agree bit for bit: there the logits must agree to bf16
@@ -27,6 +30,10 @@ precision (a wrong plan is off by the logits' own size) and token agreement is r
 Once: TP=2 (asymspec K=2 against transformers, where two CUDA GPUs exist), `asymspec-vl serve` with the tiny
 pair on 127.0.0.1 (one chat request with an image; exit 0 on SIGTERM), and the gate kernel (compiled on a GPU
 with V = 151,936, bf16; in triton's interpreter on the CPU with a smaller V).
+--speed (slow, minutes): evals/benchmarks/bench_vllm.py's Floor and AsymSpec, drafter eager and compiled (CUDA
+graphs on a GPU), tokens/s, the per-step split and the bound MAL * c_v / ((K + 1) c_d + c_v): on CUDA at its sized
+shapes (random weights: Qwen3-VL-2B drafter, --speed-verifier-size verifier, default Qwen3-32B); without CUDA
+the sized row is skipped and the tiny pair runs.
 """
 
 from __future__ import annotations
@@ -94,7 +101,8 @@ def markdown(rows: list[tuple], header: tuple) -> str:
     return "\n".join(lines)
 
 
-def run_doctor(out: str | None = None) -> int:
+def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size: str = "32b",
+               speed_requests: int = 1) -> int:
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
     import torch
@@ -127,6 +135,10 @@ def run_doctor(out: str | None = None) -> int:
         checks.append(tensor_parallel_check(paths, first, tensor_parallel_verdict(current_platform), device))
         checks.append(serve_check(paths, on_gpu))
     checks.append(kernel_check(on_gpu))
+    if speed:
+        from .speed import speed_checks
+
+        checks += speed_checks(on_gpu, current_platform.device_name, speed_verifier_size, speed_requests)
     print(markdown(versions, ("component", "version")) + "\n")
     print(markdown([(c.name, c.backend, "FAILED" if c.failed else c.result, c.detail) for c in checks],
                    ("check", "backend", "result", "detail")))
@@ -161,4 +173,9 @@ def register(sub) -> None:
     p = sub.add_parser("doctor", help="check this machine's vLLM path against the transformers backend",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", dest="out", default=None, metavar="FILE", help="also write the results as JSON")
-    p.set_defaults(func=lambda args: run_doctor(args.out))
+    p.add_argument("--speed", action="store_true", help="also measure Floor and AsymSpec tokens/s and the per-step "
+                   "split, drafter eager and compiled (bench_vllm; sized shapes on CUDA; slow)")
+    p.add_argument("--speed-verifier-size", default="32b", help="with --speed on CUDA: bench_vllm's verifier shape "
+                   "(mini, 0.6b, 8b, 32b)")
+    p.add_argument("--speed-requests", type=int, default=1, help="with --speed: requests decoded at once (batch)")
+    p.set_defaults(func=lambda args: run_doctor(args.out, args.speed, args.speed_verifier_size, args.speed_requests))

@@ -80,8 +80,10 @@ def ask(client, image=CHART, question=QUESTION, baselines=("floor", "drafter"), 
     from gradio_client import handle_file
 
     s = {**SETTINGS, **over}
+    decoding = [s.get("temperature", 0.0), s.get("top_p", 1.0), s.get("seed")] \
+        if {"temperature", "top_p", "seed"} & set(over) else []  # left out: the page's defaults
     job = client.submit(handle_file(str(image)), question, CAPTION, OCR, s["K"], s["beta"], s["gamma"], s["gate"],
-                        s["max_new_tokens"], list(baselines), api_name="/answer")
+                        s["max_new_tokens"], list(baselines), *decoding, api_name="/answer")
     job.result()
     return job.outputs()
 
@@ -188,10 +190,21 @@ def test_uploads_over_the_size_limit_are_refused(client, app, tmp_path):
     (dict(gamma=0.0), "ConfigError", "gamma=0.0 is invalid"),
     (dict(gate="nope"), "ConfigError", "gate='nope' is invalid"),
     (dict(baselines=["sd"]), "ConfigError", "unknown baseline(s) sd"),
+    (dict(temperature=-1.0), "ConfigError", "temperature=-1.0 is invalid: expected a number in [0, 100]"),
+    (dict(temperature=0.5, seed=1.5), "ConfigError", "seed=1.5 is invalid"),
 ])
 def test_bad_settings_are_messages(client, over, title, match):
     err = _error(client, **over)
     assert err.title == title and match in err.message
+
+
+def test_a_seed_repeats_the_python_apis_sampled_answer(client, tiny_vl):
+    answers = {seed: ask(client, baselines=(), temperature=1.0, top_p=0.9, seed=seed)[-1] for seed in (7, 8)}
+    ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, ocr=OCR, method="asymspec",
+                           config=AsymSpecConfig(**SETTINGS, temperature=1.0, top_p=0.9, seed=7))
+    assert answers[7][5]["asymspec"]["token_ids"] == ref.token_ids != answers[8][5]["asymspec"]["token_ids"]
+    assert 'seed <b class="seed">7</b>' in answers[7][3]
+    assert "greedy (temperature 0)" in ask(client, baselines=())[-1][3]  # left out: greedy, as before
 
 
 def test_cancelling_stops_the_decoding(client, recorder):
@@ -265,7 +278,7 @@ def test_the_api_opens_no_file_outside_the_upload_folder(app, tmp_path):
         assert answers["file data with meta"] == _call(app, "describe", [{**cases["file data with meta"],
                                                                          "path": missing}])
         streamed = _call(app, "answer", [cases["file data without meta"], QUESTION, CAPTION, OCR, 2, 1.0, 0.5,
-                                         "cda", 4, []])
+                                         "cda", 4, [], 0.0, 1.0, None])
         assert streamed == refusal
         with secret.open("rb") as f:  # the same file, uploaded by its owner, is read
             r = httpx.post(app + "gradio_api/upload", files={"files": ("secret.png", f, "image/png")}, timeout=30)

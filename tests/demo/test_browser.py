@@ -403,6 +403,58 @@ def test_the_empty_question_is_one_message_and_clears_the_answer(server, browser
     assert not _messages(browser)
 
 
+def _set_number(browser, elem_id, text):
+    """Type into a number box (a slider's or gr.Number's) and leave it, as a user does."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    if text:
+        box.send_keys(text)
+    box.send_keys(Keys.TAB)
+
+
+def _settings(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, "#stats .settings").text
+
+
+def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser):
+    """The temperature and seed typed in "Decoding controls" reach the models: the settings line says the
+    answer was sampled with that seed and the same seed repeats it; an empty seed box draws one, named there;
+    temperature 0 is greedy again."""
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    _click_example(browser, wait)
+    greedy = [t.text for t in _tokens(browser, "asymspec-answer")]
+    assert "greedy (temperature 0)" in _settings(browser)
+    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
+                                   "normalize-space(text())='Decoding controls']").click()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+    _set_number(browser, "temperature", "1.8")
+    _set_number(browser, "seed", "5")
+    answers = []
+    for _ in range(2):
+        _answer(browser, wait)
+        assert "sampled: temperature 1.8 · top-p 1 · seed 5" in _settings(browser)
+        answers.append([(t.text, t.get_attribute("class")) for t in _tokens(browser, "asymspec-answer")])
+    assert answers[0] == answers[1] and answers[0]
+    _set_number(browser, "seed", "")
+    _answer(browser, wait)
+    assert re.search(r"sampled: temperature 1.8 · top-p 1 · seed \d+ ", _settings(browser))
+    assert not _messages(browser) and not _error_badges(browser)
+    _set_number(browser, "temperature", "0")
+    _answer(browser, wait)
+    assert [t.text for t in _tokens(browser, "asymspec-answer")] == greedy
+    assert "greedy (temperature 0)" in _settings(browser)
+
+
 def _settled_after_stop(browser, wait):
     """The page after Stop: no panel decoding or waiting, no error badge, Answer usable again."""
     from selenium.webdriver.common.by import By

@@ -2,6 +2,7 @@
 page (partial answer kept, the rest not run), an error mid-way marks its panel failed, the page's handlers turn
 every error into one message and clear stale answers, and each upload is decoded once."""
 
+import html
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,6 +11,7 @@ import pytest
 from PIL import Image
 
 from asymspec_vl import AsymSpecConfig
+from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.demo.handlers import Handlers
 from asymspec_vl.demo.service import DemoService
 from asymspec_vl.demo.uploads import Upload
@@ -20,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CHART = Path(__file__).resolve().parents[2] / "demo" / "examples" / "chart.png"
 QUESTION, CAPTION = "What is the value of the tallest bar?", "A bar chart of sales per year."
 SETTINGS = dict(K=2, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=12)
+GREEDY = (0.0, 1.0, None)  # the page's temperature, top-p and seed controls at their defaults
 
 
 class Interrupting:
@@ -121,7 +124,7 @@ def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_pat
     assert begin[0] == "" and all("waiting…" in p for p in begin[1:4])  # stale answers go at once
     assert begin[-1]["interactive"] is False  # Answer is off while this one runs
 
-    out = list(handlers.answer(str(CHART), "  ", CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    out = list(handlers.answer(str(CHART), "  ", CAPTION, "", *SETTINGS.values(), ["floor"], *GREEDY, request))
     assert len(out) == 1
     message, asym, floor, drafter, table, _, results, button = out[0]
     assert "There is no question" in message and "type a question" in message
@@ -140,7 +143,7 @@ def test_the_page_handlers_show_one_message_and_no_stale_answer(tiny_vl, tmp_pat
     assert cleared[0] == "" and all("no answer yet" in p for p in cleared[1:4]) and cleared[-1] is False
     assert handlers.removed({"path": str(CHART)}, False, request)[0] == {"__type__": "update"}
 
-    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], *GREEDY, request))
     assert all(frame[0] == {"__type__": "update"} for frame in out)  # the message (begin cleared it) stays
     assert _status(out[-1][1]).startswith("done: ")
     assert handlers.service.stops.current("s1") is None  # released when the answer ended
@@ -151,7 +154,7 @@ def test_an_unexpected_error_is_a_short_message_with_the_details_in_the_log(tiny
         raise Broken("internal detail")
 
     handlers = Handlers(DemoService(Interrupting(tiny_vl, "asymspec", at=1, action=fail), AsymSpecConfig()))
-    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [],
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [], *GREEDY,
                                SimpleNamespace(session_hash="s2")))
     message = out[-1][0]
     assert "Something went wrong on the server" in message and "Broken" in message
@@ -195,9 +198,93 @@ def test_a_new_upload_stops_the_running_answer_and_clears_its_panels(tiny_vl, tm
         handlers.describe(Upload(str(upload), "new.png"), request)))
     handlers = Handlers(DemoService(vl, AsymSpecConfig(), upload_folders=[tmp_path, CHART.parent]))
     handlers.begin(request)
-    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], request))
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], *GREEDY, request))
     assert uploaded[0][3] == "" and vl.calls == ["asymspec"]  # the upload was fine; the answer stopped
     message, asym, floor, drafter, table, _, results, button = out[-1]
     assert message == {"__type__": "update"}  # left to the upload's own message
     assert all(_status(p) == "no answer yet" and not spans(p) for p in (asym, floor, drafter))
     assert results == {} and button["interactive"] is True
+
+
+def _sampled(service, temperature, seed, top_p=1.0, baselines=("floor", "drafter")):
+    """The last frame of one answer with the page's temperature, top-p and seed controls."""
+    return list(service.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), list(baselines),
+                               temperature, top_p, seed))[-1]
+
+
+def test_a_seeded_sampled_answer_repeats_and_says_it_was_sampled_with_that_seed(tiny_vl):
+    """Every method samples with the page's seed: the same seed repeats the Python API's sampled answer,
+    another seed (and greedy decoding) gives other tokens, and the settings line names the seed."""
+    service = DemoService(tiny_vl, AsymSpecConfig())
+    first, again, other = _sampled(service, 1.0, 7), _sampled(service, 1.0, 7), _sampled(service, 1.0, 8)
+    greedy = _sampled(service, 0.0, None)
+    for method, i in (("asymspec", 0), ("floor", 1), ("drafter", 2)):
+        ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, method=method,
+                               config=AsymSpecConfig(**SETTINGS, temperature=1.0, seed=7))
+        assert first[5][method]["token_ids"] == again[5][method]["token_ids"] == ref.token_ids
+        assert spans(first[i]) == spans(again[i])
+        assert other[5][method]["token_ids"] != ref.token_ids != greedy[5][method]["token_ids"]
+        assert first[5][method]["config"]["seed"] == 7 and first[5][method]["config"]["temperature"] == 1.0
+    table = first[3]
+    assert "sampled: temperature 1 · top-p 1 · seed <b class=\"seed\">7</b>" in table
+    assert "greedy (temperature 0)" in greedy[3] and "sampled" not in greedy[3]
+
+
+def test_temperature_zero_is_the_greedy_answer(tiny_vl):
+    service = DemoService(tiny_vl, AsymSpecConfig())
+    frame = _sampled(service, 0.0, 123, top_p=0.5, baselines=())
+    ref = tiny_vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec", config=AsymSpecConfig(**SETTINGS))
+    assert frame[5]["asymspec"]["token_ids"] == ref.token_ids and "greedy (temperature 0)" in frame[3]
+
+
+def test_an_empty_seed_draws_one_that_is_shown_and_repeats_the_answer(tiny_vl):
+    import re
+
+    service = DemoService(tiny_vl, AsymSpecConfig())
+    frame = _sampled(service, 1.0, None, baselines=())
+    seed = int(re.search(r'seed <b class="seed">(\d+)</b>', frame[3]).group(1))
+    assert frame[5]["asymspec"]["config"]["seed"] == seed
+    assert _sampled(service, 1.0, float(seed), baselines=())[5]["asymspec"]["token_ids"] == \
+        frame[5]["asymspec"]["token_ids"]  # the seed box sends floats
+
+
+class GreedyOnly:
+    """The pipeline on a backend whose speculative engine cannot sample (the vLLM backend's
+    refuse_speculative_sampling): a typed ConfigError from generate, before any token."""
+
+    def __init__(self, vl):
+        self.vl = vl
+
+    def __getattr__(self, name):
+        return getattr(self.vl, name)
+
+    def generate(self, method, config, **kwargs):
+        if method == "asymspec" and config.samples:
+            raise ConfigError(f"AsymSpecConfig.temperature={config.temperature!r}: method 'asymspec' on the "
+                              "vLLM backend decodes greedily only")
+        return self.vl.generate(method=method, config=config, **kwargs)
+
+
+def test_a_backend_that_cannot_sample_is_the_pages_message(tiny_vl):
+    handlers = Handlers(DemoService(GreedyOnly(tiny_vl), AsymSpecConfig()))
+    request = SimpleNamespace(session_hash="s4")
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], 0.8, 1.0, 3,
+                               request))
+    message, asym, floor, *_, button = out[-1]
+    assert "A setting is out of range" in message and "decodes greedily only" in message
+    assert _status(asym) == "failed: see the message" and _status(floor) == "not run"
+    assert button["interactive"] is True
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [], *GREEDY, request))
+    assert _status(out[-1][1]).startswith("done: ")  # the page still answers greedily
+
+
+@pytest.mark.parametrize("temperature, top_p, seed, match", [
+    (-0.5, 1.0, None, "temperature=-0.5 is invalid: expected a number in [0, 100] (0: greedy)"),
+    (0.7, 0.0, 1, "top_p=0.0 is invalid"),
+    (0.7, 1.0, 2.5, "seed=2.5 is invalid: expected an integer"),
+])
+def test_a_bad_sampling_setting_is_the_pages_message(tiny_vl, temperature, top_p, seed, match):
+    handlers = Handlers(DemoService(tiny_vl, AsymSpecConfig()))
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [], temperature, top_p, seed,
+                               SimpleNamespace(session_hash="s5")))
+    assert len(out) == 1 and "A setting is out of range" in out[0][0] and html.escape(match) in out[0][0]

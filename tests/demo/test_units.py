@@ -261,6 +261,10 @@ def _png(path, size):
     (dict(gamma=0.0), ConfigError, "gamma"),
     (dict(gate="nope"), ConfigError, "gate"),
     (dict(max_new_tokens=None), ConfigError, "max_new_tokens"),
+    (dict(temperature=-0.5), ConfigError, r"temperature=-0.5 is invalid: expected a number in \[0, 100\]"),
+    (dict(temperature="hot"), ConfigError, "temperature='hot' is invalid"),
+    (dict(temperature=0.7, top_p=1.5), ConfigError, "top_p=1.5 is invalid"),
+    (dict(temperature=0.7, seed=0.5), ConfigError, "seed=0.5 is invalid: expected an integer"),
     (dict(question="   "), EmptyQuestionError, "question is empty"),
     (dict(baselines=["sd"]), ConfigError, "baseline"),
     (dict(image=None), InvalidImageError, "no image yet: upload one"),
@@ -435,3 +439,30 @@ def test_a_click_on_an_example_runs_the_answer():
     begin, answer = by_name["page_example_begin"], by_name["page_example_answer"]
     assert begin["trigger_after"] == load["id"] and answer["trigger_after"] == begin["id"]
     assert [demo.fns[d["id"]].fn.__name__ for d in (begin, answer)] == ["begin", "answer"]
+
+
+def test_the_decoding_controls_hold_temperature_top_p_and_seed():
+    """The page's and the API's answers read the temperature slider (0..2, default 0: greedy), the top-p slider
+    and the seed box (empty: a random seed), after the baselines; the command line's values are their defaults."""
+    from asymspec_vl.demo.app import build_demo
+
+    names = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"})
+    for base, shown in ((AsymSpecConfig(), (0.0, 1.0, None)), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),
+                                                                (0.6, 0.9, 4))):
+        demo = build_demo(DemoService(names, base))
+        blocks = {c["id"]: c for c in demo.config["components"]}
+        for api in ("answer", "page_answer", "page_example_answer"):
+            dep = next(d for d in demo.config["dependencies"] if d["api_name"] == api)
+            last = [blocks[i]["props"] for i in dep["inputs"][-4:]]
+            assert [p["elem_id"] for p in last] == ["baselines", "temperature", "top-p", "seed"]
+            assert tuple(p.get("value") for p in last[1:]) == shown
+        temperature = next(c["props"] for c in blocks.values() if c["props"].get("elem_id") == "temperature")
+        assert (temperature["minimum"], temperature["maximum"]) == (0, 2)
+
+
+def test_no_speed_note_where_the_backend_holds_model_names_not_models():
+    """The vLLM backend's drafter and verifier are the names its engines load: the speed note (which counts
+    parameters) is empty there, not an AttributeError on every answer."""
+    vllm_like = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"},
+                                backend=SimpleNamespace(drafter="/models/vl", verifier="/models/llm"))
+    assert DemoService(vllm_like, AsymSpecConfig()).speed_note(2) == ""

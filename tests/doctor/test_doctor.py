@@ -199,10 +199,13 @@ def test_doctor_passes_on_the_cpu_build_and_skips_what_needs_a_gpu(tmp_path):
     assert not [c for c in report["checks"] if c["result"] == "failed"]
     for name in ("asymspec K=2", "asymspec K=4 (same engine)", "scd K=2", "sd K=2", "floor", "drafter alone",
                  "drafter x_full logits a", "drafter x_comp logits b", "mixed sd/scd/asymspec waves (rows reused)",
-                 "forced preemption", "attention backend vLLM selected"):
+                 "forced preemption", "attention backend vLLM selected", "drafter graphs: tokens == eager",
+                 "drafter graphs: a and b == eager"):
         assert checks[(name, "CPU_ATTN")]["result"] == "ok", (name, checks[(name, "CPU_ATTN")])
     assert checks[("attention backend vLLM selected", "CPU_ATTN")]["detail"] == "CPU_ATTN"
     assert "6/6 requests equal" in checks[("asymspec K=2", "CPU_ATTN")]["detail"]
+    graphs = checks[("drafter graphs: tokens == eager", "CPU_ATTN")]["detail"]
+    assert "6/6 requests equal" in graphs and "compiled, no CUDA graphs" in graphs, graphs
     assert "18/18 requests equal" in checks[("mixed sd/scd/asymspec waves (rows reused)", "CPU_ATTN")]["detail"]
     for label in ("TRITON_ATTN", "FLASH_ATTN (FA3)", "FLASH_ATTN (FA2)", "FLASHINFER", "FLASHINFER, block size 128"):
         skipped = checks[("attention backend runs here", label)]

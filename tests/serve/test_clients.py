@@ -119,18 +119,34 @@ def test_stop_strings_cut_the_answer_as_vllm_cuts_them(client, reference):
     assert "".join(pieces) == text[:text.index(stop)]  # no piece of the stop string was ever sent
 
 
-def test_a_seed_repeats_a_sampled_answer(client):
+SAMPLING = dict(temperature=2.0, top_p=0.95, top_k=50, min_p=0.01)  # hot enough that the toy pair's answers vary
+
+
+def test_a_seed_repeats_a_sampled_answer(client, reference):
+    """A seed repeats the library's sampled answer (plain and streamed); seed 1 and greedy decoding give other
+    answers (the toy pair's answers vary at this temperature), so the server did sample, with the seed it was sent."""
     example = TOY[1]
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / example["image"])}},
         {"type": "text", "text": example["question"]}]}]
+    library = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": [
+        {"type": "image", "image": str(EXAMPLES / example["image"]), "caption": example["caption"], "ocr": ""},
+        {"type": "text", "text": example["question"]}]}]
 
-    def ask(seed):
+    def ask(seed, **kw):  # seed None: greedy (temperature 0)
         return client.chat.completions.create(
-            model="asymspec-vl", messages=messages, max_tokens=16, temperature=0.9, top_p=0.95, seed=seed,
-            extra_body={"caption": example["caption"], "ocr": "", "top_k": 50, "min_p": 0.01,
-                        "return_token_ids": True}).choices[0].token_ids
-    assert ask(7) == ask(7)
+            model="asymspec-vl", messages=messages, max_tokens=16, seed=seed, top_p=SAMPLING["top_p"], **kw,
+            temperature=SAMPLING["temperature"] if seed is not None else 0.0,
+            extra_body={"caption": example["caption"], "ocr": "", "top_k": SAMPLING["top_k"],
+                        "min_p": SAMPLING["min_p"], "return_token_ids": True})
+
+    answers = {seed: ask(seed).choices[0] for seed in (3, 1, None)}  # None: greedy
+    ref = reference.generate_chat(library, K=2, max_new_tokens=16, **SAMPLING, seed=3)
+    assert (answers[3].token_ids, answers[3].message.content) == (ref.token_ids, ref.text)
+    assert ask(3).choices[0].token_ids == ref.token_ids
+    assert len({tuple(a.token_ids) for a in answers.values()}) == 3  # each seed, and greedy, its own answer
+    streamed = ask(3, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ref.text
 
 
 @pytest.mark.parametrize("method", ["asymspec", "floor"])

@@ -1,15 +1,15 @@
 """The drafter's x_comp view (`CompView`, owned by the proposer): the drafter on the verifier's token stream, in
 the KV blocks vLLM allocates for the drafter's layers on the verifier's block table. Its pass over the
 verifier's step inputs gives the logits b at the verified positions; drafting on it (methods sd and scd, and
-requests without extra_args) writes greedy drafts into the lookahead KV slots vLLM reserves for those layers."""
+requests without extra_args) writes its drafts (draft_pick.py) into the lookahead KV slots vLLM reserves for those layers."""
 
 from __future__ import annotations
 
 import torch
 
-from asymspec_vl.core.gate import greedy
 from asymspec_vl.inputs.vocab import token_mask
 
+from .draft_pick import pick
 from .drafter_pass import PassRow, run_pass, to_device
 from ..requests.mrope import generated_positions
 
@@ -76,8 +76,8 @@ class CompView:
                          for i, req_id, _ in (group[j] for j in live)]
                 hidden, last = run_pass(proposer, batch, table.block_size,
                                         token_ids=tokens if index is None else tokens[index], decode=True)
-                new = greedy(proposer.model.compute_logits(hidden[last]),
-                             banned if index is None else banned[index])
+                new = pick(proposer.model.compute_logits(hidden[last]), [group[j][2] for j in live], k,
+                           banned if index is None else banned[index], proposer.full.draft_logits)
                 tokens = new if index is None else tokens.index_put((index,), new)
                 drafted.append(tokens)
             for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):

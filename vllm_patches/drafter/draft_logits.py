@@ -1,4 +1,5 @@
-"""The drafter's x_full logits a, kept from the step that drafts to the step that verifies, in one buffer.
+"""The drafter's x_full logits a, kept from the step that drafts to the step that verifies, in one buffer (and,
+for a sd or scd request that samples, the x_comp drafting logits q its drafts were drawn from: draft_pick.py).
 
 Each running asymspec request holds K+1 rows of V logits between two steps (a_1..a_K at the draft
 positions, a_{K+1} for a fused bonus): max_num_seqs x (K+1) x V in the model dtype, about 0.4 GB for 256
@@ -36,6 +37,10 @@ class DraftLogits:
     def store(self, req_id: str, a: torch.Tensor) -> None:
         """a: [n, V] logits at the draft positions (n <= K + 1)."""
         self.logits[self.slot(req_id), :a.shape[0]] = a
+
+    def put(self, req_id: str, k: int, x: torch.Tensor) -> None:
+        """x: [V] the logits of draft position k (0-based)."""
+        self.logits[self.slot(req_id), k] = x
 
     def gather(self, req_ids: list[str], n: int) -> torch.Tensor:
         """The first n rows of each request's logits. -> [len(req_ids), n, V]."""

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from asymspec_vl.core.gate import greedy
-
 from asymspec_vl.core.sources import RowLedger
 
 from .. import switches
 from .draft_logits import DraftLogits
+from .draft_pick import pick
 from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
 from ..requests.kv_pool import FullViewPool
 from .mm_cache import ImageCache
@@ -95,7 +94,7 @@ class FullView:
         passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K (a_{K+1} if the rule reads it)
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
         logits = [[row] for row in self.first_pass(rows, images)]  # a_1 per row
-        tokens = greedy(torch.stack([lg[0] for lg in logits]), banned)  # [R] d_1 per row
+        tokens = pick(torch.stack([lg[0] for lg in logits]), [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
         drafted = [tokens]
         for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
@@ -106,7 +105,7 @@ class FullView:
             step = proposer.model.compute_logits(hidden[last])  # [len(live), V]
             for j, r in enumerate(live):
                 logits[r].append(step[j])
-            new = greedy(step, banned if index is None else banned[index])  # [len(live)]
+            new = pick(step, [rows[r][1] for r in live], k, banned if index is None else banned[index])  # [live]
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)
         drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device

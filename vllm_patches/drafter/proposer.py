@@ -7,8 +7,12 @@
                come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
   x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
                incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
-               first step, in chunks of at most max_num_batched_tokens), then drafts K greedily (logits a,
+               first step, in chunks of at most max_num_batched_tokens), then drafts K (logits a,
                kept in draft_logits until the next step verifies them).
+Each draft is picked by draft_pick.py on either view: greedily, or, for a request that samples, drawn from its
+filtered distribution with the request's own generator (rows.RowState.generator), the stop tokens held back
+below min_tokens; a sampling sd / scd request's x_comp drafting logits q go to draft_logits too (the sampler's
+lossless rule needs the exact q).
 The drafter's decode-shaped passes (x_comp scoring, x_comp drafting, the x_full passes after a step's first)
 run through vLLM's compilation of the drafter and, on CUDA, its PIECEWISE CUDA graphs (drafter_graphs.py);
 a step's first x_full pass (its feed, with the image embeddings and DeepStack features) runs eagerly, and so
@@ -159,6 +163,7 @@ class AsymSpecProposer(DraftModelProposer):
             view = state.method.draft_view
             if view is None:
                 continue  # Floor: no drafts, the verifier decodes alone
+            state.y_len = state.num_committed(self.runner.requests[req_id].output_token_ids)  # d_1's output position
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 state.full.commit(y)

@@ -6,7 +6,9 @@ proposals are consumed after the runner's bookkeeping (disable_padded_drafter_ba
 tokens are plain lists; async scheduling stays off (vLLM allows it for EAGLE/draft_model only). The drafter
 is compiled and its decode-shaped passes replay CUDA graphs as the verifier's engine allows
 (drafter_graphs.py); the speculative config's enforce_eager=True keeps every drafter pass eager. vLLM's V2
-GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the V1 runner. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
+GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the V1 runner. An asymspec request
+(extra_args["asymspec"]) may set min_p, which vLLM refuses with speculative decoding (SamplingParams
+_validate_spec_decode): its method's sampled rule applies it. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ def _asks_for_asymspec(speculative_config) -> bool:
 def patch_speculative_config() -> None:
     from vllm.config.speculative import SpeculativeConfig
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.sampling_params import SamplingParams
 
     install(SpeculativeConfig, "__init__", speculative_config_init)
     install(SpeculativeConfig, "uses_draft_model", uses_draft_model)
     install(EngineArgs, "create_engine_config", create_engine_config)
+    install(SamplingParams, "_validate_spec_decode", validate_spec_decode)
 
 
 def speculative_config_init(original, spec, *args, **kwargs) -> None:
@@ -41,6 +45,18 @@ def speculative_config_init(original, spec, *args, **kwargs) -> None:
     original(spec, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True})
     spec.method = METHOD
     _check(spec)
+
+
+def validate_spec_decode(original, params, speculative_config) -> None:
+    """vLLM refuses min_p with speculative decoding (its rejection sampler has none); an asymspec request's
+    min_p is its method's sampled rule's (vllm_patches/sampler.py), so it passes (logit_bias stays vLLM's
+    refusal)."""
+    from ..requests.request_args import has_request_args
+
+    if (getattr(speculative_config, "method", None) == METHOD and has_request_args(params.extra_args)
+            and not params.logit_bias):
+        return None
+    return original(params, speculative_config)
 
 
 def uses_draft_model(original, spec) -> bool:

@@ -75,6 +75,12 @@ class AsymSpecWorkerExtension:
         return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
                          for entry in entries] for req_id, entries in steps.items()}
 
+    def asymspec_drafter_graphs(self, on: bool | None = None) -> dict:
+        """Switch the drafter's compiled passes (and CUDA graphs) on or off, counting them (graph_switch.py)."""
+        from .graph_switch import switch
+
+        return switch(self._asymspec_proposer(), on)
+
     def _asymspec_runner(self):
         from .runner_state import runner_state
 

@@ -69,6 +69,12 @@ def captured_step_logits(llm) -> dict[str, list[dict]]:
                      for entry in entries] for req_id, entries in captured.items()}
 
 
+def drafter_graphs(llm, on: bool | None = None) -> dict:
+    """Switch the drafter's compiled passes on or off (None: leave them); {"compiled", "cudagraph_mode",
+    "capture_sizes", "graphs", "passes": {"compiled", "replayed"} since the last switch} (hooks/graph_switch.py)."""
+    return llm.collective_rpc("asymspec_drafter_graphs", args=(on,))[0]
+
+
 def profile_vision_tower(llm) -> list[int] | None:
     """Run the drafter's vision tower on its largest image (as the profile run does); that image's grid."""
     return llm.collective_rpc("asymspec_profile_vision_tower")[0]

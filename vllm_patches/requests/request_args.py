@@ -1,9 +1,10 @@
 """The per-request AsymSpec inputs carried by SamplingParams.extra_args["asymspec"]: build and validate.
 
 Schema (all but `mode` optional):
-  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's greedy
-                  tokens, for servers that hold one engine), "sd" (drafter on x_comp, greedy
-                  verification), "scd" (drafter on x_comp, contrastive target, Appendix B)
+  mode            "asymspec" (drafter on x_full, gate + delta-fusion), "floor" (no drafts: the verifier's
+                  tokens, for servers that hold one engine), "sd" (drafter on x_comp, speculative
+                  verification), "scd" (drafter on x_comp, contrastive target, Appendix B); each greedy, or
+                  sampled by its method's sampled rule (asymspec_vl.core.sampling) when temperature >= 1e-5
   config          AsymSpecConfig fields (K at most the engine's num_speculative_tokens; default: that); the
                   budget, stop and sampling fields travel in SamplingParams itself (max_tokens,
                   stop_token_ids, stop, include_stop_str_in_output, min_tokens, temperature, top_p,
@@ -31,6 +32,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +44,7 @@ from asymspec_vl.core.errors import ConfigError, InputError, InvalidImageError, 
 from .mrope import image_runs
 
 KEY = "asymspec"
+GREEDY_BELOW = 1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
 REQUEST_KEY = "asymspec_request"  # extra_args key of the parsed AsymSpecRequest, set by the scheduler for the workers
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
@@ -93,6 +96,7 @@ class AsymSpecRequest:
     pixel_values: torch.Tensor | None = None  # [num_patches, patch_dim]
     image_grid_thw: torch.Tensor | None = None  # [num_images, 3] int64
     banned: tuple[int, ...] = ()
+    stop_ids: tuple[int, ...] = ()  # what ends the answer (vLLM's all_stop_token_ids): held below cfg.min_tokens
 
     @property
     def K(self) -> int:
@@ -171,10 +175,28 @@ def has_request_args(extra_args) -> bool:
 
 
 def parse_request(params, facts: EngineFacts) -> AsymSpecRequest:
-    """The request of SamplingParams `params` (whose extra_args hold KEY), parsed and checked once."""
+    """The request of SamplingParams `params` (whose extra_args hold KEY), parsed and checked once: its cfg takes
+    the sampling fields and min_tokens from `params` (decoding_config), its stop_ids vLLM's (EOS unless
+    ignore_eos, and stop_token_ids)."""
     request = parse_request_args(params.extra_args, facts)
-    check_greedy(params)
+    check_supported(params)
+    request.cfg = decoding_config(request.cfg, params)
+    request.stop_ids = tuple(sorted(params.all_stop_token_ids))
     return request
+
+
+def decoding_config(cfg: AsymSpecConfig, params) -> AsymSpecConfig:
+    """cfg with the SamplingParams' temperature, top_p, top_k, min_p, seed and min_tokens; a temperature below
+    vLLM's greedy threshold (1e-5) decodes greedily (temperature 0, no seed), as vLLM's sampler does. A sampling
+    request without a seed gets a fresh one here, once: every tensor-parallel rank then draws the same stream."""
+    if params.temperature < GREEDY_BELOW:
+        sampled = dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=None)
+    else:
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        sampled = dict(temperature=float(params.temperature), top_p=float(params.top_p),
+                       top_k=max(int(params.top_k), 0), min_p=float(params.min_p), seed=seed)
+    return cfg.replace(**sampled, min_tokens=int(params.min_tokens),
+                       max_new_tokens=max(cfg.max_new_tokens, int(params.min_tokens)))
 
 
 def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecRequest:
@@ -289,9 +311,11 @@ def decodes_greedily(params) -> bool:
             and params.frequency_penalty == 0 and params.repetition_penalty == 1 and not params.min_tokens)
 
 
-def check_greedy(params) -> None:
-    """RequestArgsError unless the SamplingParams decode greedily without logits processing (logprobs are served:
-    each token's under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
-    if not decodes_greedily(params):
-        raise RequestArgsError("asymspec requests decode greedily: use temperature=0 and no penalties, "
-                               "logit_bias, bad_words, allowed_token_ids or min_tokens")
+def check_supported(params) -> None:
+    """RequestArgsError for what the methods' rules do not define: penalties and logits processing (temperature,
+    top_p, top_k, min_p, seed and min_tokens are the rules' own: decoding_config; logprobs are served, each token's
+    under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
+    if (params.logit_bias or params.bad_words or params.allowed_token_ids
+            or params.presence_penalty != 0 or params.frequency_penalty != 0 or params.repetition_penalty != 1):
+        raise RequestArgsError("asymspec requests take temperature, top_p, top_k, min_p, seed, min_tokens and "
+                               "logprobs; not penalties, logit_bias, bad_words or allowed_token_ids")

@@ -1,4 +1,5 @@
-"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures.
+"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures, the
+request's generator when it samples.
 
 `RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
 in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
@@ -9,10 +10,12 @@ models (the proposer opens a request's x_full view, and frees its caches through
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import torch
 
+from asymspec_vl.core import sampling
 from asymspec_vl.core.methods import PLAIN_SPECULATIVE, Method
 from asymspec_vl.core.sources import RowLedger
 from asymspec_vl.inputs.vocab import token_mask
@@ -39,6 +42,22 @@ class RowState:
     delta: int = 0  # M-RoPE delta of the x_full prompt
     sees_image: bool = False
     drafts: list[int] = field(default_factory=list)  # the last proposal
+    req_id: str = ""
+    generator: torch.Generator | None = None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed
+    y_len: int = 0  # len(y) when the row last drafted: d_1 is output position y_len
+
+    @cached_property
+    def rule_cfg(self):
+        """The request's cfg without its seed (the rules never read it; the generator holds it): rows group by it."""
+        return self.request.cfg.replace(seed=None)
+
+    @property
+    def samples(self) -> bool:
+        return self.generator is not None
+
+    def holds(self, position: int) -> bool:
+        """Whether output position `position` (of y) is below the request's min_tokens: its stop tokens -inf."""
+        return self.request is not None and position < self.request.cfg.min_tokens and bool(self.request.stop_ids)
 
     @property
     def method(self) -> Method:
@@ -48,6 +67,10 @@ class RowState:
     def committed(self, output_token_ids: list[int]) -> list[int]:
         """y of Algorithm 1."""
         return hidden_tokens.committed(self.prime, output_token_ids)
+
+    def num_committed(self, output_token_ids: list[int]) -> int:
+        """len(y), without copying y."""
+        return max(len(output_token_ids) - (self.prime is not None), 0)
 
 
 class RequestRegistry:
@@ -67,10 +90,13 @@ class RequestRegistry:
         """The state of a request seen for the first time. request: the runner's CachedRequestState."""
         params = request.sampling_params
         extra = (params.extra_args if params is not None else None) or {}
-        state = self.rows[req_id] = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY))
+        state = self.rows[req_id] = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY),
+                                             req_id=req_id)
         if state.request is None:
             return state
         state.K = state.request.K
+        if state.request.cfg.samples:  # the transformers backend's stream for the same seed
+            state.generator = sampling.generators(state.request.cfg, 1, self.device)[0]
         state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
         state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
         return state

@@ -3,9 +3,10 @@
   floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
   drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
             engine's own vision tower)
-Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling and
-min_tokens to vLLM's sampler on the plain engines; the speculative engine decodes greedily and refuses
-temperature >= 1e-5 and min_tokens with a ConfigError (the transformers backend runs them).
+Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling
+(temperature, top_p, top_k, min_p, seed) and min_tokens to SamplingParams too: vLLM's sampler reads them on the
+plain engines, the speculative engine's sampler runs each method's sampled rule on them (vllm_patches/sampler.py:
+the rules of asymspec_vl.core.sampling, the transformers backend's; a seed gives the same generator stream).
   asymspec  the verifier on x_comp with speculative method "asymspec": the drafter reads x_full (image
             included) and x_comp, the project's gate decides (vllm_patches)
   sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
@@ -26,7 +27,6 @@ from ...inputs import budget
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ConfigError
 from ...core.methods import Method
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
@@ -34,7 +34,6 @@ from ...inputs.vocab import ModelPair
 from .logprobs import MissingLogprobsError, from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
-GREEDY_BELOW = 1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
 FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
 
 
@@ -119,8 +118,6 @@ class VLLMBackend:
         """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
         every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
         budget)."""
-        if method.name == "floor":
-            refuse_speculative_sampling(method, cfg)  # Floor on the speculative engine decodes greedily
         prompt, params = self.engine_request(r, method, cfg, speculative=True)
         return prompt, params, self.engine_for(method, cfg.K, speculative=True)[1]
 
@@ -159,8 +156,7 @@ class VLLMBackend:
             kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if mode == "plain":  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
-        refuse_speculative_sampling(method, cfg)
-        kw.update(temperature=0.0, seed=None)  # below vLLM's 1e-5 greedy threshold: greedy, as vLLM decodes it
+        # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
         extra = vllm_patches.make_extra_args(
             mode, cfg, x_full=full.ids if full else None, pixel_values=full.pixel_values if full else None,
@@ -198,18 +194,6 @@ class VLLMBackend:
             return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs)
         return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
                                                                f"'{completion.finish_reason}': {error or 'no detail'}")
-
-
-def refuse_speculative_sampling(method: Method, cfg: AsymSpecConfig) -> None:
-    """What the vLLM backend's speculative engine does not do yet (the transformers backend does both):
-    sampling (temperature >= 1e-5, vLLM's greedy threshold) and min_tokens. ConfigError naming the field."""
-    if cfg.temperature >= GREEDY_BELOW:
-        raise ConfigError(f"AsymSpecConfig.temperature={cfg.temperature!r}: method {method.name!r} on the vLLM "
-                          f"backend decodes greedily only (temperature < {GREEDY_BELOW}); its sampled rule "
-                          f"runs on the transformers backend (backend='hf'), and floor / drafter sample on vLLM")
-    if cfg.min_tokens:
-        raise ConfigError(f"AsymSpecConfig.min_tokens={cfg.min_tokens!r}: method {method.name!r} on the vLLM "
-                          f"backend has no min_tokens yet; it runs on the transformers backend (backend='hf')")
 
 
 class StreamedStats:

@@ -1,12 +1,12 @@
 """Stop strings, sampling and min_tokens on the vLLM backend (tiny models, CPU build), against transformers.
 
 Stop strings: vLLM's output processor cuts them on every engine, and the transformers loop cuts them the same.
-Floor and the drafter alone sample with vLLM's own sampler. The speculative engine decodes greedily: sampling
-(temperature >= 1e-5) and min_tokens there are refused by name, never answered wrongly."""
+Floor and the drafter alone sample with vLLM's own sampler. The speculative engine (asymspec, sd, scd) samples with
+the methods' sampled rules, the transformers backend's, and holds min_tokens as it does."""
 
 import pytest
 
-from asymspec_vl import AsymSpecConfig, ConfigError
+from asymspec_vl import AsymSpecConfig
 from helpers import random_request
 
 pytestmark = pytest.mark.vllm
@@ -57,12 +57,40 @@ def test_floor_and_drafter_sample_with_vllms_sampler(pipes, method):
     assert stop not in held.token_ids[:6] and len(held.token_ids) >= 6
 
 
-@pytest.mark.parametrize("method", ["asymspec", "sd", "scd"])
-def test_the_speculative_engine_refuses_sampling_by_name(pipes, method):
+SPECULATIVE = ["asymspec", "sd", "scd"]
+HOT = BASE.replace(temperature=0.8, seed=5)
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_the_speculative_engine_samples_the_transformers_tokens_with_a_seed(pipes, method):
+    """One rule, one generator stream per row: with a seed the vLLM speculative engine draws the drafts and
+    decides each step as the transformers loop does (asymspec_vl.core.sampling), token for token."""
+    vl, hf = pipes
+    for cfg in (HOT, HOT.replace(seed=9, top_p=0.9, top_k=20, min_p=0.02)):
+        want = [(r.token_ids, [t.source for t in r.trace]) for r in hf.generate_batch(REQS, method, cfg)]
+        assert [(r.token_ids, [t.source for t in r.trace]) for r in vl.generate_batch(REQS, method, cfg)] == want
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_a_seed_repeats_on_the_speculative_engine_and_another_seed_differs(pipes, method):
     vl, _ = pipes
-    with pytest.raises(ConfigError, match=r"AsymSpecConfig.temperature=0.7.*greedily only"):
-        vl.generate_batch(REQS[:1], method, BASE.replace(temperature=0.7))
-    with pytest.raises(ConfigError, match=r"AsymSpecConfig.min_tokens=3"):
-        vl.generate_batch(REQS[:1], method, BASE.replace(min_tokens=3))
-    cold = vl.generate_batch(REQS[:1], method, BASE.replace(temperature=1e-6, seed=3))[0]  # below 1e-5: greedy
-    assert cold.token_ids == vl.generate_batch(REQS[:1], method, BASE)[0].token_ids
+    greedy = [r.token_ids for r in vl.generate_batch(REQS, method, BASE)]
+    first = [r.token_ids for r in vl.generate_batch(REQS, method, HOT)]
+    assert [r.token_ids for r in vl.generate_batch(REQS, method, HOT)] == first
+    assert [r.token_ids for r in vl.generate_batch(REQS, method, HOT.replace(seed=6))] != first
+    assert first != greedy
+    # temperature -> 0 (vLLM raises 1e-6 to 0.01): the greedy tokens
+    assert [r.token_ids for r in vl.generate_batch(REQS, method, BASE.replace(temperature=1e-6, seed=3))] == greedy
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_min_tokens_holds_the_stop_token_back_on_the_speculative_engine(pipes, method):
+    """Below min_tokens the stop tokens are -inf in every logits a step reads and in the drafts: the answer
+    goes on past the greedy stop token, as the transformers backend's does."""
+    vl, hf = pipes
+    greedy = vl.generate_batch(REQS[:1], method, BASE)[0].token_ids
+    for cfg in (BASE, HOT):
+        held = cfg.replace(stop_token_ids=(greedy[1],), min_tokens=6)
+        got = vl.generate_batch(REQS[:1], method, held)[0]
+        assert greedy[1] not in got.token_ids[:6] and len(got.token_ids) >= 6
+        assert got.token_ids == hf.generate_batch(REQS[:1], method, held)[0].token_ids

@@ -39,6 +39,7 @@ def proposer_on(table, num_tokens: dict[str, int]):
     logits[0, 1] = 1
     proposer = types.SimpleNamespace(runner=runner, kv_cache_gid=0, device=torch.device("cpu"), uses_mrope=False,
                                      facts=types.SimpleNamespace(vocab_size=V), pass_req_ids=[],
+                                     full=types.SimpleNamespace(draft_logits=None),
                                      model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)))
     return proposer, run_pass, written
 

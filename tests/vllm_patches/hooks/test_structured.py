@@ -57,8 +57,8 @@ class Drafter:
 
     def __init__(self):
         self.rows = {req_id: types.SimpleNamespace(
-            request=types.SimpleNamespace(cfg=AsymSpecConfig(K=2), num_draft_logits=len(drafts)),
-            method=METHODS[mode], failed=False, banned_ids=(), banned=None, reemit=None, prime=None)
+            request=types.SimpleNamespace(cfg=AsymSpecConfig(K=2), num_draft_logits=len(drafts), stop_ids=()),
+            method=METHODS[mode], rule_cfg=AsymSpecConfig(K=2), failed=False, banned_ids=(), banned=None, reemit=None, prime=None)
             for req_id, (mode, drafts, *_) in CASES.items()}
         self.b = torch.cat([torch.stack(b) for _, _, _, b, _ in CASES.values()])  # [num_rows, V]
         self.a = {req_id: torch.stack(a) for req_id, (*_, a) in CASES.items() if a is not None}

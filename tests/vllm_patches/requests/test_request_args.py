@@ -1,9 +1,10 @@
-"""vllm_patches.requests.request_args edge cases on plain values: token-id bounds, image grids, what greedy means."""
+"""vllm_patches.requests.request_args edge cases on plain values: token-id bounds, image grids, what each request may set."""
 
 import pytest
 import torch
 
-from vllm_patches.requests.request_args import EngineFacts, RequestArgsError, check_greedy, parse_request_args
+from vllm_patches.requests.request_args import (EngineFacts, RequestArgsError, check_supported, decoding_config,
+                                                parse_request, parse_request_args)
 
 FACTS = EngineFacts(K=2, vocab_size=100, max_model_len=64, image_token_id=7, patch_dim=12, merge_size=2)
 
@@ -33,17 +34,40 @@ def test_video_like_grids_are_refused():
                                 x_full=[1, 7, 7, 7, 7, 3]), FACTS)
 
 
-@pytest.mark.parametrize("over", [{"temperature": 0.7}, {"repetition_penalty": 1.1}, {"presence_penalty": 0.5},
-                                  {"frequency_penalty": 0.5}, {"min_tokens": 2},
+@pytest.mark.parametrize("over", [{"repetition_penalty": 1.1}, {"presence_penalty": 0.5},
+                                  {"frequency_penalty": 0.5},
                                   {"logit_bias": {3: 1.0}}, {"bad_words": ["x"]}, {"allowed_token_ids": [1, 2]}])
-def test_asymspec_rows_refuse_sampling_and_logits_processing(over):
-    """The gate defines greedy decoding only: every sampling parameter that changes a step is refused."""
+def test_asymspec_rows_refuse_logits_processing(over):
+    """The methods' rules define greedy and sampled decoding, not penalties or logits processing: refused."""
     from vllm import SamplingParams
 
-    check_greedy(SamplingParams(temperature=0))
-    check_greedy(SamplingParams(temperature=0, logprobs=2))  # served: core/logprobs.py's rule
-    with pytest.raises(RequestArgsError, match="greedily"):
-        check_greedy(SamplingParams(**{"temperature": 0, **over}))
+    check_supported(SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=3, min_tokens=2))
+    check_supported(SamplingParams(temperature=0, logprobs=2))  # served: core/logprobs.py's rule
+    with pytest.raises(RequestArgsError, match="not penalties"):
+        check_supported(SamplingParams(**{"temperature": 0, **over}))
+
+
+def test_the_parsed_config_samples_as_the_sampling_params_say():
+    """temperature, top_p, top_k, min_p, seed and min_tokens come from SamplingParams; below vLLM's greedy
+    threshold (1e-5) the row decodes greedily, as vLLM's sampler decodes it (vLLM's SamplingParams raise a
+    temperature in (0, 0.01) to 0.01 first); stop_ids are vLLM's stop set."""
+    from vllm import SamplingParams
+
+    from asymspec_vl.core.config import AsymSpecConfig
+
+    hot = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.8, top_p=0.9, top_k=-1, min_p=0.05,
+                                                              seed=7, min_tokens=3))
+    assert (hot.temperature, hot.top_p, hot.top_k, hot.min_p, hot.seed, hot.min_tokens, hot.samples) == \
+        (0.8, 0.9, 0, 0.05, 7, 3, True)
+    unseeded = [decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.8)).seed for _ in range(2)]
+    assert None not in unseeded and unseeded[0] != unseeded[1]  # drawn once, on the scheduler: every rank's
+    cold = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.0, seed=7))
+    assert (cold.temperature, cold.seed, cold.samples) == (0.0, None, False)
+    tiny = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=1e-6))  # vLLM raises it to 0.01
+    assert (tiny.temperature, tiny.samples) == (0.01, True)
+    params = SamplingParams(temperature=0.5, stop_token_ids=[5, 3], extra_args=args())
+    request = parse_request(params, FACTS)
+    assert request.stop_ids == (3, 5) and request.cfg.temperature == 0.5
 
 
 # -- one parse per request: the scheduler's, read by the workers ------------------------------------

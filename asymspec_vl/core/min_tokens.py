@@ -1,0 +1,35 @@
+"""min_tokens, as vLLM's min-tokens logits processor: the stop tokens' logits are -inf at every output position
+below min_tokens. Both backends mask every logits a step reads with it (the transformers loop, the vLLM
+proposer's drafts and sampler)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def hold_stops(x: torch.Tensor, produced: Sequence[int], first: int, min_tokens: int,
+               stop_ids: Sequence[int]) -> torch.Tensor:
+    """x [B, n, V]: the logits of output positions produced[r] + first + j (j < n) of row r. -> x with the stop
+    tokens -inf at the positions below min_tokens (x itself when none is held)."""
+    out = torch.tensor([p + first for p in produced], device=x.device)[:, None] + \
+        torch.arange(x.shape[1], device=x.device)  # [B, n]
+    held = out < min_tokens
+    if not stop_ids or not held.any():
+        return x
+    x = x.clone()
+    stop = torch.tensor(sorted(stop_ids), device=x.device)
+    x[..., stop] = x[..., stop].masked_fill(held[..., None], float("-inf"))
+    return x
+
+
+class MinTokens:
+    """The transformers loop's hold: rows' outputs y (lists it extends), one min_tokens and stop set."""
+
+    def __init__(self, min_tokens: int, stop_ids: set[int], y: list[list[int]]):
+        self.min_tokens, self.stop_ids, self.y = min_tokens, sorted(stop_ids), y
+
+    def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
+        """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""
+        return hold_stops(x, [len(r) for r in self.y], first, self.min_tokens, self.stop_ids)
