@@ -462,13 +462,14 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
         assert step[token].logprob == pytest.approx(want[token].logprob, abs=1e-4)
 
 
-@pytest.mark.parametrize("method", ["floor", "asymspec"])
-def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method):
+@pytest.mark.parametrize("method, sampled", [("floor", {}), ("asymspec", {}),
+                                             ("asymspec", {"temperature": 0.8, "seed": 3})])
+def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method, sampled):
     """Floor's from vLLM's own sampler, AsymSpec's from the patched sampler: each token under the distribution it
     was chosen from (core/logprobs.py), equal to the transformers backend's within float32 tolerance."""
     from asymspec_vl import AsymSpecConfig
 
-    cfg = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=3)
+    cfg = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=3, **sampled)
     distributions = set()
     for seed in (3, 4):
         r = random_request(seed)
