@@ -10,6 +10,7 @@ from .inputs import budget
 from .core.config import AsymSpecConfig, is_one_of, with_overrides
 from .inputs.conversation import Conversation, encode
 from .core.errors import BatchInputError, ConfigError, InputError, RequestFailedError
+from .core.logprobs import TokenLogprob
 from .core.loop import RowOutput
 from .core.methods import Method
 from .core.methods import method as method_named
@@ -49,34 +50,49 @@ class GenerationResult:
     finish_reason: str  # "stop" | "length" | "error" (the model run failed on this request: see `error`)
     meta: dict = field(default_factory=dict)
     error: str = ""
+    # with config logprobs=k: per token (token_ids' order) its logprob, k top alternatives and the distribution it
+    # was chosen from (t, q, a, fused, contrastive: asymspec_vl/core/logprobs.py); None when not asked
+    logprobs: list[TokenLogprob] | None = None
 
     def to_dict(self) -> dict:
         return {"text": self.text, "token_ids": self.token_ids, "method": self.method,
                 "finish_reason": self.finish_reason, "error": self.error, "stats": self.stats.to_dict(),
                 "trace": [t.__dict__ for t in self.trace], "prompts": self.prompts.__dict__,
-                "config": self.config.to_dict(), **self.meta}
+                "config": self.config.to_dict(), **self.meta,
+                **({"logprobs": [x.to_dict() for x in self.logprobs]} if self.logprobs is not None else {})}
 
 
 def trace_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The trace's text of each token: token_pieces with special tokens (the end token) adding "", as the
     answer's text drops them, so the trace joins to that text (the library's result and the server's alike)."""
-    special = set(tokenizer.all_special_ids)
-    return ["" if i in special else p for i, p in zip(ids, token_pieces(tokenizer, ids))]
+    return TokenPieces(tokenizer, skip_special_tokens=True).push(ids)
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     """The text each token adds. A character split over several byte-level tokens is shown on the token
     that completes it (the earlier ones add ""), so the pieces join to the decoded text."""
-    pieces, held = [], []
-    for i in ids:
-        held.append(i)
-        text = tokenizer.decode(held)
-        if text.endswith("\ufffd") and len(held) < 4:  # an incomplete UTF-8 sequence: wait for its end
-            pieces.append("")
-            continue
-        pieces.append(text)
-        held = []
-    return pieces
+    return TokenPieces(tokenizer).push(ids)
+
+
+class TokenPieces:
+    """token_pieces token by token, for tokens that arrive in parts (a stream); skip_special_tokens: special
+    tokens add "" (trace_pieces)."""
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = False):
+        self.tokenizer, self.held = tokenizer, []
+        self.special = set(tokenizer.all_special_ids) if skip_special_tokens else set()
+
+    def push(self, ids: list[int]) -> list[str]:
+        pieces = []
+        for i in ids:
+            self.held.append(i)
+            text = self.tokenizer.decode(self.held)
+            if text.endswith("\ufffd") and len(self.held) < 4:  # an incomplete UTF-8 sequence: wait for its end
+                pieces.append("")
+                continue
+            pieces.append("" if i in self.special else text)
+            self.held = []
+        return pieces
 
 
 class AsymSpecVL:
@@ -231,5 +247,5 @@ class AsymSpecVL:
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         text = out.text if out.text is not None else self.decode(out.token_ids)  # a stop string cut it
         return GenerationResult(text, out.token_ids, trace, out.stats, enc.prompts,
-                                method, cfg, out.finish_reason, dict(enc.meta), out.error)
+                                method, cfg, out.finish_reason, dict(enc.meta), out.error, out.logprobs)
 

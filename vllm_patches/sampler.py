@@ -19,9 +19,11 @@ structured output has (sample_tokens applies it before _sample). Requests withou
 speculative decoding: greedy verification (SD's rule), or vLLM's own sampler when they sample (refused on the
 CPU build, which has no rejection sampler kernels). When a row asks for logprobs, the step returns vLLM's
 LogprobsTensors of the committed tokens in the rejection sampler's layout ([num_reqs * (max drafts + 1)] rows,
-row-major over the output, rows past a row's tokens filtered out by vLLM): log-softmax of the verifier's raw
-logits t (vLLM's default logprobs_mode, raw_logprobs; raw_logits returns t itself), so vLLM's server never reads
-an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are decided in groups of
+row-major over the output, rows past a row's tokens filtered out by vLLM): log-softmax (vLLM's default
+logprobs_mode, raw_logprobs; raw_logits returns the scores themselves) of the raw scores each token was chosen
+from, by asymspec_vl/core/logprobs.py's rule (AsymSpec: a for an accepted draft, t + beta * delta for the fused
+token, t for the bonus; SCD: its contrastive target; SD, Floor and plain requests: t), so vLLM's server never
+reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are decided in groups of
 equal (method, config but its seed, number of drafts, banned set, stop set). The drafts vLLM hands back for verification are
 always a prefix of the request's last proposal: the scheduler only trims them (to the step's token budget, to
 max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them; a step with no
@@ -34,6 +36,7 @@ from collections import defaultdict
 
 import torch
 
+from asymspec_vl.core.logprobs import step_scores
 from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
 from asymspec_vl.core.min_tokens import hold_stops
 
@@ -56,7 +59,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         first.append(first[-1] + n + 1)
     draft_ids = spec_meta.draft_token_ids.tolist() if spec_meta is not None else []
     out = torch.full((batch.num_reqs, max(num_drafts) + 1), PLACEHOLDER, dtype=torch.int32)
-    groups, stock_rows, offset = defaultdict(list), [], 0
+    groups, stock_rows, offset, decided = defaultdict(list), [], 0, []
     for i, req_id in enumerate(batch.req_ids):
         n, state = num_drafts[i], proposer.row(req_id)
         drafts, offset = draft_ids[offset:offset + n], offset + n
@@ -86,12 +89,13 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
             outcome = method.sample(cfg, step_logits, drafts, states[0].banned, [s.generator for s in states])
         else:
             outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
+        decided.append((method, cfg, index, step_logits, outcome, n))
         for i, committed in zip(index, outcome.committed(drafts)):
             out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(sampled_token_ids=out.to(logits.device),
-                         logprobs_tensors=_logprobs(runner, out, logits, first))
+                         logprobs_tensors=_logprobs(runner, out, logits, first, decided))
 
 
 def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:
@@ -112,9 +116,12 @@ def _logits(method, proposer, batch, logits, logits_indices, first, index, draft
     return out
 
 
-def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int]):
+def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int], decided: list):
     """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
-    asks for them: position j of row i reads logits row first[i] + j (clamped to the row's last)."""
+    asks for them: position j of row i reads the raw scores its token was chosen from (core/logprobs.py's
+    step_scores: t, or for a decided row of a method with a config a, the fused scores or SCD's contrastive target),
+    at logits row first[i] + j (clamped to the row's last). decided: (method, cfg, rows, logits by name, outcome,
+    number of drafts) of each group the rules decided."""
     k = runner.input_batch.max_num_logprobs
     if k is None:
         return None
@@ -122,9 +129,19 @@ def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int])
     last = torch.tensor(first[1:]) - 1  # [B] each row's last logits row
     index = torch.minimum(torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]).flatten()
     tokens = out.flatten().long().clamp(min=0).to(logits.device)  # [B * W] placeholders read token 0, as vLLM's
-    t = logits[index.to(logits.device)]  # [B * W, V]
+    raw = logits[index.to(logits.device)].float()  # [B * W, V] t
+    batch = runner.input_batch
+    for method, cfg, rows, step_logits, outcome, n in decided:
+        asking = [g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs]  # the others' are dropped
+        if cfg is None or not asking:  # plain speculative decoding (SD's rule, the verifier's greedy token): t
+            continue
+        sel = torch.tensor(asking, device=logits.device)
+        chosen, _ = step_scores(method.name, cfg, {name: x[sel] for name, x in step_logits.items()},
+                                outcome.num_accepted[sel.to(outcome.num_accepted.device)], n)  # [G', n + 1, V]
+        at = torch.tensor([rows[g] * width + j for g in asking for j in range(n + 1)], device=logits.device)
+        raw[at] = chosen.reshape(len(asking) * (n + 1), -1).to(raw.device)
     mode = getattr(getattr(runner, "sampler", None), "logprobs_mode", "raw_logprobs")
-    scores = t.float() if mode == "raw_logits" else runner.sampler.compute_logprobs(t)
+    scores = raw if mode == "raw_logits" else runner.sampler.compute_logprobs(raw)
     return runner.sampler.gather_logprobs(scores, k, tokens)
 
 

@@ -34,8 +34,10 @@ class AsymSpecConfig:
     stop:   strings that end an answer, cut as vLLM cuts them (the text stops before the first occurrence
             unless include_stop_str_in_output; finish_reason "stop"); a str is one stop string.
     min_tokens: no stop token or stop string ends an answer before this many tokens.
-    to_dict() shows the sampling and stop fields only when they differ from their defaults (fingerprints of
+    to_dict() shows the sampling, stop and logprobs fields only when they differ from their defaults (fingerprints of
     earlier runs read the same).
+    logprobs: None (none returned) or k >= 0, as vLLM's SamplingParams.logprobs: each emitted token's log-probability
+            and its k most probable alternatives under the distribution it was chosen from (core/logprobs.py).
     structured_output: a grammar every answer follows (structured.py: {"json": schema}, {"json_object": True},
             {"regex": ...}, {"choice": [...]}, {"grammar": ...}); vLLM backend only. to_dict() shows it only when set.
     """
@@ -60,6 +62,7 @@ class AsymSpecConfig:
     include_stop_str_in_output: bool = False
     min_tokens: int = 0
     structured_output: StructuredOutput | None = None  # a dict of one kind is read as StructuredOutput
+    logprobs: int | None = None  # per emitted token its logprob and this many top alternatives (None: none)
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -111,6 +114,8 @@ class AsymSpecConfig:
         object.__setattr__(self, "stop", tuple(stop))
         _check(isinstance(self.include_stop_str_in_output, bool), "include_stop_str_in_output",
                self.include_stop_str_in_output, "True or False")
+        _check(self.logprobs is None or (_int(self.logprobs) and self.logprobs >= 0), "logprobs", self.logprobs,
+               "None or a non-negative integer (the top alternatives returned per token)")
         _check(_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_new_tokens, "min_tokens",
                self.min_tokens, f"an integer in [0, max_new_tokens={self.max_new_tokens}]")
 
@@ -136,7 +141,7 @@ class AsymSpecConfig:
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "include_stop_str_in_output",
-                   "min_tokens")
+                   "min_tokens", "logprobs")
 _DEFAULTS = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
              for f in dataclasses.fields(AsymSpecConfig)}
 

@@ -11,7 +11,8 @@ Floor and drafter-alone have no drafting source (K = 0: one scoring forward, its
 At temperature > 0 the drafts are drawn from the drafting source's filtered distribution and the method's
 sampled rule decides (sampling.py), with one generator per row seeded by cfg.seed. Before cfg.min_tokens
 tokens are out, the stop tokens' logits are -inf in every logits the step reads (vLLM's min-tokens logits
-processor, min_tokens.py); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py).
+processor, min_tokens.py); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py). With cfg.logprobs
+each committed token gets its logprob from the step's logits (logprobs.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from . import sampling
 from . import trace as T
 from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
+from .logprobs import TokenLogprob, step_logprobs
 from .methods import Method, Source
 from .min_tokens import MinTokens
 from .sources import LogitSource
@@ -52,11 +54,16 @@ class Plan:
         """The drafter also reads d_K: its logits at position K+1 are part of the rule."""
         return self.method.drafts_last(self.cfg)
 
-    def decide(self, drafted: torch.Tensor | None, scores: list[torch.Tensor], drafts: torch.Tensor) -> StepOutcome:
-        """drafted: the drafting source's logits [B, K or K+1, V]; scores: each scorer's [B, K+1, V]."""
+    def logits(self, drafted: torch.Tensor | None, scores: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The step's logits by name (methods.py): drafted, the drafting source's [B, K or K+1, V]; scores, each
+        scorer's [B, K+1, V]."""
         logits = {source.logits: x for source, x in zip(self.method.scoring, scores)}
         if self.method.drafting is not None:
             logits[self.method.drafting.logits] = drafted
+        return logits
+
+    def decide(self, logits: dict[str, torch.Tensor], drafts: torch.Tensor) -> StepOutcome:
+        """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K]."""
         if self.cfg.samples:
             return self.method.sample(self.cfg, logits, drafts, self.banned, self.gens)
         return self.method.decide(self.cfg, logits, drafts, self.banned)
@@ -78,6 +85,7 @@ class RowOutput:
     finish_reason: str = "length"  # "stop" | "length" | "error" (a backend could not decode this row)
     error: str = ""  # why, when finish_reason is "error"
     text: str | None = None  # the answer's text when a stop string cut it (None: the decoded token_ids)
+    logprobs: list[TokenLogprob] | None = None  # one per token when cfg.logprobs is set (core/logprobs.py)
 
 
 def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],
@@ -93,7 +101,8 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
     """Decode until every row hits a stop token, a stop string (cfg.stop, found in decode(token_ids)) or its
     token budget max_new[r]. The prompts are read before the clock starts (tokens/s measures decoding)."""
     cfg = plan.cfg
-    out = [RowOutput(stats=T.Stats(accepted_at=[0] * plan.K)) for _ in range(batch)]
+    out = [RowOutput(stats=T.Stats(accepted_at=[0] * plan.K), logprobs=[] if cfg.logprobs is not None else None)
+           for _ in range(batch)]
     y: list[list[int]] = [[] for _ in range(batch)]
     active = [m > 0 for m in max_new]
     texts = [StopStrings(decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens) for _ in range(batch)] \
@@ -112,14 +121,17 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
             x = src.forward(feed)[:, -(plan.K + 1):]  # [B, K+1, V]
             scores.append(hold.mask(x, 0) if hold else x)
         drafts = drafts.to(scores[0].device)
-        outcome = plan.decide(draft_logits, scores, drafts)
+        logits = plan.logits(draft_logits, scores)
+        outcome = plan.decide(logits, drafts)
         accepted = outcome.num_accepted.tolist()
+        lps = step_logprobs(plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs) \
+            if cfg.logprobs is not None else None
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:
                 labels = T.step_sources(plan.method.labels, plan.K, accepted[r])
                 before = len(y[r])
                 active[r] = _append(out[r], y[r], new, labels, plan.K, accepted[r], max_new[r], stop_ids,
-                                    cfg.min_tokens)
+                                    cfg.min_tokens, lps[r] if lps else None)
                 if texts is not None and texts[r].after_step(y[r], before):
                     out[r].finish_reason, out[r].text, active[r] = "stop", texts[r].text, False
         for src in _sources(plan):
@@ -158,7 +170,7 @@ def _draft(plan: Plan, y, active, hold: MinTokens | None) -> tuple[torch.Tensor,
 
 
 def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_drafts: int, num_accepted: int,
-            max_new: int, stop_ids: set[int], min_tokens: int = 0) -> bool:
+            max_new: int, stop_ids: set[int], min_tokens: int = 0, logprobs: list | None = None) -> bool:
     """Commit one row's new tokens (cut after a stop token, then at the budget); return whether it goes on.
     A stop token before min_tokens tokens does not stop (vLLM's check_stop)."""
     kept, going = [], True
@@ -173,5 +185,7 @@ def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_
     yr.extend(kept)
     o.token_ids.extend(kept)
     o.sources.extend(labels[:len(kept)])
+    if logprobs is not None:
+        o.logprobs.extend(logprobs[:len(kept)])
     o.stats.record(num_drafts, num_accepted, len(kept))
     return going

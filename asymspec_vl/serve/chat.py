@@ -142,8 +142,12 @@ class ChatService:
             async for last in steps:
                 pass
             row, usage, asymspec = self.finish(p, last)
+        logprobs = self.logprobs_content(p.job).push(R.checked_logprobs(p.job, row))
         return R.completion(p.job, model, R.answer_text(self.decode(p.job), row.token_ids, p.job.cfg), row, usage,
-                            asymspec)
+                            asymspec, logprobs)
+
+    def logprobs_content(self, job: ChatJob) -> R.LogprobsContent:
+        return R.LogprobsContent(self.runner.vl.pair.tokenizer, job.skip_special_tokens)
 
     def decode(self, job: ChatJob):
         """token ids -> the answer's text: special tokens skipped unless the request said skip_special_tokens=false."""
@@ -156,19 +160,21 @@ class ChatService:
         asymspec object, the usage if asked, and [DONE]; an error after the first event ends the stream with
         an error event."""
         created, deltas, sent = R.now(), R.TextDeltas(self.decode(p.job), p.job.cfg), 0
+        logprobs = self.logprobs_content(p.job)
         yield R.chunk(p.job, model, created, content="", role="assistant")
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
                 async for step in steps:
                     if step.row is None:
                         text = deltas.push(step.token_ids)
-                        yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:])
+                        yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:],
+                                      logprobs=logprobs.push(step.logprobs))
                         sent = len(step.token_ids)
                         continue
                     row, usage, asymspec = self.finish(p, step)
                     yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
                                   token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
-                                  metrics=R.extra_metrics(row))
+                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)))
                     if p.job.include_usage:
                         yield R.chunk(p.job, model, created, usage_info=usage)
         except Exception as e:  # the status line is sent: the error travels as an event

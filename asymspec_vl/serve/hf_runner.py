@@ -96,7 +96,7 @@ class HFRunner:
             if all(j.abandoned for j in batch):
                 raise _BatchLeft
             for job, row in zip(batch, rows):
-                job.send(Progress(list(row.token_ids)))
+                job.send(Progress(list(row.token_ids), logprobs=_copied(row.logprobs)))
 
         self.running = batch
         try:
@@ -110,7 +110,7 @@ class HFRunner:
         finally:
             self.running = []
         for job, row in zip(batch, rows):
-            job.send(Progress(list(row.token_ids), row))
+            job.send(Progress(list(row.token_ids), row, _copied(row.logprobs)))
 
     async def engine_gauges(self) -> dict[str, float]:
         return {"unfinished:hf": len(self.running) + self.jobs.qsize()}
@@ -122,3 +122,8 @@ class HFRunner:
     def close(self) -> None:
         self.jobs.put(None)
         self._thread.join(timeout=60)
+
+
+def _copied(logprobs: list | None) -> list | None:
+    """The row's logprobs so far (the loop goes on appending to its own list)."""
+    return list(logprobs) if logprobs is not None else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ..api import trace_pieces
+from ..api import TokenPieces, trace_pieces
 from ..core.loop import RowOutput
 from ..core.methods import method as method_named
 from ..inputs.prompts import EncodedRequest
@@ -105,12 +105,59 @@ def extra_metrics(row: RowOutput) -> dict:
     return {"metrics": {"speculative_decoding": spec}} if spec is not None else {}
 
 
-def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict):
+LOWEST_LOGPROB = -9999.0  # vLLM's floor for a logprob in a response (JSON has no -inf)
+
+
+class LogprobsContent:
+    """OpenAI's choices[i].logprobs of the tokens as they arrive: per token {token, logprob, bytes, top_logprobs:
+    [{token, logprob, bytes}], asymspec_distribution}. `token` is the text the token adds to the answer (as the
+    trace's: the content entries' tokens join to the answer's text; special tokens the text skips add ""), its bytes
+    that text's UTF-8; an alternative's token is its own decoded text. asymspec_distribution names the distribution
+    the token and its alternatives are under (t, q, a, fused, contrastive: asymspec_vl/core/logprobs.py)."""
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer, self.pieces, self.sent = tokenizer, TokenPieces(tokenizer, skip_special_tokens), 0
+
+    def push(self, logprobs: list | None):
+        """The logprobs object of the tokens after those already pushed (None when none were asked)."""
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionLogProbs
+
+        if logprobs is None or len(logprobs) <= self.sent:  # none asked, or no new token: no object (never [])
+            return None
+        new, self.sent = logprobs[self.sent:], len(logprobs)
+        pieces = self.pieces.push([x.token_id for x in new])
+        return ChatCompletionLogProbs(content=[self._entry(x, p) for x, p in zip(new, pieces)])
+
+    def _entry(self, x, piece: str):
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionLogProb, ChatCompletionLogProbsContent
+
+        top = []
+        for i, lp in x.top:
+            text = self.tokenizer.decode([i])
+            top.append(ChatCompletionLogProb(token=text, logprob=max(lp, LOWEST_LOGPROB),
+                                             bytes=list(text.encode("utf-8", errors="replace"))))
+        return ChatCompletionLogProbsContent(token=piece, logprob=max(x.logprob, LOWEST_LOGPROB),
+                                             bytes=list(piece.encode("utf-8")), top_logprobs=top,
+                                             asymspec_distribution=x.distribution)
+
+
+def checked_logprobs(job: ChatJob, row: RowOutput) -> list | None:
+    """The finished row's logprobs when the request asked for them; GenerationFailedError (500) if they are missing
+    (never an empty list)."""
+    if job.cfg.logprobs is None:
+        return None
+    if row.logprobs is None or len(row.logprobs) != len(row.token_ids):
+        raise GenerationFailedError(f"the decoding returned {len(row.logprobs or [])} logprobs for "
+                                    f"{len(row.token_ids)} tokens")
+    return row.logprobs
+
+
+def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict, logprobs=None):
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponse,
                                                                   ChatCompletionResponseChoice, ChatMessage)
 
     choice = ChatCompletionResponseChoice(index=0, message=ChatMessage(role="assistant", content=text),
-                                          finish_reason=row.finish_reason,
+                                          finish_reason=row.finish_reason, logprobs=logprobs,
                                           token_ids=row.token_ids if job.return_token_ids else None)
     return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
                                   asymspec=asymspec, **extra_metrics(row))
@@ -118,7 +165,7 @@ def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, 
 
 def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,
           token_ids: list[int] | None = None, finish_reason: str | None = None, asymspec: dict | None = None,
-          usage_info=None, metrics: dict | None = None) -> str:
+          usage_info=None, metrics: dict | None = None, logprobs=None) -> str:
     """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
     choices, as OpenAI sends it."""
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
@@ -126,6 +173,8 @@ def chunk(job: ChatJob, model: str, created: int, content: str | None = None, ro
     from vllm.entrypoints.openai.engine.protocol import DeltaMessage
 
     ids = {"token_ids": token_ids} if job.return_token_ids and token_ids is not None else {}
+    if logprobs is not None:
+        ids["logprobs"] = logprobs
     choices = [] if usage_info is not None else [ChatCompletionResponseStreamChoice(
         index=0, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
     extra = {"asymspec": asymspec} if asymspec is not None else {}

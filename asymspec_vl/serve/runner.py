@@ -8,6 +8,7 @@ from typing import AsyncIterator, Callable, Protocol
 
 from ..api import AsymSpecVL
 from ..core.config import AsymSpecConfig
+from ..core.logprobs import TokenLogprob
 from ..core.loop import RowOutput
 from ..core.methods import Method
 from ..inputs.prompts import EncodedRequest
@@ -16,10 +17,11 @@ from ..inputs.prompts import EncodedRequest
 @dataclass
 class Progress:
     """A request after a decoding step: every token so far; `row` once it finished (its tokens, per-token sources,
-    statistics, finish_reason "stop" | "length" | "error" and the error message)."""
+    statistics, finish_reason "stop" | "length" | "error" and the error message, and its logprobs when asked)."""
 
     token_ids: list[int]
     row: RowOutput | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token so far when cfg.logprobs is set
 
 
 class Runner(Protocol):

@@ -44,7 +44,7 @@ NEUTRAL = {"n": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (
            "length_penalty": (1,)}
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 CONFIG_OWNED = ("max_new_tokens", "stop_token_ids", "ignore_eos", "temperature", "top_p", "top_k", "min_p", "seed",
-                "stop", "include_stop_str_in_output", "min_tokens", "structured_output")
+                "stop", "include_stop_str_in_output", "min_tokens", "structured_output", "logprobs")
 
 
 @dataclass(frozen=True)
@@ -145,17 +145,23 @@ def _skip_special_tokens(value, out: Translation) -> None:
     out.job["skip_special_tokens"] = bool(value)
 
 
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap on top_logprobs
+
+
 def _logprobs(value, out: Translation) -> None:
+    """logprobs=true: each emitted token's logprob under the distribution it was chosen from (core/logprobs.py)."""
     if value:
-        raise UnsupportedRequestError("logprobs=true is not served yet: the decoding returns no token "
-                                      "log-probabilities (AsymSpec's emitted token comes from the fused scores, "
-                                      "not one model's distribution)", param="logprobs")
+        out.cfg.setdefault("logprobs", 0)
 
 
 def _top_logprobs(value, out: Translation) -> None:
-    if value:
-        raise UnsupportedRequestError(f"top_logprobs={value} is not served yet: the decoding returns no token "
-                                      "log-probabilities", param="top_logprobs")
+    """top_logprobs: the alternatives per token (vLLM's request model refuses it without logprobs=true)."""
+    if value is None or value == 0:
+        return
+    if not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise UnsupportedRequestError(f"top_logprobs={value!r} is not served: an integer from 0 to "
+                                      f"{MAX_TOP_LOGPROBS} (OpenAI's cap)", param="top_logprobs")
+    out.cfg["logprobs"] = value
 
 
 SERVED = {
@@ -287,7 +293,8 @@ def decoding_config(request, config, settings: ServeSettings, sent: dict) -> Asy
     reserved = sorted(set(CONFIG_OWNED) & set(config))
     if reserved:
         raise ConfigError(f"config {reserved}: use the request's own fields (max_completion_tokens, stop, "
-                          "stop_token_ids, ignore_eos, temperature, ..., response_format for structured_output)")
+                          "stop_token_ids, ignore_eos, temperature, ..., response_format for structured_output, "
+                          "logprobs / top_logprobs)")
     asked = [vars(request).get(k) for k in ("max_completion_tokens", "max_tokens")]  # vars: max_tokens is deprecated
     max_tokens = next((n for n in asked if n is not None), settings.max_tokens)
     if max_tokens > settings.max_tokens:

@@ -19,7 +19,8 @@ from typing import AsyncIterator
 
 from ..api import AsymSpecVL
 from ..backends.vllm.engine_view import EngineView
-from ..backends.vllm.backend import VLLMBackend
+from ..backends.vllm.backend import StreamedStats, VLLMBackend
+from ..backends.vllm.logprobs import from_vllm
 from ..backends.vllm.engine import EngineSpec, configure_environment
 from ..core.config import AsymSpecConfig
 from ..pair.defaults import resolve
@@ -68,10 +69,17 @@ class VLLMRunner:
     async def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
         prompt, params, mode = await asyncio.to_thread(self.engine_request, enc, method, cfg)
         engine = self.views[self._spec_of(method)].engine
-        start = time.perf_counter()
+        start, labels, seen = time.perf_counter(), StreamedStats(method, mode, cfg.K, 1), 0
         async for out in engine.generate(prompt, params, f"asv-serve-{next(_request_ids)}"):
-            row = VLLMBackend.row(out, method, mode, time.perf_counter() - start) if out.finished else None
-            yield Progress(list(out.outputs[0].token_ids), row)
+            tokens = list(out.outputs[0].token_ids)
+            if out.finished:
+                row = VLLMBackend.row(out, method, mode, time.perf_counter() - start, cfg)
+                yield Progress(tokens, row, row.logprobs)
+                continue
+            # each token's distribution from its streamed label (provisional where outputs of steps arrive merged)
+            sources, seen = labels.step(0, len(tokens) - seen)[0], len(tokens)
+            yield Progress(tokens, None, from_vllm(out.outputs[0].logprobs, tokens, sources, method.name, cfg)
+                           if cfg.logprobs is not None else None)
 
     async def engine_gauges(self) -> dict[str, float]:
         """Requests each engine's front end holds, and the asymspec drafter's live rows inside the engine."""

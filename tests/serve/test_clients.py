@@ -149,12 +149,38 @@ def test_a_seed_repeats_a_sampled_answer(client, reference):
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == ref.text
 
 
+@pytest.mark.parametrize("method", ["asymspec", "floor"])
+def test_logprobs_plain_and_streamed_join_to_the_answer_with_the_librarys_values(client, reference, method):
+    """logprobs=True, top_logprobs=3: one content entry per token, the tokens join to the answer text, each with
+    the library's logprob, its 3 alternatives and the distribution it is under (asymspec_distribution)."""
+    example = TOY[0]
+    messages = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / example["image"])}},
+        {"type": "text", "text": example["question"]}]}]
+    extra = {"caption": example["caption"], "ocr": "", "method": method}
+    ref = reference.generate(EXAMPLES / example["image"], example["question"], caption=example["caption"],
+                             method=method, K=2, max_new_tokens=16, logprobs=3)
+    reply = client.chat.completions.create(model="asymspec-vl", messages=messages, max_tokens=16, logprobs=True,
+                                           top_logprobs=3, extra_body=extra)
+    content = reply.choices[0].logprobs.content
+    assert content and "".join(e.token for e in content) == reply.choices[0].message.content == ref.text
+    assert [e.logprob for e in content] == pytest.approx([x.logprob for x in ref.logprobs], abs=1e-5)
+    assert [e.asymspec_distribution for e in content] == [x.distribution for x in ref.logprobs]
+    assert all(len(e.top_logprobs) == 3 and e.logprob <= 0 for e in content)
+    chunks = list(client.chat.completions.create(model="asymspec-vl", messages=messages, max_tokens=16, logprobs=True,
+                                                 top_logprobs=3, stream=True, extra_body=extra))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    assert all(c.choices[0].logprobs is None or c.choices[0].logprobs.content for c in chunks if c.choices)
+
+
 def test_what_is_refused_comes_back_as_an_openai_error_naming_the_field(client):
     import openai
 
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
     for kwargs, param in (({"n": 2}, "n"), ({"logit_bias": {"5": 1}}, "logit_bias"),
-                          ({"presence_penalty": 0.5}, "presence_penalty")):
+                          ({"presence_penalty": 0.5}, "presence_penalty"),
+                          ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model="asymspec-vl", messages=messages, max_tokens=4, **kwargs)
         error = refused.value.body if "message" in refused.value.body else refused.value.body["error"]

@@ -82,7 +82,8 @@ def test_stop_token_ids_end_an_answer_beside_the_eos_tokens_unless_ignore_eos():
 
 
 @pytest.mark.parametrize("fields, named", [
-    ({"n": 2}, "n"), ({"logprobs": True}, "logprobs"), ({"logprobs": True, "top_logprobs": 2}, "logprobs"),
+    ({"n": 2}, "n"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
     ({"presence_penalty": 0.5}, "presence_penalty"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
     ({"use_beam_search": True}, "use_beam_search"), ({"repetition_penalty": 1.2}, "repetition_penalty"),
     ({"chat_template": "{{ x }}"}, "chat_template"), ({"vllm_xargs": {"a": "b"}}, "vllm_xargs")])
@@ -92,6 +93,39 @@ def test_what_the_server_does_not_serve_is_refused_by_name(fields, named):
     with pytest.raises(UnsupportedRequestError, match=named) as refused:
         job(body(**fields))
     assert error_body(refused.value)["error"]["param"] == named
+
+
+def test_logprobs_and_top_logprobs_become_the_configs_logprobs():
+    """logprobs=true: each token's logprob (0 alternatives); top_logprobs=N (up to OpenAI's 20): N alternatives."""
+    from asymspec_vl.core.errors import ConfigError
+
+    assert job(body()).cfg.logprobs is None and job(body(logprobs=False, top_logprobs=0)).cfg.logprobs is None
+    assert job(body(logprobs=True)).cfg.logprobs == 0
+    assert job(body(logprobs=True, top_logprobs=3)).cfg.logprobs == 3
+    assert job(body(logprobs=True, top_logprobs=20)).cfg.logprobs == 20
+    with pytest.raises(Exception, match="logprobs"):  # vLLM's request model: top_logprobs needs logprobs=true
+        job(body(top_logprobs=2))
+    with pytest.raises(ConfigError, match="logprobs"):  # the request's own fields carry them, not config
+        job(body(config={"logprobs": 2}))
+
+
+def test_the_logprobs_content_joins_to_the_answer_and_names_each_distribution():
+    from asymspec_vl.core.logprobs import TokenLogprob
+    from asymspec_vl.inputs.vocab import ModelPair
+    from asymspec_vl.pair.defaults import resolve
+    from asymspec_vl.serve.responses import LogprobsContent
+
+    tok = ModelPair.load(resolve("drafter", "embedded"), resolve("verifier", "embedded")).tokenizer
+    ids = tok.encode("12 + 7 = 19") + [tok.convert_tokens_to_ids("<|im_end|>")]
+    lps = [TokenLogprob(i, -0.5, [(i, -0.5), (3, float("-inf"))], "fused" if j else "a") for j, i in enumerate(ids)]
+    content = LogprobsContent(tok)
+    first, rest = content.push(lps[:2]), content.push(lps)
+    assert content.push(lps) is None  # no new token: no object, never an empty list
+    entries = first.content + rest.content
+    assert "".join(e.token for e in entries) == "12 + 7 = 19" and entries[-1].token == ""  # the end token adds ""
+    assert [e.asymspec_distribution for e in entries] == ["a"] + ["fused"] * (len(ids) - 1)
+    assert entries[0].bytes == list(entries[0].token.encode()) and entries[0].top_logprobs[1].logprob == -9999.0
+    assert entries[0].model_dump()["asymspec_distribution"] == "a"
 
 
 def test_unknown_extras_methods_and_settings_are_refused():

@@ -122,6 +122,26 @@ def test_openai_client_answers_are_the_librarys_tokens(client, reference, method
             assert max(len(c.choices[0].token_ids) for c in steps) > 1  # a step's drafts arrive at once
 
 
+@pytest.mark.parametrize("method", ["asymspec", "floor", "drafter"])
+def test_logprobs_plain_and_streamed_are_the_librarys(client, reference, method):
+    """logprobs=True, top_logprobs=3 on the vLLM engines: per token the library's (transformers) logprob within
+    float tolerance, its distribution, 3 alternatives; the streamed entries are the plain answer's."""
+    example = TOY[0]
+    ref = expected(reference, example, method, K=2, max_new_tokens=24, logprobs=3)
+    extra = {"caption": example["caption"], "ocr": example["ocr"], "method": method, "config": {"K": 2}}
+    ask = dict(model="asymspec-vl", messages=messages(example), max_tokens=24, logprobs=True, top_logprobs=3,
+               extra_body=extra)
+    reply = client.chat.completions.create(**ask)
+    content = reply.choices[0].logprobs.content
+    assert "".join(e.token for e in content) == reply.choices[0].message.content == ref.text
+    assert [e.logprob for e in content] == pytest.approx([x.logprob for x in ref.logprobs], abs=2e-3)
+    assert [e.asymspec_distribution for e in content] == [x.distribution for x in ref.logprobs]
+    assert all(len(e.top_logprobs) == 3 for e in content)
+    chunks = list(client.chat.completions.create(**ask, stream=True))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+
+
 def test_the_default_K_is_the_servers(client, reference):
     example = TOY[0]
     ref = expected(reference, example, "asymspec", K=4, max_new_tokens=40)

@@ -300,7 +300,8 @@ def sampling_params(cfg: AsymSpecConfig) -> dict:
     is vLLM's "off"): the engine's scheduler, output processor and sampler read them there."""
     return dict(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k),
                 min_p=float(cfg.min_p), seed=cfg.seed, stop=list(cfg.stop),
-                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens))
+                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens),
+                logprobs=cfg.logprobs)
 
 
 def decodes_greedily(params) -> bool:
@@ -311,9 +312,10 @@ def decodes_greedily(params) -> bool:
 
 
 def check_supported(params) -> None:
-    """RequestArgsError for what the methods' rules do not define: logprobs, penalties and logits processing
-    (temperature, top_p, top_k, min_p, seed and min_tokens are the rules' own: decoding_config)."""
-    if (params.logprobs is not None or params.logit_bias or params.bad_words or params.allowed_token_ids
+    """RequestArgsError for what the methods' rules do not define: penalties and logits processing (temperature,
+    top_p, top_k, min_p, seed and min_tokens are the rules' own: decoding_config; logprobs are served, each token's
+    under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
+    if (params.logit_bias or params.bad_words or params.allowed_token_ids
             or params.presence_penalty != 0 or params.frequency_penalty != 0 or params.repetition_penalty != 1):
-        raise RequestArgsError("asymspec requests take temperature, top_p, top_k, min_p, seed and min_tokens; "
-                               "not logprobs, penalties, logit_bias, bad_words or allowed_token_ids")
+        raise RequestArgsError("asymspec requests take temperature, top_p, top_k, min_p, seed, min_tokens and "
+                               "logprobs; not penalties, logit_bias, bad_words or allowed_token_ids")

@@ -31,6 +31,7 @@ from ...core.methods import Method
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
+from .logprobs import MissingLogprobsError, from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 
 FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
@@ -98,10 +99,10 @@ class VLLMBackend:
         rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
                 for _ in reqs]
         start = time.perf_counter()
-        progress = partial(self._progress, rows, _StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
+        progress = partial(self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self.row(o, method, mode, elapsed) for o in finals]
+        return [self.row(o, method, mode, elapsed, cfg) for o in finals]
 
     def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
                        speculative: bool = False) -> tuple[dict, object]:
@@ -163,7 +164,7 @@ class VLLMBackend:
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, streamed: "_StreamedStats", on_step, step_outputs: dict) -> None:
+    def _progress(rows, streamed: "StreamedStats", on_step, step_outputs: dict) -> None:
         for i, o in step_outputs.items():
             tokens = list(o.outputs[0].token_ids)
             rows[i].sources, rows[i].stats = streamed.step(i, len(tokens) - len(rows[i].token_ids))
@@ -171,8 +172,9 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(o, method: Method, mode: str, elapsed: float) -> loop.RowOutput:
-        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason)."""
+    def row(o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None) -> loop.RowOutput:
+        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason; with
+        cfg.logprobs the engine's logprobs, each named by its distribution)."""
         from vllm_patches.requests.stats import from_output
 
         completion = o.outputs[0]
@@ -184,12 +186,17 @@ class VLLMBackend:
         stats.elapsed_s = elapsed
         if completion.finish_reason in FINISH_REASONS:
             text = completion.text if isinstance(completion.stop_reason, str) else None  # cut by a stop string
-            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text)
+            try:
+                logprobs = from_vllm(completion.logprobs, tokens, sources, method.name, cfg) \
+                    if cfg is not None and cfg.logprobs is not None else None
+            except MissingLogprobsError as e:
+                return loop.RowOutput(tokens, sources, stats, "error", str(e))
+            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs)
         return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
                                                                f"'{completion.finish_reason}': {error or 'no detail'}")
 
 
-class _StreamedStats:
+class StreamedStats:
     """Labels and counters while a request streams. On a speculative engine each step's new tokens are the
     accepted drafts and then the token the step emitted, counted by the engine's own rule
     (vllm_patches.requests.stats); provisional only where the engine drafted fewer than K (near the context limit) or a

@@ -429,7 +429,7 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
     """Finding 7: a plain request (no extra_args) on an asymspec engine that asks for logprobs gets its greedy
     tokens and, per token, the verifier's log-softmax logprob of it and the top 2 (the old sampler returned
     no logprobs: vLLM's chat server then indexed an empty list, HTTP 500; the CPU build failed the request).
-    An sd row asking for logprobs is refused alone with an error that names them."""
+    An sd row asking for logprobs gets the verifier's too (SD's tokens are the verifier's greedy tokens)."""
     from vllm import SamplingParams
 
     from asymspec_vl import AsymSpecConfig
@@ -456,7 +456,56 @@ def test_plain_requests_asking_for_logprobs_get_the_verifiers(vl, tiny_vl):
             want = logits[0].float().log_softmax(-1)
             assert step[token].logprob == pytest.approx(float(want[token]), abs=1e-4)
             assert set(step) >= set(want.topk(2).indices.tolist())
-    assert "logprobs" in outs[2].kv_transfer_params["asymspec"]["error"]
+    sd_out, plain = outs[2].outputs[0], outs[0].outputs[0]
+    assert list(sd_out.token_ids) == list(plain.token_ids)[:8] and len(sd_out.logprobs) == 8
+    for token, step, want in zip(sd_out.token_ids, sd_out.logprobs, plain.logprobs):
+        assert step[token].logprob == pytest.approx(want[token].logprob, abs=1e-4)
+
+
+@pytest.mark.parametrize("method, sampled", [("floor", {}), ("asymspec", {}),
+                                             ("asymspec", {"temperature": 0.8, "seed": 3})])
+def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method, sampled):
+    """Floor's from vLLM's own sampler, AsymSpec's from the patched sampler: each token under the distribution it
+    was chosen from (core/logprobs.py), equal to the transformers backend's within float32 tolerance."""
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=3, **sampled)
+    distributions = set()
+    for seed in (3, 4):
+        r = random_request(seed)
+        want = tiny_vl.generate_batch([r], method, cfg)[0]
+        got = vl.generate_batch([r], method, cfg)[0]
+        assert got.token_ids == want.token_ids and len(got.logprobs) == len(got.token_ids)
+        for g, w in zip(got.logprobs, want.logprobs):
+            assert (g.token_id, g.distribution) == (w.token_id, w.distribution)
+            assert g.logprob == pytest.approx(w.logprob, abs=2e-3)
+            assert [i for i, _ in g.top] == [i for i, _ in w.top]
+            assert [v for _, v in g.top] == pytest.approx([v for _, v in w.top], abs=2e-3)
+            distributions.add(g.distribution)
+    assert distributions == {"t"} if method == "floor" else {"a", "fused"} <= distributions
+
+
+def test_in_a_batch_where_one_asymspec_row_asks_for_logprobs_it_gets_the_transformers_backends(vl, tiny_vl):
+    """One engine step decides both rows (one group); only the asking row's logprobs are computed and returned."""
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.vllm.engine import generate
+    from asymspec_vl.inputs.prompts import encode_request
+
+    asks = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=2)
+    encs = [encode_request(random_request(s), vl.pair.processor, vl.pair.tokenizer) for s in (3, 4)]
+    jobs = [vl.backend.engine_request(encs[0], "asymspec", asks.replace(logprobs=None)),
+            vl.backend.engine_request(encs[1], "asymspec", asks)]  # the second row asks: its rows are mapped back
+    from vllm import SamplingParams
+
+    plain = ({"prompt_token_ids": encs[0].comp.ids}, SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    jobs = [plain] + jobs  # a row of another group first: the asymspec group's rows are not its batch positions
+    llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    outs = generate(llm, [p for p, _ in jobs], [params for _, params in jobs])
+    want = tiny_vl.generate_batch([random_request(4)], "asymspec", asks)[0]
+    got = outs[2].outputs[0]
+    assert list(got.token_ids) == want.token_ids and outs[1].outputs[0].logprobs is None
+    for token, entry, w in zip(got.token_ids, got.logprobs, want.logprobs):
+        assert entry[token].logprob == pytest.approx(w.logprob, abs=2e-3)
 
 
 @pytest.mark.parametrize("method", ["asymspec", "scd"])

@@ -35,14 +35,15 @@ def test_video_like_grids_are_refused():
 
 
 @pytest.mark.parametrize("over", [{"repetition_penalty": 1.1}, {"presence_penalty": 0.5},
-                                  {"frequency_penalty": 0.5}, {"logprobs": 2},
+                                  {"frequency_penalty": 0.5},
                                   {"logit_bias": {3: 1.0}}, {"bad_words": ["x"]}, {"allowed_token_ids": [1, 2]}])
 def test_asymspec_rows_refuse_logits_processing(over):
     """The methods' rules define greedy and sampled decoding, not penalties or logits processing: refused."""
     from vllm import SamplingParams
 
     check_supported(SamplingParams(temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=3, min_tokens=2))
-    with pytest.raises(RequestArgsError, match="not logprobs, penalties"):
+    check_supported(SamplingParams(temperature=0, logprobs=2))  # served: core/logprobs.py's rule
+    with pytest.raises(RequestArgsError, match="not penalties"):
         check_supported(SamplingParams(**{"temperature": 0, **over}))
 
 

@@ -1,0 +1,27 @@
+"""vLLM's per-token logprobs of a completion (SampleLogprobs: one {token id: Logprob} dict per token) as the
+library's TokenLogprob, each named by the distribution its token was chosen from (core/logprobs.py)."""
+
+from __future__ import annotations
+
+from ...core.config import AsymSpecConfig
+from ...core.logprobs import TokenLogprob, distribution
+
+
+class MissingLogprobsError(RuntimeError):
+    """The engine returned no logprobs entry for some token that was asked for (never an empty list)."""
+
+
+def from_vllm(entries, tokens: list[int], sources: list[str], method: str, cfg: AsymSpecConfig) -> list[TokenLogprob]:
+    """entries: vLLM's CompletionOutput.logprobs for `tokens`; sources: each token's trace label. The top list is
+    the entries of rank <= cfg.logprobs (vLLM adds the emitted token beside its top-k when it ranks lower)."""
+    entries = list(entries or [])
+    if len(entries) < len(tokens):
+        raise MissingLogprobsError(f"the engine returned {len(entries)} logprobs entries for {len(tokens)} tokens")
+    out = []
+    for tok, entry, source in zip(tokens, entries, sources):
+        if tok not in entry:
+            raise MissingLogprobsError(f"the engine's logprobs entry of token {tok} lacks that token: {entry}")
+        top = sorted((x.rank, i, x.logprob) for i, x in entry.items() if x.rank is not None and x.rank <= cfg.logprobs)
+        out.append(TokenLogprob(tok, entry[tok].logprob, [(i, lp) for _, i, lp in top],
+                                distribution(method, cfg, source)))
+    return out
