@@ -116,7 +116,7 @@ class LogprobsContent:
     the token and its alternatives are under (t, q, a, fused, contrastive: asymspec_vl/core/logprobs.py)."""
 
     def __init__(self, tokenizer, skip_special_tokens: bool = True):
-        self.tokenizer, self.pieces, self.sent = tokenizer, TokenPieces(tokenizer, skip_special_tokens), 0
+        self.tokenizer, self.skip_special_tokens, self.pieces, self.sent = tokenizer, skip_special_tokens, None, 0
 
     def push(self, logprobs: list | None):
         """The logprobs object of the tokens after those already pushed (None when none were asked)."""
@@ -125,6 +125,8 @@ class LogprobsContent:
         if logprobs is None or len(logprobs) <= self.sent:  # none asked, or no new token: no object (never [])
             return None
         new, self.sent = logprobs[self.sent:], len(logprobs)
+        if self.pieces is None:  # made on the first logprobs: a request that asks none reads no tokenizer
+            self.pieces = TokenPieces(self.tokenizer, self.skip_special_tokens)
         pieces = self.pieces.push([x.token_id for x in new])
         return ChatCompletionLogProbs(content=[self._entry(x, p) for x, p in zip(new, pieces)])
 

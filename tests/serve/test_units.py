@@ -614,7 +614,8 @@ def stand_in_service(stream, **kw):
     from asymspec_vl.serve.chat import ChatService, Prepared
     from asymspec_vl.serve.metrics import ServeMetrics
 
-    runner = SimpleNamespace(stream=stream, vl=SimpleNamespace(decode=lambda ids: "x" * len(ids)))
+    runner = SimpleNamespace(stream=stream, vl=SimpleNamespace(decode=lambda ids: "x" * len(ids),
+                                                         pair=SimpleNamespace(tokenizer=None)))
     service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
     j = job(body(stream=True))
     return service, Prepared(j, METHODS[j.method], None, [View()], time.monotonic(), 10**9)
