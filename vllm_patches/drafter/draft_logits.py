@@ -37,6 +37,16 @@ class DraftLogits:
         """a: [n, V] logits at the draft positions (n <= K + 1)."""
         self.logits[self.slot(req_id), :a.shape[0]] = a
 
+    def store_rows(self, req_ids: list[str], a: torch.Tensor, n: list[int]) -> None:
+        """a: [R, >= max(n), V], row r's first n[r] rows its logits at the draft positions: one copy when every
+        row stores as many."""
+        if len(set(n)) == 1:
+            slots = torch.tensor([self.slot(r) for r in req_ids], device=self.logits.device)
+            self.logits[slots, :n[0]] = a[:, :n[0]]
+            return
+        for r, (req_id, rows) in enumerate(zip(req_ids, n)):
+            self.store(req_id, a[r, :rows])
+
     def gather(self, req_ids: list[str], n: int) -> torch.Tensor:
         """The first n rows of each request's logits. -> [len(req_ids), n, V]."""
         index = torch.tensor([self.slots[r] for r in req_ids], device=self.logits.device)
