@@ -15,6 +15,8 @@ import torch
 
 from asymspec_vl.core.errors import AsymSpecError
 
+from .drafter_pass import to_device
+
 
 class DraftLogitsFullError(AsymSpecError, RuntimeError):
     """More requests drafted in one step than the buffer has slots (max_num_seqs)."""
@@ -41,7 +43,7 @@ class DraftLogits:
         """a: [R, >= max(n), V], row r's first n[r] rows its logits at the draft positions: one copy when every
         row stores as many."""
         if len(set(n)) == 1:
-            slots = torch.tensor([self.slot(r) for r in req_ids], device=self.logits.device)
+            slots = to_device(torch.tensor([self.slot(r) for r in req_ids]), self.logits.device)  # no wait on CUDA
             self.logits[slots, :n[0]] = a[:, :n[0]]
             return
         for r, (req_id, rows) in enumerate(zip(req_ids, n)):
