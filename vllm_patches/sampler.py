@@ -90,12 +90,19 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         else:
             outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
         decided.append((method, cfg, index, step_logits, outcome, n))
-        for i, committed in zip(index, outcome.committed(drafts)):
-            out[i, :len(committed)] = torch.tensor(committed, dtype=torch.int32)
+        _put_rows(out, index, outcome.committed(drafts))
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(sampled_token_ids=out.to(logits.device),
                          logprobs_tensors=_logprobs(runner, out, logits, first, decided))
+
+
+def _put_rows(out: torch.Tensor, index: list[int], committed: list[list[int]]) -> None:
+    """out[index[j], :len(committed[j])] = committed[j] for a group's rows, in one host tensor and one copy
+    (rows shorter than the group's longest keep PLACEHOLDER past their tokens)."""
+    width = max(len(c) for c in committed)
+    block = torch.tensor([c + [PLACEHOLDER] * (width - len(c)) for c in committed], dtype=torch.int32)  # [G, w]
+    out[torch.tensor(index), :width] = block
 
 
 def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:

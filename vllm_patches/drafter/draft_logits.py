@@ -16,6 +16,8 @@ import torch
 
 from asymspec_vl.core.errors import AsymSpecError
 
+from .drafter_pass import to_device
+
 
 class DraftLogitsFullError(AsymSpecError, RuntimeError):
     """More requests drafted in one step than the buffer has slots (max_num_seqs)."""
@@ -41,6 +43,16 @@ class DraftLogits:
     def put(self, req_id: str, k: int, x: torch.Tensor) -> None:
         """x: [V] the logits of draft position k (0-based)."""
         self.logits[self.slot(req_id), k] = x
+
+    def store_rows(self, req_ids: list[str], a: torch.Tensor, n: list[int]) -> None:
+        """a: [R, >= max(n), V], row r's first n[r] rows its logits at the draft positions: one copy when every
+        row stores as many."""
+        if len(set(n)) == 1:
+            slots = to_device(torch.tensor([self.slot(r) for r in req_ids]), self.logits.device)  # no wait on CUDA
+            self.logits[slots, :n[0]] = a[:, :n[0]]
+            return
+        for r, (req_id, rows) in enumerate(zip(req_ids, n)):
+            self.store(req_id, a[r, :rows])
 
     def gather(self, req_ids: list[str], n: int) -> torch.Tensor:
         """The first n rows of each request's logits. -> [len(req_ids), n, V]."""

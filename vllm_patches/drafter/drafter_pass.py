@@ -68,26 +68,30 @@ def bound_kv(layers: dict, kv: dict[str, torch.Tensor] | None):
 
 
 def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
-    """vLLM's CommonAttentionMetadata of a pass over `rows` (built on the host, copied without a sync)."""
+    """vLLM's CommonAttentionMetadata of a pass over `rows` (built on the host, batched: a handful of tensor ops
+    whatever the number of rows, then copied without a sync)."""
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
-    n = torch.tensor([r.length for r in rows], dtype=torch.int32)
-    start = torch.tensor([r.start for r in rows], dtype=torch.int32)
+    lengths, starts = [r.length for r in rows], [r.start for r in rows]
+    n = torch.tensor(lengths, dtype=torch.int32)  # [B]
+    start = torch.tensor(starts, dtype=torch.int32)  # [B]
     query_start = torch.zeros(len(rows) + 1, dtype=torch.int32)
     query_start[1:] = n.cumsum(0)
     seq_lens = start + n
-    width = max(len(r.block_table) for r in rows)
-    table = torch.zeros(len(rows), width, dtype=torch.int32)  # padding -> block 0
-    for i, r in enumerate(rows):
-        table[i, :len(r.block_table)] = r.block_table
-    row = torch.repeat_interleave(torch.arange(len(rows)), n.long())  # [N] the row of each token
-    index = torch.cat([torch.arange(r.start, r.start + r.length) for r in rows])  # [N] its cache index
+    # [B, W] padding -> block 0
+    table = torch.nn.utils.rnn.pad_sequence([r.block_table for r in rows], batch_first=True).to(torch.int32)
+    num_tokens = sum(lengths)
+    if max(lengths) == 1 == min(lengths):  # a decode pass: one token a row, at its start
+        row, index = torch.arange(len(rows)), start.long()
+    else:
+        row = torch.repeat_interleave(torch.arange(len(rows)), n.long())  # [N] the row of each token
+        index = start.long()[row] + torch.arange(num_tokens) - query_start.long()[row]  # [N] its cache index
     slots = table.long()[row, index // block_size] * block_size + index % block_size  # [N]
     return CommonAttentionMetadata(
         query_start_loc=to_device(query_start, device), query_start_loc_cpu=query_start,
         seq_lens=to_device(seq_lens, device), _seq_lens_cpu=seq_lens, _num_computed_tokens_cpu=start,
-        num_reqs=len(rows), num_actual_tokens=int(query_start[-1]), max_query_len=int(n.max()),
-        max_seq_len=int(seq_lens.max()), block_table_tensor=to_device(table, device),
+        num_reqs=len(rows), num_actual_tokens=num_tokens, max_query_len=max(lengths),
+        max_seq_len=max(s + l for s, l in zip(starts, lengths)), block_table_tensor=to_device(table, device),
         slot_mapping=to_device(slots, device), causal=True)
 
 

@@ -74,7 +74,7 @@ class FullView:
         proposer = self.proposer
         embeds, masks, kept = [], [], []
         for req_id, state, feed in plan.full_rows:
-            mask = torch.zeros(len(feed), dtype=torch.bool)
+            mask = None  # no image token: all False (built only for a step that reads embeddings)
             if state.sees_image and proposer.facts.image_token_id in feed:
                 try:
                     embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
@@ -85,37 +85,48 @@ class FullView:
             masks.append(mask)
             kept.append((req_id, state, feed))
         plan.full_rows = kept
-        return FullViewImages(torch.cat(embeds), masks) if embeds else None
+        if not embeds:
+            return None
+        return FullViewImages(torch.cat(embeds), [m if m is not None else torch.zeros(len(feed), dtype=torch.bool)
+                                                  for m, (_, _, feed) in zip(masks, kept)])
 
     def draft(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
         """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
-        the device until the last pass (one host copy per step, so a GPU runs the passes back to back)."""
+        the device until the last pass (one host copy per step, so a GPU runs the passes back to back). What
+        is constant over the step's passes is built once: each row's block table (plan reserved its blocks for
+        the feed and the drafts), its cache indices and rope positions; a goes to the buffer in one copy."""
         proposer = self.proposer
         passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K (a_{K+1} if the rule reads it)
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
-        logits = [[row] for row in self.first_pass(rows, images)]  # a_1 per row
-        tokens = pick(torch.stack([lg[0] for lg in logits]), [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
+        first = torch.stack(self.first_pass(rows, images))  # [R, V] a_1 per row
+        a = first.new_empty(len(rows), max(passes), first.shape[-1])  # [R, max passes, V]
+        a[:, 0] = first
+        tokens = pick(first, [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
         drafted = [tokens]
+        tables = [self.block_table(req_id) for req_id, _, _ in rows]
+        starts = [state.full.n_cached + len(state.full.speculative) for _, state, _ in rows]  # d_1's cache index
+        positions = [view_positions(state.full_positions, state.delta, start, n - 1, proposer.uses_mrope)
+                     for (_, state, _), start, n in zip(rows, starts, passes)]  # [3, n-1] / [n-1]: d_1..d_{n-1}
         for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
             index = to_device(torch.tensor(live), proposer.device) if len(live) < len(rows) else None
-            batch = [self.pass_row(rows[r][0], rows[r][1], 1, offset=k - 1) for r in live]
+            batch = [PassRow(1, starts[r] + k - 1, positions[r][..., k - 1:k], tables[r]) for r in live]
             hidden, last = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
                                     token_ids=tokens if index is None else tokens[index], decode=True)
             step = proposer.model.compute_logits(hidden[last])  # [len(live), V]
-            for j, r in enumerate(live):
-                logits[r].append(step[j])
+            if index is None:
+                a[:, k] = step
+            else:
+                a[index, k] = step
             new = pick(step, [rows[r][1] for r in live], k, banned if index is None else banned[index])  # [live]
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)
         drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
+        self.draft_logits.store_rows([req_id for req_id, _, _ in rows], a, passes)
         out = {}
-        for (req_id, state, _), lg, row_drafts, n in zip(rows, logits, drafts, passes):
-            ledger = state.full  # the passes after the feed read d_1 .. d_{n-1}
-            start = ledger.n_cached + len(ledger.speculative)
-            ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
-            a = torch.stack(lg)  # [K (+1), V]
-            self.draft_logits.store(req_id, a)
+        for (req_id, state, _), row_drafts, n, start in zip(rows, drafts, passes, starts):
+            # the passes after the feed read d_1 .. d_{n-1}
+            state.full.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
             state.drafts = row_drafts[:state.K]
             out[req_id] = state.drafts
         return out
@@ -159,4 +170,8 @@ class FullView:
         proposer = self.proposer
         start = state.full.n_cached + len(state.full.speculative) + offset
         pos = view_positions(state.full_positions, state.delta, start, length, proposer.uses_mrope)
-        return PassRow(length, start, pos, torch.tensor(self.pool.blocks[req_id], dtype=torch.int32))
+        return PassRow(length, start, pos, self.block_table(req_id))
+
+    def block_table(self, req_id: str) -> torch.Tensor:
+        """The row's x_full blocks in order. -> [num_blocks] int32 (host)."""
+        return torch.tensor(self.pool.blocks[req_id], dtype=torch.int32)

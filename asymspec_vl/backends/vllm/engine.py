@@ -33,6 +33,10 @@ logger = logging.getLogger(__name__)
 CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
+# A compiled engine on the CPU build: inductor's C++ code for the bounds check of a masked indirect load (the
+# M-RoPE cos/sin cache read at the embedded drafter's positions) does not compile (torch 2.10: CppCompileError,
+# "no matching function for call to VecMask<long int, 2>::VecMask(int&)"); without the check it does.
+CPU_COMPILATION = {"inductor_compile_config": {"assert_indirect_indexing": False}}
 DEFAULT_SPEC_TOKENS = LIMITS.speculative_tokens  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
 _stale_checked = False  # whether this process looked for an earlier run's engine processes
@@ -101,6 +105,8 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
                                         "num_speculative_tokens": spec.K,
                                         "draft_tensor_parallel_size": tensor_parallel_size}
     kwargs.update(engine_kwargs)
+    if on_cpu() and not kwargs.get("enforce_eager") and "compilation_config" not in kwargs:
+        kwargs["compilation_config"] = CPU_COMPILATION
     if drafter_share is not None and spec.images:
         kwargs["gpu_memory_utilization"] = drafter_share
     elif drafter_share is not None and "gpu_memory_utilization" not in engine_kwargs:

@@ -36,6 +36,20 @@ def test_stored_logits_come_back_per_request_and_a_released_slot_is_reused():
     assert logits.slots["c"] != logits.slots["b"] and torch.equal(logits.gather(["b"], 2)[0], b)
 
 
+def test_rows_stored_together_come_back_as_stored_one_by_one():
+    """A step's a in one copy (every row as many passes) or row by row (rows of fewer passes): each request reads
+    back its own first n rows, in the slots it would have taken one at a time."""
+    a = torch.arange(2 * 3 * 5.).view(2, 3, 5)  # [R, passes, V]
+    together, alone = buffer(4), buffer(4)
+    together.store_rows(["x", "y"], a, [3, 3])
+    for r, req_id in enumerate("xy"):
+        alone.store(req_id, a[r])
+    assert together.slots == alone.slots and torch.equal(together.gather(["y", "x"], 3), alone.gather(["y", "x"], 3))
+    mixed = buffer(4)
+    mixed.store_rows(["x", "y"], a, [3, 2])
+    assert torch.equal(mixed.gather(["x"], 3)[0], a[0]) and torch.equal(mixed.gather(["y"], 2)[0], a[1, :2])
+
+
 def drafter_with(logits: DraftLogits):
     from vllm_patches.drafter.proposer import AsymSpecProposer
     from vllm_patches.requests.rows import RowState
