@@ -203,10 +203,10 @@ def test_bad_request_fails_alone(vl):
     wrong_type.extra_args = {"asymspec": ["x_full"]}
     out = generate(llm, prompts[:1], [wrong_type])[0]
     assert out.outputs[0].finish_reason == "error" and "must be a dict" in out.kv_transfer_params["asymspec"]["error"]
-    sampled = params[0].clone()
-    sampled.temperature = 0.7
-    out = generate(llm, prompts[:1], [sampled])[0]
-    assert out.outputs[0].finish_reason == "error" and "decode greedily" in out.kv_transfer_params["asymspec"]["error"]
+    penalised = params[0].clone()  # what no method's rule defines fails its request alone
+    penalised.repetition_penalty = 1.3
+    out = generate(llm, prompts[:1], [penalised])[0]
+    assert out.outputs[0].finish_reason == "error" and "not penalties" in out.kv_transfer_params["asymspec"]["error"]
     assert generate(llm, prompts[:1], params[:1])[0].outputs[0].token_ids == alone[0]  # the engine goes on
 
 
