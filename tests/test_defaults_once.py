@@ -58,7 +58,8 @@ def test_config_from_args_round_trips_every_field():
     changed = AsymSpecConfig(K=5, beta=0.5, gamma=0.25, gate="kl", lam=0.5, delta_source="raw", bonus="fused",
                              max_new_tokens=7, stop_token_ids=(3, 4), scd_alpha=0.25, ignore_eos=True,
                              temperature=0.5, top_p=0.9, top_k=5, min_p=0.1, seed=7, stop=("x", "y"),
-                             include_stop_str_in_output=True, min_tokens=2, structured_output={"regex": "[0-9]+"})
+                             include_stop_str_in_output=True, min_tokens=2, structured_output={"regex": "[0-9]+"},
+                             logprobs=3)
     assert all(getattr(changed, f) != getattr(AsymSpecConfig(), f) for f in FIELDS)
     argv = ["--image", "x", "--question", "q"]
     for f in FIELDS:

@@ -218,9 +218,10 @@ class StreamedStats:
                 row.stats.record(0, 0, 1)
             return list(row.sources), copy.deepcopy(row.stats)
         s = self.rows[i]
+        K = len(s.stats.accepted_at)  # 0 for a mode without drafts (Floor on the speculative engine)
         while num_new > 0:  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
-            n = min(num_new, self.K + 1)
-            s.record(self.K, n, n)
+            n = min(num_new, K + 1)
+            s.record(K, n, n)
             num_new -= n
         return list(s.sources), copy.deepcopy(s.stats)
 
