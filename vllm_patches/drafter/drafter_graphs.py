@@ -68,7 +68,13 @@ class DrafterGraphs:
             return
         n = vllm_config.scheduler_config.max_num_batched_tokens
         self.inputs_embeds = torch.zeros(n, hidden_size, dtype=dtype, device=device)  # [N_max, H]
-        self.positions = torch.zeros((3, n) if uses_mrope else (n,), dtype=torch.int64, device=device)
+        # M-RoPE positions [3, N_max + 1]: vLLM's own layout (v1/spec_decode/eagle.py, `mrope_positions`, and
+        # v1/worker/gpu_model_runner.py, `self.mrope_positions = self._make_buffer((3, self.max_num_tokens + 1)`):
+        # the spare column keeps every slice [:, :n] non-contiguous, row stride N_max + 1 != n. A (3, N_max)
+        # buffer is contiguous at n = N_max, the GPU profile run's size and so the compiled drafter's first
+        # trace; Dynamo would bake stride == n with its guards dropped, and every shorter pass would read the
+        # H and W rows at the wrong offsets.
+        self.positions = torch.zeros((3, n + 1) if uses_mrope else (n,), dtype=torch.int64, device=device)
         self.slot_mapping = torch.full((n,), PADDING_SLOT_ID, dtype=torch.int64, device=device)  # [N_max]
 
     def initialize_keys(self) -> None:

@@ -238,6 +238,29 @@ def test_asymspec_with_the_cpu_platforms_default_compilation(tiny_models, tiny_v
         vl.backend.close()
 
 
+def test_a_compiled_drafter_first_traced_at_the_whole_budget_reads_the_right_mrope_positions(tiny_models, tiny_vl):
+    """On a GPU the drafter's first compiled call is the profile run at max_num_batched_tokens tokens: Dynamo
+    then traces the whole positions buffer, and a (3, N) buffer would be contiguous there, its row stride baked
+    in for every shorter pass (wrong H and W rows). Here the CPU warm-up is made to trace at the whole budget
+    (max_num_seqs == max_num_batched_tokens) as the GPU's profile run does: tokens equal the transformers
+    backend's on the embedded-shaped tiny pair, image requests among them (their H, W rows differ from T)."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    budget = 64
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm", enforce_eager=False, max_num_seqs=budget,
+                                    max_num_batched_tokens=budget)
+    reqs = [random_request(s) for s in range(6)]
+    try:
+        graphs = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])).drafter.graphs
+        assert graphs.enabled and graphs.positions.shape[-1] > budget  # vLLM's (3, N + 1) layout
+        for method in ("asymspec", "scd"):
+            cfg = AsymSpecConfig(K=2, max_new_tokens=12)
+            assert summary(vl.generate_batch(reqs, method, cfg)) == summary(tiny_vl.generate_batch(reqs, method, cfg)), method
+    finally:
+        vl.backend.close()
+
+
 # -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------
 def test_a_rank_local_device_error_is_a_request_error_only_without_tensor_parallelism():
     """(How ranks compare their failed requests: tests/vllm_patches/requests/test_faults.py, on two real gloo ranks.)"""

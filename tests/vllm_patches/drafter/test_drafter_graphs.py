@@ -40,6 +40,7 @@ class Compiled(torch.nn.Module):
 
         ctx = get_forward_context()
         self.calls.append({"input_ids": input_ids, "positions": positions.clone(), "n": inputs_embeds.shape[0],
+                           "positions_contiguous": positions.is_contiguous(),
                            "mode": ctx.cudagraph_runtime_mode, "desc": ctx.batch_descriptor,
                            "slots": {k: v.clone() for k, v in ctx.slot_mapping.items()}})
         self.out = inputs_embeds * 2
@@ -198,3 +199,17 @@ def test_dummy_runs_before_the_kv_cache_write_nothing(vllm_config):
     model = Compiled()
     graphs_of(vllm_config, CUDAGraphMode.NONE, model).dummy_run(16, (), use_cudagraphs=False)
     assert model.calls[-1]["slots"] == {} and model.calls[-1]["n"] == 16
+
+
+def test_mrope_positions_reach_the_compiled_model_non_contiguous_at_every_size(vllm_config):
+    """vLLM's (3, N + 1) M-RoPE layout: a pass of the whole budget N (the GPU profile run, the compiled
+    drafter's first trace) must not see a contiguous buffer, or Dynamo bakes row stride == N into every
+    shorter pass."""
+    from vllm.config import CUDAGraphMode
+
+    model = Compiled()
+    graphs = graphs_of(vllm_config, CUDAGraphMode.NONE, model)
+    budget = vllm_config.scheduler_config.max_num_batched_tokens
+    graphs.dummy_run(budget, (), use_cudagraphs=False)
+    graphs.forward(torch.arange(3), torch.arange(3).expand(3, -1), {}, None, ())
+    assert [(c["n"], c["positions_contiguous"]) for c in model.calls] == [(budget, False), (3, False)]
