@@ -60,6 +60,7 @@ def apply() -> None:
     if _applied:
         return
     from .hooks.config_patch import patch_speculative_config
+    from .hooks.cpu_generators import patch_cpu_generators
     from .hooks.cpu_patch import patch_cpu_runner
     from .hooks.runner_patch import patch_model_runner
     from .hooks.scheduler_patch import patch_scheduler
@@ -69,6 +70,7 @@ def apply() -> None:
     patch_scheduler()
     if is_cpu_build():
         patch_cpu_runner()
+        patch_cpu_generators()
     _applied = True
 
 

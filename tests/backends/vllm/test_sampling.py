@@ -94,3 +94,22 @@ def test_min_tokens_holds_the_stop_token_back_on_the_speculative_engine(pipes, m
         got = vl.generate_batch(REQS[:1], method, held)[0]
         assert greedy[1] not in got.token_ids[:6] and len(got.token_ids) >= 6
         assert got.token_ids == hf.generate_batch(REQS[:1], method, held)[0].token_ids
+
+
+def test_a_seeded_sampled_request_with_a_chunked_prefill_is_served_and_keeps_its_stream(pipes, tiny_models):
+    """A 32-token budget chunks every prompt: vLLM samples a token on each partial-prefill step, discards it and
+    rewinds the request's generator (an offset rewind that a CPU generator refused: the engine core died,
+    vllm_patches/hooks/cpu_generators.py). Served, and the seeded tokens do not depend on the chunking: the
+    speculative methods equal the transformers loop's, Floor and the drafter alone the unchunked engine's."""
+    from asymspec_vl import AsymSpecVL
+
+    vl, hf = pipes
+    paths = dict(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]))
+    chunked = AsymSpecVL.from_pretrained(**paths, backend="vllm", block_size=16, max_num_batched_tokens=32)
+    cfg = HOT.replace(seed=3, max_new_tokens=10)
+    try:
+        for method, reference in (("asymspec", hf), ("scd", hf), ("floor", vl), ("drafter", vl)):
+            want = [r.token_ids for r in reference.generate_batch(REQS, method, cfg)]
+            assert [r.token_ids for r in chunked.generate_batch(REQS, method, cfg)] == want, method
+    finally:
+        chunked.backend.close()

@@ -1,0 +1,50 @@
+"""A seeded request's generator on the CPU build rewound after a partial-prefill step, as vLLM rewinds CUDA ones.
+
+On a partial prefill (chunked prefill: the prompt does not fit the step's token budget) vLLM samples a token for
+the request and then discards it; `GPUModelRunner._bookkeeping_sync` undoes the draw with
+`gen.set_offset(gen.get_offset() - 4)` (v1/worker/gpu_model_runner.py), which only a CUDA (Philox) generator
+supports: a CPU generator raises `RuntimeError: CPU Generator does not use offset` and the engine core dies.
+Here, for every engine on the CPU build: the discarded rows' CPU generators are snapshot before the step's
+sampling and restored after it (the same undo: the request's stream does not depend on how its prompt was
+chunked), and are out of the runner's generator table while vLLM's offset rewind runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._patching import install
+
+
+def patch_cpu_generators() -> None:
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    install(CPUModelRunner, "_sample", sample)
+    install(CPUModelRunner, "_bookkeeping_sync", bookkeeping_sync)
+
+
+def discarded_cpu_generators(runner) -> dict[int, torch.Generator]:
+    """batch index -> generator of this step's rows whose sampled token is discarded (a partial prefill)."""
+    batch = runner.input_batch
+    rows = np.nonzero(runner.discard_request_mask.np[:batch.num_reqs])[0]
+    held = {int(i): batch.generators.get(int(i)) for i in rows}
+    return {i: g for i, g in held.items() if g is not None and g.device.type == "cpu"}
+
+
+def sample(original, runner, logits, spec_decode_metadata):
+    states = {i: g.get_state() for i, g in discarded_cpu_generators(runner).items()}
+    output = original(runner, logits, spec_decode_metadata)
+    for i, state in states.items():
+        runner.input_batch.generators[i].set_state(state)  # the discarded draw undone
+    return output
+
+
+def bookkeeping_sync(original, runner, *args, **kwargs):
+    held = discarded_cpu_generators(runner)
+    for i in held:
+        del runner.input_batch.generators[i]  # already rewound in `sample`: skip vLLM's offset rewind
+    try:
+        return original(runner, *args, **kwargs)
+    finally:
+        runner.input_batch.generators.update(held)
