@@ -1,8 +1,13 @@
 """CPU support for the asymspec path: vLLM 0.19's CPU runner refuses speculative decoding outright.
 
-Two narrow changes, only for the "asymspec" method (other methods keep the stock refusal):
+Three narrow changes, only for the "asymspec" method (other methods keep the stock refusal):
   1. CPUModelRunner.__init__ without its `spec decode is not supported` assertion (same steps otherwise);
-  2. CPUModelRunner.load_model also loads the drafter (the GPU runner's load_model does).
+  2. CPUModelRunner.load_model also loads the drafter (the GPU runner's load_model does);
+  3. CPUModelRunner.warming_up_model first runs the GPU's profile-run pass: the whole token budget
+     (GPUModelRunner.profile_run: `self._dummy_run(self.max_num_tokens, is_profile=True)`), so that the
+     compiled verifier and drafter are first traced at the shapes a GPU engine first traces them at (the CPU
+     warm-up alone traces at min(max(16, max_num_seqs), budget) tokens, a shape under which a buffer laid out
+     wrongly for the whole budget goes unseen: issue 32, finding 1).
 Nothing else on this path needs CUDA or triton: the proposer and the sampler are torch code, and the
 proposer hands its drafts back as host lists, which skips the runner's CUDA-stream copy.
 """
@@ -20,6 +25,7 @@ def patch_cpu_runner() -> None:
 
     install(CPUModelRunner, "__init__", init)
     install(CPUModelRunner, "load_model", load_model)
+    install(CPUModelRunner, "warming_up_model", warming_up_model)
 
 
 def init(original, runner, vllm_config, device) -> None:
@@ -40,3 +46,12 @@ def load_model(original, runner, load_dummy_weights: bool = False) -> None:
     original(runner, load_dummy_weights)
     if is_asymspec(runner.vllm_config):
         runner.drafter.load_model(runner.model)
+
+
+def warming_up_model(original, runner) -> None:
+    if is_asymspec(runner.vllm_config):
+        from vllm.v1.worker.cpu_model_runner import _set_global_compilation_settings
+
+        with _set_global_compilation_settings(runner.vllm_config):
+            runner._dummy_run(runner.max_num_tokens, is_profile=True)  # the GPU profile run's pass, traced first
+    original(runner)

@@ -261,6 +261,26 @@ def test_a_compiled_drafter_first_traced_at_the_whole_budget_reads_the_right_mro
         vl.backend.close()
 
 
+def test_the_cpu_warm_up_first_traces_the_whole_budget_as_the_gpu_profile_run(tiny_models, monkeypatch):
+    """The GPU's first compiled call is the profile run at max_num_batched_tokens; the CPU build's warm-up alone
+    traces at min(max(16, max_num_seqs), budget). vllm_patches/hooks/cpu_patch.py runs the profile run's pass
+    first, so every compiled CPU engine is traced at the GPU's shapes (verifier and drafter)."""
+    from asymspec_vl import AsymSpecVL
+    from vllm_patches.drafter.proposer import AsymSpecProposer
+
+    sizes = []
+    dummy_run = AsymSpecProposer.dummy_run
+    monkeypatch.setattr(AsymSpecProposer, "dummy_run",
+                        lambda self, n, *a, **k: sizes.append(n) or dummy_run(self, n, *a, **k))
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                    backend="vllm", enforce_eager=False, max_num_seqs=4, max_num_batched_tokens=96)
+    try:
+        vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+    finally:
+        vl.backend.close()
+    assert sizes[:2] == [96, 16], sizes  # the profile run's whole budget first, then the CPU warm-up's size
+
+
 # -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------
 def test_a_rank_local_device_error_is_a_request_error_only_without_tensor_parallelism():
     """(How ranks compare their failed requests: tests/vllm_patches/requests/test_faults.py, on two real gloo ranks.)"""
