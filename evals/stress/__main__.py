@@ -1,10 +1,11 @@
 """The long differential stress run of the vLLM path against the transformers backend (tiny models, CPU build).
 
-    python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--out FILE]
+    python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--gpu-shaped MODE] [--out FILE]
     python -m asymspec_vl.evals.stress --shrink (--seed S | --workload JSON)
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
---cases ran, prints one line per case and at the end the cases run, requests compared and every mismatch with
+--cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
+seeded sampled rows; see workload.py), prints one line per case and at the end the cases run, requests compared and every mismatch with
 the workload that reproduces it (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
@@ -36,7 +37,7 @@ def describe(w: Workload) -> str:
     modes = "/".join(sorted({r.mode for r in w.rows}))
     return (f"seed={w.seed} block={e.block_size} K={e.K} seqs={e.max_num_seqs} budget={e.max_num_batched_tokens} "
             f"prefix_cache={e.prefix_caching} preempt={e.preempt} small_pool={e.small_pool} tp={e.tp} "
-            f"processes={e.processes} rows={len(w.rows)} ({modes})")
+            f"processes={e.processes} compiled={e.compiled} rows={len(w.rows)} ({modes})")
 
 
 def line(report: CaseReport) -> str:
@@ -44,6 +45,11 @@ def line(report: CaseReport) -> str:
     return (f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
             f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
             f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}")
+
+
+def draw_case(seed: int, args) -> Workload:
+    gpu_shaped = args.gpu_shaped == "only" or (args.gpu_shaped == "mix" and seed % 2 == 1)
+    return draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default=None, help="run this one workload (JSON, as a mismatch prints it)")
     ap.add_argument("--shrink", action="store_true",
                     help="reduce the failing workload of --workload (or of --seed) to a smaller one that still fails")
+    ap.add_argument("--gpu-shaped", choices=("mix", "only", "off"), default="mix",
+                    help="GPU-shaped workloads: every second case (mix), every case, or none")
     ap.add_argument("--out", type=Path, default=None, help="append each case report (JSON lines) here")
     args = ap.parse_args(argv)
     paths = model_paths(args.models or Path(tempfile.mkdtemp(prefix="asymspec-stress-")))
@@ -70,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.shrink:
         from .shrink import shrink
 
-        w = Workload.from_json(args.workload) if args.workload else draw(args.seed, tp=not args.no_tp)
+        w = Workload.from_json(args.workload) if args.workload else draw_case(args.seed, args)
         best = shrink(w, lambda trial: run_case(trial, paths, reference, args.logit_steps))
         print(f"smallest failing workload ({len(best.rows)} rows): --workload '{best.to_json()}'")
         return 0
@@ -81,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     start, reports = time.time(), []
     seed = args.seed
     while time.time() - start < args.seconds and (args.cases is None or len(reports) < args.cases):
-        w = draw(seed, tp=not args.no_tp)
+        w = draw_case(seed, args)
         print(f"case {len(reports) + 1}: {describe(w)}", flush=True)
         report = run_case(w, paths, reference, args.logit_steps)
         reports.append(report)
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
           f"{len(bad)} case(s), seconds: {time.time() - start:.0f}")
     for r in bad:
-        print(f"reproduce: python -m asymspec_vl.evals.stress --seed {r.seed} --cases 1"
+        print(f"reproduce: python -m asymspec_vl.evals.stress --seed {r.seed} --cases 1 --gpu-shaped {args.gpu_shaped}"
               f"{' --no-tp' if args.no_tp else ''}   # or --workload '{r.workload}'")
     return int(bool(bad))
 

@@ -69,7 +69,8 @@ def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedReque
 
     e = workload.engine
     backend = VLLMBackend.load(pair, str(paths["vl_drafter"]), str(paths["verifier"]), dtype="float32",
-                               tensor_parallel_size=e.tp, **engine_kwargs(workload, encs))
+                               tensor_parallel_size=e.tp, enforce_eager=not e.compiled,
+                               **engine_kwargs(workload, encs))
     spec = EngineSpec(str(paths["verifier"]), str(paths["vl_drafter"]), e.K)
     tokens = full_view_tokens(workload, encs)
     try:

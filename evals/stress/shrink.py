@@ -31,7 +31,7 @@ def shrink(workload: Workload, run: Callable[[Workload], CaseReport], log: Calla
             log(f"shrink: without row {i}: still fails ({len(best.rows)} rows)")
         else:
             i += 1
-    for name in ("preempt", "small_pool", "max_num_batched_tokens", "prefix_caching", "processes", "tp"):
+    for name in ("preempt", "small_pool", "max_num_batched_tokens", "prefix_caching", "processes", "tp", "compiled"):
         plain = getattr(PLAIN_ENGINE, name)
         if getattr(best.engine, name) != plain:
             trial = dataclasses.replace(best, engine=dataclasses.replace(best.engine, **{name: plain}))

@@ -4,11 +4,17 @@ A workload is plain data (JSON round trip), so every mismatch prints the workloa
   EngineCase  what one asymspec engine is started with: block size, K (num_speculative_tokens), max_num_seqs,
               the step's token budget (small: prompts prefill in chunks), prefix caching, a KV cache too small
               for the batch (vLLM preempts and recomputes), a small x_full pool (admission control waits),
-              tensor parallelism and worker processes
+              tensor parallelism and worker processes, and compilation (vLLM's CPU default, torch.compile traced
+              once: on the CPU build its first trace is the whole token budget, as a GPU's profile run)
   RowSpec     one request: its method on that one engine (asymspec, sd, scd, floor, or plain speculative
               decoding without extra_args), its own K (at most the engine's) and config, its answer budget and
               stop tokens, an image or text-only request, and the engine step it arrives at (rows finish and
-              their batch rows are reused by later arrivals while others are running)
+              their batch rows are reused by later arrivals while others are running); speculative rows may
+              sample with a seed
+GPU-shaped engines (`draw(..., gpu_shaped=True)`, drawn from a second generator so that a seed's other draws stay
+as they were): compiled, budgets from 16 to 2048 with max_num_seqs above and below them, seeded sampled rows
+beside greedy ones in chunked prefills, prefix caching on and off, block size 16 (FlashInfer's and FlashAttention's
+usual page size), TP=2.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ BLOCK_SIZES = (16, 32, 48, 64, 96, 128, 256)
 ENGINE_KS = (2, 3, 4, 5)
 MAX_NUM_SEQS = (2, 3, 4, 6, 8)
 TOKEN_BUDGETS = (None, 24, 32, 48, 64, 96)  # max_num_batched_tokens; None: the engine's default (no chunking)
+GPU_BUDGETS = (16, 32, 64, 128, 512, 2048)  # GPU-shaped engines' max_num_batched_tokens
+GPU_MAX_NUM_SEQS = (2, 4, 8, 16)
 MODES = ("asymspec", "sd", "scd", "floor", "plain")  # plain: no extra_args (ordinary lossless SD)
 MODE_WEIGHTS = (4, 2, 2, 1, 1)
 QUESTIONS = ("What is the value of the largest bar?", "How many circles are shown in the figure?",
@@ -51,6 +59,7 @@ class EngineCase:
     small_pool: bool = False  # an x_full pool of about 1.5 requests (ASYMSPEC_FULL_VIEW_TOKENS)
     tp: int = 1
     processes: bool = False  # VLLM_ENABLE_V1_MULTIPROCESSING=1 (engine core and workers in their own processes)
+    compiled: bool = False  # enforce_eager=False: vLLM's CPU compilation, first traced at the whole budget
 
     @property
     def in_subprocess(self) -> bool:
@@ -103,14 +112,16 @@ class Workload:
             out.add("mixed_methods")
         out |= {name for name, on in (("chunked_prefill", e.max_num_batched_tokens is not None),
                                       ("preemption", e.preempt), ("small_pool", e.small_pool),
-                                      ("processes", e.processes or e.tp > 1)) if on}
+                                      ("processes", e.processes or e.tp > 1), ("compiled", e.compiled),
+                                      ("sampled", any("temperature" in r.config for r in self.rows))) if on}
         return out
 
 
 def draw(seed: int, max_rows: int = 16, tp: bool = True, engine: EngineCase | None = None,
-         max_new: int = 40) -> Workload:
+         max_new: int = 40, gpu_shaped: bool = False) -> Workload:
     """A random workload; `tp` False keeps it in this process (TP=1, no worker processes); `engine` fixes the
-    engine (the rows are still drawn); answers of at most `max_new` tokens."""
+    engine (the rows are still drawn); answers of at most `max_new` tokens; `gpu_shaped`: the GPU's conditions
+    (see the module docstring) drawn on top, from their own generator."""
     rng = random.Random(seed)
     tp2 = tp and rng.random() < 0.15
     drawn = EngineCase(block_size=rng.choice(BLOCK_SIZES), K=rng.choice(ENGINE_KS),
@@ -131,7 +142,22 @@ def draw(seed: int, max_rows: int = 16, tp: bool = True, engine: EngineCase | No
             image=rng.random() < 0.7, arrival=0 if rng.random() < 0.5 else rng.randint(1, 16),
             config=_config(rng) if mode == "asymspec" else {},
             stop_token_ids=None if rng.random() < 0.7 else tuple(sorted(rng.sample(range(30, 400), 3)))))
-    return Workload(seed, engine, tuple(rows))
+    workload = Workload(seed, engine, tuple(rows))
+    return _gpu_shaped(workload, tp, fixed_engine=engine is not drawn) if gpu_shaped else workload
+
+
+def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
+    """The GPU's conditions on w: a compiled engine at a GPU budget (unless the engine was fixed) and seeded
+    sampled speculative rows; drawn from a generator of their own."""
+    rng = random.Random(f"gpu-shaped-{w.seed}")
+    engine = w.engine
+    if not fixed_engine:
+        engine = dataclasses.replace(engine, compiled=rng.random() < 0.7, block_size=rng.choice((16, 16, 32, 128)),
+                                     max_num_batched_tokens=rng.choice(GPU_BUDGETS),
+                                     max_num_seqs=rng.choice(GPU_MAX_NUM_SEQS), prefix_caching=rng.random() < 0.5)
+    rows = tuple(dataclasses.replace(r, config={**r.config, "temperature": 0.8, "seed": rng.randrange(10**6)})
+                 if r.mode in ("asymspec", "sd", "scd") and rng.random() < 0.4 else r for r in w.rows)
+    return Workload(w.seed, engine, rows[:3 * engine.max_num_seqs])
 
 
 def _config(rng: random.Random) -> dict:

@@ -7,7 +7,8 @@ on the transformers backend (tokens, sources, finish, step counts), and the draf
 verification steps must equal the transformers drafter's on the same tokens (reference.LOGIT_TOLERANCE).
 The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
 "vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
-worker processes; the long run draws every axis at random."""
+worker processes, and a GPU-shaped engine (compiled, first traced at the whole budget, seeded sampled rows in
+chunked prefills); the long run draws every axis at random."""
 
 import pytest
 
@@ -18,19 +19,23 @@ CI_CASES = {  # seed -> the engine its rows run on
     2: EngineCase(block_size=48, K=3, max_num_seqs=3, prefix_caching=False, small_pool=True),
     3: EngineCase(block_size=128, K=5, max_num_seqs=6, max_num_batched_tokens=64, prefix_caching=True),
     4: EngineCase(block_size=32, K=2, max_num_seqs=2, prefix_caching=True, tp=2, processes=True),
+    # GPU-shaped (issue 32): compiled and first traced at the whole budget, seeded sampled rows in chunked prefills
+    5: EngineCase(block_size=16, K=3, max_num_seqs=4, max_num_batched_tokens=48, prefix_caching=True, compiled=True),
 }
+GPU_SHAPED = {5}
 MAX_ROWS, MAX_NEW = 9, 24
 
 
 def ci_workload(seed):
-    return draw(seed, max_rows=MAX_ROWS, engine=CI_CASES[seed], max_new=MAX_NEW)
+    return draw(seed, max_rows=MAX_ROWS, engine=CI_CASES[seed], max_new=MAX_NEW, gpu_shaped=seed in GPU_SHAPED)
 
 
 def test_ci_cases_cover_every_stress_axis():
     axes = set().union(*(ci_workload(seed).axes() for seed in CI_CASES))
     required = {f"mode={m}" for m in MODES} | {"image", "text", "K_below_engine", "rows_reused", "mixed_methods",
                                                 "chunked_prefill", "preemption", "small_pool", "processes", "tp=2",
-                                                "prefix_caching=True", "prefix_caching=False"}
+                                                "prefix_caching=True", "prefix_caching=False",
+                                                "compiled", "sampled"}
     assert required <= axes, sorted(required - axes)
     assert {16, 32, 48, 128} <= {case.block_size for case in CI_CASES.values()}
 
