@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from ..core.errors import AsymSpecError
 from .captioning import ViewMaker
 from .chat import ChatService
+from .engine_watch import AnswerUnexpected, EngineWatch, is_engine_dead
 from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
                      RouteNotFoundError, ServerNotReadyError, error_body, status_of, validation_problems)
 from .metrics import ServeMetrics
@@ -37,8 +38,12 @@ class ServerState:
         self.service: ChatService | None = None
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[BaseException], None] = lambda e: None
+        self.watch = EngineWatch()
 
     def ready(self) -> ChatService:
+        if self.watch.dead is not None:
+            raise ServerNotReadyError(f"the vLLM engine died ({type(self.watch.dead).__name__}: {self.watch.dead}); "
+                                      "this server is exiting and must be restarted")
         if self.service is not None:
             return self.service
         if self.load_error is not None:
@@ -75,7 +80,9 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loading = asyncio.create_task(state.load(load_runner, build_captioner))
+        watching = asyncio.create_task(_watch(state, loading))
         yield
+        watching.cancel()
         await loading  # a load in progress runs to its end (its engines must be shut down, not orphaned)
         state.close()
 
@@ -105,11 +112,19 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         logger.info("asymspec-vl serve: a client left before sending its whole request body")
         return Response(status_code=400)
 
-    @app.exception_handler(Exception)
-    async def unknown_error(request: Request, e: Exception):
-        logger.exception("asymspec-vl serve: an unexpected error")
+    def unexpected(e: BaseException) -> Response:
+        """Answered by AnswerUnexpected (engine_watch.py): the connection stays open. A dead engine is a 503."""
         state.metrics.error(e)
+        if is_engine_dead(e):
+            state.watch.died(e)
+            try:
+                state.ready()
+            except ServerNotReadyError as dead:
+                return JSONResponse(error_body(dead), status_code=status_of(dead))
+        logger.exception("asymspec-vl serve: an unexpected error", exc_info=e)
         return JSONResponse(error_body(e), status_code=500)
+
+    app.add_middleware(AnswerUnexpected, answer=unexpected)
 
     async def authorized(request: Request) -> None:
         key = settings.api_key
@@ -144,6 +159,13 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         return await _respond(service, job, raw_request=raw_request)
 
     return app
+
+
+async def _watch(state: ServerState, loading: asyncio.Task) -> None:
+    """Once the models are loaded, the engine watch (engine_watch.py) polls the runner's health."""
+    await asyncio.shield(loading)
+    if state.service is not None:
+        await state.watch.run(state.service.runner.check_health)
 
 
 async def _respond(service: ChatService, job, raw_request: Request):

@@ -174,11 +174,12 @@ def _serve(args) -> int:
         server.should_exit = True
 
     app.state.serve.on_load_failure = stop
+    app.state.serve.watch.on_death = stop  # engine_watch.py: a dead engine stops the server with status 1
     # uvicorn drains on SIGTERM, then raises the signal again under the handler it found: make that a no-op, so a
     # drained stop exits 0 (SIGINT keeps its KeyboardInterrupt)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     server.run()
-    return 1 if app.state.serve.load_error is not None else 0
+    return 1 if app.state.serve.load_error is not None or app.state.serve.watch.dead is not None else 0
 
 
 def _structured_outputs_config(text: str):

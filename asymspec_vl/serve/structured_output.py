@@ -33,9 +33,16 @@ def structured_output_of_request(request, settings: ServeSettings) -> Structured
                                       "output (JSON, a schema, a regex) is served by the vLLM backend only "
                                       "(start the server with --backend vllm)")
     try:
-        return structured_output_of(value)
+        constraint = structured_output_of(value)
     except ConfigError as e:
         raise UnsupportedRequestError(f"{field}: {e}") from e
+    from ..backends.vllm.grammar import check_compiles  # vLLM only: the engine's compiler
+
+    try:
+        check_compiles(constraint, field)
+    except ConfigError as e:
+        raise UnsupportedRequestError(str(e)) from e
+    return constraint
 
 
 def from_response_format(response_format) -> dict:

@@ -33,6 +33,7 @@ from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
 from .logprobs import MissingLogprobsError, from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
+from .grammar import check_compiles
 
 FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
 
@@ -153,6 +154,7 @@ class VLLMBackend:
         kw = dict(max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
                   stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=bool(cfg.stop), **sampling_params(cfg))
         if cfg.structured_output is not None:  # vLLM's scheduler masks t (every method) and validates the drafts
+            check_compiles(cfg.structured_output)  # a constraint the engine cannot compile must not reach it
             kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if mode == "plain":  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})

@@ -27,6 +27,7 @@ from typing import Callable
 
 from ...core.errors import ConfigError
 from ...core.limits import LIMITS
+from .grammar import pinned
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine
                                         "num_speculative_tokens": spec.K,
                                         "draft_tensor_parallel_size": tensor_parallel_size}
     kwargs.update(engine_kwargs)
+    kwargs["structured_outputs_config"] = pinned(kwargs.get("structured_outputs_config"))  # grammar.py
     if on_cpu() and not kwargs.get("enforce_eager") and "compilation_config" not in kwargs:
         kwargs["compilation_config"] = CPU_COMPILATION
     if drafter_share is not None and spec.images:

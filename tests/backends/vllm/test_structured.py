@@ -54,3 +54,27 @@ def test_the_prime_token_does_not_advance_the_grammar(vl, method):
     results = vl.generate_batch(reqs, method, {"max_new_tokens": 8, "structured_output": {"regex": PRIME_REGEX}})
     for r in results:
         assert r.finish_reason == "stop" and re.fullmatch(PRIME_REGEX, r.text), (r.text, r.error)
+
+
+def test_a_constraint_the_engine_cannot_compile_is_a_config_error_and_the_engine_lives():
+    """With vLLM's default ("auto") structured-output backend: the engine runs xgrammar (grammar.py), and a
+    constraint xgrammar refuses (a `$ref` cycle, which "auto" would hand to another backend whose compile error
+    in the scheduler ends the engine core) is a ConfigError before the request is built; the engine answers
+    the next request."""
+    from asymspec_vl import AsymSpecVL
+    from asymspec_vl.core.errors import ConfigError
+
+    cycle = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", backend="vllm", dtype="float32")
+    try:
+        reqs = [request_of(e) for e in world.heldout(1)]
+        for bad in ({"json": cycle}, {"regex": "(abc"}, {"grammar": "root ::= ("}):
+            with pytest.raises(ConfigError, match="structured_output.*cannot be compiled"):
+                vl.generate_batch(reqs, "floor", {"max_new_tokens": 4, "structured_output": bad})
+        good = vl.generate_batch(reqs, "asymspec", {"max_new_tokens": 4,
+                                                    "structured_output": {"regex": "[0-9]+"}})[0]
+        assert not good.error and re.fullmatch("[0-9]+", good.text)
+        llm = vl.backend.engine(vl.backend.engine_for("floor", 2)[0])
+        assert llm.llm_engine.vllm_config.structured_outputs_config.backend == "xgrammar"
+    finally:
+        vl.backend.close()
