@@ -53,6 +53,9 @@ def _graphs_checks(vl, llm, run: AttentionRun) -> list[Check]:
     reqs, cfg, runs = requests(), AsymSpecConfig(K=K, max_new_tokens=MAX_NEW_TOKENS), {}
     try:
         for on in (True, False):
+            # each run from an empty prefix cache: the eager run reusing prompt KV the compiled run wrote would
+            # hide damage there (issue 32, finding 6)
+            llm.reset_prefix_cache()
             probe.drafter_graphs(llm, on)
             probe.capture_full_view_logits(llm)
             results = vl.generate_batch(reqs, "asymspec", cfg)
