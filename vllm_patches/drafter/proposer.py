@@ -164,6 +164,8 @@ class AsymSpecProposer(DraftModelProposer):
             if view is None:
                 continue  # Floor: no drafts, the verifier decodes alone
             state.y_len = state.num_committed(self.runner.requests[req_id].output_token_ids)  # d_1's output position
+            if state.samples:  # a preemption drops this proposal: its draws are undone (rows.drop_drafts)
+                state.draft_rng = state.generator.get_state()
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 state.full.commit(y)

@@ -3,7 +3,8 @@ wrapper for every other configuration.
 
   __init__                   the runner builds an AsymSpecProposer where it would build a DraftModelProposer
   _update_states             the proposer forgets finished requests (their caches and blocks), frees the
-                             stored logits a of preempted ones (their drafts were dropped) and notes
+                             stored logits a of preempted ones (their drafts were dropped; a sampling
+                             one's generator goes back to before those drafts' draws) and notes
                              preempted ones that resume with a held-back token (rows.RowState.reemit)
   _prepare_inputs            keeps this step's logits_indices (the token index of every logits row)
   _build_attention_metadata  keeps this step's common attention metadata for the drafter's KV group (the
@@ -63,6 +64,7 @@ def update_states(original, runner, scheduler_output):
         runner.drafter.registry.forget(scheduler_output.finished_req_ids)
         for req_id in scheduler_output.preempted_req_ids or ():  # a skipped request keeps its queued drafts
             runner.drafter.full.draft_logits.release(req_id)
+            runner.drafter.registry.drop_drafts(req_id)
         runner.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, runner.requests)
     return original(runner, scheduler_output)
 

@@ -44,6 +44,7 @@ class RowState:
     drafts: list[int] = field(default_factory=list)  # the last proposal
     req_id: str = ""
     generator: torch.Generator | None = None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed
+    draft_rng: torch.Tensor | None = None  # the generator's state before the last proposal's draws
     y_len: int = 0  # len(y) when the row last drafted: d_1 is output position y_len
 
     @cached_property
@@ -114,6 +115,14 @@ class RequestRegistry:
         for req_id in req_ids:
             self.rows.pop(req_id, None)
             self.release(req_id)
+
+    def drop_drafts(self, req_id: str) -> None:
+        """A preempted request: the scheduler dropped its last proposal, so that proposal's draws are undone (the
+        request drafts again when it resumes, from the stream the transformers loop would draw them from)."""
+        state = self.rows.get(req_id)
+        if state is not None and state.draft_rng is not None:
+            state.generator.set_state(state.draft_rng)
+            state.draft_rng = None
 
     def note_resumed(self, cached_reqs, requests: dict) -> None:
         """Mark resumed requests whose prefill re-emits a held-back token (hidden_tokens.note_resumed)."""
