@@ -9,14 +9,16 @@ core itself watches nothing: when the process that started it is SIGKILLed it st
 weights, KV cache and, on a GPU, the device memory the next engine needs. `tie_engine_cores()` wraps the engine
 core's entry point (`EngineCoreProc.run_engine_core`, the Process target) so that the child first starts a watchdog
 thread: when its parent is gone (its multiprocessing sentinel closes, or the parent pid changes) it asks the engine
-to stop with SIGTERM (vLLM's own graceful shutdown, which also stops the workers) and kills itself GRACE_S later if
-that did not end it. The wrap is a module-level function, so it reaches children by name under fork and spawn.
+to stop with SIGTERM (vLLM's own graceful shutdown, which also stops the workers: MultiprocExecutor gives them 4 s,
+SIGTERMs them, 4 s more, then SIGKILLs them) and GRACE_S later, if that did not end it, kills what is left of its
+descendants and then itself (`stop_self`): a worker never outlives it holding device memory. The wrap is a module-level function, so it reaches children by name under fork and spawn.
 
 vLLM's `shutdown` (v1/utils.py) terminates the engine cores, joins them for at most 5 s and then SIGKILLs what is
 left without waiting; workers leave after their engine core. `wait_gone` bounds the wait for all of them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -24,7 +26,7 @@ import threading
 
 logger = logging.getLogger(__name__)
 
-GRACE_S = 10.0  # after SIGTERM, how long an orphaned engine core may take to stop before it is killed
+GRACE_S = 20.0  # after SIGTERM, how long an orphaned engine core may take to stop (vLLM's worker teardown: up to 8 s)
 CLOSE_WAIT_S = 60.0  # how long closing an engine waits for its processes to exit
 STALE_WAIT_S = 30.0  # how long start-up waits for an earlier run's orphaned engine processes to exit
 
@@ -63,11 +65,23 @@ def watch_parent() -> None:
                 break
         logger.warning("asymspec-vl: the process that started this vLLM engine (pid %s) is gone: stopping the "
                        "engine", parent.pid)
-        os.kill(os.getpid(), signal.SIGTERM)  # vLLM's engine core shuts down on SIGTERM (and its workers with it)
-        threading.Event().wait(GRACE_S)
-        os.kill(os.getpid(), signal.SIGKILL)
+        stop_self()
 
     threading.Thread(target=watch, name="asymspec-parent-watchdog", daemon=True).start()
+
+
+def stop_self(grace_s: float = GRACE_S) -> None:
+    """SIGTERM this process (vLLM's engine core shuts down on it, its workers with it); if it still runs grace_s
+    later, SIGKILL its descendants (workers whose teardown was cut short) and then itself."""
+    import psutil
+
+    me = psutil.Process()
+    os.kill(os.getpid(), signal.SIGTERM)
+    threading.Event().wait(grace_s)
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def engine_processes(client) -> list:

@@ -125,3 +125,27 @@ def test_engine_processes_an_earlier_run_left_are_named_and_waited_for(monkeypat
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+STUCK_ENGINE = """
+import signal, subprocess, sys, threading, time
+from asymspec_vl.backends.vllm.engine_life import stop_self
+signal.signal(signal.SIGTERM, lambda *a: None)  # a teardown that does not end in time
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print(worker.pid, flush=True)
+threading.Thread(target=stop_self, args=(1.0,), daemon=True).start()
+time.sleep(300)
+"""
+
+
+def test_a_stuck_engine_core_is_killed_with_its_workers_after_the_grace():
+    """Issue 32, finding 7: the watchdog's SIGKILL could cut vLLM's worker teardown (up to 8 s) and leave a
+    worker holding device memory. After GRACE_S (which outlasts that teardown) it kills the descendants first."""
+    from asymspec_vl.backends.vllm.engine_life import GRACE_S
+
+    assert GRACE_S > 2 * 4.0  # MultiprocExecutor._ensure_worker_termination: 4 s, SIGTERM, 4 s, SIGKILL
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_ENGINE], stdout=subprocess.PIPE, text=True)
+    worker = psutil.Process(int(proc.stdout.readline()))
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    worker.wait(timeout=10)  # psutil.TimeoutExpired if the worker outlived its engine core
+    assert not worker.is_running()
