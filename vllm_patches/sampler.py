@@ -164,6 +164,10 @@ def _refuse_sampling(proposer, req_id, state) -> bool:
 
 
 def _stock(rows, out, logits, spec_meta, stock_sample) -> None:
-    sampled = stock_sample(logits, spec_meta).sampled_token_ids.to("cpu", torch.int32)
+    """vLLM's own sampler for `rows` (plain rows that sample). It processes float32 logits in place (its
+    `.to(float32)` is then no copy, and temperature divides in place: v1/sample/sampler.py), and `_logprobs`
+    reads the raw scores after it: a float32 engine's logits go to it as a copy (a bf16 one's are copied by it)."""
+    given = logits.clone() if logits.dtype == torch.float32 else logits
+    sampled = stock_sample(given, spec_meta).sampled_token_ids.to("cpu", torch.int32)
     for i in rows:
         out[i, :sampled.shape[1]] = sampled[i]
