@@ -6,7 +6,8 @@ for every other configuration.
                       (hidden_tokens.prime); the parsed AsymSpecRequest goes to the workers in its extra_args.
                       One that is malformed, or whose x_full view could never fit the pool, fails at once, alone
   schedule            admission control for the drafter's x_full KV pool (kv_pool): a new asymspec request
-                      waits while the pool cannot hold its whole x_full view
+                      waits while the pool cannot hold its whole x_full view; and for the step's token budget:
+                      no more requests run than can each verify K drafts in one step (`budget_room`)
   _free_request       returns a finished (or aborted) request's share of that pool
   _preempt_request    holds back the last output token of a preempted request (hidden_tokens)
   update_from_output  counts acceptance per request, strips the hidden tokens (which never advance a request's
@@ -117,9 +118,13 @@ def schedule(original, scheduler):
     """vLLM's schedule with the waiting requests whose x_full view does not fit the pool held back."""
     if not is_asymspec(scheduler.vllm_config):
         return original(scheduler)
-    pool = getattr(scheduler, SCHEDULER_ATTR).pool
+    side = getattr(scheduler, SCHEDULER_ATTR)
+    pool = side.pool
     held_ids = pool.held_back([(r.request_id, getattr(getattr(r, STATE_ATTR, None), "full_view_blocks", 0))
                                for r in scheduler.waiting])
+    room = budget_room(scheduler.max_num_scheduled_tokens, side.facts.K, len(scheduler.running))
+    startable = [r.request_id for r in scheduler.waiting if r.request_id not in held_ids]
+    held_ids |= set(startable[room:])
     held = [request for request in scheduler.waiting if request.request_id in held_ids]
     if held:
         scheduler.waiting.remove_requests(held)
@@ -132,6 +137,16 @@ def schedule(original, scheduler):
         state = getattr(scheduler.requests.get(new.req_id), STATE_ATTR, None)
         pool.admit(new.req_id, state.full_view_blocks if state is not None else 0)
     return output
+
+
+def budget_room(token_budget: int, K: int, running: int) -> int:
+    """How many waiting requests may start now. vLLM's scheduler gives each running request min(1 + its drafts,
+    the budget left) tokens, so once the running requests' decode steps exceed the step's token budget the last
+    ones verify fewer drafts than they proposed (or none): a rule that decides on fewer drafts than Algorithm 1's
+    K changes AsymSpec's tokens (the first GPU-shaped stress run, seed 107: budget 32, 8 sequences, K 5). Running
+    requests come first in vLLM's running queue and a prefilling one is always last, so keeping running * (K + 1)
+    within the budget keeps every decode whole. One request always may run."""
+    return max(token_budget // (K + 1) - running, 0 if running else 1)
 
 
 def free_request(original, scheduler, request, delay_free_blocks: bool = False):

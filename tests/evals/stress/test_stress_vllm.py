@@ -186,3 +186,29 @@ def test_a_preempted_sampling_request_draws_its_dropped_drafts_again_from_the_sa
                       reference, logit_steps=3)
     assert report.resumptions > 0
     assert not report.mismatches, report.mismatches
+
+
+# Found by the GPU-shaped long run (seed 107: budget 32, 8 sequences, K 5, prefix caching; eager too).
+TRIMMED_DRAFTS = ('''{"engine": {"K": 5, "block_size": 32, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 8, "preempt": false, "prefix_caching": true, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 5, "arrival": 7, "config": {"beta": 2.0, "bonus": "fused", "gamma": 1.0, "gate": "kl"}, "image": false, "max_new": 3, "mode": "asymspec", "request_seed": 950826, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 21, "mode": "plain", "request_seed": 950826, "stop_token_ids": [66, 150, 343]}, {"K": 3, "arrival": 10, "config": {"gamma": 0.2, "seed": 320387, "temperature": 0.8}, "image": true, "max_new": 6, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": [141, 350, 375]}, {"K": 4, "arrival": 0, "config": {}, "image": false, "max_new": 39, "mode": "scd", "request_seed": 917807, "stop_token_ids": null}, {"K": 1, "arrival": 11, "config": {}, "image": false, "max_new": 28, "mode": "plain", "request_seed": 853130, "stop_token_ids": [36, 148, 235]}, {"K": 5, "arrival": 12, "config": {}, "image": true, "max_new": 28, "mode": "plain", "request_seed": 404107, "stop_token_ids": [153, 291, 321]}, {"K": 4, "arrival": 14, "config": {}, "image": true, "max_new": 30, "mode": "plain", "request_seed": 738597, "stop_token_ids": [97, 107, 179]}, {"K": 1, "arrival": 16, "config": {"gamma": 1.0}, "image": true, "max_new": 19, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": null}], "seed": 107}''')
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_no_running_request_verifies_fewer_drafts_than_it_proposed(tiny_models, reference):
+    """With more running requests than the step's token budget holds at K + 1 tokens each, vLLM's scheduler gave
+    the last ones fewer tokens than their drafts (or none): the last row (asymspec, K 1) verified no drafts for
+    three steps and emitted the verifier's tokens. The scheduler hook now starts no more requests than the budget
+    holds whole (scheduler_patch.budget_room)."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import Workload
+
+    report = run_case(Workload.from_json(TRIMMED_DRAFTS), {**tiny_models, "root": tiny_models["verifier"].parent},
+                      reference, logit_steps=3)
+    assert not report.mismatches, report.mismatches
+
+
+def test_the_budget_room_keeps_every_running_decode_whole():
+    from vllm_patches.hooks.scheduler_patch import budget_room
+
+    assert [budget_room(32, 5, running) for running in (0, 3, 5, 6)] == [5, 2, 0, 0]
+    assert budget_room(4, 5, 0) == 1 and budget_room(4, 5, 1) == 0  # one request always may run
