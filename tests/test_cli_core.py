@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from helpers import random_image
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -77,3 +79,27 @@ def test_generate_samples_with_temperature_top_p_and_seed(tiny_models, tiny_vl, 
         assert main([*ask, flag, value]) == 2
         err = capsys.readouterr().err
         assert says in err and "AsymSpecConfig" not in err and "Traceback" not in err
+
+
+def test_a_missing_image_fails_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    from asymspec_vl import commands
+    from asymspec_vl.cli import main
+
+    monkeypatch.setattr(commands, "load_from_args", lambda args: (_ for _ in ()).throw(AssertionError("loaded")))
+    code = main(["generate", "--image", str(tmp_path / "none.png"), "--question", "What?"])
+    err = capsys.readouterr().err
+    assert code == 2 and "image file not found" in err and "no --caption" not in err
+
+
+@pytest.mark.vllm
+def test_generate_on_the_vllm_backend_prints_only_its_json_on_stdout(tiny_models, tmp_path):
+    """vLLM's log and torch.distributed's [Gloo] lines go to stderr: stdout is one JSON document per method."""
+    image = tmp_path / "img.png"
+    random_image(3).save(image)
+    out = cli("generate", "--image", str(image), "--question", "What is shown?", "--caption", "a chart",
+              "--drafter", str(tiny_models["vl_drafter"]), "--verifier", str(tiny_models["verifier"]),
+              "--backend", "vllm", "--methods", "asymspec", "--max-new-tokens", "4", "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["method"] == "asymspec", out.stdout[:2000]
+    assert "INFO" in out.stderr  # vLLM's log went somewhere: stderr
