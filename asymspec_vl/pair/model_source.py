@@ -2,14 +2,13 @@
 is cached or can be downloaded now. Every other case is one ModelPairError line that names the path or id, the
 offline `embedded` pair and HF_HUB_OFFLINE, instead of transformers' traceback or a minute of silent retries.
 
-Offline is HF_HUB_OFFLINE set, or the hub's host not answering a short TCP probe (PROBE_TIMEOUT_S); a cached hub
+Offline is HF_HUB_OFFLINE set, or the hub not answering a short HTTP request (PROBE_TIMEOUT_S); a cached hub
 id then loads from its local snapshot folder, so no later call waits on the network."""
 
 from __future__ import annotations
 
 import enum
 import os
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -54,19 +53,20 @@ def hub_offline() -> bool:
 
 
 def hub_reachable(endpoint: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the hub's host accepts a TCP connection within timeout_s (name lookup included: it runs in a
-    thread, since getaddrinfo ignores socket timeouts)."""
+    """Whether the hub answers an HTTP request within timeout_s (any status: it is there). A host that accepts
+    connections and never answers (a proxy, a firewall's tarpit) is unreachable here, not a minute of
+    huggingface_hub's retries later. The request runs in a thread, since name lookup ignores timeouts."""
+    import httpx
     from huggingface_hub import constants
 
     url = urlparse(endpoint or constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
     answered = []
 
     def probe() -> None:
         try:
-            socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+            httpx.head(f"{url.scheme}://{url.netloc}/", timeout=timeout_s, follow_redirects=False)
             answered.append(True)
-        except OSError:
+        except httpx.HTTPError:
             pass
 
     t = threading.Thread(target=probe, daemon=True)

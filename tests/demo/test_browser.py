@@ -408,7 +408,8 @@ def _set_number(browser, elem_id, text):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number], #{elem_id} textarea, "
+                                                f"#{elem_id} input[type=text]")
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     if text:
@@ -437,6 +438,8 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
                                    "normalize-space(text())='Decoding controls']").click()
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+    seed_box = browser.find_element(By.CSS_SELECTOR, "#seed textarea, #seed input[type=text]")
+    assert seed_box.get_attribute("value") == ""  # empty means a random one: never a 0 that looks chosen
     _set_number(browser, "temperature", "1.8")
     _set_number(browser, "seed", "5")
     answers = []

@@ -288,3 +288,21 @@ def test_a_bad_sampling_setting_is_the_pages_message(tiny_vl, temperature, top_p
     out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), [], temperature, top_p, seed,
                                SimpleNamespace(session_hash="s5")))
     assert len(out) == 1 and "A setting is out of range" in out[0][0] and html.escape(match) in out[0][0]
+
+
+def test_the_seed_box_is_text_and_starts_empty(tiny_vl):
+    """The page's seed box: gr.Number showed (and sent) 0 for "empty: a random one", so three sampled clicks
+    gave the same answer and said "seed 0". A text box: empty draws a seed, digits are that seed."""
+    import gradio as gr
+
+    from asymspec_vl.demo.app import build_demo
+
+    blocks = build_demo(DemoService(tiny_vl, AsymSpecConfig()))
+    seed, = [c for c in blocks.blocks.values() if getattr(c, "elem_id", None) == "seed"]
+    assert isinstance(seed, gr.Textbox) and seed.value == ""
+    service = DemoService(None, AsymSpecConfig())
+    drawn = {service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, text).seed for text in ("", " ", "", "")}
+    assert None not in drawn and len(drawn) > 1
+    assert service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, " 5 ").seed == 5
+    with pytest.raises(ConfigError, match="seed='abc' is invalid"):
+        service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, "abc")

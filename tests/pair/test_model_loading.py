@@ -124,3 +124,36 @@ def test_the_cli_prints_one_line_before_any_model_loads(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 2 and err[0].startswith("note:"), err  # the no-caption note, the error
     assert err[1].startswith("asymspec-vl: error:") and str(tmp_path / "missing") in err[1]
+
+
+def test_a_hub_that_accepts_connections_but_never_answers_is_unreachable_within_the_probe():
+    """A TCP connect alone said "reachable", and huggingface_hub then retried for ~100 s: the probe is an HTTP
+    request, answered (any status) within its timeout or not at all."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from asymspec_vl.pair.model_source import hub_reachable
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel accepts connections; nobody ever reads or answers them
+
+    class Answering(BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    http = HTTPServer(("127.0.0.1", 0), Answering)
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    try:
+        start = time.monotonic()
+        assert not hub_reachable(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout_s=1.0)
+        assert time.monotonic() - start < 3.0  # the probe's bound (1 s, joined at 1.5 s), not retries
+        assert hub_reachable(f"http://127.0.0.1:{http.server_port}", timeout_s=1.0)
+    finally:
+        http.shutdown()
+        silent.close()
