@@ -104,18 +104,30 @@ class AsymSpecVL:
     @classmethod
     def from_pretrained(cls, drafter: str | None = None, verifier: str | None = None,
                         backend: str = "hf", text_drafter: str | None = None, device: str | None = None,
-                        dtype="auto", trust_remote_code: bool = False, **backend_kwargs) -> "AsymSpecVL":
+                        dtype="auto", trust_remote_code: bool = False, threads: int | None = None,
+                        **backend_kwargs) -> "AsymSpecVL":
         """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
         `embedded` on the other unless both are given; None: DEFAULT_DRAFTER / DEFAULT_VERIFIER).
         backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path). A name that cannot load (a bad
-        path, a folder without config.json, a hub id offline and not cached) raises ModelPairError."""
+        path, a folder without config.json, a hub id offline and not cached) raises ModelPairError.
+        threads: torch's CPU threads for decoding on the CPU (torch.set_num_threads, for the whole process, as the
+        command line's --threads); None: 1 for the embedded pair on the transformers backend (its tiny models
+        decode several times faster on one thread than on torch's default pool), torch's default otherwise."""
         from .pair.defaults import resolve
         from .core.errors import ConfigError, ModelPairError
-        from .pair.model_source import Weights, pair_names
+        from .pair.model_source import EMBEDDED, Weights, pair_names
 
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
         drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
+        if threads is None and backend == "hf" and EMBEDDED in (drafter, verifier):
+            threads = 1  # the tiny pair: torch's thread pool costs more than it gives (docs/python-api.md)
+        if threads is not None:
+            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+                raise ConfigError(f"threads={threads!r} is invalid: expected a whole number >= 0 (0: torch's default)")
+            from .timing import set_threads
+
+            set_threads(threads, device)
         weights = Weights.for_backend(backend, backend_kwargs)  # random only for vLLM's dummy loader
         paths = {role: resolve(role, name, weights) for role, name in
                  (("drafter", drafter), ("verifier", verifier), ("text_drafter", text_drafter))}
