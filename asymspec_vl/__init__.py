@@ -1,17 +1,29 @@
-"""asymspec-vl: cross-modal AsymSpec speculative decoding (a VL drafter steers a text-only verifier)."""
+"""asymspec-vl: cross-modal AsymSpec speculative decoding (a VL drafter steers a text-only verifier).
 
-from .api import AsymSpecVL, GenerationResult, TraceToken
-from .core.config import AsymSpecConfig
-from .inputs.conversation import Conversation
-from .core.errors import (AsymSpecError, BatchInputError, ConfigError, EmptyQuestionError, ImageTooLargeError,
-                          InputError, InvalidImageError, InvalidTextError, MalformedConversationError, ModelPairError,
-                          PromptTooLongError, RequestFailedError, VocabularyMismatchError)
-from .inputs.prompts import Request
+The public names load on first use (PEP 562): `import asymspec_vl` alone, and so the command line's --help, does
+not import torch and transformers."""
 
-__all__ = [
-    "AsymSpecVL", "AsymSpecConfig", "GenerationResult", "TraceToken", "Request", "Conversation",
-    "AsymSpecError", "ConfigError", "InputError", "InvalidImageError", "ImageTooLargeError",
-    "EmptyQuestionError", "InvalidTextError", "MalformedConversationError", "PromptTooLongError", "BatchInputError", "RequestFailedError",
-    "ModelPairError", "VocabularyMismatchError",
-]
+from importlib import import_module
+
+_HOMES = {
+    "AsymSpecVL": ".api", "GenerationResult": ".api", "TraceToken": ".api",
+    "AsymSpecConfig": ".core.config", "Conversation": ".inputs.conversation", "Request": ".inputs.prompts",
+    **{name: ".core.errors" for name in (
+        "AsymSpecError", "BatchInputError", "ConfigError", "EmptyQuestionError", "ImageTooLargeError", "InputError",
+        "InvalidImageError", "InvalidTextError", "MalformedConversationError", "ModelPairError",
+        "PromptTooLongError", "RequestFailedError", "VocabularyMismatchError")},
+}
+__all__ = list(_HOMES)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'asymspec_vl' has no attribute {name!r}")
+    value = getattr(import_module(_HOMES[name], __name__), name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -26,6 +26,7 @@ from .kernels import dispatch
 from . import trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
+from .method_names import NAMES
 
 DRAFTED = "drafted"  # the vLLM sampler's x_comp drafting logits where they are not the scored b (module docstring)
 
@@ -116,7 +117,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
            ("q",), "drafter", lambda cfg, x, d, banned, g: sampling.sample_sd(x["q"], None, d, cfg, g, banned)),
 )}
-NAMES = tuple(METHODS)
+assert tuple(METHODS) == NAMES, "method_names.NAMES lists the methods in METHODS' order"
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
 # the method of a speculative engine's request that names none (no extra_args["asymspec"]): SD's rule on the
 # x_comp view, vLLM's stock speculative decoding
