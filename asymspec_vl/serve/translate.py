@@ -21,6 +21,7 @@ Extras (the openai client's `extra_body`):
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from ..core.config import AsymSpecConfig, as_config
@@ -185,9 +186,19 @@ def served_fields(request) -> Translation:
             continue
         if value in NEUTRAL.get(name, ()) or value == fields[name].get_default(call_default_factory=True):
             continue
-        raise UnsupportedRequestError(f"{name}={value!r} is not served by asymspec-vl serve ({why_not(name)})",
-                                      param=name)
+        raise UnsupportedRequestError(f"{name}{in_words(value)} is not served by asymspec-vl serve "
+                                      f"({why_not(name)})", param=name)
     return out
+
+
+def in_words(value) -> str:
+    """How an error message shows a sent value: `=2`, `="required"`; a list or object by its size (never a Python
+    repr of the request's parsed objects)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return f"={json.dumps(value)}"
+    if isinstance(value, (list, tuple)):
+        return f" (a list of {len(value)})"
+    return " (an object)"
 
 
 def why_not(name: str) -> str:
