@@ -61,12 +61,14 @@ def apply() -> None:
         return
     from .hooks.config_patch import patch_speculative_config
     from .hooks.cpu_patch import patch_cpu_runner
+    from .hooks.engine_gauges import patch_engine_core
     from .hooks.runner_patch import patch_model_runner
     from .hooks.scheduler_patch import patch_scheduler
 
     patch_speculative_config()
     patch_model_runner()
     patch_scheduler()
+    patch_engine_core()
     if is_cpu_build():
         patch_cpu_runner()
     _applied = True

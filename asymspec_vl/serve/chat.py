@@ -95,8 +95,8 @@ class ChatService:
         job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
         method = METHODS[job.method]
-        enc, views, warnings = await self._within(self._views(job, method), deadline,
-                                                  f"preparing the request took over {self.settings.request_timeout_s} s")
+        late = f"preparing the request took over {self.settings.request_timeout_s} s"
+        enc, views, warnings = await self._within(self._views(job, method), deadline, late)
         for warning in warnings:
             logger.warning("asymspec-vl serve: %s: %s", job.response_id, warning)
         return Prepared(job, method, enc, views, started, deadline, warnings)
@@ -169,20 +169,22 @@ class ChatService:
         an error event."""
         created, deltas, sent = R.now(), R.TextDeltas(self.decode(p.job), p.job.cfg), 0
         logprobs = self.logprobs_content(p.job)
-        yield R.chunk(p.job, model, created, content="", role="assistant")
+        so_far = (lambda n: R.usage(p.job, p.enc, n)) if p.job.continuous_usage else (lambda n: None)
+        yield R.chunk(p.job, model, created, content="", role="assistant", usage_so_far=so_far(0))
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
                 async for step in steps:
                     if step.row is None:
                         text = deltas.push(step.token_ids)
                         yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:],
-                                      logprobs=logprobs.push(step.logprobs))
+                                      logprobs=logprobs.push(step.logprobs), usage_so_far=so_far(len(step.token_ids)))
                         sent = len(step.token_ids)
                         continue
                     row, usage, asymspec = self.finish(p, step)
                     yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
                                   token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
-                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)))
+                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
+                                  usage_so_far=usage if p.job.continuous_usage else None)
                     if p.job.include_usage:
                         yield R.chunk(p.job, model, created, usage_info=usage)
         except Exception as e:  # the status line is sent: the error travels as an event

@@ -54,7 +54,7 @@ def test_the_warning_needs_the_toy_pair():
 @pytest.mark.parametrize("fields, says", [
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
      "tools (a list of 1) is not served by asymspec-vl serve (no tool calling)"),
-    ({"n": 3}, "n=3 is not served"), ({"presence_penalty": 0.5}, "presence_penalty=0.5 is not served")])
+    ({"n": 17}, "n=17 is not served"), ({"presence_penalty": 0.5}, "presence_penalty=0.5 is not served")])
 def test_a_refused_field_is_named_in_plain_words_not_a_python_repr(fields, says):
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
