@@ -167,7 +167,7 @@ def _bad_requests() -> dict:
         "five images": (body(url=[good_url] * 5), 400, "TooManyImagesError"),
         "prompt over the context": (chat_body("What?", good_url, caption="a red square " * 3000, ocr=""), 400,
                                     "PromptTooLongError"),
-        "two choices": (body(n=2), 400, "UnsupportedRequestError"),
+        "seventeen choices": (body(n=17), 400, "UnsupportedRequestError"),
         "unknown method": (body(method="beam"), 400, "ConfigError"),
         "unknown setting": (body(config={"gammma": 0.5}), 400, "ConfigError"),
         "oversized body": (body(padding="x" * (2 * 2**20 + 1000)), 413, "BodyTooLargeError"),
