@@ -62,12 +62,14 @@ def apply() -> None:
     from .hooks.config_patch import patch_speculative_config
     from .hooks.cpu_generators import patch_cpu_generators
     from .hooks.cpu_patch import patch_cpu_runner
+    from .hooks.engine_gauges import patch_engine_core
     from .hooks.runner_patch import patch_model_runner
     from .hooks.scheduler_patch import patch_scheduler
 
     patch_speculative_config()
     patch_model_runner()
     patch_scheduler()
+    patch_engine_core()
     if is_cpu_build():
         patch_cpu_runner()
         patch_cpu_generators()

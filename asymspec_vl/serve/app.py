@@ -1,4 +1,5 @@
-"""The ASGI app of `asymspec-vl serve` (FastAPI): POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.
+"""The ASGI app of `asymspec-vl serve` (FastAPI): POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics;
+vLLM's SageMaker routes POST /invocations (chat completions) and GET/POST /ping (= /health).
 
 The app listens at once and loads the models in the background: until they are ready, /health and the /v1 routes
 answer 503. /v1 routes need `Authorization: Bearer <key>` when the server has a key (compared in constant time);
@@ -18,11 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from ..core.errors import AsymSpecError
+from . import choices
 from .captioning import ViewMaker
 from .chat import ChatService
 from .engine_watch import AnswerUnexpected, EngineWatch, is_engine_dead
 from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
-                     RouteNotFoundError, ServerNotReadyError, error_body, status_of, validation_problems)
+                     RouteNotFoundError, ServerNotReadyError, UnsupportedRequestError, error_body, status_of,
+                     validation_problems)
 from .metrics import ServeMetrics
 from .settings import ServeSettings
 from .translate import translate
@@ -98,7 +101,8 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
                                           f"{(e.headers or {}).get('Allow', 'none')})")
         else:
             error = RouteNotFoundError(f"no route {request.method} {request.url.path}: this server answers POST "
-                                       "/v1/chat/completions, GET /v1/models, GET /health and GET /metrics")
+                                       "/v1/chat/completions (or /invocations), GET /v1/models, GET /health (or "
+                                       "/ping) and GET /metrics")
         return JSONResponse(error_body(error), status_code=status_of(error), headers=e.headers)
 
     @app.exception_handler(AsymSpecError)
@@ -135,7 +139,10 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
             raise AuthenticationError("a missing or wrong API key: send 'Authorization: Bearer <key>'")
 
     @app.get("/health")
+    @app.get("/ping")
+    @app.post("/ping")
     async def health() -> Response:
+        """/ping (GET or POST) is vLLM's SageMaker health route: the same answer as /health."""
         await state.ready().runner.check_health()
         return Response(status_code=200)
 
@@ -143,6 +150,7 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
     async def metrics() -> Response:
         if state.service is not None:
             state.metrics.engine = await state.service.runner.engine_gauges()
+            state.metrics.scheduler = await state.service.runner.scheduler_gauges()
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", dependencies=[Depends(authorized)])
@@ -157,6 +165,18 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         service = state.ready()
         job = translate(parse_chat_request(await read_body(raw_request, settings.max_body_bytes)), settings)
         return await _respond(service, job, raw_request=raw_request)
+
+    @app.post("/invocations", dependencies=[Depends(authorized)])
+    async def invocations(raw_request: Request):
+        """vLLM's SageMaker route: a chat completion body is answered as /v1/chat/completions answers it; any other
+        kind of request (completion, embedding, ...) is refused by name. Unlike vLLM's, it needs the key."""
+        service = state.ready()
+        body = await read_body(raw_request, settings.max_body_bytes)
+        if not _is_chat_body(body):
+            raise UnsupportedRequestError("/invocations serves chat completion requests only (a body with "
+                                          "'messages'); completions, embeddings and pooling are not served here",
+                                          param="messages")
+        return await _respond(service, translate(parse_chat_request(body), settings), raw_request=raw_request)
 
     return app
 
@@ -177,8 +197,8 @@ async def _respond(service: ChatService, job, raw_request: Request):
         prepared = await service.prepare(job)
         model = service.settings.served_model_name
         if job.stream:
-            return StreamingResponse(service.events(prepared, model), media_type="text/event-stream")
-        response = await service.answer(prepared, model)
+            return StreamingResponse(choices.events(service, prepared, model), media_type="text/event-stream")
+        response = await choices.answer(service, prepared, model)
         return JSONResponse(response.model_dump(exclude_none=True))
 
     return await respond(raw_request=raw_request)
@@ -200,6 +220,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     if size > limit:
         raise BodyTooLargeError(f"the request body is over the limit of {limit} bytes")
     return bytes(body)
+
+
+def _is_chat_body(body: bytes) -> bool:
+    """Whether a body is a JSON object with 'messages' (a chat completion request; /invocations routes by it)."""
+    import json
+
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and "messages" in parsed
 
 
 def parse_chat_request(body: bytes):

@@ -28,6 +28,7 @@ from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
 from .media import fetch_image
 from .metrics import ServeMetrics
+from .notes import answer_warnings, serves_toy_pair
 from .runner import Progress, Runner
 from .settings import ServeSettings
 from .translate import ChatJob, with_model_stops
@@ -45,12 +46,14 @@ class Prepared:
     views: list[View]  # per image of the conversation
     started: float  # time.monotonic() when the request arrived
     deadline: float  # loop time by which it must be done
+    warnings: tuple[str, ...] = ()  # sentences for asymspec.warnings (notes.py)
 
 
 class ChatService:
     def __init__(self, settings: ServeSettings, runner: Runner, views: ViewMaker, metrics: ServeMetrics):
         self.settings, self.runner, self.views, self.metrics = settings, runner, views, metrics
         self._drained: asyncio.Future | None = None  # done when the drain timeout expired (made in the event loop)
+        self.toy = serves_toy_pair(settings)
 
     def begin_drain(self) -> None:
         """The server stopped accepting requests (SIGTERM): those still running after --drain-timeout seconds end
@@ -92,17 +95,19 @@ class ChatService:
         job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
         method = METHODS[job.method]
-        enc, views = await self._within(self._views(job, method), deadline,
-                                        f"preparing the request took over {self.settings.request_timeout_s} s")
-        return Prepared(job, method, enc, views, started, deadline)
+        late = f"preparing the request took over {self.settings.request_timeout_s} s"
+        enc, views, warnings = await self._within(self._views(job, method), deadline, late)
+        for warning in warnings:
+            logger.warning("asymspec-vl serve: %s: %s", job.response_id, warning)
+        return Prepared(job, method, enc, views, started, deadline, warnings)
 
-    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View]]:
+    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
         """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
-        then the conversation encoded and checked to fit."""
+        then the conversation encoded and checked to fit; and the warnings about the images (notes.py)."""
         images = [await fetch_image(url, self.settings) for url in job.image_urls]
         views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
         request = conversation_request(job, images, views)
-        return await asyncio.to_thread(self._encode, request, method, job), views
+        return await asyncio.to_thread(self._encode, request, method, job), views, answer_warnings(self.toy, images)
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair
@@ -133,7 +138,10 @@ class ChatService:
         self.metrics.finished(p.job.method, row)
         self.metrics.latency.observe(time.monotonic() - p.started)
         usage = R.usage(p.job, p.enc, len(row.token_ids))
-        return row, usage, R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.views)
+        asymspec = R.asymspec_object(self.runner.vl, p.job, p.enc, row, p.views)
+        if p.warnings:
+            asymspec["warnings"] = list(p.warnings)
+        return row, usage, asymspec
 
     async def answer(self, p: Prepared, model: str):
         """The whole ChatCompletionResponse."""
@@ -161,20 +169,22 @@ class ChatService:
         an error event."""
         created, deltas, sent = R.now(), R.TextDeltas(self.decode(p.job), p.job.cfg), 0
         logprobs = self.logprobs_content(p.job)
-        yield R.chunk(p.job, model, created, content="", role="assistant")
+        so_far = (lambda n: R.usage(p.job, p.enc, n)) if p.job.continuous_usage else (lambda n: None)
+        yield R.chunk(p.job, model, created, content="", role="assistant", usage_so_far=so_far(0))
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
                 async for step in steps:
                     if step.row is None:
                         text = deltas.push(step.token_ids)
                         yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:],
-                                      logprobs=logprobs.push(step.logprobs))
+                                      logprobs=logprobs.push(step.logprobs), usage_so_far=so_far(len(step.token_ids)))
                         sent = len(step.token_ids)
                         continue
                     row, usage, asymspec = self.finish(p, step)
                     yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
                                   token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
-                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)))
+                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
+                                  usage_so_far=usage if p.job.continuous_usage else None)
                     if p.job.include_usage:
                         yield R.chunk(p.job, model, created, usage_info=usage)
         except Exception as e:  # the status line is sent: the error travels as an event

@@ -80,8 +80,10 @@ STATUS: dict[type, int] = {UnknownModelError: 404, BodyTooLargeError: 413, Input
 
 
 def validation_problems(error) -> str:
-    """A pydantic ValidationError's first problems, one line: "where: what; ..."."""
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors()[:5])
+    """A pydantic ValidationError's first problems, one line: "where: what (pydantic's kind); ..." (the kind, e.g.
+    less_than_equal, as vLLM's server shows it)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']} ({e['type']})"
+                     for e in error.errors()[:5])
 
 
 def status_of(error: BaseException) -> int:

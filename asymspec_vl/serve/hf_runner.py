@@ -115,6 +115,10 @@ class HFRunner:
     async def engine_gauges(self) -> dict[str, float]:
         return {"unfinished:hf": len(self.running) + self.jobs.qsize()}
 
+    async def scheduler_gauges(self) -> dict[str, float]:
+        """The batch being decoded is running, the queued jobs wait (transformers keeps no paged KV cache)."""
+        return {"running": len(self.running), "waiting": self.jobs.qsize()}
+
     async def check_health(self) -> None:
         if not self._thread.is_alive():
             raise RuntimeError("the transformers runner's thread has stopped")

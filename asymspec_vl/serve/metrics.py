@@ -23,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ..core.limits import LIMITS
 from ..core.loop import RowOutput
 from ..core.trace import FUSED
+from .vllm_gauges import VLLMRequestCounter, gauge_families
 
 WINDOW_S = 60.0
 PREFIX = "asymspec_"
@@ -33,6 +34,8 @@ class ServeMetrics:
         self.registry = CollectorRegistry()
         r, p = self.registry, PREFIX
         self.vllm = VLLMSpecDecodeCounters(r, model_name, K)
+        self.model_name, self.vllm_requests = model_name, VLLMRequestCounter(r, model_name)
+        self.scheduler: dict[str, float] = {}  # vLLM's scheduler gauges the runner read at this scrape (vllm_gauges)
         self.in_flight = Gauge(p + "requests_in_flight", "chat completions being answered", registry=r)
         self.requests = Counter(p + "requests", "chat completions answered", ["method", "finish_reason"], registry=r)
         self.errors = Counter(p + "errors", "requests answered with an error, by error type", ["type"], registry=r)
@@ -60,10 +63,12 @@ class ServeMetrics:
             totals[i] += n
         self.recent.append((time.monotonic(), s.emitted))
         self.vllm.observe(row)
+        self.vllm_requests.count(row.finish_reason)
 
     def ended(self, method: str, reason: str) -> None:
         """A request that ended without a finished row (client gone, timeout)."""
         self.requests.labels(method, reason).inc()
+        self.vllm_requests.count(reason)
 
     def error(self, error: BaseException) -> None:
         self.errors.labels(type(error).__name__).inc()
@@ -129,3 +134,4 @@ class _Derived:
         for key, value in sorted(m.engine.items()):
             engine.add_metric(key.split(":", 1), value)
         yield engine
+        yield from gauge_families(m.model_name, m.scheduler)

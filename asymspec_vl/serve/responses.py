@@ -158,7 +158,7 @@ def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, 
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponse,
                                                                   ChatCompletionResponseChoice, ChatMessage)
 
-    choice = ChatCompletionResponseChoice(index=0, message=ChatMessage(role="assistant", content=text),
+    choice = ChatCompletionResponseChoice(index=job.choice, message=ChatMessage(role="assistant", content=text),
                                           finish_reason=row.finish_reason, logprobs=logprobs,
                                           token_ids=row.token_ids if job.return_token_ids else None)
     return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
@@ -167,9 +167,9 @@ def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, 
 
 def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,
           token_ids: list[int] | None = None, finish_reason: str | None = None, asymspec: dict | None = None,
-          usage_info=None, metrics: dict | None = None, logprobs=None) -> str:
+          usage_info=None, metrics: dict | None = None, logprobs=None, usage_so_far=None) -> str:
     """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
-    choices, as OpenAI sends it."""
+    choices, as OpenAI sends it; usage_so_far (continuous_usage_stats) rides on a chunk with its choice."""
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
                                                                   ChatCompletionStreamResponse)
     from vllm.entrypoints.openai.engine.protocol import DeltaMessage
@@ -178,11 +178,11 @@ def chunk(job: ChatJob, model: str, created: int, content: str | None = None, ro
     if logprobs is not None:
         ids["logprobs"] = logprobs
     choices = [] if usage_info is not None else [ChatCompletionResponseStreamChoice(
-        index=0, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
+        index=job.choice, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
     extra = {"asymspec": asymspec} if asymspec is not None else {}
     extra.update(metrics or {})
     event = ChatCompletionStreamResponse(id=job.response_id, object="chat.completion.chunk", created=created,
-                                         model=model, choices=choices, usage=usage_info, **extra)
+                                         model=model, choices=choices, usage=usage_info or usage_so_far, **extra)
     return f"data: {event.model_dump_json(exclude_unset=True)}\n\n"
 
 

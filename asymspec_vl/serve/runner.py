@@ -38,6 +38,10 @@ class Runner(Protocol):
     async def engine_gauges(self) -> dict[str, float]:
         """Figures read from the engines for /metrics (e.g. requests they hold)."""
 
+    async def scheduler_gauges(self) -> dict[str, float]:
+        """vLLM's scheduler gauges for /metrics (vllm_gauges.py): running, waiting, and kv_cache_usage where the
+        backend keeps vLLM's paged cache."""
+
     async def check_health(self) -> None:
         """Raise if an engine is dead."""
 

@@ -21,6 +21,7 @@ Extras (the openai client's `extra_body`):
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from ..core.config import AsymSpecConfig, as_config
@@ -38,7 +39,7 @@ FREE = {"messages", "model", "max_tokens", "max_completion_tokens", "stream", "s
         "add_generation_prompt", "priority",
         "response_format", "structured_outputs"}  # the last two: read whole by structured_output.py
 # values of a field that change nothing (besides its default): accepted whatever the field
-NEUTRAL = {"n": (None, 1), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+NEUTRAL = {"presence_penalty": (None, 0), "frequency_penalty": (None, 0),
            "repetition_penalty": (None, 1), "logit_bias": (None, {}), "tools": (None, []),
            "tool_choice": (None, "none", "auto"), "reasoning_effort": (None, "none"), "bad_words": (None, []),
            "length_penalty": (1,)}
@@ -74,6 +75,9 @@ class ChatJob:
     response_id: str
     add_eos: bool = False  # stop_token_ids were sent without ignore_eos: they end an answer beside the EOS tokens
     skip_special_tokens: bool = True  # the answer's text without special tokens (vLLM's default)
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (with include_usage): usage in every chunk
+    n: int = 1  # choices: n > 1 runs n requests (choices.py), choice i seeded seed + i as vLLM seeds them
+    choice: int = 0  # this job's index among the request's choices
     extra: dict = field(default_factory=dict)  # what SERVED translators set for other parts of the server
 
     @property
@@ -114,7 +118,14 @@ def translate(request, settings: ServeSettings) -> ChatJob:
                    decoding_config(request, extras.get("config"), settings, out.cfg), bool(request.stream),
                    bool(request.stream and stream_options and stream_options.include_usage), flags["return_trace"],
                    flags["return_prompts"], bool(request.return_token_ids), f"chatcmpl-{request.request_id}",
-                   **out.job, extra=out.extra)
+                   continuous_usage=continuous_usage(request), **out.job, extra=out.extra)
+
+
+def continuous_usage(request) -> bool:
+    """vLLM's should_include_usage: usage in every chunk of a stream that asked for include_usage and
+    continuous_usage_stats."""
+    options = request.stream_options
+    return bool(request.stream and options and options.include_usage and options.continuous_usage_stats)
 
 
 # -- the request's own fields: each served one has a translator -----------------------------------------------
@@ -164,12 +175,25 @@ def _top_logprobs(value, out: Translation) -> None:
     out.cfg["logprobs"] = value
 
 
+MAX_CHOICES = 16  # n: each choice is a request of its own in the engine
+
+
+def _n(value, out: Translation) -> None:
+    """n choices: n requests over the same prepared views (choices.py)."""
+    if value is None or value == 1:
+        return
+    if not isinstance(value, int) or not 1 <= value <= MAX_CHOICES:
+        raise UnsupportedRequestError(f"n={value} is not served: 1 to {MAX_CHOICES} choices (each one is a request "
+                                      "of its own)", param="n")
+    out.job["n"] = value
+
+
 SERVED = {
     "temperature": _to_config("temperature"), "top_p": _to_config("top_p"), "top_k": _to_config("top_k"),
     "min_p": _to_config("min_p"), "seed": _to_config("seed"), "min_tokens": _to_config("min_tokens"),
     "ignore_eos": _to_config("ignore_eos"), "include_stop_str_in_output": _to_config("include_stop_str_in_output"),
     "stop": _stop, "stop_token_ids": _stop_token_ids, "skip_special_tokens": _skip_special_tokens,
-    "logprobs": _logprobs, "top_logprobs": _top_logprobs,
+    "logprobs": _logprobs, "top_logprobs": _top_logprobs, "n": _n,
 }
 
 
@@ -185,17 +209,28 @@ def served_fields(request) -> Translation:
             continue
         if value in NEUTRAL.get(name, ()) or value == fields[name].get_default(call_default_factory=True):
             continue
-        raise UnsupportedRequestError(f"{name}={value!r} is not served by asymspec-vl serve ({why_not(name)})",
-                                      param=name)
+        raise UnsupportedRequestError(f"{name}{in_words(value)} is not served by asymspec-vl serve "
+                                      f"({why_not(name)})", param=name)
     return out
 
 
+def in_words(value) -> str:
+    """How an error message shows a sent value: `=2`, `="required"`; a list or object by its size (never a Python
+    repr of the request's parsed objects)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return f"={json.dumps(value)}"
+    if isinstance(value, (list, tuple)):
+        return f" (a list of {len(value)})"
+    return " (an object)"
+
+
 def why_not(name: str) -> str:
-    if name == "n":
-        return "one choice per request"
     if name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "bad_words",
                 "allowed_token_ids", "use_beam_search", "length_penalty"):
         return "the verifier's scores are used as they are: no penalties, biases or beam search"
+    if name == "prompt_logprobs":
+        return ("the prompt's logprobs are not computed by this server: the answer's own logprobs are, with "
+                "logprobs / top_logprobs")
     if name in ("tools", "tool_choice", "documents"):
         return "no tool calling"
     if name in ("chat_template", "chat_template_kwargs", "continue_final_message", "echo", "add_special_tokens"):
@@ -225,7 +260,9 @@ def conversation(messages: list, max_images: int) -> tuple[ChatTurn, ...]:
 def _turn(i: int, message) -> ChatTurn:
     role = message.get("role") if isinstance(message, dict) else None
     if role not in ROLES:
-        raise UnsupportedRequestError(f"messages[{i}] has the role {role!r}: served roles are {sorted(ROLES)}",
+        raise UnsupportedRequestError(f"messages[{i}] has the role {json.dumps(role)}, which is not served: custom "
+                                      f"roles are not (the drafter's and the verifier's chat templates, which build "
+                                      f"the three views, know only {sorted(ROLES)}; tool turns need tool calling)",
                                       param="messages")
     if message.get("tool_calls"):
         raise UnsupportedRequestError(f"messages[{i}] holds tool_calls: no tool calling", param="messages")

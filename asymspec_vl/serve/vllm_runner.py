@@ -89,6 +89,16 @@ class VLLMRunner:
         gauges["drafter_rows:speculative"] = counters[0]["live_requests"]
         return gauges
 
+    async def scheduler_gauges(self) -> dict[str, float]:
+        """vLLM's scheduler gauges (vllm_patches/hooks/engine_gauges.py): running and waiting summed over the
+        engines, KV-cache usage the speculative engine's."""
+        from vllm_patches.hooks.engine_gauges import NAME
+
+        read = {s: await v.engine.engine_core.call_utility_async(NAME) for s, v in self.views.items()}
+        return {"running": sum(g["running"] for g in read.values()),
+                "waiting": sum(g["waiting"] for g in read.values()),
+                "kv_cache_usage": read[self.speculative]["kv_cache_usage"]}
+
     async def check_health(self) -> None:
         for view in self.views.values():
             await view.engine.check_health()

@@ -178,7 +178,7 @@ def test_what_is_refused_comes_back_as_an_openai_error_naming_the_field(client):
     import openai
 
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
-    for kwargs, param in (({"n": 2}, "n"), ({"logit_bias": {"5": 1}}, "logit_bias"),
+    for kwargs, param in (({"n": 17}, "n"), ({"logit_bias": {"5": 1}}, "logit_bias"),
                           ({"presence_penalty": 0.5}, "presence_penalty"),
                           ({"logprobs": True, "top_logprobs": 21}, "top_logprobs")):
         with pytest.raises(openai.BadRequestError) as refused:

@@ -82,7 +82,7 @@ def test_stop_token_ids_end_an_answer_beside_the_eos_tokens_unless_ignore_eos():
 
 
 @pytest.mark.parametrize("fields, named", [
-    ({"n": 2}, "n"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"n": 17}, "n"), ({"n": 0}, "n"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
     ({"presence_penalty": 0.5}, "presence_penalty"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
     ({"use_beam_search": True}, "use_beam_search"), ({"repetition_penalty": 1.2}, "repetition_penalty"),

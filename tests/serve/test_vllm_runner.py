@@ -167,7 +167,7 @@ def _bad_requests() -> dict:
         "five images": (body(url=[good_url] * 5), 400, "TooManyImagesError"),
         "prompt over the context": (chat_body("What?", good_url, caption="a red square " * 3000, ocr=""), 400,
                                     "PromptTooLongError"),
-        "two choices": (body(n=2), 400, "UnsupportedRequestError"),
+        "seventeen choices": (body(n=17), 400, "UnsupportedRequestError"),
         "unknown method": (body(method="beam"), 400, "ConfigError"),
         "unknown setting": (body(config={"gammma": 0.5}), 400, "ConfigError"),
         "oversized body": (body(padding="x" * (2 * 2**20 + 1000)), 413, "BodyTooLargeError"),
@@ -262,6 +262,33 @@ def test_a_client_that_disconnects_mid_stream_leaves_no_request_in_the_engine(se
     while engines() != (0, 0, gone_before + 1) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert engines() == (0, 0, gone_before + 1)
+
+
+def test_vllms_gauges_show_a_running_request_and_reset_after_its_abort(server):
+    """vLLM's test_abort_metrics_reset, on this server: vllm:num_requests_running and vllm:kv_cache_usage_perc while
+    a request decodes, zero after its client left, and vllm:request_success_total{finished_reason="abort"} + 1."""
+    labels = {"model_name": "asymspec-vl", "engine": "0"}
+
+    def gauges():
+        text = httpx.get(server.url + "/metrics").text
+        return (metric(text, "vllm:num_requests_running", **labels), metric(text, "vllm:num_requests_waiting", **labels),
+                metric(text, "vllm:kv_cache_usage_perc", **labels),
+                metric(text, "vllm:request_success_total", finished_reason="abort", **labels))
+
+    example = TOY[0]
+    body = chat_body(example["question"], data_url(EXAMPLES / example["image"]), caption=example["caption"], ocr="",
+                     max_tokens=1500, ignore_eos=True, stream=True)
+    aborted = gauges()[3]
+    with httpx.Client(timeout=300) as http:
+        with http.stream("POST", server.url + "/v1/chat/completions", json=body, headers=server.headers) as reply:
+            events = (line for line in reply.iter_lines() if line.startswith("data: "))
+            next(events), next(events)
+            running, waiting, kv_usage, _ = gauges()
+            assert (running, waiting) == (1, 0) and kv_usage > 0
+    deadline = time.monotonic() + 60
+    while gauges() != (0, 0, 0, aborted + 1) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert gauges() == (0, 0, 0, aborted + 1)
 
 
 def test_the_servers_captioner_makes_the_ocr_and_caches_it(client):

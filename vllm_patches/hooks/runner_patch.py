@@ -25,6 +25,7 @@ import copy
 from .. import sampler, switches
 from ._patching import install
 from .config_patch import is_asymspec
+from .log_notes import asymspec_log_lines
 from ..drafter.drafter_attention import verifier_common_for_group
 from ..requests.faults import check_ranks_agree, stop_rank_on_error
 from .runner_state import RUNNER_ATTR, RunnerState
@@ -53,7 +54,8 @@ def init(original, runner, vllm_config, device) -> None:
     stock = gpu_model_runner.DraftModelProposer
     gpu_model_runner.DraftModelProposer = AsymSpecProposer  # the class the runner instantiates for draft models
     try:
-        original(runner, vllm_config, device)
+        with asymspec_log_lines():  # vLLM's "min_p ... won't work with speculative decoding" is untrue here
+            original(runner, vllm_config, device)
     finally:
         gpu_model_runner.DraftModelProposer = stock
     setattr(runner, RUNNER_ATTR, RunnerState())
