@@ -192,7 +192,7 @@ class AsymSpecVL:
         request = Request(image, question, caption, ocr, full_context, compressed_context)
         self._validated([request], method_named(method), cfg)  # bad input raises here, not in the worker
         return TextStream(lambda on_step: self.generate_batch([request], method, cfg, on_step, "raise")[0],
-                          self.decode)
+                          self.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
 
     def close(self) -> None:
         """Release the backend's engines and memory (vLLM: shut its engines down)."""

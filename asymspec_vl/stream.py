@@ -1,8 +1,9 @@
 """TextStream: one request's answer as text deltas while it decodes (`for delta in vl.stream(image, question)`).
 
 The decoding runs in a worker thread and hands each step's committed tokens over a one-place queue (so it runs
-at most a step ahead of the consumer); the consumer gets only the text they add (a character split over
-byte-level tokens waits for its last byte). Stopping (`break`, leaving a `with` block, `close()`) makes the next
+at most a step ahead of the consumer); the consumer gets only the text they add, as core/stop_strings.py's
+StreamedText sends it (a character split over byte-level tokens waits for its last byte; with stop strings nothing
+that a stop string cuts is ever sent), so the pieces join to `result.text`. Stopping (`break`, leaving a `with` block, `close()`) makes the next
 step raise StopDecoding inside the backend, which ends the decoding (vLLM aborts the engine's request);
 `result` is then None."""
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import queue
 import threading
 from typing import Callable, Iterator
+
+from .core.stop_strings import StreamedText
 
 _DONE = object()
 
@@ -22,11 +25,14 @@ class StopDecoding(Exception):
 class TextStream:
     """Iterate for text deltas; `result` is the GenerationResult once the stream is exhausted."""
 
-    def __init__(self, run: Callable[[Callable], object], decode: Callable[[list[int]], str]):
-        """run(on_step) decodes the request, calling on_step(rows) after each step; decode(ids) -> text."""
+    def __init__(self, run: Callable[[Callable], object], decode: Callable[[list[int]], str],
+                 stop: tuple[str, ...] = (), include_stop_str_in_output: bool = False, min_tokens: int = 0):
+        """run(on_step) decodes the request, calling on_step(rows) after each step; decode(ids) -> text; stop,
+        include_stop_str_in_output and min_tokens: the request's (its config's) stop-string settings."""
         # one step in hand at most: the decoding runs no further ahead of the consumer than that
-        self._decode, self._queue, self._stopped = decode, queue.Queue(maxsize=1), threading.Event()
-        self.result, self._error, self._sent = None, None, ""
+        self._queue, self._stopped = queue.Queue(maxsize=1), threading.Event()
+        self._text = StreamedText(decode, tuple(stop), include_stop_str_in_output, min_tokens)
+        self.result, self._error = None, None
         self._worker = threading.Thread(target=self._work, args=(run,), daemon=True, name="asymspec-stream")
         self._worker.start()
 
@@ -60,7 +66,7 @@ class TextStream:
                 item = self._queue.get()
                 if item is _DONE:
                     break
-                delta = self._delta(self._decode(item))
+                delta = self._text.push(item)
                 if delta:
                     yield delta
         except GeneratorExit:  # the consumer broke out of its loop: stop the decoding
@@ -68,16 +74,10 @@ class TextStream:
             raise
         if self._error is not None:
             raise self._error
-        if self.result is not None:  # the final text can differ from the last step's (the end token dropped)
-            tail = self._delta(self.result.text)
+        if self.result is not None:  # the text held back, or the final text's end (a stop string cut it)
+            tail = self._text.end(self.result.text)
             if tail:
                 yield tail
-
-    def _delta(self, text: str) -> str:
-        if text.endswith("\ufffd") or not text.startswith(self._sent):  # an incomplete UTF-8 sequence: wait
-            return ""
-        delta, self._sent = text[len(self._sent):], text
-        return delta
 
     def stop(self) -> None:
         """End the decoding at its next step and wait for the worker (`result` stays None unless it had

@@ -133,8 +133,6 @@ class ChatService:
     def finish(self, p: Prepared, step: Progress):
         """(row, usage, asymspec object) of the finished request, counted in the metrics."""
         row = R.finished_row(step.row)
-        if row.finish_reason == "length" and R.stop_cut(self.decode(p.job)(row.token_ids), p.job.cfg)[1]:
-            row = dataclasses.replace(row, finish_reason="stop")  # a stop string ended the answer's text
         self.metrics.finished(p.job.method, row)
         self.metrics.latency.observe(time.monotonic() - p.started)
         usage = R.usage(p.job, p.enc, len(row.token_ids))
@@ -151,7 +149,7 @@ class ChatService:
                 pass
             row, usage, asymspec = self.finish(p, last)
         logprobs = self.logprobs_content(p.job).push(R.checked_logprobs(p.job, row))
-        return R.completion(p.job, model, R.answer_text(self.decode(p.job), row.token_ids, p.job.cfg), row, usage,
+        return R.completion(p.job, model, R.answer_text(self.decode(p.job), row), row, usage,
                             asymspec, logprobs)
 
     def logprobs_content(self, job: ChatJob) -> R.LogprobsContent:
@@ -167,7 +165,7 @@ class ChatService:
         """Server-sent events: the role, then the text each step committed, then the finish reason with the
         asymspec object, the usage if asked, and [DONE]; an error after the first event ends the stream with
         an error event."""
-        created, deltas, sent = R.now(), R.TextDeltas(self.decode(p.job), p.job.cfg), 0
+        created, deltas, sent = R.now(), R.streamed_text(self.decode(p.job), p.job.cfg), 0
         logprobs = self.logprobs_content(p.job)
         so_far = (lambda n: R.usage(p.job, p.enc, n)) if p.job.continuous_usage else (lambda n: None)
         yield R.chunk(p.job, model, created, content="", role="assistant", usage_so_far=so_far(0))
@@ -181,7 +179,7 @@ class ChatService:
                         sent = len(step.token_ids)
                         continue
                     row, usage, asymspec = self.finish(p, step)
-                    yield R.chunk(p.job, model, created, content=deltas.push(row.token_ids, final=True),
+                    yield R.chunk(p.job, model, created, content=deltas.end(R.answer_text(self.decode(p.job), row)),
                                   token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
                                   metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
                                   usage_so_far=usage if p.job.continuous_usage else None)

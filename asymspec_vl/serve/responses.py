@@ -9,6 +9,7 @@ import time
 from ..api import TokenPieces, trace_pieces
 from ..core.loop import RowOutput
 from ..core.methods import method as method_named
+from ..core.stop_strings import StreamedText
 from ..inputs.prompts import EncodedRequest
 from ..core.trace import FUSED
 from .captioning import View
@@ -16,41 +17,15 @@ from .errors import GenerationFailedError
 from .translate import ChatJob
 
 
-class TextDeltas:
-    """The answer's text as its tokens arrive: each push returns what the new tokens added. A character split over
-    byte-level tokens waits for its last byte, so the deltas join to the decode of all the tokens; with stop
-    strings the text is cut as vLLM cuts it (stop_cut), the last len(longest stop) - 1 characters held back until
-    the answer ends (vLLM's stop buffer), so no part of a stop string is ever sent."""
-
-    def __init__(self, decode, cfg=None):
-        self.decode, self.sent, self.cfg = decode, "", cfg
-        stops = cfg.stop if cfg is not None and not cfg.include_stop_str_in_output else ()
-        self.hold = max((len(s) for s in stops), default=1) - 1
-
-    def push(self, token_ids: list[int], final: bool = False) -> str:
-        text, cut = stop_cut(self.decode(token_ids), self.cfg)
-        if not final and not cut:
-            text = text.rstrip("\ufffd")
-            text = text[:len(text) - self.hold] if self.hold else text
-        if not text.startswith(self.sent):
-            return ""
-        delta, self.sent = text[len(self.sent):], text
-        return delta
+def streamed_text(decode, cfg) -> StreamedText:
+    """The answer's text as its tokens arrive (core/stop_strings.py, vLLM's stop buffer): push(token_ids) per
+    step, end(final text); the deltas join to the final text and never carry text a stop string cuts."""
+    return StreamedText(decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
 
 
-def stop_cut(text: str, cfg) -> tuple[str, bool]:
-    """The text cut at the first stop string as vLLM cuts it: before it, or after it with
-    include_stop_str_in_output; and whether a stop string was found."""
-    stops = cfg.stop if cfg is not None else ()
-    found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
-    if not found:
-        return text, False
-    i, s = min(found)
-    return text[:i + len(s)] if cfg.include_stop_str_in_output else text[:i], True
-
-
-def answer_text(decode, token_ids: list[int], cfg) -> str:
-    return stop_cut(decode(token_ids), cfg)[0]
+def answer_text(decode, row: RowOutput) -> str:
+    """The answer's text: as a stop string cut it (the loop's or vLLM's detokenizer's cut), else decoded."""
+    return row.text if row.text is not None else decode(row.token_ids)
 
 
 def finished_row(row: RowOutput) -> RowOutput:

@@ -309,14 +309,15 @@ def test_text_deltas_join_to_the_decoded_answer_and_never_show_half_a_character(
     from transformers import AutoTokenizer
 
     from asymspec_vl.pair.defaults import embedded_models
-    from asymspec_vl.serve.responses import TextDeltas
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.serve.responses import streamed_text
 
     tok = AutoTokenizer.from_pretrained(embedded_models()["verifier"])
     ids = tok.encode("9 × 14 = 126 ✓ 答案 é") + [tok.convert_tokens_to_ids("<|im_end|>")]
     decode = partial(tok.decode, skip_special_tokens=True)
     assert any(decode(ids[:n]).endswith("\ufffd") for n in range(len(ids)))  # some tokens end mid-character
-    deltas = TextDeltas(decode)
-    pieces = [deltas.push(ids[:n]) for n in range(1, len(ids))] + [deltas.push(ids, final=True)]
+    deltas = streamed_text(decode, AsymSpecConfig())
+    pieces = [deltas.push(ids[:n]) for n in range(1, len(ids))] + [deltas.end(decode(ids))]
     assert "".join(pieces) == decode(ids) == "9 × 14 = 126 ✓ 答案 é"
     assert not any("\ufffd" in p for p in pieces)
 
@@ -852,14 +853,20 @@ def test_requests_running_when_the_drain_expires_end_with_an_error_object_and_st
 
 def test_streamed_text_holds_back_what_could_begin_a_stop_string_and_cuts_at_it():
     from asymspec_vl import AsymSpecConfig
-    from asymspec_vl.serve.responses import TextDeltas, answer_text
+    from asymspec_vl.core.stop_strings import StopStrings
+    from asymspec_vl.serve.responses import streamed_text
 
     text = "12 + 3 = 15. END of it"
     decode = lambda ids: text[:len(ids)]  # noqa: E731 (one character a token)
-    cfg = AsymSpecConfig(stop=("END", "?!"))
-    deltas = TextDeltas(decode, cfg)
-    pieces = [deltas.push(list(range(n))) for n in range(1, len(text))] + [deltas.push(list(range(len(text))), True)]
-    assert "".join(pieces) == answer_text(decode, list(range(len(text))), cfg) == "12 + 3 = 15. "
-    assert not any("E" in p for p in pieces)  # not even the stop string's first letter went out
-    kept = AsymSpecConfig(stop="END", include_stop_str_in_output=True)
-    assert answer_text(decode, list(range(len(text))), kept) == "12 + 3 = 15. END"
+    for cfg, want in ((AsymSpecConfig(stop=("END", "?!")), "12 + 3 = 15. "),
+                      (AsymSpecConfig(stop="END", include_stop_str_in_output=True), "12 + 3 = 15. END")):
+        watch, deltas, pieces = StopStrings(decode, cfg.stop, cfg.include_stop_str_in_output, 0), \
+            streamed_text(decode, cfg), []
+        for n in range(1, len(text) + 1):
+            pieces.append(deltas.push(list(range(n))))
+            if watch.after_step(list(range(n)), n - 1):
+                break
+        pieces.append(deltas.end(watch.text))
+        assert "".join(pieces) == watch.text == want
+        if not cfg.include_stop_str_in_output:
+            assert not any("E" in p for p in pieces)  # not even the stop string's first letter went out
