@@ -132,8 +132,11 @@ def aligned_gate(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torc
 
 def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
                   vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:
-    """Algorithm 1, lines 8-24, across the map. a, b [B, K+1, Vd]; t [B, K+1, Vv]; drafts [B, K] verifier ids;
+    """Algorithm 1, lines 8-24, across the map. a [B, K or K+1, Vd] (a_{K+1} only for a fused bonus: b_{K+1}
+    stands in, as in dispatch.decide_asymspec), b [B, K+1, Vd]; t [B, K+1, Vv]; drafts [B, K] verifier ids;
     banned [Vv] bool. The emitted token is a verifier id in the shared set."""
+    if a.shape[1] == drafts.shape[1]:
+        a = torch.cat([a, b[:, -1:]], dim=1)
     a, b, t = a.float(), b.float(), t.float()
     n_acc, is_bonus, divergence = aligned_gate(a, b, t, drafts, cfg, vmap)
     t_p, a_p, b_p = gate.select(t, n_acc), gate.select(a, n_acc), gate.select(b, n_acc)  # [B, Vv], [B, Vd] x2
@@ -164,7 +167,8 @@ def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: Asym
     out = vmap.verifier_banned(banned, t.device)
     # the plausibility cut is relative to the best shared token (the best token overall may be unshared: a cut
     # relative to it could leave no shared token plausible, and the pick would fall to the lowest id)
-    top = lt.masked_fill(out, float("-inf")).max(dim=-1, keepdim=True).values
+    # (banned shared tokens count for the cut, as gate.scd_scores counts them: a full map is scd_scores exactly)
+    top = lt.masked_fill(vmap.verifier_banned(None, t.device), float("-inf")).max(dim=-1, keepdim=True).values
     plausible = lt >= math.log(cfg.scd_alpha) + top
     score = torch.nan_to_num((1.0 + cfg.beta) * lt - cfg.beta * lb_v, nan=float("-inf"), posinf=float("inf"))
     score = score.masked_fill(~plausible, float("-inf"))

@@ -3,7 +3,8 @@
 Ordinary tokens are compared by their decoded byte strings, after each tokenizer's own normalisation:
 byte-level BPE (Qwen, Llama-3, gpt-oss) maps its symbols back through GPT-2's byte table; SentencePiece
 (Gemma, Llama-2) turns "▁" into a space and "<0xNN>" into that byte. Special tokens never match by string:
-they are paired by role (EOS, chat turn start / end, pad), so Qwen's <|im_end|> pairs with Llama-3's
+they are paired by name when both tokenizers have the same one (one family's specials, e.g. <|image_pad|>,
+which stays banned), and by role (EOS, chat turn start / end, pad), so Qwen's <|im_end|> pairs with Llama-3's
 <|eot_id|>. Same-family pairs (one vocabulary) get VocabMap.same_vocabulary and keep the unmapped path.
 The rules that use the map are in core/vocab_align.py; docs/cross-family.md says what a user checks.
 """
@@ -70,6 +71,12 @@ def token_bytes(tok) -> dict[int, bytes]:
     return out
 
 
+def special_names(tok) -> dict[str, int]:
+    """Special token content -> id."""
+    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    return {tok.convert_ids_to_tokens(i): i for i in special}
+
+
 def special_roles(tok, eos_ids: set[int] | None = None) -> dict[str, int]:
     """Role -> id of the tokenizer's special tokens: eos, turn_start, turn_end, pad (the roles it has)."""
     vocab = tok.get_vocab()
@@ -108,11 +115,19 @@ def build_vocab_map(drafter_tok, verifier_tok, drafter: str = "drafter", verifie
     d_roles, v_roles = special_roles(drafter_tok, drafter_eos), special_roles(verifier_tok, verifier_eos)
     specials: dict[str, tuple[int, int]] = {}
     used_d = set(pairs.values())
+    d_special, v_special = special_names(drafter_tok), special_names(verifier_tok)
+    for name, vi in sorted(v_special.items(), key=lambda kv: kv[1]):  # the same special in both (one family's)
+        di = d_special.get(name)
+        if di is not None and di not in used_d and vi not in pairs and vi < Vv and di < Vd:
+            pairs[vi] = di
+            used_d.add(di)
     for role in ("turn_end", "eos", "turn_start", "pad"):  # the chat answer's end first: it is what stops
         if role in d_roles and role in v_roles:
             di, vi = d_roles[role], v_roles[role]
+            if pairs.get(vi) == di:
+                specials[role] = (di, vi)  # paired by name already
             if vi in pairs or di in used_d:
-                continue  # already paired under another role (e.g. EOS = the turn end)
+                continue  # already paired (by name, or under another role: EOS = the turn end)
             pairs[vi], specials[role] = di, (di, vi)
             used_d.add(di)
     if not any(role in specials for role in ("turn_end", "eos")):

@@ -78,7 +78,7 @@ def scd_row(b, t, drafts, pairs: dict[int, int], cfg, banned: set[int] = frozens
     """SCD across the map: (1 + beta) log p_t - beta log p_b (b's own full softmax) on the plausible shared set."""
     def target(i):
         lt, lb = _log_softmax(t[i]), _log_softmax(b[i])
-        top = max(lt[j] for j in pairs if j not in banned)
+        top = max(lt[j] for j in pairs)  # banned shared tokens count for the cut
         return {j: ((1 + cfg.beta) * lt[j] - cfg.beta * lb[d]) if lt[j] >= math.log(cfg.scd_alpha) + top
                 else -math.inf for j, d in pairs.items()}
     n = 0
