@@ -90,10 +90,13 @@ def test_bad_request_in_a_batch_fails_before_any_compute(tiny_vl, works_after):
 
 
 def test_vocabulary_mismatch(tiny_models, tmp_path):
+    """Drafter and verifier may differ (a cross-family pair, inputs/vocab_map.py); SD's text drafter drafts in the
+    drafter's ids and must share its vocabulary."""
     other = train_tokenizer(["a completely different corpus of words"] * 50, vocab_size=600)
-    verifier = write_text_model(tmp_path / "other_verifier", other, TinySizes())
+    text_drafter = write_text_model(tmp_path / "other_text_drafter", other, TinySizes())
     with pytest.raises(VocabularyMismatchError, match="share one vocabulary"):
-        AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(verifier), device="cpu")
+        AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                   text_drafter=str(text_drafter), device="cpu")
 
 
 def test_unknown_method_and_backend(tiny_vl, tiny_models):

@@ -13,6 +13,9 @@ sampled rule decides (sampling.py), with one generator per row seeded by cfg.see
 tokens are out, the stop tokens' logits are -inf in every logits the step reads (vLLM's min-tokens logits
 processor, min_tokens.py); stop strings end a row as vLLM's detokenizer ends it (stop_strings.py). With cfg.logprobs
 each committed token gets its logprob from the step's logits (logprobs.py).
+A cross-family pair (a VocabMap that is not the identity) keeps y and the drafts in verifier ids: the drafter's
+sources read them through the map (mapped_source.py), draft over the shared set, and the rules of
+vocab_align.py decide.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Callable
 
 import torch
 
-from . import sampling
+from . import sampling, vocab_align
 from . import trace as T
 from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
+from .errors import ConfigError
 from .logprobs import TokenLogprob, step_logprobs
+from .mapped_source import MappedSource
 from .methods import Method, Source
 from .min_tokens import MinTokens
 from .sources import LogitSource
@@ -44,6 +49,7 @@ class Plan:
     scorers: list[LogitSource]  # each scores pending + drafts in one forward, in method.scoring's order
     banned: torch.Tensor | None  # [V] bool: tokens no rule may emit
     gens: list[torch.Generator] | None = None  # one per row at temperature > 0 (run() makes them)
+    vmap: vocab_align.VocabMap | None = None  # a cross-family pair's map (None: one vocabulary)
 
     @property
     def K(self) -> int:
@@ -64,12 +70,18 @@ class Plan:
 
     def decide(self, logits: dict[str, torch.Tensor], drafts: torch.Tensor) -> StepOutcome:
         """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K]."""
+        if self.vmap is not None:
+            return vocab_align.decide(self.method.name, self.cfg, logits, drafts, self.banned, self.vmap)
         if self.cfg.samples:
             return self.method.sample(self.cfg, logits, drafts, self.banned, self.gens)
         return self.method.decide(self.cfg, logits, drafts, self.banned)
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
-        """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution."""
+        """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution. Across a
+        map: greedy over the drafter's shared tokens [B, Vd], returned in verifier ids."""
+        if self.vmap is not None:
+            picked = greedy(logits, self.vmap.drafter_banned(self.banned, logits.device))
+            return self.vmap.to_verifier_ids(picked)
         if self.cfg.samples:
             return sampling.draw(sampling.filtered_logprobs(logits, self.cfg, self.banned), self.gens)
         return greedy(logits, self.banned)
@@ -89,10 +101,26 @@ class RowOutput:
 
 
 def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],
-         banned: torch.Tensor | None) -> Plan:
-    """The plan of `method`: source(s) makes the logit source of each model + view the method reads."""
+         banned: torch.Tensor | None, vmap: vocab_align.VocabMap | None = None) -> Plan:
+    """The plan of `method`: source(s) makes the logit source of each model + view the method reads. vmap: the
+    pair's map; across one that is not the identity, the drafter's sources read verifier ids through it."""
+    if vmap is not None and vmap.identity:
+        vmap = None
+    if vmap is not None:
+        refuse_across_map(cfg)
+        inner = source
+        source = lambda s: inner(s) if s.model == "verifier" else MappedSource(inner(s), vmap)  # noqa: E731
     drafter = source(method.drafting) if method.drafting is not None else None
-    return Plan(method, cfg, drafter, [source(s) for s in method.scoring], banned)
+    return Plan(method, cfg, drafter, [source(s) for s in method.scoring], banned, vmap=vmap)
+
+
+def refuse_across_map(cfg: AsymSpecConfig) -> None:
+    """ConfigError for what a cross-family pair does not run yet: sampling, logprobs, min_tokens."""
+    asked = [name for name, on in (("temperature > 0", cfg.samples), ("logprobs", cfg.logprobs is not None),
+                                   ("min_tokens", bool(cfg.min_tokens))) if on]
+    if asked:
+        raise ConfigError(f"{', '.join(asked)}: not run for a cross-family pair (two vocabularies) yet; the "
+                          "greedy rules of every method are (docs/cross-family.md)")
 
 
 def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
@@ -117,7 +145,7 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
         drafts, draft_logits = _draft(plan, y, active, hold)
         scores = []
         for src in plan.scorers:
-            feed = [p + d if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
+            feed = [p + _own(src, d) if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
             x = src.forward(feed)[:, -(plan.K + 1):]  # [B, K+1, V]
             scores.append(hold.mask(x, 0) if hold else x)
         drafts = drafts.to(scores[0].device)
@@ -144,6 +172,11 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
     return out
 
 
+def _own(src: LogitSource, ids: list[int]) -> list[int]:
+    """The loop's ids (the verifier's) in `src`'s own ids."""
+    return src.own(ids) if isinstance(src, MappedSource) else ids
+
+
 def _sources(plan: Plan) -> list[LogitSource]:
     return ([plan.drafter] if plan.drafter else []) + plan.scorers
 
@@ -163,7 +196,7 @@ def _draft(plan: Plan, y, active, hold: MinTokens | None) -> tuple[torch.Tensor,
         d = plan.pick(logits[-1])  # [B]
         drafts.append(d)
         if i < plan.K - 1 or plan.draft_last:
-            logits.append(src.forward([[x] if on else [] for x, on in zip(d.tolist(), active)])[:, -1])
+            logits.append(src.forward([_own(src, [x]) if on else [] for x, on in zip(d.tolist(), active)])[:, -1])
     if hold and len(logits) > plan.K:
         logits[-1] = hold.mask(logits[-1][:, None], plan.K)[:, 0]
     return torch.stack(drafts, 1), torch.stack(logits, 1)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from ..core.errors import EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
-from .prompts import (EncodedRequest, EncodedView, Prompts, encode_request, image_view, verifier_text,
-                      vision_inputs)
+from .prompts import (EncodedRequest, EncodedView, Prompts, drafter_comp_view, encode_request, image_view,
+                      verifier_text, vision_inputs)
 
 ROLES = ("system", "user", "assistant")
 
@@ -113,8 +113,9 @@ def framed_segments(turns: list[Turn], owner, images: bool, with_views: bool) ->
     return segments
 
 
-def encode_conversation(conv: Conversation, processor, tokenizer):
-    """The EncodedRequest of a conversation: x_full, x_comp, x_question (prompts.encode_request's views)."""
+def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=None):
+    """The EncodedRequest of a conversation: x_full, x_comp, x_question (prompts.encode_request's views);
+    drafter_comp (a cross-family pair's VocabMap): the drafter's x_comp (prompts.drafter_comp_view)."""
     if not isinstance(conv, Conversation):
         raise InputError(f"a conversation must be an asymspec_vl.Conversation, got {type(conv).__name__}")
     turns = checked_turns(conv)
@@ -123,19 +124,23 @@ def encode_conversation(conv: Conversation, processor, tokenizer):
     question = framed_segments(turns, processor, images=True, with_views=False)
     prompts = Prompts(x_full="".join(full), x_comp="".join(comp), x_question="".join(question))
     comp_view = EncodedView(encode_segments(tokenizer, comp))
+    drafter_tok = getattr(processor, "tokenizer", processor)
+    d_comp = drafter_comp_view(comp_view.ids, drafter_comp, lambda: EncodedView(encode_segments(
+        drafter_tok, framed_segments(turns, processor, images=False, with_views=True)))) \
+        if drafter_comp is not None else None
     all_images = [im for t in turns for im in t.images]
     if not all_images:
-        drafter_tok = getattr(processor, "tokenizer", processor)
         return EncodedRequest(prompts, EncodedView(encode_segments(drafter_tok, full)), comp_view,
-                              EncodedView(encode_segments(drafter_tok, question)))
+                              EncodedView(encode_segments(drafter_tok, question)), drafter_comp=d_comp)
     pixel_values, grid = vision_inputs(processor, all_images)
     return EncodedRequest(prompts, image_view(processor, full, pixel_values, grid), comp_view,
                           image_view(processor, question, pixel_values, grid),
-                          meta={"image_sizes": [im.size for im in all_images]})
+                          meta={"image_sizes": [im.size for im in all_images]}, drafter_comp=d_comp)
 
 
-def encode(req, processor, tokenizer) -> EncodedRequest:
-    """A Request (prompts.encode_request) or a Conversation (encode_conversation) -> its EncodedRequest."""
+def encode(req, processor, tokenizer, drafter_comp=None) -> EncodedRequest:
+    """A Request (prompts.encode_request) or a Conversation (encode_conversation) -> its EncodedRequest
+    (drafter_comp: a cross-family pair's VocabMap, prompts.drafter_comp_view)."""
     if isinstance(req, Conversation):
-        return encode_conversation(req, processor, tokenizer)
-    return encode_request(req, processor, tokenizer)
+        return encode_conversation(req, processor, tokenizer, drafter_comp)
+    return encode_request(req, processor, tokenizer, drafter_comp)

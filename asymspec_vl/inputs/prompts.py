@@ -54,9 +54,13 @@ class EncodedRequest:
     comp: EncodedView
     question: EncodedView
     meta: dict = field(default_factory=dict)
+    # a cross-family pair's x_comp for the drafter (its own template and ids); None: the drafter reads `comp`
+    drafter_comp: EncodedView | None = None
 
-    def view(self, name: str) -> EncodedView:
-        """"x_full", "x_comp" or "x_question" (the names methods.py uses)."""
+    def view(self, name: str, model: str = "verifier") -> EncodedView:
+        """"x_full", "x_comp" or "x_question" (the names methods.py uses) as `model` reads it."""
+        if name == "x_comp" and model != "verifier" and self.drafter_comp is not None:
+            return self.drafter_comp
         return {"x_full": self.full, "x_comp": self.comp, "x_question": self.question}[name]
 
 
@@ -106,13 +110,15 @@ def checked_request(req: Request) -> Request:
         compressed_context=check_text("compressed_context", req.compressed_context, optional=True))
 
 
+def _framed(owner, text: str, image: bool) -> Framed:
+    content = [{"type": "image"}, {"type": "text", "text": SENTINEL}] if image else SENTINEL
+    before, after = template_pieces(owner, content)
+    return Framed(before, text, after)
+
+
 def frame_views(req: Request, drafter_processor, verifier_tokenizer) -> tuple[Framed, Framed, Framed]:
     """x_full, x_comp, x_question of a checked request (Qwen3 thinking disabled in every template)."""
-    def framed(owner, text: str, image: bool) -> Framed:
-        content = [{"type": "image"}, {"type": "text", "text": SENTINEL}] if image else SENTINEL
-        before, after = template_pieces(owner, content)
-        return Framed(before, text, after)
-
+    framed = _framed
     if req.image is not None:
         comp = verifier_text(req.question, req.caption, req.ocr)
         full = framed(drafter_processor, comp, image=True)
@@ -130,20 +136,34 @@ def build_prompts(req: Request, drafter_processor, verifier_tokenizer) -> Prompt
     return _prompts(*frame_views(checked_request(req), drafter_processor, verifier_tokenizer))
 
 
-def encode_request(req, drafter_processor, verifier_tokenizer) -> EncodedRequest:
+def drafter_comp_view(comp_ids: list[int], vmap, framed_by_drafter) -> EncodedView:
+    """A cross-family drafter's x_comp: the verifier's x_comp ids moved through the map when every one is shared
+    (the verifier's template speaks tokens the drafter has: today's same-family path when the vocabularies only
+    differ in ids), else framed_by_drafter() (the x_comp text in the drafter's own template and ids)."""
+    v2d = vmap.to("cpu")[3]
+    mapped = v2d[comp_ids].tolist() if comp_ids else []
+    return EncodedView(mapped) if all(i >= 0 for i in mapped) else framed_by_drafter()
+
+
+def encode_request(req, drafter_processor, verifier_tokenizer, drafter_comp=None) -> EncodedRequest:
     """Check the request, build the prompts and tokenize each view (user text as ordinary text, see user_text.py);
-    the image is decoded, validated and processed once. A Conversation: conversation.encode."""
+    the image is decoded, validated and processed once. A Conversation: conversation.encode.
+    drafter_comp (a cross-family pair's VocabMap): the drafter's x_comp (drafter_comp_view)."""
     req = checked_request(req)
     full, comp, only_q = frame_views(req, drafter_processor, verifier_tokenizer)
     prompts = _prompts(full, comp, only_q)
     comp_view = EncodedView(encode_pieces(verifier_tokenizer, comp))
+    d_tok = getattr(drafter_processor, "tokenizer", drafter_processor)
+    d_comp = drafter_comp_view(comp_view.ids, drafter_comp, lambda: EncodedView(encode_pieces(
+        d_tok, _framed(drafter_processor, comp.text, False)))) if drafter_comp is not None else None
     if req.image is None:
-        full_view = EncodedView(encode_pieces(getattr(drafter_processor, "tokenizer", drafter_processor), full))
-        return EncodedRequest(prompts, full_view, comp_view, full_view)
+        full_view = EncodedView(encode_pieces(d_tok, full))
+        return EncodedRequest(prompts, full_view, comp_view, full_view, drafter_comp=d_comp)
     image = load_image(req.image)
     pixel_values, grid = vision_inputs(drafter_processor, [image])
     return EncodedRequest(prompts, image_view(drafter_processor, full, pixel_values, grid), comp_view,
-                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size})
+                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size},
+                          drafter_comp=d_comp)
 
 
 def _prompts(full: Framed, comp: Framed, only_q: Framed) -> Prompts:

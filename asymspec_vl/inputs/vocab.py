@@ -6,6 +6,8 @@ import torch
 
 from ..core.config import AsymSpecConfig
 from ..core.errors import ConfigError, ModelPairError, VocabularyMismatchError
+from ..core.vocab_align import VocabMap
+from .vocab_map import build_vocab_map
 
 # Tokens that only mark or pad vision inputs: emitting one would corrupt the next forward.
 STRUCTURAL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
@@ -28,11 +30,14 @@ def output_dim(config: dict) -> int:
 class ModelPair:
     """Tokenizers and vocabulary facts of a drafter + verifier pair (no weights loaded)."""
 
-    def __init__(self, drafter_processor, verifier_tokenizer, vocab_size: int, eos_ids: set[int]):
+    def __init__(self, drafter_processor, verifier_tokenizer, vocab_size: int, eos_ids: set[int],
+                 vmap: VocabMap | None = None):
         self.processor = drafter_processor
         self.tokenizer = verifier_tokenizer
-        self.vocab_size = vocab_size
+        self.vocab_size = vocab_size  # the verifier's logit rows: the ids of y, stop tokens and answers
         self.eos_ids = eos_ids
+        # the drafter -> verifier map; identity for one vocabulary (core/vocab_align.py for the rules across it)
+        self.vmap = vmap if vmap is not None else VocabMap.same_vocabulary(vocab_size)
         self.pad_id = verifier_tokenizer.pad_token_id if verifier_tokenizer.pad_token_id is not None else 0
 
     @classmethod
@@ -48,25 +53,35 @@ class ModelPair:
             if not t.is_fast:
                 raise ModelPairError(f"{name} has no fast tokenizer (tokenizer.json): it is needed to read user "
                                      "text as ordinary text")
-        check_same_vocabulary(getattr(proc, "tokenizer", proc), tok, drafter, verifier)
+        d_tok = getattr(proc, "tokenizer", proc)
         dims = {drafter: output_dim(d_cfg), verifier: output_dim(v_cfg)}
-        if text_drafter:
-            check_same_vocabulary(AutoTokenizer.from_pretrained(text_drafter), tok, text_drafter, verifier)
+        eos_of = {path: _generation_eos(path) or _as_set(cfg.get("eos_token_id") or
+                                                          (cfg.get("text_config") or {}).get("eos_token_id"))
+                  for path, cfg in ((drafter, d_cfg), (verifier, v_cfg))}
+        vmap = build_vocab_map(d_tok, tok, drafter, verifier, dims[drafter], dims[verifier],
+                               eos_of[drafter], eos_of[verifier])
+        if text_drafter:  # SD's text drafter drafts in the drafter's ids: one vocabulary with the drafter
+            check_same_vocabulary(AutoTokenizer.from_pretrained(text_drafter), d_tok, text_drafter, drafter)
             dims[text_drafter] = output_dim(_read_config(text_drafter, trust_remote_code))
-        if len(set(dims.values())) != 1:
+            if dims[text_drafter] != dims[drafter]:
+                raise VocabularyMismatchError(f"drafter and text drafter logits differ in size: {dims}")
+        if vmap.identity and len(set(dims.values())) != 1:
             raise VocabularyMismatchError(f"drafter and verifier logits differ in size: {dims}")
-        eos = set()
-        for path, cfg in ((drafter, d_cfg), (verifier, v_cfg)):
-            eos |= _generation_eos(path) or _as_set(cfg.get("eos_token_id") or (cfg.get("text_config") or {}).get("eos_token_id"))
+        if vmap.identity:  # one vocabulary: either model's end tokens stop (today's path)
+            eos = eos_of[drafter] | eos_of[verifier]
+        else:  # y is in verifier ids: the verifier's end tokens, and the drafter's that the map pairs
+            d2v = dict(zip(vmap.drafter_ids.tolist(), vmap.verifier_ids.tolist()))
+            eos = eos_of[verifier] | {d2v[i] for i in eos_of[drafter] if i in d2v}
         eos |= _as_set(tok.eos_token_id)
-        return cls(proc, tok, dims[verifier], eos)
+        return cls(proc, tok, dims[verifier], eos, vmap)
 
-    def check_output_dims(self, *models) -> None:
-        for m in models:
-            if m is not None and m.get_output_embeddings().weight.shape[0] != self.vocab_size:
+    def check_output_dims(self, drafter, verifier, text_drafter=None) -> None:
+        for m, want in ((drafter, self.vmap.drafter_size), (verifier, self.vocab_size),
+                        (text_drafter, self.vmap.drafter_size)):
+            if m is not None and m.get_output_embeddings().weight.shape[0] != want:
                 raise VocabularyMismatchError(
                     f"{type(m).__name__} has {m.get_output_embeddings().weight.shape[0]} output logits, "
-                    f"the pair's vocabulary has {self.vocab_size}")
+                    f"its vocabulary has {want}")
 
     def check_stop_ids(self, cfg: AsymSpecConfig) -> None:
         """Refuse stop tokens decoding can never emit (generation would silently run to its budget): ids
@@ -110,7 +125,8 @@ def token_mask(ids, vocab_size: int, device) -> torch.Tensor:
 
 
 def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str) -> None:
-    """delta = a - b is added to t token by token: the two tokenizers must map tokens to the same ids."""
+    """Two models that must read and write one set of ids (the drafter and SD's text drafter): the two
+    tokenizers must map tokens to the same ids. (Drafter and verifier may differ: vocab_map.py.)"""
     dv, vv = drafter_tok.get_vocab(), verifier_tok.get_vocab()
     if dv != vv:
         only_d = len(set(dv.items()) - set(vv.items()))
@@ -118,7 +134,7 @@ def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str
         raise VocabularyMismatchError(
             f"the drafter ({drafter}) and verifier ({verifier}) tokenizers differ: {len(dv)} vs {len(vv)} "
             f"tokens, {only_d} drafter and {only_v} verifier (token, id) pairs without a match. AsymSpec "
-            "fuses logits token by token, so both models must share one vocabulary (e.g. the Qwen3 family).")
+            "fuses logits token by token, so these two models must share one vocabulary (e.g. the Qwen3 family).")
 
 
 def _generation_eos(path: str) -> set[int]:

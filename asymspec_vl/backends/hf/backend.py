@@ -89,8 +89,8 @@ class HFBackend:
                 on_step: Callable | None) -> list[loop.RowOutput]:
         context = partial(self.context_length, method=method, cfg=cfg)
         max_new = [min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs]
-        plan = loop.plan(method, cfg, lambda s: self._source(self.models[s.model], [r.view(s.view) for r in reqs]),
-                         self.pair.banned_mask(self.device))
+        plan = loop.plan(method, cfg, lambda s: self._source(self.models[s.model], [r.view(s.view, s.model) for r in reqs]),
+                         self.pair.banned_mask(self.device), self.pair.vmap)
         return loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode)
 
     def _source(self, model, views: list[EncodedView]) -> HFSource:

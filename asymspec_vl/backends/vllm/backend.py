@@ -28,6 +28,7 @@ from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
 from ...core.methods import Method
+from ...core.errors import ModelPairError
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
@@ -45,6 +46,9 @@ class VLLMBackend:
                  tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None,
                  drafter_share: float | None = None, loop=None):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
+        if not pair.vmap.identity:
+            raise ModelPairError(f"{drafter} and {verifier} have two vocabularies ({pair.vmap.size} shared tokens):"
+                                 " a cross-family pair runs on the transformers backend (backend='hf') only for now")
         self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
         self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
         self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs,

@@ -1,0 +1,197 @@
+"""The greedy rules of every method across a vocabulary map (a cross-family pair, the paper's Appendix D).
+
+A cross-family pair has two vocabularies: the drafter's (Vd ids) and the verifier's (Vv ids). The map
+(VocabMap) pairs S of them: the tokens whose decoded byte strings are identical, plus the special tokens
+paired by role (EOS, chat turn markers, pads; inputs/vocab_map.py builds it). The shared set is ordered by
+verifier id, so "argmax over the shared set, ties to the lowest id" is the same tie rule as gate.greedy's.
+
+The rules (Timor et al. 2025; the paper's Appendix D), with d_i a draft, a_i / b_i drafter logits [.., Vd],
+t_i verifier logits [.., Vv], and v(.) / r(.) the map drafter id -> verifier id / back:
+  drafts    the drafter picks d_i among the shared set only (its other tokens masked before the pick);
+  t         is read at the mapped ids: the verifier's view of draft d_i is t_i[v(d_i)];
+  gate      p_t(v(d_i)) > gamma_eff * p_b(d_i), each probability its own model's softmax over its OWN FULL
+            vocabulary, and D_i = JSD(softmax a_i || softmax b_i) over the drafter's full vocabulary.
+            Why not renormalise over the shared set: the gate asks "does the verifier find this token as
+            likely as the drafter does", and each model's own softmax is the probability it actually assigns;
+            renormalising would inflate both by their (different) unshared mass and let a verifier whose mass
+            sits outside the shared set accept drafts it finds unlikely. With the full softmax a same-family
+            pair (identity map) gives exactly gate.py's numbers.
+  delta     delta_i = a_i - b_i lives in drafter space and is moved to verifier space through the map
+            (delta_v[v(j)] = delta[j] for shared j; unshared verifier ids get no delta and are never emitted);
+  fused     argmax over the shared set of t_i + beta * delta_v,i; the bonus argmax over the shared set of t;
+  commit    the committed token is given to each model in its own ids (the loop keeps y in verifier ids; the
+            drafter's sources read r(y)).
+Floor and SD are defined on the same shared set: Floor is the verifier's greedy token over the shared set,
+SD accepts d_i iff v(d_i) is that token (token-level intersection, greedy). SD stays lossless with respect to
+the verifier restricted to the shared set (its tokens equal Floor's, exactly); it is not lossless with
+respect to the unrestricted verifier whenever that verifier's argmax lies outside the shared set. SCD and
+drafter-alone likewise score only shared tokens (SCD's amateur log p_b is the drafter's full-vocabulary
+log-softmax, moved through the map; its plausibility cut is relative to the best shared token).
+Every tensor here is float32 for the math; drafts and tokens are int64 in verifier ids unless named _d.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from . import gate
+from .config import AsymSpecConfig
+from .errors import ConfigError
+
+
+@dataclass
+class VocabMap:
+    """The shared set of a pair: drafter_ids[s] and verifier_ids[s] name the same token (s = 0..S-1, ordered
+    by verifier id). identity: both vocabularies are one (same family): callers keep the unmapped path."""
+
+    drafter_ids: torch.Tensor  # [S] int64
+    verifier_ids: torch.Tensor  # [S] int64, strictly increasing
+    drafter_size: int  # Vd
+    verifier_size: int  # Vv
+    identity: bool = False
+    specials: dict[str, tuple[int, int]] = field(default_factory=dict)  # role -> (drafter id, verifier id)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def same_vocabulary(cls, size: int) -> "VocabMap":
+        ids = torch.arange(size)
+        return cls(ids, ids.clone(), size, size, identity=True)
+
+    @property
+    def size(self) -> int:
+        return int(self.verifier_ids.numel())
+
+    def share(self) -> tuple[float, float]:
+        """(share of the drafter's vocabulary, share of the verifier's) the shared set covers."""
+        return self.size / self.drafter_size, self.size / self.verifier_size
+
+    def to(self, device) -> "VocabMap":
+        """This map's index tensors on `device` (cached: moved once per device)."""
+        key = str(device)
+        if key not in self._cache:
+            d, v = self.drafter_ids.to(device), self.verifier_ids.to(device)
+            d2v = torch.full((self.drafter_size,), -1, dtype=torch.long, device=device)
+            v2d = torch.full((self.verifier_size,), -1, dtype=torch.long, device=device)
+            d2v[d], v2d[v] = v, d
+            self._cache[key] = (d, v, d2v, v2d)
+        return self._cache[key]
+
+    def to_drafter_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Verifier ids (all in the shared set) -> drafter ids, same shape."""
+        out = self.to(ids.device)[3][ids]
+        if (out < 0).any():
+            raise ConfigError(f"verifier ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set")
+        return out
+
+    def to_verifier_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Drafter ids (all in the shared set) -> verifier ids, same shape."""
+        out = self.to(ids.device)[2][ids]
+        if (out < 0).any():
+            raise ConfigError(f"drafter ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set")
+        return out
+
+    def drafter_banned(self, banned_v: torch.Tensor | None, device) -> torch.Tensor:
+        """[Vd] bool: True outside the shared set and at shared tokens banned in verifier space."""
+        d, v, _, _ = self.to(device)
+        allowed = torch.zeros(self.drafter_size, dtype=torch.bool, device=device)
+        allowed[d] = True if banned_v is None else ~banned_v.to(device)[v]
+        return ~allowed
+
+    def verifier_banned(self, banned_v: torch.Tensor | None, device) -> torch.Tensor:
+        """[Vv] bool: True outside the shared set or banned."""
+        _, v, _, _ = self.to(device)
+        outside = torch.ones(self.verifier_size, dtype=torch.bool, device=device)
+        outside[v] = False
+        return outside if banned_v is None else outside | banned_v.to(device)
+
+    def to_verifier_space(self, x_d: torch.Tensor, fill: float = float("-inf")) -> torch.Tensor:
+        """Drafter-space values [.., Vd] moved to verifier space [.., Vv]: x_v[v(j)] = x_d[j], `fill` elsewhere."""
+        d, v, _, _ = self.to(x_d.device)
+        out = torch.full((*x_d.shape[:-1], self.verifier_size), fill, dtype=x_d.dtype, device=x_d.device)
+        out[..., v] = x_d[..., d]
+        return out
+
+
+def aligned_gate(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
+                 vmap: VocabMap) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CDA gate across the map: a, b [B, K+1, Vd], t [B, K+1, Vv], drafts [B, K] verifier ids ->
+    (leading accepted [B], every draft passed [B], D_i [B, K+1]); each softmax over its model's full vocabulary."""
+    K = drafts.shape[1]
+    la, lb, lt = a.log_softmax(-1), b.log_softmax(-1), t.log_softmax(-1)
+    divergence = gate.kl(la, lb) if cfg.gate == "kl" else gate.jsd(la, lb)  # [B, K+1], drafter space
+    drafts_d = vmap.to_drafter_ids(drafts)  # [B, K]
+    lt_d = lt[:, :K].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # [B, K] log p_t(v(d_i))
+    lb_d = lb[:, :K].gather(-1, drafts_d.unsqueeze(-1)).squeeze(-1)  # [B, K] log p_b(d_i)
+    accept = lt_d > gate.log_gamma_eff(cfg, la, lb, drafts_d, divergence) + lb_d
+    n_acc = gate.leading_accepts(accept, None)
+    return n_acc, n_acc == K, divergence
+
+
+def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
+                  vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:
+    """Algorithm 1, lines 8-24, across the map. a [B, K or K+1, Vd] (a_{K+1} only for a fused bonus: b_{K+1}
+    stands in, as in dispatch.decide_asymspec), b [B, K+1, Vd]; t [B, K+1, Vv]; drafts [B, K] verifier ids;
+    banned [Vv] bool. The emitted token is a verifier id in the shared set."""
+    if a.shape[1] == drafts.shape[1]:
+        a = torch.cat([a, b[:, -1:]], dim=1)
+    a, b, t = a.float(), b.float(), t.float()
+    n_acc, is_bonus, divergence = aligned_gate(a, b, t, drafts, cfg, vmap)
+    t_p, a_p, b_p = gate.select(t, n_acc), gate.select(a, n_acc), gate.select(b, n_acc)  # [B, Vv], [B, Vd] x2
+    shared_out = vmap.verifier_banned(banned, t.device)  # [Vv]
+    if cfg.delta_source == "scd":  # t - b: b moved to verifier space first (its unshared ids are never emitted)
+        delta_v = gate.context_delta(vmap.to_verifier_space(a_p), vmap.to_verifier_space(b_p, 0.0), t_p, "scd")
+    else:
+        delta_v = vmap.to_verifier_space(gate.context_delta(a_p, b_p, t_p, cfg.delta_source), 0.0)  # [B, Vv]
+    fused = gate.greedy(gate.fuse(t_p, delta_v, cfg.beta), shared_out)
+    bonus = fused if cfg.bonus == "fused" else gate.greedy(t_p, shared_out)
+    return gate.StepOutcome(n_acc, torch.where(is_bonus, bonus, fused), is_bonus, divergence)
+
+
+def decide_sd(t: torch.Tensor, drafts: torch.Tensor, vmap: VocabMap,
+              banned: torch.Tensor | None = None) -> gate.StepOutcome:
+    """SD (and Floor, with no drafts) across the map: greedy verification against t [B, K+1, Vv] restricted to
+    the shared set (token-level intersection); drafts [B, K] verifier ids."""
+    return gate.greedy_verify(t, drafts, vmap.verifier_banned(banned, t.device))
+
+
+def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap,
+               banned: torch.Tensor | None = None) -> gate.StepOutcome:
+    """SCD across the map: the contrastive target (1+beta) log p_t - beta log p_b on the shared set, log p_b
+    the drafter's own full-vocabulary log-softmax moved to verifier space. b [B, K+1, Vd], t [B, K+1, Vv]."""
+    lb_v = vmap.to_verifier_space(b.float().log_softmax(-1))  # [B, K+1, Vv], -inf off the shared set
+    lt = t.float().log_softmax(-1)
+    # gate.scd_scores would re-normalise the moved log p_b over the shared set: the same score, computed here
+    out = vmap.verifier_banned(banned, t.device)
+    # the plausibility cut is relative to the best shared token (the best token overall may be unshared: a cut
+    # relative to it could leave no shared token plausible, and the pick would fall to the lowest id)
+    # (banned shared tokens count for the cut, as gate.scd_scores counts them: a full map is scd_scores exactly)
+    top = lt.masked_fill(vmap.verifier_banned(None, t.device), float("-inf")).max(dim=-1, keepdim=True).values
+    plausible = lt >= math.log(cfg.scd_alpha) + top
+    score = torch.nan_to_num((1.0 + cfg.beta) * lt - cfg.beta * lb_v, nan=float("-inf"), posinf=float("inf"))
+    score = score.masked_fill(~plausible, float("-inf"))
+    return gate.greedy_verify(score, drafts, out)
+
+
+def decide_drafter(q: torch.Tensor, vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:
+    """Drafter alone across the map: its greedy token over the shared set, as a verifier id. q [B, 1, Vd]."""
+    token_d = gate.greedy(q[:, 0].float(), vmap.drafter_banned(banned, q.device))  # [B]
+    zero = torch.zeros_like(token_d)
+    return gate.StepOutcome(zero, vmap.to_verifier_ids(token_d), torch.ones_like(token_d, dtype=torch.bool))
+
+
+def decide(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], drafts: torch.Tensor,
+           banned: torch.Tensor | None, vmap: VocabMap) -> gate.StepOutcome:
+    """The greedy rule of method `name` across the map (logits by name as in methods.py: a, b, q in drafter
+    space, t in verifier space; drafts [B, K] verifier ids)."""
+    if name == "asymspec":
+        return asymspec_step(logits["a"], logits["b"], logits["t"], drafts, cfg, vmap, banned)
+    if name in ("sd", "floor"):
+        return decide_sd(logits["t"], drafts, vmap, banned)
+    if name == "scd":
+        return decide_scd(logits["b"], logits["t"], drafts, cfg, vmap, banned)
+    if name == "drafter":
+        return decide_drafter(logits["q"], vmap, banned)
+    raise ConfigError(f"method {name!r} has no rule across a vocabulary map")

@@ -1,0 +1,125 @@
+"""Cross-family pairs on the transformers backend (inputs/vocab_map.py + core/vocab_align.py through loop.py):
+  - metamorphic oracle: a verifier whose ids are permuted (same strings, embedding and output rows permuted alike)
+    gives exactly the answers, traces and statistics of the original pair, every method, text and image drafters;
+  - a verifier with tokens removed: nothing outside the shared set is committed, and the answers equal Algorithm 1
+    across the map recomputed from scratch by tests/core/xfamily_reference.py's rules."""
+
+import pytest
+import torch
+
+from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
+from asymspec_vl.backends.hf.reference import logits_after
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.inputs.prompts import encode_request
+from core.xfamily_reference import asymspec_row, scd_row, sd_row
+from helpers import random_request
+from xfamily_models import write_other_vocabulary
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread")]
+METHODS = ("asymspec", "sd", "scd", "floor", "drafter")
+CFG = AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=10)
+TEXT_REQS = [Request(question=f"What is {i} + 3?", full_context=f"the red box holds {i} apples and 3 pears",
+                     compressed_context="a box") for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def permuted(tiny_models, tmp_path_factory):
+    return write_other_vocabulary(tiny_models["verifier"], tmp_path_factory.mktemp("perm"), seed=5)
+
+
+@pytest.fixture(scope="module")
+def removed(tiny_models, tmp_path_factory):
+    return write_other_vocabulary(tiny_models["verifier"], tmp_path_factory.mktemp("removed"), seed=7, remove=60)
+
+
+def without_time(stats) -> dict:
+    return {k: v for k, v in stats.to_dict().items() if k not in ("elapsed_s", "tokens_per_s")}
+
+
+@pytest.mark.parametrize("drafter,reqs", [("text_drafter", TEXT_REQS),
+                                          ("vl_drafter", [random_request(i) for i in range(2)])])
+def test_permuted_verifier_ids_give_exactly_the_same_run(tiny_models, permuted, drafter, reqs):
+    folder, new_of = permuted
+    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(tiny_models["verifier"]),
+                                     device="cpu")
+    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu")
+    assert one.pair.vmap.identity and not two.pair.vmap.identity
+    assert two.pair.vmap.size == len(two.pair.tokenizer)  # every string shared, under other ids
+    accepted = 0
+    for m in METHODS:
+        if m == "drafter" and drafter == "text_drafter":
+            continue  # drafter-alone reads the image
+        xs, ys = one.generate_batch(reqs, m, CFG), two.generate_batch(reqs, m, CFG)
+        for x, y in zip(xs, ys):
+            assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]
+            assert [t.source for t in y.trace] == [t.source for t in x.trace]
+            assert without_time(y.stats) == without_time(x.stats)
+            accepted += x.stats.accepted
+    assert accepted > 0  # the gate accepted drafts: the comparison covers accepted and fused tokens
+
+
+def reference_across_map(vl, enc, method: str, cfg: AsymSpecConfig) -> list[int]:
+    """Algorithm 1 (and SD / SCD / Floor) across the map with every forward recomputed and the rules from
+    core/xfamily_reference.py: y and drafts in verifier ids, the drafter fed drafter ids."""
+    pair, be = vl.pair, vl.backend
+    pairs = dict(zip(pair.vmap.verifier_ids.tolist(), pair.vmap.drafter_ids.tolist()))
+    banned = set(pair.banned_ids())
+    to_v = {d: v for v, d in pairs.items()}
+    stop = pair.stop_ids(cfg)
+    K = cfg.K if method != "floor" else 0
+    y: list[int] = []
+    while True:
+        y_d = [pairs[v] for v in y]
+        drafts_d, a = [], []
+        for _ in range(K):
+            view = enc.full if method == "asymspec" else enc.drafter_comp
+            logits = logits_after(be.drafter, view, y_d + drafts_d, 1)[0].tolist()
+            a.append(logits)
+            allowed = [d for v, d in pairs.items() if v not in banned]
+            drafts_d.append(max(sorted(allowed), key=lambda d: logits[d]))  # first max: lowest drafter id
+        drafts = [to_v[d] for d in drafts_d]
+        t = logits_after(be.verifier, enc.comp, y + drafts, K + 1).tolist()
+        if method == "asymspec":
+            b = logits_after(be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1).tolist()
+            n, tok = asymspec_row(a + [b[-1]], b, t, drafts, pairs, cfg, banned)
+        elif method == "scd":
+            b = logits_after(be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1).tolist()
+            n, tok = scd_row(b, t, drafts, pairs, cfg, banned)
+        else:
+            n, tok = sd_row(t, drafts, pairs, banned)
+        for x in drafts[:n] + [tok]:
+            y.append(x)
+            if x in stop or len(y) >= cfg.max_new_tokens:
+                return y
+
+
+def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(tiny_models, removed):
+    folder, _ = removed
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    assert vl.pair.vmap.size == len(vl.pair.tokenizer) and vl.pair.vmap.drafter_size == vl.pair.vmap.size + 60
+    for m in ("asymspec", "sd", "scd", "floor"):
+        got = vl.generate_batch(TEXT_REQS, m, CFG)
+        for req, res in zip(TEXT_REQS, got):
+            assert set(res.token_ids) <= shared
+            enc = encode_request(req, vl.pair.processor, vl.pair.tokenizer, drafter_comp=vl.pair.vmap)
+            assert res.token_ids == reference_across_map(vl, enc, m, CFG), m
+
+
+def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
+    """The drafter's 60 tokens the verifier lacks are masked before every pick: a drafter that prefers them
+    (their logits raised) still drafts shared tokens, and every committed token is shared."""
+    folder, _ = removed
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
+    unshared = sorted(set(range(vl.pair.vmap.drafter_size)) - set(vl.pair.vmap.drafter_ids.tolist()))
+    with torch.no_grad():
+        vl.backend.drafter.get_output_embeddings().weight[unshared] *= 50  # (tied: rows scaled alike)
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    for res in vl.generate_batch(TEXT_REQS, "asymspec", CFG):
+        assert set(res.token_ids) <= shared and res.token_ids
+
+
+def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(permuted[0]), device="cpu")
+    with pytest.raises(ConfigError, match="cross-family"):
+        vl.generate_batch(TEXT_REQS[:1], "asymspec", AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7))

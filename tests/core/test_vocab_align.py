@@ -1,0 +1,134 @@
+"""The rules across a vocabulary map (core/vocab_align.py) against the from-scratch oracle, the identity map against
+gate.py bit for bit, and the metamorphic oracle: permuting the verifier's ids changes no decision."""
+
+import pytest
+import torch
+
+from asymspec_vl.core import gate, vocab_align
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.core.vocab_align import VocabMap
+
+from .xfamily_reference import asymspec_row, scd_row, sd_row
+
+CFGS = [AsymSpecConfig(K=3), AsymSpecConfig(K=3, gate="fixed"), AsymSpecConfig(K=3, gate="lambda"),
+        AsymSpecConfig(K=3, gate="kl"), AsymSpecConfig(K=3, bonus="fused", beta=0.5),
+        AsymSpecConfig(K=3, delta_source="raw"), AsymSpecConfig(K=3, delta_source="scd", gamma=0.2)]
+
+
+def pair_world(seed: int, strings: int = 40, B: int = 6, K: int = 3):
+    """Two vocabularies over `strings` token strings (each holds ~3/4 of them, under its own ids), logits that
+    agree on the strings, and drafts = the drafter's greedy picks over the shared set.
+    -> (a, b [B, K+1, Vd], t [B, K+1, Vv], drafts [B, K] verifier ids, map, pairs {verifier id: drafter id})."""
+    g = torch.Generator().manual_seed(seed)
+    in_d, in_v = torch.rand(strings, generator=g) < 0.75, torch.rand(strings, generator=g) < 0.75
+    in_d[:4] = in_v[:4] = True  # at least a few shared strings
+    d_of = {s: i for i, s in enumerate(torch.nonzero(in_d).flatten()[torch.randperm(int(in_d.sum()), generator=g)].tolist())}
+    v_of = {s: i for i, s in enumerate(torch.nonzero(in_v).flatten()[torch.randperm(int(in_v.sum()), generator=g)].tolist())}
+    Vd, Vv = len(d_of) + 2, len(v_of) + 3  # logit rows past the tokens (padding of the lm_head)
+    base = torch.randn(B, K + 1, strings, generator=g) * 2
+    a = torch.randn(B, K + 1, Vd, generator=g)
+    b = torch.randn(B, K + 1, Vd, generator=g)
+    t = torch.randn(B, K + 1, Vv, generator=g)
+    for s, i in d_of.items():
+        a[..., i] = base[..., s] + 0.3 * torch.randn(B, K + 1, generator=g)
+        b[..., i] = 0.5 * base[..., s] + torch.randn(B, K + 1, generator=g)
+    for s, j in v_of.items():
+        t[..., j] = base[..., s] + 0.5 * torch.randn(B, K + 1, generator=g)
+    pairs = {v_of[s]: d_of[s] for s in d_of if s in v_of}
+    vids = sorted(pairs)
+    vmap = VocabMap(torch.tensor([pairs[j] for j in vids]), torch.tensor(vids), Vd, Vv)
+    drafts_d = gate.greedy(a[:, :K], vmap.drafter_banned(None, "cpu"))
+    return a, b, t, vmap.to_verifier_ids(drafts_d), vmap, pairs
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+def test_asymspec_equals_the_oracle(seed, cfg):
+    a, b, t, drafts, vmap, pairs = pair_world(seed)
+    banned = torch.zeros(vmap.verifier_size, dtype=torch.bool)
+    banned[sorted(pairs)[1]] = True
+    out = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap, banned)
+    for r in range(a.shape[0]):
+        n, tok = asymspec_row(a[r].tolist(), b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg,
+                              {sorted(pairs)[1]})
+        assert (int(out.num_accepted[r]), int(out.token[r])) == (n, tok)
+        assert tok in pairs  # never a token outside the shared set
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sd_floor_scd_equal_the_oracle(seed):
+    a, b, t, drafts, vmap, pairs = pair_world(seed)
+    cfg = AsymSpecConfig(K=3)
+    sd = vocab_align.decide_sd(t, drafts, vmap)
+    floor = vocab_align.decide_sd(t[:, :1], drafts[:, :0], vmap)
+    scd = vocab_align.decide_scd(b, t, drafts, cfg, vmap)
+    for r in range(a.shape[0]):
+        assert (int(sd.num_accepted[r]), int(sd.token[r])) == sd_row(t[r].tolist(), drafts[r].tolist(), pairs)
+        assert int(floor.token[r]) == sd_row(t[r, :1].tolist(), [], pairs)[1]
+        assert (int(scd.num_accepted[r]), int(scd.token[r])) == scd_row(b[r].tolist(), t[r].tolist(),
+                                                                         drafts[r].tolist(), pairs, cfg)
+
+
+def test_sd_is_lossless_against_the_verifier_on_the_shared_set():
+    """Accepted drafts plus the emitted token are the verifier's greedy tokens over the shared set."""
+    a, b, t, drafts, vmap, pairs = pair_world(3)
+    out = vocab_align.decide_sd(t, drafts, vmap)
+    target = gate.greedy(t, vmap.verifier_banned(None, "cpu"))
+    for r, row in enumerate(out.committed(drafts)):
+        assert row == target[r, :len(row)].tolist()
+
+
+@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+def test_identity_map_is_gate_py_bit_for_bit(cfg):
+    g = torch.Generator().manual_seed(1)
+    a, b, t = (torch.randn(5, 4, 30, generator=g) for _ in range(3))
+    t[..., :10] += a[..., :10]
+    drafts = a[:, :3].argmax(-1)
+    vmap = VocabMap.same_vocabulary(30)
+    want = gate.asymspec_step(a, b, t, drafts, cfg)
+    got = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap)
+    assert torch.equal(want.num_accepted, got.num_accepted) and torch.equal(want.token, got.token)
+    assert torch.equal(want.divergence, got.divergence)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+def test_permuting_the_verifier_ids_changes_no_decision(seed, cfg):
+    """Metamorphic oracle: the same strings under other verifier ids (t's columns permuted alike) give the same
+    accepted counts and the same tokens, read back through the permutation; a wrong map fails this."""
+    a, b, t, drafts, vmap, pairs = pair_world(seed)
+    perm = torch.randperm(vmap.verifier_size, generator=torch.Generator().manual_seed(seed + 100))  # old -> new
+    inv = torch.argsort(perm)
+    t2 = t[..., inv]  # t2[new] = t[old]
+    new_pairs = {int(perm[j]): d for j, d in pairs.items()}
+    vids = sorted(new_pairs)
+    vmap2 = VocabMap(torch.tensor([new_pairs[j] for j in vids]), torch.tensor(vids), vmap.drafter_size,
+                     vmap.verifier_size)
+    for step in (lambda tt, dd, m: vocab_align.asymspec_step(a, b, tt, dd, cfg, m),
+                 lambda tt, dd, m: vocab_align.decide_sd(tt, dd, m),
+                 lambda tt, dd, m: vocab_align.decide_scd(b, tt, dd, cfg, m)):
+        one, two = step(t, drafts, vmap), step(t2, perm[drafts], vmap2)
+        assert torch.equal(one.num_accepted, two.num_accepted)
+        assert torch.equal(perm[one.token], two.token)
+
+
+def test_a_wrong_map_is_caught_by_the_oracle():
+    """Pairing the shared tokens the wrong way round (the drafter ids reversed) changes the answers the oracle
+    gives: the oracle tests can fail."""
+    a, b, t, drafts, vmap, pairs = pair_world(0)
+    cfg = AsymSpecConfig(K=3)
+    swapped = vmap.drafter_ids.flip(0)
+    wrong = VocabMap(swapped, vmap.verifier_ids, vmap.drafter_size, vmap.verifier_size)
+    ok = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap)
+    bad = vocab_align.asymspec_step(a, b, t, drafts, cfg, wrong)
+    expected = [asymspec_row(a[r].tolist(), b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg)
+                for r in range(a.shape[0])]
+    assert [(int(n), int(x)) for n, x in zip(ok.num_accepted, ok.token)] == expected
+    assert [(int(n), int(x)) for n, x in zip(bad.num_accepted, bad.token)] != expected
+
+
+def test_ids_outside_the_shared_set_are_refused():
+    _, _, _, _, vmap, pairs = pair_world(0)
+    outside = next(j for j in range(vmap.verifier_size) if j not in pairs)
+    with pytest.raises(Exception, match="outside the shared set"):
+        vmap.to_drafter_ids(torch.tensor([outside]))
