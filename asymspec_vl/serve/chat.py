@@ -26,7 +26,7 @@ from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
-from .media import fetch_image
+from .media import TRIM_PIXELS, PixelBudget, fetch_image, release_memory
 from .metrics import ServeMetrics
 from .notes import answer_warnings, serves_toy_pair
 from .runner import Progress, Runner
@@ -103,11 +103,18 @@ class ChatService:
 
     async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
         """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
-        then the conversation encoded and checked to fit; and the warnings about the images (notes.py)."""
-        images = [await fetch_image(url, self.settings) for url in job.image_urls]
+        then the conversation encoded and checked to fit; and the warnings about the images (notes.py). The
+        images are charged to the request's pixel budget before any is decoded (media.PixelBudget)."""
+        budget = PixelBudget(self.settings.max_request_pixels)
+        images = [await fetch_image(url, self.settings, budget) for url in job.image_urls]
         views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
         request = conversation_request(job, images, views)
-        return await asyncio.to_thread(self._encode, request, method, job), views, answer_warnings(self.toy, images)
+        enc = await asyncio.to_thread(self._encode, request, method, job)
+        warnings = answer_warnings(self.toy, images)
+        if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
+            del images, request
+            await asyncio.to_thread(release_memory)
+        return enc, views, warnings
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair

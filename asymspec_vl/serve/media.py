@@ -19,8 +19,55 @@ from ..inputs.images import load_image
 from .settings import ServeSettings
 
 
-async def fetch_image(url: str, settings: ServeSettings):
-    """The RGB PIL image an image_url names; InvalidImageError / ImageTooLargeError say what is wrong."""
+class PixelBudget:
+    """The pixels one request's images may hold together (--max-request-pixels), charged from each image's header
+    before it is decoded: a request of several images at the per-image cap is refused before it makes the server
+    allocate them all."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+
+    def charge(self, data: bytes) -> None:
+        pixels = header_pixels(data)
+        if self.used + pixels > self.limit:
+            raise ImageTooLargeError(f"the request's images hold {self.used + pixels} pixels (width × height, "
+                                     f"summed); the limit per request is {self.limit} (--max-request-pixels)")
+        self.used += pixels
+
+
+def header_pixels(data: bytes) -> int:
+    """width × height read from the image's header (nothing decoded); 0 when the header is unreadable (the decode
+    then refuses the image with its own error)."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as probe:
+            return probe.size[0] * probe.size[1]
+    except Exception:  # not an image: load_image says why
+        return 0
+
+
+def release_memory() -> None:
+    """Return freed heap pages to the system (glibc's malloc_trim): after a large image's decode and processing
+    its buffers are free but stay resident otherwise. A no-op where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
+TRIM_PIXELS = 4_000_000  # a request whose images hold this many pixels returns its memory when encoded
+
+
+async def fetch_image(url: str, settings: ServeSettings, budget: PixelBudget | None = None):
+    """The RGB PIL image an image_url names, charged to the request's budget before it is decoded;
+    InvalidImageError / ImageTooLargeError say what is wrong."""
     if not isinstance(url, str) or not url:
         raise InvalidImageError("image_url.url must be a non-empty string")
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
@@ -32,6 +79,8 @@ async def fetch_image(url: str, settings: ServeSettings):
         data = await asyncio.to_thread(_local_file, url, settings)
     else:
         raise InvalidImageError(f"image_url must be a data:, http(s): or file: URL, got {_shown(url)}")
+    if budget is not None:
+        budget.charge(data)
     return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes)
 
 

@@ -31,6 +31,7 @@ class ServeSettings:
     max_image_bytes: int = LIMITS.image_bytes
     max_image_pixels: int = LIMITS.image_pixels
     max_images: int = LIMITS.images_per_request  # images in one request's conversation
+    max_request_pixels: int = LIMITS.image_pixels  # all the images of one request together (one at the cap)
     max_tokens: int = LIMITS.answer_tokens  # the largest max_tokens a request may ask for (and its default)
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
@@ -57,6 +58,7 @@ class ServeSettings:
             raise ConfigError(f"--gpu-memory-utilization {share} plus the drafter engine's --drafter-memory "
                               f"{self.drafter_memory} exceed the whole GPU: lower one of them")
         for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_images", "max_tokens",
+                     "max_request_pixels",
                      "max_connections"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,

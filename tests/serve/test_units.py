@@ -870,3 +870,62 @@ def test_streamed_text_holds_back_what_could_begin_a_stop_string_and_cuts_at_it(
         assert "".join(pieces) == watch.text == want
         if not cfg.include_stop_str_in_output:
             assert not any("E" in p for p in pieces)  # not even the stop string's first letter went out
+
+
+def test_a_requests_images_are_charged_to_its_pixel_budget_before_they_are_decoded(monkeypatch):
+    """Two images at the per-image cap in one request are refused from the second one's header (a 400 naming
+    --max-request-pixels), before it is decoded; one alone is read."""
+    import asyncio
+
+    from asymspec_vl.core.errors import ImageTooLargeError
+    from asymspec_vl.serve import media
+    from asymspec_vl.serve.cli import settings_from_args
+    from asymspec_vl.cli import build_parser
+
+    s = settings(max_image_pixels=4_000_000, max_request_pixels=5_000_000)
+    decoded = []
+    monkeypatch.setattr(media, "load_image", lambda data, *a: decoded.append(len(data)) or "image")
+    big = data_url(bomb_png(2000, 2000), "image/png")
+    budget = media.PixelBudget(s.max_request_pixels)
+    assert asyncio.run(media.fetch_image(big, s, budget)) == "image" and budget.used == 4_000_000
+    with pytest.raises(ImageTooLargeError, match=r"8000000 pixels .* limit per request is 5000000 "
+                                                 r"\(--max-request-pixels\)"):
+        asyncio.run(media.fetch_image(big, s, budget))
+    assert len(decoded) == 1  # the refused one was never decoded
+    assert media.header_pixels(b"not an image") == 0
+    assert settings_from_args(build_parser().parse_args(["serve", "--max-request-pixels", "7"])).max_request_pixels == 7
+    with pytest.raises(Exception, match="max_request_pixels"):
+        settings(max_request_pixels=0)
+
+
+def test_the_chat_service_gives_each_request_one_budget_and_returns_memory_after_large_images(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from asymspec_vl.core.errors import ImageTooLargeError
+    from asymspec_vl.serve import chat
+
+    budgets, trims = [], []
+
+    async def fetch(url, s, budget):
+        budgets.append(budget)
+        budget.used += 3_000_000
+        if budget.used > s.max_request_pixels:
+            raise ImageTooLargeError("over")
+        return "image"
+
+    async def view(im, c, o):
+        return SimpleNamespace(caption=c, ocr=o)
+
+    monkeypatch.setattr(chat, "fetch_image", fetch)
+    monkeypatch.setattr(chat, "release_memory", lambda: trims.append(1))
+    monkeypatch.setattr(chat, "conversation_request", lambda job, images, views: "request")
+    service = chat.ChatService(settings(max_request_pixels=6_000_000), None, SimpleNamespace(view=view), None)
+    monkeypatch.setattr(service, "_encode", lambda request, method, job: "enc")
+    job = SimpleNamespace(image_urls=["a", "b"], captions=["", ""], ocrs=["", ""])
+    assert asyncio.run(service._views(job, None))[0] == "enc"
+    assert budgets[0] is budgets[1] and trims == [1]  # 6 MP decoded: memory returned
+    job3 = SimpleNamespace(image_urls=["a", "b", "c"], captions=[""] * 3, ocrs=[""] * 3)
+    with pytest.raises(ImageTooLargeError):
+        asyncio.run(service._views(job3, None))
+    assert budgets[2] is not budgets[0]  # a fresh budget for each request
