@@ -26,7 +26,7 @@ from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
-from .media import TRIM_PIXELS, PixelBudget, fetch_image, release_memory
+from .media import TRIM_PIXELS, PixelBudget, decode_image, fetch_image_bytes, release_memory
 from .metrics import ServeMetrics
 from .notes import answer_warnings, serves_toy_pair
 from .runner import Progress, Runner
@@ -106,15 +106,18 @@ class ChatService:
         then the conversation encoded and checked to fit; and the warnings about the images (notes.py). The
         images are charged to the request's pixel budget before any is decoded (media.PixelBudget)."""
         budget = PixelBudget(self.settings.max_request_pixels)
-        images = [await fetch_image(url, self.settings, budget) for url in job.image_urls]
-        views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
-        request = conversation_request(job, images, views)
-        enc = await asyncio.to_thread(self._encode, request, method, job)
-        warnings = answer_warnings(self.toy, images)
-        if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
-            del images, request
-            await asyncio.to_thread(release_memory)
-        return enc, views, warnings
+        fetched = [await fetch_image_bytes(url, self.settings) for url in job.image_urls]
+        for data in fetched:  # every image charged from its header before any is decoded
+            budget.charge(data)
+        try:
+            images = [await decode_image(data, self.settings) for data in fetched]
+            views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
+            enc = await asyncio.to_thread(self._encode, conversation_request(job, images, views), method, job)
+            return enc, views, answer_warnings(self.toy, images)
+        finally:
+            if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
+                images = None
+                await asyncio.to_thread(release_memory)
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair

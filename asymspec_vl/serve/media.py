@@ -68,20 +68,29 @@ TRIM_PIXELS = 4_000_000  # a request whose images hold this many pixels returns 
 async def fetch_image(url: str, settings: ServeSettings, budget: PixelBudget | None = None):
     """The RGB PIL image an image_url names, charged to the request's budget before it is decoded;
     InvalidImageError / ImageTooLargeError say what is wrong."""
+    data = await fetch_image_bytes(url, settings)
+    if budget is not None:
+        budget.charge(data)
+    return await decode_image(data, settings)
+
+
+async def decode_image(data: bytes, settings: ServeSettings):
+    """Fetched bytes -> the RGB PIL image, with the per-image pixel and byte caps (off the event loop)."""
+    return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes)
+
+
+async def fetch_image_bytes(url: str, settings: ServeSettings) -> bytes:
+    """The bytes an image_url names, capped (nothing decoded)."""
     if not isinstance(url, str) or not url:
         raise InvalidImageError("image_url.url must be a non-empty string")
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "data":
-        data = data_url_bytes(url, settings.max_image_bytes)
-    elif scheme in ("http", "https"):
-        data = await _download(url, settings)
-    elif scheme == "file":
-        data = await asyncio.to_thread(_local_file, url, settings)
-    else:
-        raise InvalidImageError(f"image_url must be a data:, http(s): or file: URL, got {_shown(url)}")
-    if budget is not None:
-        budget.charge(data)
-    return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes)
+        return data_url_bytes(url, settings.max_image_bytes)
+    if scheme in ("http", "https"):
+        return await _download(url, settings)
+    if scheme == "file":
+        return await asyncio.to_thread(_local_file, url, settings)
+    raise InvalidImageError(f"image_url must be a data:, http(s): or file: URL, got {_shown(url)}")
 
 
 def data_url_bytes(url: str, max_bytes: int) -> bytes:

@@ -898,34 +898,36 @@ def test_a_requests_images_are_charged_to_its_pixel_budget_before_they_are_decod
         settings(max_request_pixels=0)
 
 
-def test_the_chat_service_gives_each_request_one_budget_and_returns_memory_after_large_images(monkeypatch):
+def test_the_chat_service_charges_every_image_before_decoding_any_and_returns_memory(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
     from asymspec_vl.core.errors import ImageTooLargeError
     from asymspec_vl.serve import chat
 
-    budgets, trims = [], []
+    decoded, trims = [], []
 
-    async def fetch(url, s, budget):
-        budgets.append(budget)
-        budget.used += 3_000_000
-        if budget.used > s.max_request_pixels:
-            raise ImageTooLargeError("over")
+    async def fetch(url, s):
+        return bomb_png(2000, 1500)  # 3 MP each
+
+    async def decode(data, s):
+        decoded.append(data)
         return "image"
 
     async def view(im, c, o):
         return SimpleNamespace(caption=c, ocr=o)
 
-    monkeypatch.setattr(chat, "fetch_image", fetch)
+    monkeypatch.setattr(chat, "fetch_image_bytes", fetch)
+    monkeypatch.setattr(chat, "decode_image", decode)
     monkeypatch.setattr(chat, "release_memory", lambda: trims.append(1))
     monkeypatch.setattr(chat, "conversation_request", lambda job, images, views: "request")
     service = chat.ChatService(settings(max_request_pixels=6_000_000), None, SimpleNamespace(view=view), None)
     monkeypatch.setattr(service, "_encode", lambda request, method, job: "enc")
     job = SimpleNamespace(image_urls=["a", "b"], captions=["", ""], ocrs=["", ""])
     assert asyncio.run(service._views(job, None))[0] == "enc"
-    assert budgets[0] is budgets[1] and trims == [1]  # 6 MP decoded: memory returned
+    assert len(decoded) == 2 and trims == [1]  # 6 MP decoded: memory returned
     job3 = SimpleNamespace(image_urls=["a", "b", "c"], captions=[""] * 3, ocrs=[""] * 3)
-    with pytest.raises(ImageTooLargeError):
+    with pytest.raises(ImageTooLargeError, match="9000000 pixels"):
         asyncio.run(service._views(job3, None))
-    assert budgets[2] is not budgets[0]  # a fresh budget for each request
+    assert len(decoded) == 2  # the third image's header refused the request before any of its images decoded
+    assert asyncio.run(service._views(job, None))[0] == "enc"  # a fresh budget for each request

@@ -1,0 +1,96 @@
+"""Benchmark: what one image request can make `asymspec-vl serve` allocate (issue 33's PNG zlib bomb).
+
+    python -m evals.benchmarks.bench_image_memory [--side 7900] [--backend hf] [--out FILE]
+
+Starts the server (embedded pair, --ocr none) in a subprocess, then sends a PNG of side x side black pixels (a
+~182 KB zlib bomb under the 64-megapixel cap) alone, then two in one request, each with caption "" and ocr "".
+The server's resident memory (its process and children, sampled every 20 ms) is reported per request as
+baseline -> peak -> after (2 s later), with the HTTP status. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from serve_support import ServerProcess, chat_body  # noqa: E402
+
+
+def bomb(side: int) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (side, side)).save(buf, "PNG", optimize=True)
+    return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def rss(pid: int) -> int:
+    proc = psutil.Process(pid)
+    total = proc.memory_info().rss
+    for child in proc.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def measured(server: ServerProcess, body: dict) -> dict:
+    """baseline, peak and after (GB) of the server's RSS around one request, and its status."""
+    base, peak, done = rss(server.proc.pid), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss(server.proc.pid))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    start = time.perf_counter()
+    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600)
+    elapsed = time.perf_counter() - start
+    time.sleep(2)
+    done.set()
+    sampler.join()
+    gb = 1e9
+    return {"status": reply.status_code, "baseline_gb": round(base / gb, 2), "peak_gb": round(peak[0] / gb, 2),
+            "after_gb": round(rss(server.proc.pid) / gb, 2), "seconds": round(elapsed, 1),
+            "error": reply.json().get("error", {}).get("type") if reply.status_code != 200 else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--side", type=int, default=7900)
+    ap.add_argument("--backend", default="hf")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    url = bomb(args.side)
+    server = ServerProcess(["--backend", args.backend, "--device", "cpu", "--ocr", "none", "--no-caption-cache",
+                            "--max-tokens", "4"], Path("/tmp/bench_image_memory.log"))
+    try:
+        server.wait_ready()
+        extras = {"max_tokens": 4, "caption": "", "ocr": ""}
+        result = {"side": args.side, "payload_kb": round(len(url) * 3 / 4 / 1024),
+                  "one": measured(server, chat_body("What is shown?", url, **extras)),
+                  "two": measured(server, chat_body("What is shown?", [url, url], caption=["", ""], ocr=["", ""],
+                                                    max_tokens=4))}
+    finally:
+        server.terminate()
+    print(json.dumps(result))
+    if args.out:
+        args.out.write_text(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
