@@ -241,7 +241,7 @@ class AsymSpecVL:
         encoded, errors = [], {}
         for i, r in enumerate(requests):
             try:
-                enc = encode(r, self.pair.processor, self.pair.tokenizer, None if self.pair.vmap.identity else self.pair.vmap)
+                enc = encode(r, self.pair.processor, self.pair.tokenizer, self.pair.cross_map)
                 budget.check_fits(enc, method, cfg, context)
                 encoded.append(enc)
             except InputError as e:

@@ -3,7 +3,7 @@
 A record (one JSON line of results.jsonl) holds "id" and "method" (text); then either an error, {"error": {"type",
 "message"}, "correct": false}, or an outcome whose "correct", where present, is true, false or null (not scored)
 and whose "stats", where present, is an object whose counters emitted, elapsed_s, steps, drafted, accepted are
-numbers. What a benchmark's own re-scoring needs is checked by its scorer (e.g. mathvista/cli.check_record). Every line a ResultsLog with a
+numbers (an outcome without "stats", e.g. a line of only "id" and "method", is refused). What a benchmark's own re-scoring needs is checked by its scorer (e.g. mathvista/cli.check_record). Every line a ResultsLog with a
 fingerprint writes also carries "fingerprint": the digest of the settings that made it, so a results file copied
 from a run with other settings is refused line by line, not adopted. Lines written before records carried a digest
 have none and are read as they are (their folder's fingerprint file speaks for them).
@@ -50,8 +50,8 @@ def problem(rec: dict) -> str | None:
         return None
     if "correct" in rec and not (rec["correct"] is None or isinstance(rec["correct"], bool)):
         return f'its "correct" is {_shown(rec, "correct")}, expected true, false or null'
-    stats = rec.get("stats", {})
-    if not isinstance(stats, dict):
+    stats = rec.get("stats")
+    if not isinstance(stats, dict):  # an outcome without its counters would move every table's figures
         return f'its "stats" is {_shown(rec, "stats")}, expected an object of counters'
     bad = [k for k in COUNTERS if k in stats and (isinstance(stats[k], bool) or not isinstance(stats[k], (int, float)))]
     if bad:

@@ -121,8 +121,9 @@ class AsymSpecConfig:
 
     @property
     def samples(self) -> bool:
-        """Whether decoding samples (temperature > 0) rather than taking argmaxes."""
-        return self.temperature > 0.0
+        """Whether decoding samples rather than taking argmaxes: temperature >= 1e-5 (vLLM's _SAMPLING_EPS; below
+        it vLLM decodes greedily, and x / tau would overflow)."""
+        return self.temperature >= SAMPLING_EPS
 
     def replace(self, **changes) -> "AsymSpecConfig":
         """A copy with some fields changed (validated again)."""
@@ -158,6 +159,9 @@ def as_config(config) -> AsymSpecConfig:
             raise ConfigError(f"config keys must be AsymSpecConfig field names, got {sorted(map(repr, config))}")
         return AsymSpecConfig().replace(**config)
     raise ConfigError(f"config must be an AsymSpecConfig, a dict of its fields or None, got {type(config).__name__}")
+
+
+SAMPLING_EPS = 1e-5  # vllm/sampling_params.py _SAMPLING_EPS: a temperature below it is greedy decoding
 
 
 def with_overrides(config, overrides: dict) -> AsymSpecConfig:

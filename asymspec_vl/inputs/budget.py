@@ -15,13 +15,13 @@ from .prompts import EncodedRequest
 
 def room(r: EncodedRequest, method: Method, cfg: AsymSpecConfig, context_of: Callable[[str], int]) -> int:
     """Tokens the request may generate: every source's context minus its view, K drafts and one token."""
-    return min(context_of(s.model) - len(r.view(s.view, s.model).ids) for s in method.sources) - cfg.K - 1
+    return min(context_of(s.model) - len(r.view(s.view).ids) for s in method.sources) - cfg.K - 1
 
 
 def check_fits(r: EncodedRequest, method: Method, cfg: AsymSpecConfig, context_of: Callable[[str], int]) -> None:
     """PromptTooLongError naming the model and view when the request has no room for one step."""
     for s in method.sources:
-        length, limit = len(r.view(s.view, s.model).ids), context_of(s.model)
+        length, limit = len(r.view(s.view).ids), context_of(s.model)
         if length + cfg.K + 2 > limit:
             raise PromptTooLongError(f"the {s.model.replace('_', ' ')}'s prompt ({s.view}) has {length} tokens; "
                                      f"its context is {limit} tokens (with K={cfg.K} look-ahead)")

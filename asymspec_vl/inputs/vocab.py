@@ -75,6 +75,11 @@ class ModelPair:
         eos |= _as_set(tok.eos_token_id)
         return cls(proc, tok, dims[verifier], eos, vmap)
 
+    @property
+    def cross_map(self) -> VocabMap | None:
+        """The map of a cross-family pair (what encode() needs for the drafter's x_comp); None for one vocabulary."""
+        return None if self.vmap.identity else self.vmap
+
     def check_output_dims(self, drafter, verifier, text_drafter=None) -> None:
         for m, want in ((drafter, self.vmap.drafter_size), (verifier, self.vocab_size),
                         (text_drafter, self.vmap.drafter_size)):

@@ -121,7 +121,7 @@ class ChatService:
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair
-        enc = encode(request, pair.processor, pair.tokenizer)
+        enc = encode(request, pair.processor, pair.tokenizer, pair.cross_map)
         budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
         return enc
 

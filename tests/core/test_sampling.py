@@ -177,3 +177,20 @@ def test_tau_to_zero_is_algorithm_1(bonus):
     sd_got = S.sample_sd(t_agrees, a[:, :K], drafts, hot, g)
     assert torch.equal(sd_got.num_accepted, sd_want.num_accepted) and torch.equal(sd_got.token, sd_want.token)
     assert 0 < int((sd_want.num_accepted == K).sum()) < R
+
+
+def test_min_p_judges_the_tempered_and_banned_distribution():
+    """vLLM's order: temperature, then min_p on those probabilities (with banned tokens already out)."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, 5.0]])
+    banned = torch.tensor([False, False, False, True])
+    kept = torch.isfinite(S.filtered_logprobs(logits, AsymSpecConfig(temperature=0.5, min_p=0.2), banned))
+    # at tau 0.5 without token 3: p = softmax([4, 2, 0]) = (0.867, 0.117, 0.016); 0.2 * 0.867 keeps token 0 only
+    assert kept.tolist() == [[True, False, False, False]]
+    kept = torch.isfinite(S.filtered_logprobs(logits, AsymSpecConfig(temperature=2.0, min_p=0.2), banned))
+    assert kept.tolist() == [[True, True, True, False]]  # tau 2: softmax([1, .5, 0]) = (.51, .31, .19): all kept
+
+
+def test_a_temperature_below_1e_5_decodes_greedily_as_vllm_does():
+    for tau in (1e-40, 1e-300, 5e-6):
+        assert not AsymSpecConfig(temperature=tau).samples
+    assert AsymSpecConfig(temperature=1e-5).samples

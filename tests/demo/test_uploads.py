@@ -106,12 +106,16 @@ def _outside_paths(tmp_path, uploads):
     link.parent.mkdir(parents=True)
     link.symlink_to(secret)  # a symlink inside the upload folder pointing out of it
     dotted = str(uploads / os.path.relpath(secret, uploads))  # uploads/../private/secret.png
+    sibling = tmp_path / (uploads.name + "-other") / "cat.png"  # a folder whose name starts with the upload folder's
+    sibling.parent.mkdir()
+    Image.new("RGB", (77, 55), "red").save(sibling)
     assert ".." in dotted and os.path.isfile(dotted)
     return {"plain path": str(secret), "file data without meta": {"path": str(secret), "orig_name": "cat.png"},
             "file data with meta": {"path": str(secret), "orig_name": "cat.png",
                                     "meta": {"_type": "gradio.FileData"}},
             "symlink out": Upload(str(link), "cat.png"), "dot-dot": Upload(dotted, "cat.png"),
             "missing": Upload(str(secret.with_name("missing.png")), "cat.png"),
+            "a sibling folder of the same prefix": Upload(str(sibling), "cat.png"),
             "the folder itself": Upload(str(uploads), "cat.png"), "a folder in it": Upload(str(link.parent), "x.png"),
             "NUL byte": Upload(str(uploads / "a\0.png"), "cat.png"),
             "a long name": Upload(str(uploads / ("x" * 300 + ".png")), "cat.png")}

@@ -69,7 +69,7 @@ def test_torn_last_line_is_cut_and_the_job_redone(tmp_path):
 
 def test_complete_last_line_without_newline_is_kept(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps({"id": "0", "method": "a", "correct": True}))
+    path.write_text(json.dumps({"id": "0", "method": "a", "correct": True, "stats": {}}))
     calls = []
     run_jobs(jobs(1), lambda j: calls.append(j.key) or work(j), ResultsLog(path), progress=False)
     assert calls == [("0", "b")]
@@ -78,7 +78,7 @@ def test_complete_last_line_without_newline_is_kept(tmp_path):
 
 def test_corrupt_line_before_the_end_is_an_error(tmp_path):
     path = tmp_path / "r.jsonl"
-    path.write_text('{"id": "0", "method": "a"}\nnot json\n{"id": "1", "method": "a"}\n')
+    path.write_text('{"id": "0", "method": "a", "stats": {}}\nnot json\n{"id": "1", "method": "a", "stats": {}}\n')
     with pytest.raises(ResultsFileError, match="line 2"):
         ResultsLog(path).load()
     with pytest.raises(ResultsFileError, match="not found"):

@@ -123,3 +123,20 @@ def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
     vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(permuted[0]), device="cpu")
     with pytest.raises(ConfigError, match="cross-family"):
         vl.generate_batch(TEXT_REQS[:1], "asymspec", AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7))
+
+
+def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permuted):
+    """generate_chat (the server's encoding path: conversation.encode with the pair's cross_map)."""
+    from asymspec_vl import Conversation
+
+    folder, new_of = permuted
+    conv = Conversation([{"role": "user", "content": "the red box holds 7 apples"},
+                         {"role": "assistant", "content": "noted"},
+                         {"role": "user", "content": [{"type": "image", "image": random_request(1).image,
+                                                       "caption": "a chart"}, {"type": "text", "text": "how many?"}]}])
+    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
+                                     device="cpu")
+    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device="cpu")
+    x, y = (vl.generate_batch([conv], "asymspec", CFG)[0] for vl in (one, two))
+    assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]
+    assert without_time(y.stats) == without_time(x.stats)
