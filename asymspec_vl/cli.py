@@ -9,6 +9,7 @@ import sys
 
 from .commands import HelpFormatter, fill_pair_defaults
 from .core.errors import AsymSpecError
+from .quiet import results_only_stdout
 
 DESCRIPTION = """\
 Answer questions about images with a text-only LLM (the verifier, e.g.
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with results_only_stdout():  # stdout: the command's results; every library's log: stderr
+            return int(args.func(args) or 0)
     except AsymSpecError as e:
         print(f"asymspec-vl: error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 """What a newcomer meets on the command line beyond `generate`: `toy example` prints commands that run as printed,
 an eval rerun with nothing left says so, eval progress bars say what they count."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -32,3 +33,14 @@ def test_an_eval_rerun_with_nothing_left_says_so(tmp_path):
     again = subprocess.run(argv + ["--no-progress"], capture_output=True, text=True, env=ENV, timeout=300)
     assert again.returncode == 0 and "resumed: nothing to do (all 2 results are in" in again.stderr
     assert again.stdout == first.stdout  # the same table
+
+
+def test_generate_on_vllm_prints_only_its_json_to_stdout():
+    """vLLM's start-up log (its logger, the engine process's prints) goes to stderr: stdout is one JSON document."""
+    image = ROOT / "demo" / "examples" / "toy-mult.png"
+    out = subprocess.run([str(SCRIPT), "generate", "--backend", "vllm", "--json", "--image", str(image),
+                          "--question", "What is 3 times 4?", "--max-new-tokens", "4"],
+                         capture_output=True, text=True, env=ENV, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["method"] == "asymspec"  # the whole stdout parses: nothing else is in it
+    assert "INFO" in out.stderr  # vLLM did log, on stderr
