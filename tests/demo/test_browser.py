@@ -408,7 +408,7 @@ def _set_number(browser, elem_id, text):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number]")
+    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number], #{elem_id} :is(input, textarea)")
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     if text:
@@ -453,6 +453,28 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     _answer(browser, wait)
     assert [t.text for t in _tokens(browser, "asymspec-answer")] == greedy
     assert "greedy (temperature 0)" in _settings(browser)
+
+
+def test_the_seed_box_starts_empty_and_each_sampled_answer_draws_its_own_seed(server, browser):
+    """The seed box reads as its label says ("empty: a random one"): empty on a fresh page, and two sampled
+    clicks with it empty draw two seeds, each named on the settings line."""
+    import re
+
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    _click_example(browser, wait)
+    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
+                                   "normalize-space(text())='Decoding controls']").click()
+    seed_box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#seed :is(input, textarea)"))
+    wait.until(lambda d: seed_box.is_displayed())
+    assert seed_box.get_attribute("value") == ""
+    _set_number(browser, "temperature", "1.8")
+    seeds = []
+    for _ in range(2):
+        _answer(browser, wait)
+        seeds.append(re.search(r"sampled: temperature 1.8 · top-p 1 · seed (\d+) ", _settings(browser)).group(1))
+    assert seeds[0] != seeds[1]
 
 
 def _settled_after_stop(browser, wait):

@@ -265,6 +265,8 @@ def _png(path, size):
     (dict(temperature="hot"), ConfigError, "temperature='hot' is invalid"),
     (dict(temperature=0.7, top_p=1.5), ConfigError, "top_p=1.5 is invalid"),
     (dict(temperature=0.7, seed=0.5), ConfigError, "seed=0.5 is invalid: expected an integer"),
+    (dict(temperature=0.7, seed="0.5"), ConfigError, "seed=0.5 is invalid: expected an integer"),  # the text box
+    (dict(temperature=0.7, seed="lucky"), ConfigError, "seed='lucky' is invalid: expected an integer"),
     (dict(question="   "), EmptyQuestionError, "question is empty"),
     (dict(baselines=["sd"]), ConfigError, "baseline"),
     (dict(image=None), InvalidImageError, "no image yet: upload one"),
@@ -447,8 +449,8 @@ def test_the_decoding_controls_hold_temperature_top_p_and_seed():
     from asymspec_vl.demo.app import build_demo
 
     names = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"})
-    for base, shown in ((AsymSpecConfig(), (0.0, 1.0, None)), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),
-                                                                (0.6, 0.9, 4))):
+    for base, shown in ((AsymSpecConfig(), (0.0, 1.0, "")), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),
+                                                              (0.6, 0.9, "4"))):  # the seed box: text, empty
         demo = build_demo(DemoService(names, base))
         blocks = {c["id"]: c for c in demo.config["components"]}
         for api in ("answer", "page_answer", "page_example_answer"):
