@@ -2,17 +2,15 @@
 is cached or can be downloaded now. Every other case is one ModelPairError line that names the path or id, the
 offline `embedded` pair and HF_HUB_OFFLINE, instead of transformers' traceback or a minute of silent retries.
 
-Offline is HF_HUB_OFFLINE set, or the hub's host not answering a short TCP probe (PROBE_TIMEOUT_S); a cached hub
+Offline is HF_HUB_OFFLINE set, or the hub not answering a short HTTP request (PROBE_TIMEOUT_S); a cached hub
 id then loads from its local snapshot folder, so no later call waits on the network."""
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 from ..core.errors import ModelPairError
 
@@ -41,24 +39,29 @@ def hub_offline() -> bool:
 
 
 def hub_reachable(endpoint: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the hub's host accepts a TCP connection within timeout_s (name lookup included: it runs in a
-    thread, since getaddrinfo ignores socket timeouts)."""
+    """Whether the hub answers an HTTP request (any status) within timeout_s in all: a host that accepts the
+    connection but never answers is unreachable too. The request runs in a thread, since name lookup ignores
+    socket timeouts and urllib's timeout is per socket operation."""
+    import urllib.error
+    import urllib.request
+
     from huggingface_hub import constants
 
-    url = urlparse(endpoint or constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
+    url = (endpoint or constants.ENDPOINT).rstrip("/") + "/api/models?limit=1"
     answered = []
 
     def probe() -> None:
         try:
-            socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s).close()
             answered.append(True)
-        except OSError:
+        except urllib.error.HTTPError:  # a status line came back: the hub answers
+            answered.append(True)
+        except (OSError, ValueError):  # refused, timed out, no such host, a malformed endpoint
             pass
 
     t = threading.Thread(target=probe, daemon=True)
     t.start()
-    t.join(timeout_s + 0.5)
+    t.join(timeout_s)
     return bool(answered)
 
 
