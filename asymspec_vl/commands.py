@@ -292,17 +292,22 @@ def register(sub) -> None:
 def _generate(args) -> int:
     from .timing import impossible_speedup_note, set_threads, warm_up
 
+    from .inputs.images import load_image
+    from .inputs.prompts import Request, checked_request
+
     cfg = config_from_args(args)
+    image = load_image(args.image)  # every input is checked before any model loads (they take minutes)
+    checked_request(Request(image, args.question, args.caption, args.ocr))
+    set_threads(args.threads, args.device)
+    vl = load_from_args(args)
     if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
         print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
               f"the image. Describe the image with --caption / --ocr; `{shlex.join([*invocation(), 'caption'])} "
               f"{shlex.quote(args.image)}` reads its text (OCR).", file=sys.stderr)
-    set_threads(args.threads, args.device)
-    vl = load_from_args(args)
     timed = list(dict.fromkeys([*args.methods, "floor"]))  # the Floor is timed too: tokens/s reads as × Floor
     request = dict(caption=args.caption, ocr=args.ocr, config=cfg)
-    warm_up(vl, timed, args.image, args.question, **request)
-    results = {m: vl.generate(args.image, args.question, method=m, **request) for m in timed}
+    warm_up(vl, timed, image, args.question, **request)
+    results = {m: vl.generate(image, args.question, method=m, **request) for m in timed}
     floor = results["floor"].stats.tokens_per_s
     for method in args.methods:
         res = results[method]

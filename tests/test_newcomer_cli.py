@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / "asymspec-vl"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -44,3 +46,23 @@ def test_generate_on_vllm_prints_only_its_json_to_stdout():
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["method"] == "asymspec"  # the whole stdout parses: nothing else is in it
     assert "INFO" in out.stderr  # vLLM did log, on stderr
+
+
+@pytest.mark.parametrize("image, question, words", [
+    ("missing.png", "What is 3 times 4?", "image file not found"),
+    (str(ROOT / "demo" / "examples" / "toy-mult.png"), "   ", "question is empty"),
+])
+def test_generate_checks_every_input_before_any_model_loads(monkeypatch, capsys, tmp_path, image, question, words):
+    """A wrong --image or an empty question is the error at once, not after the models load (minutes with a 32B
+    verifier); the note about a missing --caption is not printed before an unrelated error."""
+    from asymspec_vl import commands
+    from asymspec_vl.cli import main
+
+    def load(args):
+        raise AssertionError("a model loaded before the inputs were checked")
+
+    monkeypatch.setattr(commands, "load_from_args", load)
+    monkeypatch.chdir(tmp_path)
+    assert main(["generate", "--image", image, "--question", question]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "no --caption" not in err
