@@ -227,7 +227,8 @@ def load_from_args(args):
         kwargs["tensor_parallel_size"] = args.tensor_parallel_size
     return AsymSpecVL.from_pretrained(drafter=args.drafter, verifier=args.verifier, backend=args.backend,
                                       text_drafter=args.text_drafter, device=args.device, dtype=args.dtype,
-                                      trust_remote_code=args.trust_remote_code, **kwargs)
+                                      trust_remote_code=args.trust_remote_code,
+                                      threads=getattr(args, "threads", None), **kwargs)  # --threads 0: torch's
 
 
 def comma_list(text: str, allowed=None, what: str = "value") -> list[str]:

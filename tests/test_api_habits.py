@@ -92,3 +92,24 @@ def test_the_tokenizer_is_at_hand_and_close_releases(vl, monkeypatch):
     with vl:
         pass
     assert closed == [True]
+
+
+def test_from_pretrained_decodes_on_one_cpu_thread_unless_told():
+    """The API's default matches the command line's --threads 1 (torch's default pool made tiny-model decoding
+    10x slower); threads=None keeps torch's setting; a bad count is a ConfigError."""
+    import torch
+
+    from asymspec_vl import AsymSpecVL, ConfigError
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu", threads=None)
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ConfigError, match="threads"):
+            AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu", threads=-1)
+    finally:
+        torch.set_num_threads(before)
