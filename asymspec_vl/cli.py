@@ -59,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # a bare `asymspec-vl`: the commands, not only a usage line
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         with results_only_stdout():  # stdout: the command's results; every library's log: stderr
             return int(args.func(args) or 0)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .core.config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
-from .core.methods import NAMES as METHODS
+from .core.method_names import NAMES as METHODS
 from .core.trace import FUSED
 
 

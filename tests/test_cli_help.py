@@ -113,3 +113,11 @@ def test_toy_example_prints_commands_that_paste_and_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("==")] == \
            ["== asymspec", "== floor", "== drafter"]
+
+
+def test_a_bare_command_lists_the_commands(capsys):
+    from asymspec_vl.cli import main
+
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert all(f"\n    {name} " in err for name in ("generate", "demo", "eval", "serve")) and "start here" in err

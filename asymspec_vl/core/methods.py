@@ -23,7 +23,7 @@ import torch
 
 from . import gate, sampling
 from .kernels import dispatch
-from . import trace as T
+from . import method_names, trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
 
@@ -117,6 +117,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            ("q",), "drafter", lambda cfg, x, d, banned, g: sampling.sample_sd(x["q"], None, d, cfg, g, banned)),
 )}
 NAMES = tuple(METHODS)
+assert NAMES == method_names.NAMES, NAMES  # the command line's help lists method_names.NAMES
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
 # the method of a speculative engine's request that names none (no extra_args["asymspec"]): SD's rule on the
 # x_comp view, vLLM's stock speculative decoding
