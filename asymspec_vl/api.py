@@ -23,9 +23,7 @@ from .inputs.vocab import ModelPair
 if TYPE_CHECKING:
     from .backends.base import Backend
 
-DEFAULT_DRAFTER = "Qwen/Qwen3-VL-2B-Instruct"
-DEFAULT_VERIFIER = "Qwen/Qwen3-32B"
-BACKENDS = ("hf", "vllm")
+from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER  # noqa: E402 (kept importable from here)
 ON_ERROR = ("mark", "raise")
 
 

@@ -74,7 +74,7 @@ def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verifier: str | None = None) -> None:
-    from .api import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
+    from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     drafter, verifier = drafter or DEFAULT_DRAFTER, verifier or DEFAULT_VERIFIER
     g = p.add_argument_group("models")
