@@ -2,3 +2,4 @@
 its METHODS are these, in this order)."""
 
 NAMES = ("asymspec", "sd", "scd", "floor", "drafter")
+IMAGE_METHODS = ("asymspec", "drafter")  # the methods whose drafter reads the image (x_full, x_question)

@@ -126,6 +126,7 @@ PLAIN_SPECULATIVE = METHODS["sd"]
 # method whose models read x_full or x_comp (Floor: no drafts, the verifier's greedy tokens)
 SPECULATIVE_ENGINE_MODES = tuple(name for name, m in METHODS.items() if "x_question" not in m.views)
 IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
+assert IMAGE_METHODS == method_names.IMAGE_METHODS, IMAGE_METHODS
 
 
 def method(name: str) -> Method:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.method_names import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
 from asymspec_vl.inputs.prompts import Request, verifier_text
 
 from . import release
@@ -123,8 +124,6 @@ def build_request(problem: Problem, method: str, image, captioner, protocol: Eva
     if method == "drafter":
         return Request(image, question_text(problem, protocol))
     view = verifier_view(problem, captioner, protocol)
-    from asymspec_vl.core.methods import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
-
     if method in IMAGE_METHODS:
         return Request(image, view)
     return Request(question=view, full_context="")  # text only: x_comp is the view, the drafter's views go unused
