@@ -35,6 +35,7 @@ def test_an_eval_rerun_with_nothing_left_says_so(tmp_path):
     again = subprocess.run(argv + ["--no-progress"], capture_output=True, text=True, env=ENV, timeout=300)
     assert again.returncode == 0 and "resumed: nothing to do (all 2 results are in" in again.stderr
     assert again.stdout == first.stdout  # the same table
+    assert "tokens/s: one pass" in first.stdout and "compare methods within one table" in first.stdout
 
 
 def test_generate_on_vllm_prints_only_its_json_to_stdout():
