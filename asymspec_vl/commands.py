@@ -291,7 +291,7 @@ def register(sub) -> None:
 
 
 def _generate(args) -> int:
-    from .timing import impossible_speedup_note, set_threads, warm_up
+    from .timing import impossible_speedup_note, warm_up
 
     from .inputs.images import load_image
     from .inputs.prompts import Request, checked_request
@@ -299,8 +299,7 @@ def _generate(args) -> int:
     cfg = config_from_args(args)
     image = load_image(args.image)  # every input is checked before any model loads (they take minutes)
     checked_request(Request(image, args.question, args.caption, args.ocr))
-    set_threads(args.threads, args.device)
-    vl = load_from_args(args)
+    vl = load_from_args(args)  # sets --threads
     if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
         print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
               f"the image. Describe the image with --caption / --ocr; `{shlex.join([*invocation(), 'caption'])} "
