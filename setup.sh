@@ -43,4 +43,15 @@ PY
   echo "        the PyPI torch 2.10.0 build replaces the first, the other two are not used)"
   pip install "${C[@]}" -e ".[dev]"
 fi
+# The demo's browser test (tests/demo/test_browser.py) drives headless Chromium via chromedriver: Debian's packages.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium and chromedriver (apt) for the demo's browser test"
+    SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver fonts-dejavu-core
+  else
+    echo "setup: no apt-get: install Chromium and chromedriver yourself for tests/demo/test_browser.py" >&2
+  fi
+fi
 echo "setup: done. Activate with: source $VENV/bin/activate"

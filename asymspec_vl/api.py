@@ -23,9 +23,7 @@ from .inputs.vocab import ModelPair
 if TYPE_CHECKING:
     from .backends.base import Backend
 
-DEFAULT_DRAFTER = "Qwen/Qwen3-VL-2B-Instruct"
-DEFAULT_VERIFIER = "Qwen/Qwen3-32B"
-BACKENDS = ("hf", "vllm")
+from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER  # noqa: E402 (kept importable from here)
 ON_ERROR = ("mark", "raise")
 
 
@@ -104,21 +102,24 @@ class AsymSpecVL:
     @classmethod
     def from_pretrained(cls, drafter: str | None = None, verifier: str | None = None,
                         backend: str = "hf", text_drafter: str | None = None, device: str | None = None,
-                        dtype="auto", trust_remote_code: bool = False, threads: int | None = None,
+                        dtype="auto", trust_remote_code: bool = False, threads: int | None = 1,
                         **backend_kwargs) -> "AsymSpecVL":
         """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
         `embedded` on the other unless both are given; None: DEFAULT_DRAFTER / DEFAULT_VERIFIER).
         backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path). A name that cannot load (a bad
         path, a folder without config.json, a hub id offline and not cached) raises ModelPairError.
-        threads: torch's CPU threads for decoding on the CPU (torch.set_num_threads, for the whole process, as the
-        command line's --threads); None: 1 for the embedded pair on the transformers backend (its tiny models
-        decode several times faster on one thread than on torch's default pool), torch's default otherwise."""
+        threads: torch's CPU threads (torch.set_num_threads, process-wide) when the hf backend decodes on the
+        CPU; batch-1 decoding is fastest and steadiest on one (the command line's --threads). None or 0: torch's
+        setting is left as it is."""
         from .pair.defaults import resolve
         from .core.errors import ConfigError, ModelPairError
-        from .pair.model_source import EMBEDDED, Weights, pair_names
+        from .pair.model_source import pair_names
+        from .timing import set_threads
 
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
+            raise ConfigError(f"threads={threads!r} is invalid: expected an integer >= 0 or None")
         drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
         if threads is None and backend == "hf" and EMBEDDED in (drafter, verifier):
             threads = 1  # the tiny pair: torch's thread pool costs more than it gives (docs/python-api.md)
@@ -136,6 +137,7 @@ class AsymSpecVL:
             if backend == "hf":
                 from .backends.hf.backend import HFBackend
 
+                set_threads(threads or 0, device)
                 impl = HFBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"], device,
                                       dtype, trust_remote_code)
             else:

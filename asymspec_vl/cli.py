@@ -9,6 +9,7 @@ import sys
 
 from .commands import HelpFormatter, fill_pair_defaults
 from .core.errors import AsymSpecError
+from .quiet import results_only_stdout
 
 DESCRIPTION = """\
 Answer questions about images with a text-only LLM (the verifier, e.g.
@@ -58,10 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: each command's results only
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # a bare `asymspec-vl`: the commands, not only a usage line
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with results_only_stdout():  # stdout: the command's results; every library's log: stderr
+            return int(args.func(args) or 0)
     except AsymSpecError as e:
         print(f"asymspec-vl: error: {e}", file=sys.stderr)
         return 2

@@ -74,7 +74,7 @@ def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser, drafter: str | None = None, verifier: str | None = None) -> None:
-    from .api import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
+    from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER
 
     drafter, verifier = drafter or DEFAULT_DRAFTER, verifier or DEFAULT_VERIFIER
     g = p.add_argument_group("models")
@@ -227,7 +227,8 @@ def load_from_args(args):
         kwargs["tensor_parallel_size"] = args.tensor_parallel_size
     return AsymSpecVL.from_pretrained(drafter=args.drafter, verifier=args.verifier, backend=args.backend,
                                       text_drafter=args.text_drafter, device=args.device, dtype=args.dtype,
-                                      trust_remote_code=args.trust_remote_code, **kwargs)
+                                      trust_remote_code=args.trust_remote_code,
+                                      threads=getattr(args, "threads", None), **kwargs)  # --threads 0: torch's
 
 
 def comma_list(text: str, allowed=None, what: str = "value") -> list[str]:
@@ -290,23 +291,23 @@ def register(sub) -> None:
 
 
 def _generate(args) -> int:
+    from .timing import impossible_speedup_note, warm_up
+
     from .inputs.images import load_image
-    from .quiet import stdout_to_stderr
-    from .timing import impossible_speedup_note, set_threads, warm_up
+    from .inputs.prompts import Request, checked_request
 
     cfg = config_from_args(args)
-    image = load_image(args.image)  # every input checked before any model loads
+    image = load_image(args.image)  # every input is checked before any model loads (they take minutes)
+    checked_request(Request(image, args.question, args.caption, args.ocr))
+    vl = load_from_args(args)  # sets --threads
     if not args.caption.strip() and not args.ocr.strip() and args.methods != ["drafter"]:
         print("note: no --caption and no --ocr: the verifier reads only the question, so its answers cannot use "
               f"the image. Describe the image with --caption / --ocr; `{shlex.join([*invocation(), 'caption'])} "
               f"{shlex.quote(args.image)}` reads its text (OCR).", file=sys.stderr)
-    set_threads(args.threads, args.device)
     timed = list(dict.fromkeys([*args.methods, "floor"]))  # the Floor is timed too: tokens/s reads as × Floor
     request = dict(caption=args.caption, ocr=args.ocr, config=cfg)
-    with stdout_to_stderr():  # engines' start-up chatter (vLLM, torch.distributed's C++) to stderr
-        vl = load_from_args(args)
-        warm_up(vl, timed, image, args.question, **request)
-        results = {m: vl.generate(image, args.question, method=m, **request) for m in timed}
+    warm_up(vl, timed, image, args.question, **request)
+    results = {m: vl.generate(image, args.question, method=m, **request) for m in timed}
     floor = results["floor"].stats.tokens_per_s
     for method in args.methods:
         res = results[method]

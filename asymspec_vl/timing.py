@@ -11,8 +11,6 @@ embedded pair a measured ratio can pass that bound a little; the note says so wi
 
 from __future__ import annotations
 
-from .core.methods import METHODS
-
 WARM_UP_TOKENS = 2
 
 
@@ -49,6 +47,8 @@ def cost_ratio(vl) -> float | None:
 
 def speedup_bound(method: str, K: int, ratio: float) -> float | None:
     """The most a method can gain over the Floor with every draft accepted; None for methods that never draft."""
+    from .core.methods import METHODS
+
     m = METHODS[method]
     if not m.speculative:
         return None

@@ -119,10 +119,9 @@ def build_demo(service: DemoService) -> gr.Blocks:
                                             elem_id="temperature")
                     top_p = gr.Slider(min(0.01, cfg.top_p), 1, value=cfg.top_p, step=0.01,
                                       label="top-p (1: off)", elem_id="top-p")
-                    # a text box: gr.Number shows (and sends) 0 for an empty value, where empty means "a random one"
-                    seed = gr.Textbox(value="" if cfg.seed is None else str(cfg.seed), max_lines=1,
-                                      label="seed (empty: a random one, shown with the answer)",
-                                      placeholder="random", elem_id="seed")
+                    # A text box: Gradio's number box shows an empty value as 0 (its frontend sets value ??= 0)
+                    seed = gr.Textbox("" if cfg.seed is None else str(cfg.seed), max_lines=1, elem_id="seed",
+                                      label="seed (empty: a random one, shown with the answer)")
                     baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
                                                  value=list(BASELINES), label="also run", elem_id="baselines")
             with gr.Column(scale=1):

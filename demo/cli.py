@@ -11,8 +11,9 @@ import socket
 from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, check_captioning_model,
                                   config_from_args, load_from_args)
 from asymspec_vl.core.errors import ConfigError
-from asymspec_vl.inputs.images import MAX_FILE_BYTES, MAX_PIXELS
 from asymspec_vl.core.limits import LIMITS
+
+MAX_FILE_BYTES, MAX_PIXELS = LIMITS.image_bytes, LIMITS.image_pixels  # inputs/images.py's (numpy-free here)
 
 
 def _positive(kind, most: float):
@@ -48,7 +49,7 @@ def add_ocr_min_confidence_arg(g) -> None:
 
 
 def register(sub) -> None:
-    from .service import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_IMAGE_PIXELS = LIMITS.demo_image_bytes, LIMITS.demo_image_pixels  # service.py's
 
     p = sub.add_parser("demo", help="serve the Gradio demo: upload an image, ask a question, see where "
                                     "each token of the answer came from",

@@ -187,7 +187,10 @@ def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, 
 
 
 STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                 "tokens/s", "× Floor", "status")
+                 "tokens/s", "× Floor (one run)", "status")
+# Under every table: one short answer per method, timed once without a warm-up, is no speed measurement
+ONE_RUN_NOTE = ("tokens/s and × Floor: one short answer each, timed once, so they swing from click to click; "
+                "`asymspec-vl eval` warms up and times many answers.")
 
 
 def _times_floor(row: dict, rows: list[dict]) -> str:
@@ -200,7 +203,8 @@ def _times_floor(row: dict, rows: list[dict]) -> str:
 
 def stats_html(rows: list[dict], settings: str = "", note: str = "") -> str:
     """A table with one row per method that has started (none: no table); figures that do not apply are empty.
-    settings: settings_html's line, note: a line on speed (e.g. why no speed-up is possible), both under it."""
+    settings: settings_html's line, note: why this pair cannot be faster than the Floor, both under it. With a
+    note the × Floor cells stay empty (a ratio there is only timing noise); ONE_RUN_NOTE is always under it."""
     if not rows:
         return ""
     head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
@@ -209,8 +213,9 @@ def stats_html(rows: list[dict], settings: str = "", note: str = "") -> str:
         f'<td>{html.escape(METHOD_NAMES.get(r["method"], r["method"]))}</td>'
         f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_cell(r["acceptance_rate"], 2)}</td>'
         f'<td>{_cell(r["mean_accepted_length"], 2)}</td><td>{_cell(r["fused"])}</td>'
-        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{_times_floor(r, rows)}</td><td>{html.escape(r["status"])}</td>'
+        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{"" if note else _times_floor(r, rows)}</td>'
+        f'<td>{html.escape(r["status"])}</td>'
         '</tr>'
         for r in rows)
-    note = f'<div class="speed-note">{html.escape(note)}</div>' if note else ""
+    note = "".join(f'<div class="speed-note">{html.escape(n)}</div>' for n in (ONE_RUN_NOTE, note) if n)
     return f'<table class="stats">{head}{body}</table>{settings}{note}'

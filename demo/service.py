@@ -77,7 +77,7 @@ class DemoService:
         one given, else one drawn at random here, so the page can show it and the user can repeat the answer."""
         temperature = self.base_config.temperature if temperature is None else temperature
         top_p = self.base_config.top_p if top_p is None else top_p
-        seed = _seed_of(seed)
+        seed = _seed(seed)
         cfg = self.base_config.replace(K=_as_int("K", K), beta=beta, gamma=gamma, gate=gate,
                                        max_new_tokens=_as_int("max_new_tokens", max_new_tokens),
                                        temperature=temperature, top_p=top_p, seed=seed)
@@ -219,17 +219,20 @@ def _file_key(upload: Upload | None) -> tuple | None:
     return (os.path.realpath(upload.path), st.st_size, st.st_mtime_ns)
 
 
-def _seed_of(text) -> int | None:
-    """The seed box's value (text; numbers from the API): empty -> None (a random one is drawn), an integer ->
-    it, anything else refused by name."""
-    if text is None or (isinstance(text, str) and not text.strip()):
-        return None
-    if isinstance(text, str):
+def _seed(x) -> int | None:
+    """The seed box's text (or an API client's number) as a seed; empty: None (one is drawn)."""
+    if isinstance(x, str):
+        text = x.strip()
+        if not text:
+            return None
         try:
-            return int(text.strip())
+            x = int(text)
         except ValueError:
-            raise ConfigError(f"seed={text!r} is invalid: expected an integer, or nothing for a random one") from None
-    return _as_int("seed", text)
+            try:
+                x = float(text)
+            except ValueError:
+                raise ConfigError(f"seed={text!r} is invalid: expected an integer") from None
+    return None if x is None else _as_int("seed", x)
 
 
 def _as_int(name: str, x) -> int:

@@ -43,6 +43,7 @@ import fcntl
 import json
 import os
 import tempfile
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,6 +297,11 @@ def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, 
                 log.append(rec)
                 records[job.key] = rec
                 bar.update(rec)
+        except KeyboardInterrupt:  # Ctrl-C: every finished record is on disk; say so, and how to go on
+            bar.bar.close()
+            print(f"interrupted: {len(records)} of {len(jobs)} results are kept in {log.path}; rerun the same "
+                  "command to resume from there", file=sys.stderr)
+            raise
         finally:
             bar.bar.close()
     return [records[k] for k in keys]

@@ -23,7 +23,7 @@ import torch
 
 from . import gate, sampling
 from .kernels import dispatch
-from . import trace as T
+from . import method_names, trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
 from .method_names import NAMES
@@ -117,7 +117,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
            ("q",), "drafter", lambda cfg, x, d, banned, g: sampling.sample_sd(x["q"], None, d, cfg, g, banned)),
 )}
-assert tuple(METHODS) == NAMES, "method_names.NAMES lists the methods in METHODS' order"
+NAMES = tuple(METHODS)
+assert NAMES == method_names.NAMES, NAMES  # the command line's help lists method_names.NAMES
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
 # the method of a speculative engine's request that names none (no extra_args["asymspec"]): SD's rule on the
 # x_comp view, vLLM's stock speculative decoding
@@ -126,6 +127,7 @@ PLAIN_SPECULATIVE = METHODS["sd"]
 # method whose models read x_full or x_comp (Floor: no drafts, the verifier's greedy tokens)
 SPECULATIVE_ENGINE_MODES = tuple(name for name, m in METHODS.items() if "x_question" not in m.views)
 IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
+assert IMAGE_METHODS == method_names.IMAGE_METHODS, IMAGE_METHODS
 
 
 def method(name: str) -> Method:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # annotations only: the command line imports this module for its help, without torch
+    import torch
 
 from ..core.errors import ChatTemplateError, EmptyQuestionError, InputError, InvalidImageError
 from .images import load_image

@@ -7,6 +7,10 @@ from pathlib import Path
 
 from .model_source import EMBEDDED, Weights, locate  # EMBEDDED: the name callers read from here
 
+DEFAULT_DRAFTER = "Qwen/Qwen3-VL-2B-Instruct"  # the pair the API and the commands load without names
+DEFAULT_VERIFIER = "Qwen/Qwen3-32B"
+BACKENDS = ("hf", "vllm")
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("ASYMSPEC_VL_CACHE", Path.home() / ".cache" / "asymspec-vl"))

@@ -12,7 +12,6 @@ import os
 import sys
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 from ..core.errors import ModelPairError
 
@@ -53,25 +52,29 @@ def hub_offline() -> bool:
 
 
 def hub_reachable(endpoint: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the hub answers an HTTP request within timeout_s (any status: it is there). A host that accepts
-    connections and never answers (a proxy, a firewall's tarpit) is unreachable here, not a minute of
-    huggingface_hub's retries later. The request runs in a thread, since name lookup ignores timeouts."""
-    import httpx
+    """Whether the hub answers an HTTP request (any status) within timeout_s in all: a host that accepts the
+    connection but never answers is unreachable too. The request runs in a thread, since name lookup ignores
+    socket timeouts and urllib's timeout is per socket operation."""
+    import urllib.error
+    import urllib.request
+
     from huggingface_hub import constants
 
-    url = urlparse(endpoint or constants.ENDPOINT)
+    url = (endpoint or constants.ENDPOINT).rstrip("/") + "/api/models?limit=1"
     answered = []
 
     def probe() -> None:
         try:
-            httpx.head(f"{url.scheme}://{url.netloc}/", timeout=timeout_s, follow_redirects=False)
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s).close()
             answered.append(True)
-        except httpx.HTTPError:
+        except urllib.error.HTTPError:  # a status line came back: the hub answers
+            answered.append(True)
+        except (OSError, ValueError):  # refused, timed out, no such host, a malformed endpoint
             pass
 
     t = threading.Thread(target=probe, daemon=True)
     t.start()
-    t.join(timeout_s + 0.5)
+    t.join(timeout_s)
     return bool(answered)
 
 

@@ -61,7 +61,14 @@ def _heavy(args) -> int:
 
     layers = layer_count(args.cost_ratio, args.verifier)  # a bad ratio is refused before anything is written
     out = write_heavy_verifier(writable_folder(args.out_dir), args.cost_ratio, args.verifier)
+    import shlex
+
+    from ..commands import invocation
+
     print(f"heavy verifier ({layers} decoder layers, cost ratio {float(args.cost_ratio):g}): {out}")
+    command = [*invocation(), "eval", "toy", "--drafter", "embedded", "--verifier", str(out), "--batch", "1",
+               "--variants", "floor,asymspec-K2-b1,asymspec-K4-b1", "--out", f"{out}-eval"]
+    print(f"# the toy table with it (batch 1, tokens/s against the Floor's):\n{shlex.join(command)}")
     return 0
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the doctor's help reads TinySizes without torch
+    import torch
 
 QWEN_SPECIAL_TOKENS = [
     "<|endoftext|>", "<|im_start|>", "<|im_end|>",
@@ -120,6 +122,7 @@ def _text_config(tokenizer, s: TinySizes, **extra) -> dict:
 
 def text_model(tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, wide_init: bool = True):
     """A random Qwen3ForCausalLM (wide_init=False: transformers' own initialisation, for training)."""
+    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
@@ -140,6 +143,7 @@ def write_text_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed:
 
 def vl_model(tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, wide_init: bool = True):
     """A random Qwen3VLForConditionalGeneration (wide_init=False: transformers' own initialisation)."""
+    import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     ids = tokenizer.convert_tokens_to_ids
@@ -184,6 +188,8 @@ def write_vl_model(out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: i
 
 def _init_weights(model: torch.nn.Module, seed: int, std: float = 0.5) -> None:
     """Wider-than-default random weights so the tiny models' distributions are far from uniform."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

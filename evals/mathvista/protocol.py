@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from asymspec_vl.core.errors import ConfigError
-from asymspec_vl.core.methods import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
+from asymspec_vl.core.method_names import IMAGE_METHODS  # x_question and x_full hold the image; floor, sd, scd read x_comp
 from asymspec_vl.inputs.prompts import Request, verifier_text
 
 from . import release

@@ -64,6 +64,8 @@ def _run(args) -> int:
         {"variants": args.variants, "weights": fingerprint["weights"], "batch": args.batch,
          "threads": args.threads}))
     print(markdown)
+    print("tokens/s: one pass, timed on this machine as it was loaded then; it swings up to 2.5x from run to run "
+          "on a shared CPU, so compare methods within one table (docs/benchmarks.md: warmed, repeated timings)")
     print(f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
           f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
     return 0

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from asymspec_vl.core.config import AsymSpecConfig
-from asymspec_vl.inputs.prompts import Request
 from asymspec_vl.toy import world
 from asymspec_vl.timing import warm_up
 from asymspec_vl.core.trace import FUSED
@@ -52,9 +51,11 @@ def variants() -> list[Variant]:
 VARIANTS = {v.key: v for v in variants()}
 
 
-def request_of(ex: world.ToyExample) -> Request:
+def request_of(ex: world.ToyExample) -> "Request":
     """The pipeline's request: the drafter gets the image, the verifier the caption (no OCR: the digits
     are the only text in the image, and reading them is the drafter's job)."""
+    from asymspec_vl.inputs.prompts import Request  # torch: not for the command line's --help
+
     return Request(ex.image(), ex.question, caption=ex.caption)
 
 

@@ -113,8 +113,7 @@ def test_streamed_answers_equal_the_python_api(streamed, tiny_vl):
         else:  # the baselines draft nothing: those cells stay empty
             assert cells[3:6] == ["", "", ""]
         assert cells[8] == ending
-        times_floor = cells[7]  # tokens/s over the Floor's of the same run; none on the Floor's own row
-        assert (times_floor == "") if method == "floor" else float(times_floor) > 0
+        assert cells[7] == ""  # × Floor: none on a pair that cannot beat the Floor (the note under it says why)
     assert {s for c, _, _ in spans(asym) for s in [c.split("tok-")[1]]} <= {"draft", "fused", "bonus"}
     assert results["asymspec"]["prompts"]["x_comp"].count(CAPTION) == 1  # the verifier read the caption
 

@@ -265,6 +265,8 @@ def _png(path, size):
     (dict(temperature="hot"), ConfigError, "temperature='hot' is invalid"),
     (dict(temperature=0.7, top_p=1.5), ConfigError, "top_p=1.5 is invalid"),
     (dict(temperature=0.7, seed=0.5), ConfigError, "seed=0.5 is invalid: expected an integer"),
+    (dict(temperature=0.7, seed="0.5"), ConfigError, "seed=0.5 is invalid: expected an integer"),  # the text box
+    (dict(temperature=0.7, seed="lucky"), ConfigError, "seed='lucky' is invalid: expected an integer"),
     (dict(question="   "), EmptyQuestionError, "question is empty"),
     (dict(baselines=["sd"]), ConfigError, "baseline"),
     (dict(image=None), InvalidImageError, "no image yet: upload one"),
@@ -379,6 +381,17 @@ def test_the_settings_and_the_speed_note_are_shown_with_the_stats():
     text = html.unescape(table)
     assert "Settings used: K=3 · β=1.5 · γ=0.25 · gate cda · max new tokens 40" in text
     assert "caption 9 characters, OCR 0 characters" in text and "no speed-up here" in text
+    assert "timed once" in text  # one short answer is no speed measurement: the table says so
+
+
+def test_times_floor_only_where_the_pair_can_beat_the_floor():
+    """× Floor is one noisy run: shown (and labelled so) on a pair that can beat the Floor, empty with the note
+    that this pair cannot."""
+    rows = [render.stats_row(m, T.Stats(steps=2, emitted=4, elapsed_s=s), 0, None, "done")
+            for m, s in (("asymspec", 1.0), ("floor", 2.0))]
+    cells = lambda table: [c.split("</td>")[0] for c in table.split('class="stats-asymspec">')[1].split("<td>")[1:]]
+    assert cells(render.stats_html(rows))[7] == "2.00" and "× Floor (one run)" in render.stats_html(rows)
+    assert cells(render.stats_html(rows, note="the drafter costs what the verifier does"))[7] == ""
 
 
 def test_notes_sit_in_the_asymspec_panel_only():
@@ -447,8 +460,8 @@ def test_the_decoding_controls_hold_temperature_top_p_and_seed():
     from asymspec_vl.demo.app import build_demo
 
     names = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"})
-    for base, shown in ((AsymSpecConfig(), (0.0, 1.0, None)), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),
-                                                                (0.6, 0.9, 4))):
+    for base, shown in ((AsymSpecConfig(), (0.0, 1.0, "")), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),
+                                                              (0.6, 0.9, "4"))):  # the seed box: text, empty
         demo = build_demo(DemoService(names, base))
         blocks = {c["id"]: c for c in demo.config["components"]}
         for api in ("answer", "page_answer", "page_example_answer"):

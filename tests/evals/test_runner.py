@@ -40,6 +40,21 @@ def test_runs_every_job_once_and_writes_a_line_each(tmp_path):
     assert all(r["correct"] == (int(r["id"]) % 2 == 0) and "wall_s" in r for r in on_disk)
 
 
+def test_ctrl_c_says_how_many_results_are_kept_and_that_a_rerun_resumes(tmp_path, capsys):
+    log = ResultsLog(tmp_path / "r.jsonl")
+
+    def interrupted_at_the_third(job):
+        if job.key == ("1", "a"):
+            raise KeyboardInterrupt
+        return work(job)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs(), interrupted_at_the_third, log, progress=False)
+    err = capsys.readouterr().err
+    assert f"interrupted: 2 of 6 results are kept in {tmp_path / 'r.jsonl'}" in err and "rerun" in err
+    assert len(lines(tmp_path / "r.jsonl")) == 2
+
+
 def test_rerun_resumes_without_recomputing_or_duplicating(tmp_path):
     log = ResultsLog(tmp_path / "r.jsonl")
     run_jobs(jobs(2), work, log, progress=False)

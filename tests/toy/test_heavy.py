@@ -112,3 +112,18 @@ def test_the_source_is_not_overwritten_through_another_spelling_of_its_path(tmp_
         with pytest.raises(ConfigError, match="cannot be written over its source"):
             write_heavy_verifier(out, 2, verifier=source)
     assert {f.name: f.read_bytes() for f in source.iterdir()} == before
+
+
+def test_cli_prints_a_command_that_runs_with_the_verifier_it_wrote(tmp_path):
+    import shlex
+
+    done = subprocess.run([sys.executable, "-m", "asymspec_vl.cli", "toy", "heavy", str(tmp_path / "h"),
+                           "--cost-ratio", "1.5"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-1500:]
+    command = shlex.split(done.stdout.strip().splitlines()[-1])
+    assert command[command.index("--verifier") + 1] == str(tmp_path / "h")
+    command[command.index("--variants") + 1] = "floor"  # one row of two questions: it runs as printed
+    ran = subprocess.run(command + ["--n", "2", "--no-progress"], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-1500:]
+    assert "| Floor |" in ran.stdout
