@@ -113,7 +113,7 @@ class AsymSpecVL:
         setting is left as it is."""
         from .pair.defaults import resolve
         from .core.errors import ConfigError, ModelPairError
-        from .pair.model_source import pair_names
+        from .pair.model_source import Weights, pair_names
         from .timing import set_threads
 
         if backend not in BACKENDS:
@@ -121,14 +121,6 @@ class AsymSpecVL:
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
             raise ConfigError(f"threads={threads!r} is invalid: expected an integer >= 0 or None")
         drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
-        if threads is None and backend == "hf" and EMBEDDED in (drafter, verifier):
-            threads = 1  # the tiny pair: torch's thread pool costs more than it gives (docs/python-api.md)
-        if threads is not None:
-            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-                raise ConfigError(f"threads={threads!r} is invalid: expected a whole number >= 0 (0: torch's default)")
-            from .timing import set_threads
-
-            set_threads(threads, device)
         weights = Weights.for_backend(backend, backend_kwargs)  # random only for vLLM's dummy loader
         paths = {role: resolve(role, name, weights) for role, name in
                  (("drafter", drafter), ("verifier", verifier), ("text_drafter", text_drafter))}
