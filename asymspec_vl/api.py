@@ -111,12 +111,13 @@ class AsymSpecVL:
         path, a folder without config.json, a hub id offline and not cached) raises ModelPairError."""
         from .pair.defaults import resolve
         from .core.errors import ConfigError, ModelPairError
-        from .pair.model_source import pair_names
+        from .pair.model_source import Weights, pair_names
 
         if backend not in BACKENDS:
             raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
         drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
-        paths = {role: resolve(role, name) for role, name in
+        weights = Weights.for_backend(backend, backend_kwargs)  # RANDOM: vLLM with load_format="dummy" only
+        paths = {role: resolve(role, name, weights) for role, name in
                  (("drafter", drafter), ("verifier", verifier), ("text_drafter", text_drafter))}
         try:
             pair = ModelPair.load(paths["drafter"], paths["verifier"], paths["text_drafter"], trust_remote_code)

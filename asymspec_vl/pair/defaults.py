@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .model_source import EMBEDDED, locate  # EMBEDDED: the name callers read from here
+from .model_source import EMBEDDED, Weights, locate  # EMBEDDED: the name callers read from here
 
 
 def cache_dir() -> Path:
@@ -21,11 +21,11 @@ def embedded_models() -> dict[str, str | None]:
     return pair_paths()
 
 
-def resolve(role: str, name: str | None) -> str | None:
+def resolve(role: str, name: str | None, weights: Weights = Weights.REQUIRED) -> str | None:
     """`embedded` -> the embedded model for `role` (drafter, verifier, text_drafter); None -> None; any other
-    name as model_source.locate checks it (a ModelPairError if it cannot load)."""
+    name as model_source.locate checks it (a ModelPairError if it cannot load; weights: model_source.Weights)."""
     if name is None:
         return None
     if name == EMBEDDED:
         return embedded_models()[role]
-    return locate(role, name)
+    return locate(role, name, weights)

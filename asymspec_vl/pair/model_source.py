@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -22,6 +23,19 @@ PROBE_TIMEOUT_S = 3.0
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 OFFLINE_HINT = "`embedded` names the offline toy pair"
+
+
+class Weights(Enum):
+    """Whether a model folder must hold its weights. RANDOM is for one caller only: the vLLM backend started
+    with load_format="dummy" (vLLM fills every parameter itself; bench_vllm's sized shapes, `doctor --speed`),
+    chosen by AsymSpecVL.from_pretrained from those engine arguments, never by a user's name."""
+
+    REQUIRED = "required"
+    RANDOM = "random"  # vLLM's dummy loader: config and tokenizer only
+
+    @classmethod
+    def for_backend(cls, backend: str, backend_kwargs: dict) -> "Weights":
+        return cls.RANDOM if backend == "vllm" and backend_kwargs.get("load_format") == "dummy" else cls.REQUIRED
 
 
 def pair_names(drafter: str | None, verifier: str | None, default_drafter: str,
@@ -68,22 +82,23 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or name.endswith("/")
 
 
-def locate(role: str, name: str) -> str:
-    """`name` as the loaders should read it: a local folder (checked), a hub id (cached, or the hub is
-    reachable), or a cached hub id's snapshot folder when the hub is unreachable. Raises ModelPairError."""
+def locate(role: str, name: str, weights: Weights = Weights.REQUIRED) -> str:
+    """`name` as the loaders should read it: a local folder (checked; its weights too unless weights is
+    Weights.RANDOM), a hub id (cached, or the hub is reachable), or a cached hub id's snapshot folder when the hub
+    is unreachable. Raises ModelPairError."""
     if not isinstance(name, str) or not name.strip():
         raise ModelPairError(f"{role}={name!r} is not a model name: pass a local folder, a hub id, or "
                              f"{EMBEDDED!r} (the offline toy pair)")
     path = Path(name).expanduser()
     if path.exists():
-        return _checked_folder(role, name, path)
+        return _checked_folder(role, name, path, weights)
     if looks_like_path(name):
         raise ModelPairError(f"{role} {name!r}: no such folder ({OFFLINE_HINT}; hub ids look like org/name and "
                              "load offline from the cache with HF_HUB_OFFLINE=1)")
     return _hub_id(role, name)
 
 
-def _checked_folder(role: str, name: str, path: Path) -> str:
+def _checked_folder(role: str, name: str, path: Path, weights: Weights) -> str:
     if not path.is_dir():
         raise ModelPairError(f"{role} {name!r} is a file, not a model folder (a folder holding config.json, the "
                              f"weights and the tokenizer; {OFFLINE_HINT}; HF_HUB_OFFLINE=1 for cached hub ids)")
@@ -91,6 +106,8 @@ def _checked_folder(role: str, name: str, path: Path) -> str:
         raise ModelPairError(f"{role} {name!r} has no config.json, so it is not a model folder ({OFFLINE_HINT}; "
                              "HF_HUB_OFFLINE=1 loads cached hub ids)")
     for what, patterns in (("weights", WEIGHT_FILES), ("tokenizer", TOKENIZER_FILES)):
+        if what == "weights" and weights is Weights.RANDOM:
+            continue  # vLLM's dummy loader fills them
         if not any(next(path.glob(pattern), None) for pattern in patterns):
             raise ModelPairError(f"{role} {name!r} has no {what} ({', '.join(patterns)}): copy the whole model "
                                  f"folder ({OFFLINE_HINT}; HF_HUB_OFFLINE=1 loads cached hub ids)")

@@ -123,3 +123,17 @@ def test_a_bench_run_that_fails_is_a_failed_row_with_its_reason():
 
     failed, = bench_checks(["--models", "no-such-models"], "x", "compiled")
     assert failed.result == "failed" and "exit 2" in failed.detail and "invalid choice" in failed.detail, failed
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(1200)
+def test_the_sized_row_runs_end_to_end_with_random_weights_at_a_cpu_stand_in_size():
+    """doctor --speed's sized row, unmocked: bench_vllm writes config-only folders (no weights) and vLLM's dummy
+    loader fills them; "mini" shapes stand in for 2b / 32b on the CPU (issue 32: it exited 1, 'has no weights')."""
+    from asymspec_vl.doctor.speed import sized_checks
+
+    rows = {c.name: c for c in sized_checks("mini", "mini", requests=1, tokens=6, compiled_name="compiled")}
+    assert not [c for c in rows.values() if c.failed], rows
+    assert {"speed: floor, drafter eager", "speed: asymspec, drafter compiled",
+            "speed: asymspec / floor, drafter compiled"} <= set(rows), sorted(rows)
+    assert {c.backend for c in rows.values()} == {"sized: drafter mini, verifier mini"}

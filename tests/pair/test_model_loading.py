@@ -124,3 +124,36 @@ def test_the_cli_prints_one_line_before_any_model_loads(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 2 and err[0].startswith("note:"), err  # the no-caption note, the error
     assert err[1].startswith("asymspec-vl: error:") and str(tmp_path / "missing") in err[1]
+
+
+# -- weights the caller says vLLM's dummy loader fills (issue 32, finding 2) --------------------------------------
+def weightless_copy(src: str, dst) -> str:
+    """A copy of a model folder without its weight files (config, tokenizer and processor files kept)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.safetensors.index.json"))
+    return str(dst)
+
+
+def test_only_the_vllm_backend_with_dummy_weights_skips_the_weight_check(tmp_path):
+    from asymspec_vl.pair.model_source import Weights
+
+    assert Weights.for_backend("vllm", {"load_format": "dummy"}) is Weights.RANDOM
+    for backend, kwargs in (("vllm", {}), ("vllm", {"load_format": "auto"}), ("hf", {"load_format": "dummy"})):
+        assert Weights.for_backend(backend, kwargs) is Weights.REQUIRED, (backend, kwargs)
+    folder = weightless_copy(embedded_models()["verifier"], tmp_path / "verifier")
+    assert locate("verifier", folder, Weights.RANDOM) == folder
+    with pytest.raises(ModelPairError, match="no weights"):
+        locate("verifier", folder)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    with pytest.raises(ModelPairError, match="no tokenizer"):  # RANDOM skips the weights, nothing else
+        locate("verifier", str(tmp_path / "empty"), Weights.RANDOM)
+
+
+@pytest.mark.parametrize("backend_kwargs", [{"backend": "hf"}, {"backend": "vllm"},
+                                            {"backend": "vllm", "load_format": "auto"}])
+def test_a_users_folder_without_weights_still_fails_on_every_other_load(tmp_path, backend_kwargs):
+    folder = weightless_copy(embedded_models()["drafter"], tmp_path / "drafter")
+    with pytest.raises(ModelPairError) as e:
+        AsymSpecVL.from_pretrained(drafter=folder, verifier="embedded", **backend_kwargs)
+    one_line_naming(e.value, folder)
+    assert "no weights" in str(e.value)
