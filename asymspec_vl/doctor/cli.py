@@ -33,7 +33,9 @@ with V = 151,936, bf16; in triton's interpreter on the CPU with a smaller V).
 --speed (slow, minutes): evals/benchmarks/bench_vllm.py's Floor and AsymSpec, drafter eager and compiled (CUDA
 graphs on a GPU), tokens/s, the per-step split and the bound MAL * c_v / ((K + 1) c_d + c_v): on CUDA at its sized
 shapes (random weights: Qwen3-VL-2B drafter, --speed-verifier-size verifier, default Qwen3-32B); without CUDA
-the sized row is skipped and the tiny pair runs.
+the sized row is skipped and the tiny pair runs. Random weights accept nearly every draft: asymspec / floor is the
+cost side at the acceptance it states (mean accepted length MAL), not a user's speed-up; at a mean accepted length
+L measured on real data, speed-up(L) ~= x_measured * L / MAL.
 """
 
 from __future__ import annotations

@@ -78,5 +78,20 @@ def speed_rows(rows: list[dict], label: str, compiled_name: str = "compiled") ->
         if row["method"] == "asymspec" and "x_floor" in row:
             bound = f" (bound {row['bound']:.2f}x)" if "bound" in row else ""
             out.append(Check(f"speed: asymspec / floor, drafter {mode(row)}", label, "ok",
-                             f"{row['x_floor']:.2f}x the Floor's tokens/s{bound}"))
+                             f"{row['x_floor']:.2f}x the Floor's tokens/s{bound}{at_acceptance(row)}"))
     return out
+
+
+def at_acceptance(row: dict) -> str:
+    """What an asymspec / floor figure means: the cost side at the acceptance this run measured (random weights
+    accept nearly every draft: an upper bound on acceptance), and the formula that turns a user's own measured
+    mean accepted length L into their speed-up. A step's cost does not depend on how many drafts pass (K drafts,
+    one x_comp pass, one verifier forward either way), so tokens/s scale with the tokens a step emits:
+    speed-up(L) = x_measured * L / MAL_measured."""
+    if "mean_accepted_length" not in row:
+        return ""
+    mal, x = row["mean_accepted_length"], row["x_floor"]
+    acceptance = f"acceptance {row['acceptance_rate']:.2f}, " if "acceptance_rate" in row else ""
+    return (f"; measured at {acceptance}mean accepted length {mal:.2f} (random weights accept nearly every "
+            f"draft: the cost side, not a user's speed-up); at your mean accepted length L: speed-up ~= "
+            f"{x:.2f} * L / {mal:.2f} = {x / mal:.3f} * L")

@@ -87,7 +87,7 @@ BENCH_ROWS = [  # bench_vllm.json's rows (add_bounds ran): what the speed rows r
     {"mode": "compiled", "method": "floor", "requests": 1, "tokens": 128, "seconds": 1.6, "tokens_per_s": 80.0,
      "x_floor": 1.0},
     {"mode": "compiled", "method": "asymspec", "requests": 1, "tokens": 128, "seconds": 0.8, "tokens_per_s": 160.0,
-     "x_floor": 2.0, "bound": 2.2, "mean_accepted_length": 2.5, "verifier_ms_per_step": 16.0,
+     "x_floor": 2.0, "bound": 2.2, "acceptance_rate": 0.75, "mean_accepted_length": 2.5, "verifier_ms_per_step": 16.0,
      "base_pass_ms_per_step": 1.5, "gate_ms_per_step": 0.5, "draft_ms_per_step": 6.0},
 ]
 
@@ -99,8 +99,13 @@ def test_the_speed_rows_show_the_split_tokens_per_s_and_the_bound_of_each_mode()
     assert rows["speed: floor, drafter graphs"].detail.startswith("80.0 tokens/s")
     split = rows["speed: asymspec, drafter graphs"].detail
     assert "160.0 tokens/s" in split and "verifier 16.00, x_comp pass 1.50, gate 0.50, x_full drafting 6.00" in split
-    assert rows["speed: asymspec / floor, drafter graphs"].detail == "2.00x the Floor's tokens/s (bound 2.20x)"
-    assert rows["speed: asymspec / floor, drafter eager"].detail == "0.50x the Floor's tokens/s (bound 0.55x)"
+    graphs = rows["speed: asymspec / floor, drafter graphs"].detail
+    assert graphs.startswith("2.00x the Floor's tokens/s (bound 2.20x); measured at acceptance 0.75, mean accepted "
+                             "length 2.50 (random weights accept nearly every draft: the cost side"), graphs
+    assert graphs.endswith("at your mean accepted length L: speed-up ~= 2.00 * L / 2.50 = 0.800 * L"), graphs
+    eager = rows["speed: asymspec / floor, drafter eager"].detail
+    assert eager.startswith("0.50x the Floor's tokens/s (bound 0.55x); measured at mean accepted length 2.50"), eager
+    assert eager.endswith("speed-up ~= 0.50 * L / 2.50 = 0.200 * L"), eager
     assert {c.result for c in rows.values()} == {"ok"}
 
 
