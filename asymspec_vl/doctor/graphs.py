@@ -3,7 +3,8 @@ against the same engine with them switched off, on one attention backend: tokens
 (required in float32), and the drafter's logits a (x_full) and b (x_comp) equal to the run's precision.
 
 The two runs share one engine (the verifier compiled, with its graphs, in both), so they differ in the drafter's
-passes alone; the eager one takes the path the speculative config's enforce_eager selects
+passes alone; its prefix cache is reset before each run, so neither reads prompt KV the other wrote (the eager run
+reusing the compiled run's KV would hide damage there); the eager one takes the path the speculative config's enforce_eager selects
 (vllm_patches/hooks/graph_switch.py). Tolerances, max |graphs - eager| / max |eager| over each proposal's logits:
 float32 1e-4 (the same kernels, only inductor's fusions reorder float32 sums: ~1e-6); bf16 0.05, the bound the
 logits checks hold vLLM to against transformers (logits.py): a graph and an eager pass run the same attention
@@ -53,6 +54,8 @@ def _graphs_checks(vl, llm, run: AttentionRun) -> list[Check]:
     reqs, cfg, runs = requests(), AsymSpecConfig(K=K, max_new_tokens=MAX_NEW_TOKENS), {}
     try:
         for on in (True, False):
+            if not llm.reset_prefix_cache():  # each run computes its own prompt KV (vLLM: False while requests run)
+                raise RuntimeError("vLLM refused to reset the prefix cache between the graphs and eager runs")
             probe.drafter_graphs(llm, on)
             probe.capture_full_view_logits(llm)
             results = vl.generate_batch(reqs, "asymspec", cfg)

@@ -142,3 +142,53 @@ def test_the_sized_row_runs_end_to_end_with_random_weights_at_a_cpu_stand_in_siz
     assert {"speed: floor, drafter eager", "speed: asymspec, drafter compiled",
             "speed: asymspec / floor, drafter compiled"} <= set(rows), sorted(rows)
     assert {c.backend for c in rows.values()} == {"sized: drafter mini, verifier mini"}
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(1800)
+def test_the_eager_run_reads_no_prompt_kv_the_compiled_run_wrote(tmp_path, monkeypatch):
+    """The graphs rows' two runs share one engine: its prefix cache is reset before each, so the eager run
+    computes its own prompt KV instead of reusing what the compiled passes wrote (which would hide their damage;
+    issue 32, finding 6). Counted where vLLM's scheduler looks the prefix cache up (the CPU build's engine core
+    runs in this process)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    from asymspec_vl import AsymSpecVL
+    from asymspec_vl.doctor.backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES
+    from asymspec_vl.doctor.cases import requests
+    from asymspec_vl.doctor.graphs import graphs_checks
+    from asymspec_vl.toy.tiny import write_tiny_models
+
+    hits, lookup = [], KVCacheManager.get_computed_blocks
+
+    def counted_lookup(self, request):
+        blocks, tokens = lookup(self, request)
+        hits.append(tokens)
+        return blocks, tokens
+
+    monkeypatch.setattr(KVCacheManager, "get_computed_blocks", counted_lookup)
+    paths = write_tiny_models(tmp_path, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
+    run = next(r for r in RUNS if r.backend == "CPU_ATTN")
+    vl = AsymSpecVL.from_pretrained(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]),
+                                    backend="vllm", enforce_eager=False, **run.engine_kwargs())
+    per_run, generate = [], vl.generate_batch
+
+    def counted(*args, **kwargs):
+        hits.clear()
+        out = generate(*args, **kwargs)
+        per_run.append((len(hits), sum(hits)))
+        return out
+
+    try:
+        generate(requests(), "asymspec", {"K": 2, "max_new_tokens": 4})  # the cache holds these prompts now
+        cold = sum(hits)  # on an empty cache: only the blocks the 6 prompts share with each other (chat template)
+        hits.clear()
+        generate(requests(), "asymspec", {"K": 2, "max_new_tokens": 4})
+        assert sum(hits) > cold, "a warm cache must give more hits, or this test cannot tell the runs apart"
+        vl.generate_batch = counted
+        checks = graphs_checks(vl, run)
+    finally:
+        vl.backend.close()
+    assert len(per_run) == 2 and all(lookups for lookups, _ in per_run), per_run
+    assert [tokens for _, tokens in per_run] == [cold, cold], (per_run, cold)  # as on an empty cache
+    assert [c.result for c in checks] == ["ok", "ok"], checks
