@@ -55,7 +55,7 @@ import tempfile
 import time
 
 from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
-from .cases import Check
+from .cases import START, Check, say as _say
 from .checks import kernel_check, method_checks
 from .precision import describe as pinned_precision, exact_float32
 from .serve import serve_check, tensor_parallel_check
@@ -111,7 +111,7 @@ def markdown(rows: list[tuple], header: tuple) -> str:
 
 def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size: str = "32b",
                speed_requests: int = 1) -> int:
-    _START[:] = [time.monotonic()]
+    START[:] = [time.monotonic()]
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
     import torch
@@ -184,14 +184,6 @@ def pair_check(paths: dict) -> Check:
 def _progress(label: str, checks: list[Check]) -> None:
     _say(f"{label}: {sum(not c.failed for c in checks)}/{len(checks)} checks passed")
 
-
-def _say(line: str) -> None:
-    """A progress line on stderr (stdout holds the report only), with the minutes since the doctor started."""
-    minutes = (time.monotonic() - _START[0]) / 60 if _START else 0.0
-    print(f"doctor [{minutes:4.1f} min]: {line}", file=sys.stderr, flush=True)
-
-
-_START: list[float] = []
 
 
 def register(sub) -> None:

@@ -92,3 +92,14 @@ def test_guarded_turns_an_exception_into_a_failed_row_per_name_and_passes_result
 def test_the_preemption_row_is_skipped_on_a_large_block_run_without_starting_an_engine():
     check = preemption_check(None, None, BIG_BLOCKS)  # None: any engine use would raise
     assert check.result == "skipped" and check.detail == "checked on this backend's block-size-16 run"
+
+
+def test_progress_lines_go_to_stderr_with_the_minutes_since_the_start(capsys, monkeypatch):
+    import time
+
+    from asymspec_vl.doctor import cases
+
+    monkeypatch.setattr(cases, "START", [time.monotonic() - 90])
+    cases.say("CPU_ATTN: asymspec K=2 ...")
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == "doctor [ 1.5 min]: CPU_ATTN: asymspec K=2 ...\n", out
