@@ -3,6 +3,8 @@ backends' results (tokens, sources, step counts)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 
 from .backends import AttentionRun
@@ -25,6 +27,15 @@ class Check:
 
     def as_dict(self) -> dict:
         return {**self.__dict__, "ok": self.result == "ok"}
+
+
+START: list[float] = []  # time.monotonic() when the doctor started (cli.run_doctor)
+
+
+def say(line: str) -> None:
+    """A progress line on stderr (stdout holds the report only), with the minutes since the doctor started."""
+    minutes = (time.monotonic() - START[0]) / 60 if START else 0.0
+    print(f"doctor [{minutes:4.1f} min]: {line}", file=sys.stderr, flush=True)
 
 
 def requests():

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from .backends import AttentionRun
-from .cases import Check, compare, requests
+from .cases import Check, compare, requests, say
 
 
 def method_checks(paths: dict, run: AttentionRun, device: str) -> list[Check]:
@@ -38,14 +38,19 @@ def method_checks(paths: dict, run: AttentionRun, device: str) -> list[Check]:
                  ("floor", "floor", AsymSpecConfig(K=2, max_new_tokens=16)),
                  ("drafter alone", "drafter", AsymSpecConfig(K=2, max_new_tokens=16))]
         for name, method, cfg in cases:
+            say(f"{run.label}: {name} ...")
             checks.append(compare(name, run, vl.generate_batch(reqs, method, cfg), hf.generate_batch(reqs, method, cfg)))
+        say(f"{run.label}: logits a and b ...")
         checks += guarded(["drafter x_full logits a", "drafter x_comp logits b"], run, logits_checks, vl, hf, run)
+        say(f"{run.label}: mixed waves ...")
         checks += guarded(["mixed sd/scd/asymspec waves (rows reused)"], run, mixed_waves_check, vl, hf, run)
         checks += guarded(["plain request: sampling + logprobs"], run, plain_sampling_check, vl, run)
+        say(f"{run.label}: drafter graphs (a compiled engine of its own on the CPU build) ...")
         checks += guarded(GRAPHS_ROWS, run, graphs_checks, vl, run, lambda: AsymSpecVL.from_pretrained(
             **names, backend="vllm", dtype=run.dtype, enforce_eager=False, **run.engine_kwargs()))  # vl's drafter eager (CPU)
     finally:
         vl.backend.close()
+    say(f"{run.label}: forced preemption ...")
     checks += guarded(["forced preemption"], run, preemption_check, vl, hf, run)
     return checks
 

@@ -2,6 +2,8 @@
 patched vLLM path against the transformers backend, once per attention backend this machine can run, then
 tensor parallelism, a served request, and the Triton gate kernel against its torch reference. Prints a table;
 exits 0 unless a check failed (a check this machine cannot run is "skipped", with the reason).
+Duration: ~10-20 minutes on a 2-core CPU build, a few minutes per backend on a GPU (--speed adds minutes);
+progress lines go to stderr as it runs.
 
 The tiny pair (random Qwen3 verifier + Qwen3-VL drafter, written to a temporary folder): head_dim 64, which every
 backend below takes; the verifier has 4 query heads and the drafter 2 (one KV head each), so attention planned
@@ -35,7 +37,9 @@ with V = 151,936, bf16; in triton's interpreter on the CPU with a smaller V).
 --speed (slow, minutes): evals/benchmarks/bench_vllm.py's Floor and AsymSpec, drafter eager and compiled (CUDA
 graphs on a GPU), tokens/s, the per-step split and the bound MAL * c_v / ((K + 1) c_d + c_v): on CUDA at its sized
 shapes (random weights: Qwen3-VL-2B drafter, --speed-verifier-size verifier, default Qwen3-32B); without CUDA
-the sized row is skipped and the tiny pair runs.
+the sized row is skipped and the tiny pair runs. Random weights accept nearly every draft: asymspec / floor is the
+cost side at the acceptance it states (mean accepted length MAL), not a user's speed-up; at a mean accepted length
+L measured on real data, speed-up(L) ~= x_measured * L / MAL.
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
 from .cases import Check
 from .precision import pin_exact_float32
 from .checks import kernel_check, method_checks
+from .precision import describe as pinned_precision, exact_float32
 from .serve import serve_check, tensor_parallel_check
 
 
@@ -106,6 +112,7 @@ def markdown(rows: list[tuple], header: tuple) -> str:
 
 def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size: str = "32b",
                speed_requests: int = 1) -> int:
+    START[:] = [time.monotonic()]
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
     pinned = pin_exact_float32()  # before any engine (and its processes) starts: precision.py
@@ -120,7 +127,10 @@ def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size:
     device = "cuda" if on_gpu else "cpu"
     heads = head_sizes(DRAFTER_SIZES, VERIFIER_SIZES)
     checks: list[Check] = []
-    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():  # stdout: the report only
+    versions.append(("float32 precision (pinned)", pinned_precision()))
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr(), exact_float32():  # stdout: the report only
+        _say(f"writing the tiny pair; then {sum(1 for r in RUNS if verdict(r, heads, current_platform).result == 'run')}"
+             f" attention backend(s), TP=2, serve, the gate kernel (CPU build: ~10-20 minutes)")
         paths = write_tiny_models(tmp, seed=0, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
         checks.append(pair_check(paths))
         first = None  # the first backend that runs here: TP=2 runs on it
@@ -130,18 +140,23 @@ def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size:
                 checks.append(Check("attention backend runs here", run.label, decided.result, decided.reason))
                 continue
             first = first or run
+            _say(f"{run.label}: every method, logits, mixed waves, graphs, preemption against transformers ...")
             try:
                 mine = method_checks(paths, run, device)
             except Exception as e:  # a backend that cannot start here is a failed check, not a crash
                 mine = [Check.of("engine start", run.label, False, f"{type(e).__name__}: {e}"[:300])]
             checks += mine
             _progress(run.label, mine)
+        _say("tensor parallelism (TP=2) ...")
         checks.append(tensor_parallel_check(paths, first, tensor_parallel_verdict(current_platform), device))
+        _say("asymspec-vl serve: one chat request ...")
         checks.append(serve_check(paths, on_gpu))
-    checks.append(kernel_check(on_gpu))
+        _say("the gate kernel against its torch reference ...")
+        checks.append(kernel_check(on_gpu))
     if speed:
         from .speed import speed_checks
 
+        _say("--speed: bench_vllm, Floor and AsymSpec, eager and compiled (minutes) ...")
         checks += speed_checks(on_gpu, current_platform.device_name, speed_verifier_size, speed_requests)
     print(markdown(versions, ("component", "version")) + "\n")
     print(markdown([(c.name, c.backend, "FAILED" if c.failed else c.result, c.detail) for c in checks],
@@ -169,8 +184,8 @@ def pair_check(paths: dict) -> Check:
 
 
 def _progress(label: str, checks: list[Check]) -> None:
-    print(f"doctor: {label}: {sum(not c.failed for c in checks)}/{len(checks)} checks passed", file=sys.stderr,
-          flush=True)
+    _say(f"{label}: {sum(not c.failed for c in checks)}/{len(checks)} checks passed")
+
 
 
 def register(sub) -> None:

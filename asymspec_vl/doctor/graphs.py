@@ -3,7 +3,8 @@ against the same engine with them switched off, on one attention backend: tokens
 (required in float32), and the drafter's logits a (x_full) and b (x_comp) equal to the run's precision.
 
 The two runs share one engine (the verifier compiled, with its graphs, in both), so they differ in the drafter's
-passes alone; the eager one takes the path the speculative config's enforce_eager selects
+passes alone; its prefix cache is reset before each run, so neither reads prompt KV the other wrote (the eager run
+reusing the compiled run's KV would hide damage there); the eager one takes the path the speculative config's enforce_eager selects
 (vllm_patches/hooks/graph_switch.py). Tolerances, max |graphs - eager| / max |eager| over each proposal's logits:
 float32 1e-4 (the same kernels, only inductor's fusions reorder float32 sums: ~1e-6); bf16 0.05, the bound the
 logits checks hold vLLM to against transformers (logits.py): a graph and an eager pass run the same attention

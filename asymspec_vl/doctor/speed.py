@@ -33,15 +33,22 @@ def speed_checks(on_gpu: bool, platform_name: str, verifier_size: str = "32b", r
                  tokens: int = 128) -> list[Check]:
     """The sized run on CUDA (skipped elsewhere, with the reason), else the tiny pair's."""
     if on_gpu:
-        label = f"sized: drafter 2b, verifier {verifier_size}"
-        args = ["--models", "sized", "--drafter-size", "2b", "--verifier-size", verifier_size,
-                "--requests", str(requests), "--tokens", str(tokens)]
-        return bench_checks(args, label, "graphs")
+        return sized_checks("2b", verifier_size, requests, tokens, "graphs")
     skipped = Check(SIZED, f"drafter 2b, verifier {verifier_size}", "skipped",
                     f"needs a CUDA GPU (vLLM platform here: {platform_name}); the tiny pair's rows below show "
                     f"the table, not a GPU's speed")
     return [skipped] + bench_checks(["--models", "tiny", "--requests", str(requests), "--tokens", "16"],
                                     "tiny pair (CPU)", "compiled")
+
+
+def sized_checks(drafter_size: str, verifier_size: str, requests: int, tokens: int,
+                 compiled_name: str) -> list[Check]:
+    """bench_vllm's sized shapes: config-only folders, weights from vLLM's dummy loader ("mini" shapes: the
+    CPU stand-in the tests run)."""
+    label = f"sized: drafter {drafter_size}, verifier {verifier_size}"
+    args = ["--models", "sized", "--drafter-size", drafter_size, "--verifier-size", verifier_size,
+            "--requests", str(requests), "--tokens", str(tokens)]
+    return bench_checks(args, label, compiled_name)
 
 
 def bench_checks(args: list[str], label: str, compiled_name: str) -> list[Check]:

@@ -11,6 +11,7 @@ import enum
 import os
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 
 from ..core.errors import ModelPairError

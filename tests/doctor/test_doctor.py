@@ -195,6 +195,9 @@ def test_doctor_passes_on_the_cpu_build_and_skips_what_needs_a_gpu(tmp_path):
     report = json.loads(out.read_text())
     versions = dict(map(tuple, report["environment"]))
     assert versions["vllm"].startswith("0.19") and "torch" in versions
+    assert versions["float32 precision (pinned)"].startswith("TRITON_F32_DEFAULT=ieee, VLLM_FLOAT32_MATMUL_PRECISION")
+    assert "doctor [" in run.stderr and "CPU_ATTN: every method" in run.stderr  # progress lines, on stderr only
+    assert "doctor [" not in run.stdout
     checks = {(c["name"], c["backend"]): c for c in report["checks"]}
     assert not [c for c in report["checks"] if c["result"] == "failed"]
     for name in ("asymspec K=2", "asymspec K=4 (same engine)", "scd K=2", "sd K=2", "floor", "drafter alone",
