@@ -28,7 +28,7 @@ Checks per backend:
   preemption           a KV cache too small for the batch: requests are preempted, resume, and still agree
 In float32 (CPU_ATTN, TRITON_ATTN) token agreement must be exact and logits agree to 1e-4, computed in IEEE
 float32: the doctor sets TRITON_F32_DEFAULT=ieee (Triton's float32 dots default to TF32 on GPUs) and
-VLLM_FLOAT32_MATMUL_PRECISION=highest before any engine starts (precision.py), and says so in its report. FLASH_ATTN and
+VLLM_FLOAT32_MATMUL_PRECISION=highest while it runs, before any engine starts (precision.py), and says so in its report. FLASH_ATTN and
 FLASHINFER run bf16 only, where two implementations cannot agree bit for bit: there the logits must agree to bf16
 precision (a wrong plan is off by the logits' own size) and token agreement is reported.
 Once: TP=2 (asymspec K=2 against transformers, where two CUDA GPUs exist), `asymspec-vl serve` with the tiny
@@ -56,7 +56,6 @@ import time
 
 from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
 from .cases import Check
-from .precision import pin_exact_float32
 from .checks import kernel_check, method_checks
 from .precision import describe as pinned_precision, exact_float32
 from .serve import serve_check, tensor_parallel_check
@@ -115,14 +114,13 @@ def run_doctor(out: str | None = None, speed: bool = False, speed_verifier_size:
     START[:] = [time.monotonic()]
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # this process may touch CUDA itself
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # the report, not vLLM's start-up log
-    pinned = pin_exact_float32()  # before any engine (and its processes) starts: precision.py
     import torch
     from vllm.platforms import current_platform
 
     from ..quiet import stdout_to_stderr
     from ..toy.tiny import write_tiny_models
 
-    versions = environment() + [("float32 rows computed with", pinned)]
+    versions = environment()
     on_gpu = torch.cuda.is_available()
     device = "cuda" if on_gpu else "cpu"
     heads = head_sizes(DRAFTER_SIZES, VERIFIER_SIZES)

@@ -1,22 +1,45 @@
-"""The doctor's exact rows compute in IEEE float32 on every backend: pins set before any engine starts.
+"""The float32 precision the doctor's exact rows run at: IEEE float32 in every engine process it starts.
 
-vLLM's Triton attention (v1/attention/ops/triton_unified_attention.py) calls `tl.dot` without an input precision,
-and Triton 3.x then takes TF32 for float32 operands on NVIDIA GPUs from Ampere on (10 mantissa bits): emulating
-TF32 rounding of Q, K, P and V on the doctor's tiny pair moved logits 4.75e-4 to 8.52e-4 relative, 5-8x the
-exact rows' 1e-4 (issue 32, finding 3). TRITON_F32_DEFAULT=ieee makes Triton's float32 dots IEEE float32 (read
-in triton/knobs.py when a kernel compiles); VLLM_FLOAT32_MATMUL_PRECISION=highest keeps vLLM's float32 matmuls
-(torch.set_float32_matmul_precision) at full precision. Engine processes inherit both. A user's run at TF32 is
-held by the bfloat16 rows' tolerance, not by these.
+vLLM's Triton attention calls `tl.dot` without an input precision (v1/attention/ops/triton_unified_attention.py,
+S = tl.dot(Q, K), acc += tl.dot(P, V)), so on a GPU with TF32 tensor cores Triton rounds float32 Q, K, P, V to
+TF32 (10-bit mantissa: logits off by ~5e-4 relative on the doctor's pair, 5-8x its 1e-4 tolerance) unless
+TRITON_F32_DEFAULT says otherwise (triton/language/core.py `dot`: knobs.language.fp32_default first; the variable
+is one of triton's cache-invalidating ones, so kernels compiled before are not reused). vLLM's workers set torch's
+float32 matmul precision from VLLM_FLOAT32_MATMUL_PRECISION (v1/worker/gpu_worker.py Worker.__init__; "high" or
+"medium" would let cuBLAS use TF32). The doctor pins both for its checks, in its own process (the transformers
+reference) and, through the environment its engines' processes inherit, in vLLM's engine core and workers.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
-EXACT_FLOAT32_ENV = {"TRITON_F32_DEFAULT": "ieee", "VLLM_FLOAT32_MATMUL_PRECISION": "highest"}
+PINNED = {"TRITON_F32_DEFAULT": "ieee", "VLLM_FLOAT32_MATMUL_PRECISION": "highest"}
+TORCH_PRECISION = "highest"  # torch.set_float32_matmul_precision in this process (the transformers reference)
 
 
-def pin_exact_float32(environ=os.environ) -> str:
-    """Set EXACT_FLOAT32_ENV in `environ` (over any other value: the exact rows need it); the report's line."""
-    environ.update(EXACT_FLOAT32_ENV)
-    return ", ".join(f"{k}={v}" for k, v in EXACT_FLOAT32_ENV.items())
+def describe() -> str:
+    """The pin as the report states it."""
+    return ", ".join(f"{k}={v}" for k, v in PINNED.items()) + " (float32 rows: IEEE float32, no TF32)"
+
+
+@contextmanager
+def exact_float32():
+    """PINNED in os.environ (a user's own values replaced) and torch's matmul precision at TORCH_PRECISION while
+    the block runs; both restored after."""
+    import torch
+
+    saved_env = {k: os.environ.get(k) for k in PINNED}
+    saved_torch = torch.get_float32_matmul_precision()
+    os.environ.update(PINNED)
+    torch.set_float32_matmul_precision(TORCH_PRECISION)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved_torch)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -170,24 +170,3 @@ def test_a_bench_run_that_fails_is_a_failed_row_with_its_reason():
     failed, = bench_checks(["--models", "no-such-models"], "x", "compiled")
     assert failed.result == "failed" and "exit 2" in failed.detail and "invalid choice" in failed.detail, failed
 
-
-def test_the_doctor_pins_ieee_float32_before_any_engine_starts(monkeypatch):
-    """Finding 3 of issue 32: Triton's float32 dots default to TF32 on GPUs (5-8x the exact rows' tolerance on
-    the tiny pair); the doctor pins TRITON_F32_DEFAULT=ieee and VLLM_FLOAT32_MATMUL_PRECISION=highest in its own
-    environment (engine processes inherit it) before it starts anything."""
-    import os
-
-    from asymspec_vl.doctor import cli
-
-    for name in ("TRITON_F32_DEFAULT", "VLLM_FLOAT32_MATMUL_PRECISION"):
-        monkeypatch.setenv(name, "tf32" if name.startswith("TRITON") else "high")
-
-    def first_step():  # the doctor's first look at the stack: nothing has started yet
-        seen.update(os.environ)
-        raise KeyboardInterrupt
-
-    seen = {}
-    monkeypatch.setattr(cli, "environment", first_step)
-    with pytest.raises(KeyboardInterrupt):
-        cli.run_doctor()
-    assert (seen["TRITON_F32_DEFAULT"], seen["VLLM_FLOAT32_MATMUL_PRECISION"]) == ("ieee", "highest")
