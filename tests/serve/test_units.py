@@ -921,6 +921,7 @@ def test_the_chat_service_charges_every_image_before_decoding_any_and_returns_me
     monkeypatch.setattr(chat, "decode_image", decode)
     monkeypatch.setattr(chat, "release_memory", lambda: trims.append(1))
     monkeypatch.setattr(chat, "conversation_request", lambda job, images, views: "request")
+    monkeypatch.setattr(chat, "answer_warnings", lambda toy, images: ())  # the images here are stand-ins
     service = chat.ChatService(settings(max_request_pixels=6_000_000), None, SimpleNamespace(view=view), None)
     monkeypatch.setattr(service, "_encode", lambda request, method, job: "enc")
     job = SimpleNamespace(image_urls=["a", "b"], captions=["", ""], ocrs=["", ""])
