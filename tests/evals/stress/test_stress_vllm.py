@@ -168,6 +168,15 @@ def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(tiny_mod
     assert not report.mismatches, report.mismatches
 
 
+def found_case(workload_json: str, tiny_models, reference):
+    """The report of a workload a stress run found (as it printed it), on the tiny models."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import Workload
+
+    return run_case(Workload.from_json(workload_json), {**tiny_models, "root": tiny_models["verifier"].parent},
+                    reference, logit_steps=3)
+
+
 # Found by the first GPU-shaped stress run (seed 2: eager, budget 32, forced preemption, seeded sampled rows).
 PREEMPTED_SAMPLING = ('''{"engine": {"K": 2, "block_size": 16, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 4, "preempt": true, "prefix_caching": false, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 1, "arrival": 12, "config": {"gate": "lambda", "seed": 399822, "temperature": 0.8}, "image": true, "max_new": 14, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 37, "mode": "plain", "request_seed": 172478, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {"seed": 848498, "temperature": 0.8}, "image": false, "max_new": 39, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 8, "config": {"seed": 760293, "temperature": 0.8}, "image": false, "max_new": 29, "mode": "asymspec", "request_seed": 749890, "stop_token_ids": null}, {"K": 2, "arrival": 11, "config": {}, "image": true, "max_new": 39, "mode": "floor", "request_seed": 758930, "stop_token_ids": [115, 167, 345]}], "seed": 2}''')
 
@@ -179,11 +188,7 @@ def test_a_preempted_sampling_request_draws_its_dropped_drafts_again_from_the_sa
     proposal, whose draws had advanced the request's generator: resumed, it drew its drafts from a stream one
     proposal ahead of the transformers loop's, and its tokens parted from the second on. The proposer now
     puts the generator back to its state before that proposal (rows.RequestRegistry.drop_drafts)."""
-    from asymspec_vl.evals.stress.case import run_case
-    from asymspec_vl.evals.stress.workload import Workload
-
-    report = run_case(Workload.from_json(PREEMPTED_SAMPLING), {**tiny_models, "root": tiny_models["verifier"].parent},
-                      reference, logit_steps=3)
+    report = found_case(PREEMPTED_SAMPLING, tiny_models, reference)
     assert report.resumptions > 0
     assert not report.mismatches, report.mismatches
 
@@ -199,11 +204,7 @@ def test_no_running_request_verifies_fewer_drafts_than_it_proposed(tiny_models, 
     the last ones fewer tokens than their drafts (or none): the last row (asymspec, K 1) verified no drafts for
     three steps and emitted the verifier's tokens. The scheduler hook now starts no more requests than the budget
     holds whole (scheduler_patch.budget_room)."""
-    from asymspec_vl.evals.stress.case import run_case
-    from asymspec_vl.evals.stress.workload import Workload
-
-    report = run_case(Workload.from_json(TRIMMED_DRAFTS), {**tiny_models, "root": tiny_models["verifier"].parent},
-                      reference, logit_steps=3)
+    report = found_case(TRIMMED_DRAFTS, tiny_models, reference)
     assert not report.mismatches, report.mismatches
 
 
