@@ -90,7 +90,7 @@ junk = st.sampled_from([None, "x", -1, 0, 10 ** 400, float("nan"), float("inf"),
 valid_fields = {
     "beta": st.floats(0, 10), "gamma": st.floats(0.01, 1), "gate": st.sampled_from(GATES), "lam": st.floats(0, 100),
     "delta_source": st.sampled_from(DELTA_SOURCES), "bonus": st.sampled_from(BONUS_RULES),
-    "stop_token_ids": st.one_of(st.none(), st.lists(st.integers(0, 400), max_size=3)),  # some never emitted
+    "stop_token_ids": st.one_of(st.none(), st.lists(st.integers(0, 400), min_size=1, max_size=3)),  # some never emitted
     "scd_alpha": st.floats(0.01, 1),
 }
 valid_configs = st.fixed_dictionaries({"K": st.integers(1, 4), "max_new_tokens": st.integers(1, 4)},

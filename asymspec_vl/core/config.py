@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -74,6 +75,10 @@ class AsymSpecConfig:
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # numpy scalars (np.int64(3), np.float32(0.7)) are numbers to a user
+            object.__setattr__(self, f.name, _plain_number(getattr(self, f.name)))
+        if _int(self.top_k) and self.top_k == -1:
+            object.__setattr__(self, "top_k", 0)  # vLLM's (and many clients') "off"
         _check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 16,
                "K", self.K, "an integer in [1, 16]")
         _check(_real(self.beta) and 0.0 <= self.beta <= 10.0, "beta", self.beta, "a number in [0, 10]")
@@ -104,7 +109,7 @@ class AsymSpecConfig:
         _check(_real(self.temperature) and 0.0 <= self.temperature <= 100.0, "temperature", self.temperature,
                "a number in [0, 100] (0: greedy)")
         _check(_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
-        _check(_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "a non-negative integer (0: off)")
+        _check(_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "a non-negative integer (0 or -1: off)")
         _check(_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "a number in [0, 1]")
         _check(self.seed is None or (_int(self.seed) and -(2 ** 63) <= self.seed < 2 ** 64), "seed", self.seed,
                "an integer in [-2**63, 2**64) or None")
@@ -172,6 +177,18 @@ def with_overrides(config, overrides: dict) -> AsymSpecConfig:
 
 def is_one_of(x, allowed: tuple[str, ...]) -> bool:
     return isinstance(x, str) and x in allowed
+
+
+def _plain_number(x):
+    """A numeric scalar of another type (numpy's, a 0-d array's item) as Python's int or float; anything else as
+    it is (bools stay bools: they are not numbers here)."""
+    if isinstance(x, (bool, int, float)) or type(x).__name__ == "bool_":
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        return float(x)
+    return x
 
 
 def _real(x) -> bool:

@@ -53,7 +53,7 @@ def test_ignore_eos_leaves_no_stop_token_and_stop_ids_still_stop(tiny_vl):
 
 @pytest.mark.parametrize("field, value, expected", [
     ("temperature", -0.1, "[0, 100]"), ("temperature", float("inf"), "[0, 100]"), ("temperature", "0.7", "[0, 100]"),
-    ("top_p", 0.0, "(0, 1]"), ("top_p", 1.5, "(0, 1]"), ("top_k", -1, "non-negative"), ("top_k", 2.0, "integer"),
+    ("top_p", 0.0, "(0, 1]"), ("top_p", 1.5, "(0, 1]"), ("top_k", -2, "non-negative"), ("top_k", 2.0, "integer"),
     ("min_p", 1.5, "[0, 1]"), ("seed", 1.5, "integer"), ("seed", True, "integer"), ("seed", 2 ** 64, "integer"),
     ("stop", [""], "non-empty"), ("stop", [3], "strings"), ("stop", "", "non-empty"), ("stop", None, "strings"),
     ("include_stop_str_in_output", 1, "True or False"), ("min_tokens", -1, "[0, max_new_tokens=256]"),
@@ -75,3 +75,20 @@ def test_sampling_fields_defaults_normalised_and_round_trip():
     hot = AsymSpecConfig(temperature=0.7, top_p=0.9, top_k=5, min_p=0.1, seed=3, stop=("x",), min_tokens=2,
                          include_stop_str_in_output=True)
     assert hot.samples and AsymSpecConfig(**hot.to_dict()) == hot
+
+
+def test_numpy_scalars_are_numbers_and_top_k_minus_one_is_off():
+    """Issue 33: np.float32(0.7) or np.int64(3) were ConfigErrors; top_k -1 (vLLM's "off") was refused."""
+    import numpy as np
+
+    from asymspec_vl import AsymSpecConfig
+
+    cfg = AsymSpecConfig(K=np.int64(3), temperature=np.float32(0.5), top_k=np.int64(5), seed=np.int64(7),
+                         max_new_tokens=np.int32(8))
+    assert (cfg.K, cfg.temperature, cfg.top_k, cfg.seed, cfg.max_new_tokens) == (3, 0.5, 5, 7, 8)
+    assert type(cfg.K) is int and type(cfg.temperature) is float
+    assert AsymSpecConfig(top_k=-1).top_k == 0
+    with pytest.raises(ConfigError, match="top_k=-2"):
+        AsymSpecConfig(top_k=-2)
+    with pytest.raises(ConfigError, match="ignore_eos"):
+        AsymSpecConfig(ignore_eos=np.bool_(True))  # a bool field takes bools only
