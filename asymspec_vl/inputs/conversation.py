@@ -5,7 +5,7 @@ view (caption + OCR); x_question: the drafter's template over the conversation w
 view texts (the drafter alone). One user message with one image gives exactly Request's three prompts.
 
 Messages (OpenAI's shape, with the image itself in place of a URL):
-  {"role": "system" | "user" | "assistant", "content": "text" | [part, ...]}
+  {"role": "system" | "user" | "assistant", "content": "text" | [part, ...]}  ("developer" reads as "system")
   part: {"type": "text", "text": str} or {"type": "image", "image": path | PIL image | bytes,
          "caption": str, "ocr": str}  (images only in user turns; caption / ocr: the verifier's view, "" none)
 A user turn reads its images first, then its text parts joined by newlines (as a single-turn request reads
@@ -22,6 +22,7 @@ from .prompts import (EncodedRequest, EncodedView, Prompts, drafter_comp_view, e
                       verifier_text, vision_inputs)
 
 ROLES = ("system", "user", "assistant")
+ALIASES = {"developer": "system"}  # OpenAI's newer name for the system message, as the server reads it
 
 
 @dataclass
@@ -57,10 +58,11 @@ def checked_turns(conv: Conversation) -> list[Turn]:
 
 
 def _turn(i: int, message) -> Turn:
-    if not isinstance(message, dict) or message.get("role") not in ROLES:
+    if not isinstance(message, dict) or message.get("role") not in (*ROLES, *ALIASES):
         role = message.get("role") if isinstance(message, dict) else type(message).__name__
-        raise MalformedConversationError(f"messages[{i}] must be an object with a role in {ROLES}, got {role!r}")
-    role, content = message["role"], message.get("content")
+        raise MalformedConversationError(f"messages[{i}] must be an object with a role in {ROLES} (or 'developer', "
+                                         f"read as system), got {role!r}")
+    role, content = ALIASES.get(message["role"], message["role"]), message.get("content")
     parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(parts, (list, tuple)):
         raise MalformedConversationError(f"messages[{i}].content must be a string or a list of parts, got "

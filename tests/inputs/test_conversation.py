@@ -119,3 +119,10 @@ def test_the_vllm_backend_decodes_a_conversation_to_the_transformers_tokens(embe
                 method
     finally:
         vl.close()
+
+
+def test_a_developer_message_reads_as_the_system_message(embedded):
+    """OpenAI's newer name for the system message, which the server already maps: generate_chat takes it too."""
+    chat = two_image_chat()
+    developer = [{**chat[0], "role": "developer"}, *chat[1:]]
+    assert encode(embedded, Conversation(developer)).prompts == encode(embedded, Conversation(chat)).prompts
