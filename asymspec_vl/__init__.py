@@ -15,16 +15,6 @@ _HOMES = {  # public name -> the module that defines it
     "Conversation": ".inputs.conversation", "Request": ".inputs.prompts", **{name: ".core.errors" for name in _ERRORS},
 }
 
-from importlib import import_module
-
-_HOMES = {
-    "AsymSpecVL": ".api", "GenerationResult": ".api", "TraceToken": ".api",
-    "AsymSpecConfig": ".core.config", "Conversation": ".inputs.conversation", "Request": ".inputs.prompts",
-    **{name: ".core.errors" for name in (
-        "AsymSpecError", "BatchInputError", "ConfigError", "EmptyQuestionError", "ImageTooLargeError", "InputError",
-        "InvalidImageError", "InvalidTextError", "MalformedConversationError", "ModelPairError",
-        "PromptTooLongError", "RequestFailedError", "VocabularyMismatchError")},
-}
 __all__ = list(_HOMES)
 __version__ = "0.1.0"
 

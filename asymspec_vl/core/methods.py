@@ -26,7 +26,6 @@ from .kernels import dispatch
 from . import method_names, trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
-from .method_names import NAMES
 
 DRAFTED = "drafted"  # the vLLM sampler's x_comp drafting logits where they are not the scored b (module docstring)
 

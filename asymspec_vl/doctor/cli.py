@@ -50,12 +50,11 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
 from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_parallel_verdict, verdict
-from .cases import Check
+from .cases import START, Check, say as _say
 from .checks import kernel_check, method_checks
 from .precision import describe as pinned_precision, exact_float32
 from .serve import serve_check, tensor_parallel_check

@@ -11,7 +11,6 @@ import enum
 import os
 import sys
 import threading
-from enum import Enum
 from pathlib import Path
 
 from ..core.errors import ModelPairError

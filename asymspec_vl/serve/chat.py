@@ -8,7 +8,6 @@ expires (--drain-timeout): it ends with ServerShuttingDownError (503 JSON, or a 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import sys

@@ -89,7 +89,8 @@ def test_preempted_and_finished_requests_give_their_slots_back():
             released.append(r)
             logits.release(r)
 
-    registry = types.SimpleNamespace(forget=forget, note_resumed=lambda cached, requests: None)
+    registry = types.SimpleNamespace(forget=forget, note_resumed=lambda cached, requests: None,
+                                     drop_drafts=lambda req_id: None)
     runner = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
         drafter=types.SimpleNamespace(registry=registry, full=types.SimpleNamespace(draft_logits=logits)), requests={})

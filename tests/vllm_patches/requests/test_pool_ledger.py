@@ -43,7 +43,7 @@ def scheduler_with(pool, waiting):
     return types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
         asymspec=SchedulerState(EngineFacts(K=2, vocab_size=10, max_model_len=64), pool), waiting=Waiting(waiting),
-        requests={r.request_id: r for r in waiting})
+        requests={r.request_id: r for r in waiting}, running=[], max_num_scheduled_tokens=8192)  # room for all
 
 
 def waiting_request(req_id, blocks):
