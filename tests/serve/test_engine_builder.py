@@ -53,6 +53,8 @@ def built(monkeypatch):
 
 
 class FakePair:
+    vmap = SimpleNamespace(identity=True)  # one vocabulary (inputs/vocab_map.py)
+
     def banned_ids(self):
         return [7, 5]
 

@@ -46,9 +46,8 @@ class VLLMBackend:
                  tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None,
                  drafter_share: float | None = None, loop=None):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
-        vmap = getattr(pair, "vmap", None)
-        if vmap is not None and not vmap.identity:
-            raise ModelPairError(f"{drafter} and {verifier} have two vocabularies ({vmap.size} shared tokens):"
+        if not pair.vmap.identity:
+            raise ModelPairError(f"{drafter} and {verifier} have two vocabularies ({pair.vmap.size} shared tokens):"
                                  " a cross-family pair runs on the transformers backend (backend='hf') only for now")
         self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
         self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
