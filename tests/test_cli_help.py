@@ -43,7 +43,7 @@ def test_every_option_has_help_and_its_default_once(path):
     for action in parser._actions:
         if not isinstance(action, argparse._HelpAction):
             assert action.help and action.help.strip(), f"{' '.join(path)} {action.option_strings or action.dest}"
-    for option, text in _option_help(parser).items():
+    for text in _option_help(parser).values():
         assert text.count("(default:") <= 1, text
         assert "default: None" not in text and "(default: )" not in text and "default: False" not in text, text
         assert not re.search(r"[\[(]'", text), f"a Python list or tuple in: {text}"

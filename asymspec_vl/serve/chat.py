@@ -154,7 +154,7 @@ class ChatService:
         """The whole ChatCompletionResponse."""
         last = None
         async with self._counted(p), aclosing(self.progress(p)) as steps:
-            async for last in steps:
+            async for last in steps:  # noqa: B007 (the last step is the answer)
                 pass
             row, usage, asymspec = self.finish(p, last)
         logprobs = self.logprobs_content(p.job).push(R.checked_logprobs(p.job, row))

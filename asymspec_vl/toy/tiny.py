@@ -192,7 +192,7 @@ def _init_weights(model: torch.nn.Module, seed: int, std: float = 0.5) -> None:
 
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() >= 2:
                 p.copy_(torch.randn(p.shape, generator=g) * std / p.shape[-1] ** 0.5 * 4)
 

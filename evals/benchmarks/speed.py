@@ -112,7 +112,7 @@ def summarize(batches: dict[str, list[Batch]]) -> dict[str, dict]:
     speedup, c_d, c_v, the bound and the fraction of it reached."""
     rows = {}
     for key, parts in batches.items():
-        def decoded(field_name: str) -> float:
+        def decoded(field_name: str, parts: list[Batch] = parts) -> float:
             return sum(getattr(b.full, field_name) - getattr(b.first, field_name) for b in parts)
 
         tokens, iterations = decoded("emitted"), decoded("iterations")

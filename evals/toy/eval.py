@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from asymspec_vl.core.config import AsymSpecConfig
@@ -15,6 +16,9 @@ from asymspec_vl.core.trace import FUSED
 
 from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs
 from ..summary import SPEED_COLUMNS, summarize, write_summary
+
+if TYPE_CHECKING:
+    from asymspec_vl.inputs.prompts import Request
 
 BENCHMARK = "toy"
 BASE = AsymSpecConfig(max_new_tokens=48)  # the product's defaults; answers are under 25 tokens
@@ -51,7 +55,7 @@ def variants() -> list[Variant]:
 VARIANTS = {v.key: v for v in variants()}
 
 
-def request_of(ex: world.ToyExample) -> "Request":
+def request_of(ex: world.ToyExample) -> Request:
     """The pipeline's request: the drafter gets the image, the verifier the caption (no OCR: the digits
     are the only text in the image, and reading them is the drafter's job)."""
     from asymspec_vl.inputs.prompts import Request  # torch: not for the command line's --help

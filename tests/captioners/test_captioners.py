@@ -112,7 +112,7 @@ def test_easyocr_reads_known_text_offline_and_the_cache_hits_on_the_second_call(
     with pytest.raises(CaptionerError, match="min_confidence"):
         EasyOCRCaptioner(min_confidence=2.0)
     with pytest.raises(CaptionerError, match="are not in"):
-        EasyOCRCaptioner(model_dir=text_image.parent).reader
+        _ = EasyOCRCaptioner(model_dir=text_image.parent).reader
 
 
 class Counting:

@@ -70,7 +70,7 @@ def test_asymspec_logprobs_follow_each_tokens_source(tiny_vl, bonus):
         b = recomputed(tiny_vl, seed, be.drafter, "x_comp", res.token_ids)
         t = recomputed(tiny_vl, seed, be.verifier, "x_comp", res.token_ids)
         fused = fuse(t, context_delta(a, b, t, cfg.delta_source), cfg.beta)
-        check_values(res, lambda name, j: {"a": a[j], "t": t[j], "fused": fused[j]}[name])
+        check_values(res, lambda name, j, a=a, t=t, fused=fused: {"a": a[j], "t": t[j], "fused": fused[j]}[name])
         pairs = {(s.source, lp.distribution) for s, lp in zip(res.trace, res.logprobs)}
         assert pairs <= {("draft", "a"), ("fused", "fused"), ("bonus", "fused" if bonus == "fused" else "t")}
         found |= pairs

@@ -385,7 +385,7 @@ def test_each_bad_upload_is_one_message_and_the_page_works_after(server, browser
         wait = _open(browser, server)
         _click_example(browser, wait)
         browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(path))
-        wait.until(lambda d: any(text in m for m in _messages(d)), f"{path.name}: no message {text!r}")
+        wait.until(lambda d, text=text: any(text in m for m in _messages(d)), f"{path.name}: no message {text!r}")
         time.sleep(1)  # a second message, a late badge or an answer would show by now
         assert len(_messages(browser)) == 1, _messages(browser)
         assert not _error_badges(browser)

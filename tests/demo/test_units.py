@@ -389,7 +389,8 @@ def test_times_floor_only_where_the_pair_can_beat_the_floor():
     that this pair cannot."""
     rows = [render.stats_row(m, T.Stats(steps=2, emitted=4, elapsed_s=s), 0, None, "done")
             for m, s in (("asymspec", 1.0), ("floor", 2.0))]
-    cells = lambda table: [c.split("</td>")[0] for c in table.split('class="stats-asymspec">')[1].split("<td>")[1:]]
+    def cells(table):
+        return [c.split("</td>")[0] for c in table.split('class="stats-asymspec">')[1].split("<td>")[1:]]
     assert cells(render.stats_html(rows))[7] == "2.00" and "× Floor (one run)" in render.stats_html(rows)
     assert cells(render.stats_html(rows, note="the drafter costs what the verifier does"))[7] == ""
 

@@ -138,7 +138,7 @@ def test_drafter_logits_match_transformers_only_with_patches_4_and_5(vl, tiny_vl
     assert min(d for _, d in off4) > 1e-2  # patch (4) off: image_pad tokens read as text
     with switches.disabled("no_length_gate"):
         off5 = _captured_vs_hf(vl, tiny_vl, reqs, cfg)
-    for (short, d_on), (_, d_off) in zip(on, off5):
+    for (short, _d_on), (_, d_off) in zip(on, off5):
         if short:
             assert d_off > 1e-2  # patch (5) off: x_full not longer -> the drafter reads x_comp
         else:
@@ -352,7 +352,7 @@ def test_prompts_prefilled_in_chunks_give_the_same_tokens(vl, tiny_vl):
             assert llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens == 32
             sizes = []  # tokens per drafter forward: the x_full prefill is chunked to the same budget
             hook = runner_of(llm).drafter.model.register_forward_pre_hook(
-                lambda module, args, kwargs: sizes.append(len(kwargs["positions"][-1])), with_kwargs=True)
+                lambda module, args, kwargs, sizes=sizes: sizes.append(len(kwargs["positions"][-1])), with_kwargs=True)
             try:
                 assert _summary(chunked.generate_batch(reqs, method, cfg)) == \
                     _summary(tiny_vl.generate_batch(reqs, method, cfg)), method
@@ -519,7 +519,7 @@ def test_on_step_streams_growing_rows_with_their_labels(vl, method):
     for s in range(4):
         snaps = []
         res = vl.generate(**_kw(random_request(s)), method=method, config=AsymSpecConfig(K=2, max_new_tokens=20),
-                          on_step=lambda rows: snaps.append((list(rows[0].token_ids), list(rows[0].sources),
+                          on_step=lambda rows, snaps=snaps: snaps.append((list(rows[0].token_ids), list(rows[0].sources),
                                                              copy.deepcopy(rows[0].stats))))
         assert len(snaps) > 2 and all(a[0] == b[0][:len(a[0])] for a, b in zip(snaps, snaps[1:]))
         assert snaps[-1][0] == res.token_ids

@@ -312,7 +312,7 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
         proposer = AsymSpecProposer.__new__(AsymSpecProposer)
         proposer.request_errors, proposer.full = request_errors(world_size), FullView(proposer, Images(), None)
         proposer.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
-        proposer.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
+        proposer.fail = lambda req_id, state, err, world_size=world_size: failed.setdefault(world_size, []).append(req_id)
         rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
         plan = DraftPlan(list(rows), [])
         if world_size == 1:
