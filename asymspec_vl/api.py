@@ -21,7 +21,7 @@ from .core.trace import Stats
 from .inputs.vocab import ModelPair
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
+    from .backends.interface import Backend
 
 from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER  # noqa: E402 (kept importable from here)
 ON_ERROR = ("mark", "raise")
@@ -127,13 +127,13 @@ class AsymSpecVL:
         try:
             pair = ModelPair.load(paths["drafter"], paths["verifier"], paths["text_drafter"], trust_remote_code)
             if backend == "hf":
-                from .backends.hf.backend import HFBackend
+                from .backends.hf.hf_backend import HFBackend
 
                 set_threads(threads or 0, device)
                 impl = HFBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"], device,
                                       dtype, trust_remote_code)
             else:
-                from .backends.vllm.backend import VLLMBackend
+                from .backends.vllm.vllm_backend import VLLMBackend
 
                 impl = VLLMBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"],
                                         dtype=dtype, **backend_kwargs)

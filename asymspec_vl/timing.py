@@ -3,7 +3,7 @@ tokens/s as "× Floor", and a note when the pair's costs make a speed-up over th
 
 Why: at batch 1 on a few shared cores torch's default thread pool made tiny-model decoding 5-20x slower and
 erratic, and the first method timed paid every lazy initialisation; both made AsymSpec look 10x slower than the
-Floor. The bound (evals/benchmarks/speed.py states it with measured costs): a speculative step costs n_d drafter
+Floor. The bound (evals/benchmarks/speed_measure.py states it with measured costs): a speculative step costs n_d drafter
 forwards and one verifier forward and emits at most K + 1 tokens, so its speed-up over the Floor is at most
 (K + 1) / (n_d * r + 1), with r = c_d / c_v; here r is read from the models' parameter counts. What this module
 does not know: per-call overheads, which dominate tiny models (a step of K + 1 tokens shares them), so on the

@@ -153,7 +153,7 @@ def _demo(args) -> int:
     from asymspec_vl.core.methods import METHODS
     from asymspec_vl.timing import set_threads, warm_up
 
-    from .app import build_demo, launch
+    from .page import build_demo, launch
     from .service import DemoService
 
     cfg = config_from_args(args)  # checked before the models load

@@ -16,7 +16,7 @@ from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.core.limits import LIMITS
 from asymspec_vl.timing import impossible_speedup_note
-from asymspec_vl.toy.render import looks_like_scene
+from asymspec_vl.toy.draw import looks_like_scene
 
 from . import render
 

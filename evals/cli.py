@@ -44,7 +44,7 @@ def _labels(paths: list[Path]) -> list[str]:
 def _score(args, modules) -> int:
     from asymspec_vl.core.errors import InputError
 
-    from .runner import ResultsFileError, read_records, writable_folder
+    from .jobs import ResultsFileError, read_records, writable_folder
 
     if args.out is not None:
         writable_folder(args.out)  # before any re-extraction runs

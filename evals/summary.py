@@ -1,6 +1,6 @@
 """Eval records -> per-method rows (accuracy per group, overall, tokens/s, acceptance) -> tables and charts.
 
-Generic over evals: a record is a runner record (evals/runner.py) with "method", "correct" (bool or None)
+Generic over evals: a record is a runner record (evals/jobs.py) with "method", "correct" (bool or None)
 and "stats" {"emitted", "elapsed_s", "steps", "drafted", "accepted"}; groups select records by a field.
 """
 

@@ -177,15 +177,15 @@ def test_no_modules_import_each_other():
 def test_the_scan_sees_relative_and_lazy_imports(tmp_path):
     """The check itself: a relative import inside a function, resolved against its package."""
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from ..evals.runner import Job\n")
+    path.write_text("def f():\n    from ..evals.jobs import Job\n")
     found = list(imported("asymspec_vl.toy.mod", path))
-    assert (2, "asymspec_vl.evals.runner.Job") in found
+    assert (2, "asymspec_vl.evals.jobs.Job") in found
 
 
 def test_the_check_fails_an_upward_import_and_a_sibling_room(tmp_path):
     """The check itself: the core naming the app, the demo naming the evals, a captioner reading the views."""
     cases = {"asymspec_vl.core.mod": "def f():\n    from ..api import AsymSpecVL\n",
-             "asymspec_vl.demo.mod": "from asymspec_vl.evals.runner import Job\n",
+             "asymspec_vl.demo.mod": "from asymspec_vl.evals.jobs import Job\n",
              "asymspec_vl.captioners.mod": "from asymspec_vl.inputs.prompts import Request\n",
              "asymspec_vl.serve.mod": "from ..core.gate import fuse\n"}
     mods = []
@@ -193,7 +193,7 @@ def test_the_check_fails_an_upward_import_and_a_sibling_room(tmp_path):
         (tmp_path / name).write_text(text)
         mods.append((name, tmp_path / name))
     assert [v.split(" imports ")[1] for v in violations(mods)] == [
-        "asymspec_vl.api", "asymspec_vl.evals.runner", "asymspec_vl.inputs.prompts"]
+        "asymspec_vl.api", "asymspec_vl.evals.jobs", "asymspec_vl.inputs.prompts"]
 
 
 def test_the_check_finds_a_circle_through_a_lazy_import():

@@ -227,8 +227,8 @@ def _attribute_owners():
     from dataclasses import fields
 
     from asymspec_vl import AsymSpecVL, GenerationResult
-    from asymspec_vl.backends.hf.backend import HFBackend
-    from asymspec_vl.backends.vllm.backend import VLLMBackend
+    from asymspec_vl.backends.hf.hf_backend import HFBackend
+    from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
     from asymspec_vl.stream import TextStream
     from asymspec_vl.core.trace import Stats
     from asymspec_vl.inputs.vocab import ModelPair

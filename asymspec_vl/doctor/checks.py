@@ -20,7 +20,7 @@ def method_checks(paths: dict, run: AttentionRun, device: str) -> list[Check]:
     from ..core.config import AsymSpecConfig
     from .graphs import NAMES as GRAPHS_ROWS, graphs_checks
     from .logits import logits_checks
-    from .rows import mixed_waves_check, plain_sampling_check
+    from .row_checks import mixed_waves_check, plain_sampling_check
 
     names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
     hf = AsymSpecVL.from_pretrained(**names, device=device, dtype=run.dtype)
@@ -70,7 +70,7 @@ def preemption_check(vl, hf, run: AttentionRun) -> Check:
     from vllm_patches.probes import probe
 
     from ..api import AsymSpecVL
-    from ..backends.vllm.backend import VLLMBackend
+    from ..backends.vllm.vllm_backend import VLLMBackend
     from ..core.config import AsymSpecConfig
 
     if run.block_size != 16:

@@ -57,7 +57,7 @@ from .backends import DRAFTER_SIZES, RUNS, VERIFIER_SIZES, head_sizes, tensor_pa
 from .cases import START, Check, say as _say
 from .checks import kernel_check, method_checks
 from .precision import describe as pinned_precision, exact_float32
-from .serve import serve_check, tensor_parallel_check
+from .serve_check import serve_check, tensor_parallel_check
 
 
 def environment() -> list[tuple[str, str]]:

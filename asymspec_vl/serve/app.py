@@ -23,7 +23,7 @@ from . import choices
 from .captioning import ViewMaker
 from .chat import ChatService
 from .engine_watch import AnswerUnexpected, EngineWatch, is_engine_dead
-from .errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
+from .http_errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
                      RouteNotFoundError, ServerNotReadyError, UnsupportedRequestError, error_body, status_of,
                      validation_problems)
 from .metrics import ServeMetrics

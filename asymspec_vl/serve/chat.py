@@ -24,7 +24,7 @@ from ..inputs.conversation import Conversation, encode
 from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
-from .errors import RequestTimeoutError, ServerShuttingDownError, error_body
+from .http_errors import RequestTimeoutError, ServerShuttingDownError, error_body
 from .media import TRIM_PIXELS, PixelBudget, decode_image, fetch_image_bytes, release_memory
 from .metrics import ServeMetrics
 from .notes import answer_warnings, serves_toy_pair

@@ -5,7 +5,7 @@ sentences; absent when there is nothing to say) and logs each once per request."
 from __future__ import annotations
 
 from ..commands import is_embedded
-from ..toy.render import looks_like_scene
+from ..toy.draw import looks_like_scene
 from .settings import ServeSettings
 
 

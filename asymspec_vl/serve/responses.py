@@ -13,7 +13,7 @@ from ..core.stop_strings import StreamedText
 from ..inputs.prompts import EncodedRequest
 from ..core.trace import FUSED
 from .captioning import View
-from .errors import GenerationFailedError
+from .http_errors import GenerationFailedError
 from .translate import ChatJob
 
 

@@ -22,7 +22,7 @@ from typing import Callable
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .errors import RequestReadTimeoutError, ServerBusyError, error_body, status_of
+from .http_errors import RequestReadTimeoutError, ServerBusyError, error_body, status_of
 from .settings import ServeSettings
 
 DRAIN_GRACE_S = 5.0

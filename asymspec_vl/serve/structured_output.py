@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..core.errors import ConfigError
 from ..core.structured import KINDS, StructuredOutput, structured_output_of
-from .errors import UnsupportedRequestError
+from .http_errors import UnsupportedRequestError
 from .settings import ServeSettings
 
 FIELDS = ("response_format", "structured_outputs")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from ..core.config import AsymSpecConfig, as_config
 from ..core.errors import ConfigError, EmptyQuestionError, InvalidTextError
 from ..core.methods import method as method_named
-from .errors import (MalformedRequestError, TooManyImagesError, UnknownModelError, UnsupportedRequestError,
+from .http_errors import (MalformedRequestError, TooManyImagesError, UnknownModelError, UnsupportedRequestError,
                      validation_problems)
 from .settings import ServeSettings
 from .structured_output import structured_output_of_request

@@ -19,8 +19,8 @@ from typing import AsyncIterator
 
 from ..api import AsymSpecVL
 from ..backends.vllm.engine_view import EngineView
-from ..backends.vllm.backend import StreamedStats, VLLMBackend
-from ..backends.vllm.logprobs import from_vllm
+from ..backends.vllm.vllm_backend import StreamedStats, VLLMBackend
+from ..backends.vllm.sample_logprobs import from_vllm
 from ..backends.vllm.engine import EngineSpec, configure_environment
 from ..core.config import AsymSpecConfig
 from ..pair.defaults import resolve

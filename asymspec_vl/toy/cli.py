@@ -56,7 +56,7 @@ def _train(args) -> int:
 
 
 def _heavy(args) -> int:
-    from ..evals.runner import writable_folder
+    from ..evals.jobs import writable_folder
     from .heavy import layer_count, write_heavy_verifier
 
     layers = layer_count(args.cost_ratio, args.verifier)  # a bad ratio is refused before anything is written

@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
-from .data import Batch
+from .batches import Batch
 
 
 def warmup_cosine(step: int, total: int, warmup: int, floor: float = 0.05) -> float:

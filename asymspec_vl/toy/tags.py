@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .render import COLOURS, SHAPES
+from .draw import COLOURS, SHAPES
 
 TAG_LAYER = 1  # hidden_states[1]: the output of the first decoder layer
 

@@ -86,7 +86,7 @@ def train_verifier(out: str, cfg: ToyTrainConfig, position: int = 1) -> None:
     from transformers import AutoTokenizer
 
     from .tiny import text_model, write_text_model
-    from .data import Encoder, verifier_batch
+    from .batches import Encoder, verifier_batch
     from .lm import train_lm
 
     torch.set_num_threads(1)
@@ -110,7 +110,7 @@ def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict
     from transformers import AutoProcessor
 
     from .tiny import vl_model, write_vl_model
-    from .data import Encoder, drafter_batch
+    from .batches import Encoder, drafter_batch
     from .lm import train_lm
     from .tags import TagHead
     from .vision import pretrain_vision

@@ -11,8 +11,8 @@ from torch import nn
 from tqdm import tqdm
 
 from . import world
-from .data import VISION_STREAM, Encoder
-from .render import COLOURS, SHAPES
+from .batches import VISION_STREAM, Encoder
+from .draw import COLOURS, SHAPES
 
 COLOUR_IDS = {c: i for i, c in enumerate(COLOURS)}
 SHAPE_IDS = {s: i for i, s in enumerate(SHAPES)}

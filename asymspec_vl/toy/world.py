@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .render import COLOURS, SHAPES, render_scene
+from .draw import COLOURS, SHAPES, render_scene
 
 QTYPES = ("read", "sum", "mult")
 NUM_ITEMS = 3

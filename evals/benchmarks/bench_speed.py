@@ -27,7 +27,7 @@ from pathlib import Path
 from asymspec_vl.commands import comma_list, positive_int
 from asymspec_vl.evals.report import markdown_table, write_table
 
-from .speed import REFERENCES, VARIANTS, decode_batches, summarize
+from .speed_measure import REFERENCES, VARIANTS, decode_batches, summarize
 
 COLUMNS = ["backend", "R", "batch", "variant", "tokens_per_s", "wall_tokens_per_s", "speedup", "mean_accepted_length", "c_d_ms", "c_v_ms",
            "bound", "of_bound", "cpu_share", "load"]

@@ -23,7 +23,7 @@ KEYS = ["drafter", "floor", "asymspec-K2-b1", "asymspec-K4-b1", "asymspec-K2-b1-
 
 def table_of(drafter: Path, verifier: Path, n: int, out: Path) -> dict[str, dict]:
     from asymspec_vl import AsymSpecVL
-    from asymspec_vl.evals.runner import ResultsLog
+    from asymspec_vl.evals.jobs import ResultsLog
     from asymspec_vl.toy import world
     from asymspec_vl.evals.toy.eval import evaluate, table
 

@@ -149,7 +149,7 @@ def load_models(args, root: Path) -> tuple[dict, dict, list[Request]]:
 
 def add_bounds(rows: list[dict], K: int) -> None:
     """Each speculative row's speedup over its mode's Floor and the bound its per-step split implies."""
-    from .speed import bound
+    from .speed_measure import bound
 
     floors = {r["mode"]: r["tokens_per_s"] for r in rows if r["method"] == "floor"}
     for row in rows:

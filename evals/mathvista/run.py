@@ -17,10 +17,10 @@ from pathlib import Path
 from asymspec_vl.core.methods import engine_order
 
 from ..manifest import build_manifest, write_manifest
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs, writable_folder
+from ..jobs import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs, writable_folder
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 from .data import data_files, load_problems, sha256_file
-from .images import check_images, open_images
+from .image_source import check_images, open_images
 from .protocol import IMAGE_METHODS, EvalProtocol, build_request, select, task_of
 from .scoring import breakdown
 from .verdicts import headline, label, verdicts

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # tiny models: more OpenMP threads only spin against the engine (and other processes)
-    from .reference import Reference
+    from .hf_side import Reference
 
     reference = Reference(paths)
     if args.shrink:

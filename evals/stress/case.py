@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 
 from asymspec_vl.inputs.prompts import encode_request
 
-from .reference import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
+from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request
 
 RESULT_PREFIX = "STRESS-RESULT "

@@ -7,7 +7,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from asymspec_vl.backends.vllm.backend import VLLMBackend
+from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.backends.vllm.engine import EngineSpec
 from asymspec_vl.core.loop import RowOutput
 from asymspec_vl.core.methods import METHODS

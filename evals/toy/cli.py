@@ -43,7 +43,7 @@ def _run(args) -> int:
     from asymspec_vl.toy import world
 
     from ..manifest import build_manifest, write_manifest
-    from ..runner import ResultsLog
+    from ..jobs import ResultsLog
     from .eval import BASE, VARIANTS, evaluate, write_outputs
 
     if args.n < 1 or args.batch < 1:

@@ -1,6 +1,6 @@
 """The toy world's Table-3-style evaluation: every method variant on the held-out set, accuracy per question
 type (read / sum / mult) and overall, acceptance rate, mean accepted length, share of delta-fused tokens
-and tokens/s; through the shared resumable runner (evals/runner.py) and summary writers."""
+and tokens/s; through the shared resumable runner (evals/jobs.py) and summary writers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from asymspec_vl.toy import world
 from asymspec_vl.timing import warm_up
 from asymspec_vl.core.trace import FUSED
 
-from ..runner import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs
+from ..jobs import BatchedWork, Job, ResultsLog, elapsed_shares, failed, resume_note, run_jobs
 from ..summary import SPEED_COLUMNS, summarize, write_summary
 
 if TYPE_CHECKING:

@@ -227,12 +227,12 @@ def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch)
     assert out.stdout.startswith(heading)
     assert f"OCR text (by EasyOCR {metadata.version('easyocr')}):\n{KNOWN_TEXT}\n" in out.stdout
     assert len(list((tmp_path / "c").rglob("*.json"))) == 2  # the caption and the OCR result, cached
-    import asymspec_vl.backends.hf.backend
+    import asymspec_vl.backends.hf.hf_backend
     import asymspec_vl.captioners.ocr
     from asymspec_vl.cli import main
 
     with monkeypatch.context() as m:  # served from the cache the first command filled: no model, no OCR reader
-        m.setattr(asymspec_vl.backends.hf.backend, "load_causal_lm", lambda *a, **k: pytest.fail("VLM loaded"))
+        m.setattr(asymspec_vl.backends.hf.hf_backend, "load_causal_lm", lambda *a, **k: pytest.fail("VLM loaded"))
         m.setattr(asymspec_vl.captioners.ocr, "get_reader", lambda *a, **k: pytest.fail("OCR reader built"))
         assert main(["caption", str(text_image), "--model", str(tiny_models["vl_drafter"]), "--max-new-tokens",
                      "4", "--json", "--cache-dir", str(tmp_path / "c")]) == 0

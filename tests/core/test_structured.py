@@ -58,7 +58,7 @@ def test_the_engine_receives_the_grammar_in_sampling_params_not_in_extra_args():
 def test_the_vllm_backend_sets_structured_outputs_for_every_method():
     import types
 
-    from asymspec_vl.backends.vllm.backend import VLLMBackend
+    from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
     from asymspec_vl.inputs.prompts import EncodedRequest, EncodedView, Prompts
 
     backend = VLLMBackend.__new__(VLLMBackend)
@@ -118,7 +118,7 @@ def test_response_format_and_structured_outputs_map_as_vllm_maps_them(fields, ex
     ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "not both"),
     ({"structured_outputs": {"choice": []}}, "structured_outputs: AsymSpecConfig.structured_output choice")])
 def test_what_is_not_served_is_refused_by_name(fields, says):
-    from asymspec_vl.serve.errors import UnsupportedRequestError
+    from asymspec_vl.serve.http_errors import UnsupportedRequestError
     from asymspec_vl.serve.structured_output import structured_output_of_request
 
     with pytest.raises(UnsupportedRequestError, match=says):
@@ -128,7 +128,7 @@ def test_what_is_not_served_is_refused_by_name(fields, says):
 @pytest.mark.parametrize("fields, named", [({"response_format": {"type": "json_object"}}, "response_format"),
                                            ({"structured_outputs": {"regex": "a"}}, "structured_outputs")])
 def test_the_transformers_backend_answers_400_naming_the_field(fields, named):
-    from asymspec_vl.serve.errors import UnsupportedRequestError, error_body, status_of
+    from asymspec_vl.serve.http_errors import UnsupportedRequestError, error_body, status_of
     from asymspec_vl.serve.structured_output import structured_output_of_request
 
     with pytest.raises(UnsupportedRequestError, match=f"{named} is not supported on the 'hf' backend") as e:

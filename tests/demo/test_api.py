@@ -55,7 +55,7 @@ def recorder(tiny_vl):
 
 @pytest.fixture(scope="module")
 def app(recorder):
-    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.page import build_demo, launch
     from asymspec_vl.demo.service import DemoService
 
     with socket.socket() as s:

@@ -107,7 +107,7 @@ class PacedVL:
 def paced_server():
     """The demo page on the embedded toy pair, paced, served from this process (no captioner)."""
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
-    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.page import build_demo, launch
     from asymspec_vl.demo.service import DemoService
 
     vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")

@@ -295,7 +295,7 @@ def test_the_seed_box_is_text_and_starts_empty(tiny_vl):
     gave the same answer and said "seed 0". A text box: empty draws a seed, digits are that seed."""
     import gradio as gr
 
-    from asymspec_vl.demo.app import build_demo
+    from asymspec_vl.demo.page import build_demo
 
     blocks = build_demo(DemoService(tiny_vl, AsymSpecConfig()))
     seed, = [c for c in blocks.blocks.values() if getattr(c, "elem_id", None) == "seed"]

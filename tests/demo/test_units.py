@@ -315,7 +315,7 @@ def test_stop_signals_of_sessions_that_never_answer_are_bounded_and_a_closed_ses
 def test_the_page_bounds_gradios_sessions_and_releases_a_closed_sessions_signal():
     import socket
 
-    from asymspec_vl.demo.app import build_demo, launch
+    from asymspec_vl.demo.page import build_demo, launch
     from asymspec_vl.demo.service import SESSIONS_KEPT
 
     service = DemoService(NoModels(), AsymSpecConfig())
@@ -431,7 +431,7 @@ def test_the_toy_pair_is_known_from_its_names():
 
 
 def test_the_api_names_every_output():
-    from asymspec_vl.demo.app import build_demo
+    from asymspec_vl.demo.page import build_demo
 
     demo = build_demo(DemoService(SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"}),
                                   AsymSpecConfig()))
@@ -443,7 +443,7 @@ def test_the_api_names_every_output():
 
 def test_a_click_on_an_example_runs_the_answer():
     """The examples' load event is followed by the same begin → answer chain as the Answer button."""
-    from asymspec_vl.demo.app import build_demo
+    from asymspec_vl.demo.page import build_demo
 
     demo = build_demo(DemoService(SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"}),
                                   AsymSpecConfig()))
@@ -458,7 +458,7 @@ def test_a_click_on_an_example_runs_the_answer():
 def test_the_decoding_controls_hold_temperature_top_p_and_seed():
     """The page's and the API's answers read the temperature slider (0..2, default 0: greedy), the top-p slider
     and the seed box (empty: a random seed), after the baselines; the command line's values are their defaults."""
-    from asymspec_vl.demo.app import build_demo
+    from asymspec_vl.demo.page import build_demo
 
     names = SimpleNamespace(names={"drafter": "embedded", "verifier": "embedded"})
     for base, shown in ((AsymSpecConfig(), (0.0, 1.0, "")), (AsymSpecConfig(temperature=0.6, top_p=0.9, seed=4),

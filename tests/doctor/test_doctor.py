@@ -171,7 +171,7 @@ def output(tokens, logprobs, finish="length"):
 def test_logprobs_that_come_back_empty_fail_with_a_clear_message():
     from vllm.logprobs import Logprob
 
-    from asymspec_vl.doctor.rows import logprobs_verdict
+    from asymspec_vl.doctor.row_checks import logprobs_verdict
 
     empty = logprobs_verdict(output([5, 6], []), "plain", "X")
     assert empty.result == "failed" and "no logprobs came back for 2 sampled tokens" in empty.detail

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from asymspec_vl.backends.vllm import backend as vllm_backend
-from asymspec_vl.backends.vllm.backend import VLLMBackend
+from asymspec_vl.backends.vllm import vllm_backend
+from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.backends.vllm.engine import EngineSpec
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError

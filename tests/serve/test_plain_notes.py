@@ -58,7 +58,7 @@ def test_the_warning_needs_the_toy_pair():
 def test_a_refused_field_is_named_in_plain_words_not_a_python_repr(fields, says):
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
-    from asymspec_vl.serve.errors import UnsupportedRequestError
+    from asymspec_vl.serve.http_errors import UnsupportedRequestError
     from asymspec_vl.serve.settings import ServeSettings
     from asymspec_vl.serve.translate import translate
 

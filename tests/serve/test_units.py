@@ -88,7 +88,7 @@ def test_stop_token_ids_end_an_answer_beside_the_eos_tokens_unless_ignore_eos():
     ({"use_beam_search": True}, "use_beam_search"), ({"repetition_penalty": 1.2}, "repetition_penalty"),
     ({"chat_template": "{{ x }}"}, "chat_template"), ({"vllm_xargs": {"a": "b"}}, "vllm_xargs")])
 def test_what_the_server_does_not_serve_is_refused_by_name(fields, named):
-    from asymspec_vl.serve.errors import UnsupportedRequestError, error_body
+    from asymspec_vl.serve.http_errors import UnsupportedRequestError, error_body
 
     with pytest.raises(UnsupportedRequestError, match=named) as refused:
         job(body(**fields))
@@ -130,7 +130,7 @@ def test_the_logprobs_content_joins_to_the_answer_and_names_each_distribution():
 
 def test_unknown_extras_methods_and_settings_are_refused():
     from asymspec_vl.core.errors import ConfigError
-    from asymspec_vl.serve.errors import UnsupportedRequestError
+    from asymspec_vl.serve.http_errors import UnsupportedRequestError
 
     with pytest.raises(UnsupportedRequestError, match="captions"):
         job(body(captions="x"))
@@ -184,7 +184,7 @@ def test_a_conversation_becomes_its_turns_with_each_images_view():
 
 def test_the_conversation_is_checked_before_anything_runs():
     from asymspec_vl.core.errors import EmptyQuestionError, InvalidTextError
-    from asymspec_vl.serve.errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
+    from asymspec_vl.serve.http_errors import TooManyImagesError, UnknownModelError, UnsupportedRequestError
 
     url = data_url(PNG)
     with pytest.raises(TooManyImagesError, match="5 images; this server reads at most 4"):
@@ -217,7 +217,7 @@ def test_the_conversation_is_checked_before_anything_runs():
 
 def test_errors_have_their_http_status_and_an_openai_error_object():
     from asymspec_vl.core.errors import ConfigError, ImageTooLargeError, PromptTooLongError
-    from asymspec_vl.serve import errors as E
+    from asymspec_vl.serve import http_errors as E
 
     cases = {E.UnknownModelError("m"): 404, E.BodyTooLargeError("b"): 413, ImageTooLargeError("i"): 400,
              PromptTooLongError("p"): 400, ConfigError("c"): 400, E.TooManyImagesError("t"): 400,
@@ -814,7 +814,7 @@ def slow_stream(pause: float):
 def test_a_request_past_the_request_timeout_is_aborted_with_504():
     import asyncio
 
-    from asymspec_vl.serve.errors import RequestTimeoutError
+    from asymspec_vl.serve.http_errors import RequestTimeoutError
 
     service, p = stand_in_service(slow_stream(0.05), request_timeout_s=0.5)
 
@@ -830,7 +830,7 @@ def test_requests_running_when_the_drain_expires_end_with_an_error_object_and_st
     import asyncio
     import json
 
-    from asymspec_vl.serve.errors import ServerShuttingDownError
+    from asymspec_vl.serve.http_errors import ServerShuttingDownError
 
     service, p = stand_in_service(slow_stream(0.01), drain_timeout_s=0.3)
 

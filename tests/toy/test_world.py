@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from asymspec_vl.toy import world
-from asymspec_vl.toy.render import CELL, COLOURS, SHAPES
+from asymspec_vl.toy.draw import CELL, COLOURS, SHAPES
 
 
 def test_examples_and_images_are_reproducible():
@@ -107,7 +107,7 @@ def test_numbers_are_digit_tokens(toy_processor):
 def test_training_rows_match_the_processor(toy_processor):
     """Drafter rows are token-for-token what the Qwen3-VL processor builds for the same prompt and image,
     followed by the answer and <|im_end|>; only the answer is a target; tags name the right digits."""
-    from asymspec_vl.toy.data import Encoder, drafter_batch, verifier_batch
+    from asymspec_vl.toy.batches import Encoder, drafter_batch, verifier_batch
 
     processor = toy_processor
     enc = Encoder(processor.tokenizer, processor)
@@ -132,7 +132,7 @@ def test_training_rows_match_the_processor(toy_processor):
 
 
 def test_tags_give_each_named_shape_its_digit(toy_processor):
-    from asymspec_vl.toy.data import Encoder
+    from asymspec_vl.toy.batches import Encoder
     from asymspec_vl.toy.tags import tag_targets
 
     enc = Encoder(toy_processor.tokenizer, toy_processor)

@@ -29,7 +29,7 @@ from .log_notes import asymspec_log_lines
 from ..drafter.drafter_attention import verifier_common_for_group
 from ..requests.faults import check_ranks_agree, stop_rank_on_error
 from .runner_state import RUNNER_ATTR, RunnerState
-from ..probes.timing import timed
+from ..probes.phase_timing import timed
 
 ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
 

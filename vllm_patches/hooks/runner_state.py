@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..probes.timing import PhaseTimer
+from ..probes.phase_timing import PhaseTimer
 
 RUNNER_ATTR = "asymspec"  # GPUModelRunner attribute holding its RunnerState (asymspec engines only)
 

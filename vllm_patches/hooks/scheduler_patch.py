@@ -32,7 +32,7 @@ from ..requests.request_args import (KEY, REQUEST_KEY, AsymSpecRequest, EngineFa
                                      parse_request)
 from .runner_patch import ERRORS_ATTR
 from ..requests.stats import OUTPUT_KEY, EngineStats
-from .structured import hidden_tokens_skip_grammar
+from .grammar_patch import hidden_tokens_skip_grammar
 
 STATE_ATTR = "asymspec_state"  # Request attribute holding its RequestState
 SCHEDULER_ATTR = "asymspec"  # Scheduler attribute holding its SchedulerState (asymspec engines only)

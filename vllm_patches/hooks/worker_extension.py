@@ -90,7 +90,7 @@ class AsymSpecWorkerExtension:
         return state
 
     def asymspec_set_timing(self, on: bool) -> None:
-        from ..probes.timing import PhaseTimer
+        from ..probes.phase_timing import PhaseTimer
 
         self._asymspec_runner().timer = PhaseTimer() if on else None
 

@@ -275,7 +275,7 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
     from vllm_patches.probes import probe
 
     from asymspec_vl import AsymSpecConfig
-    from asymspec_vl.backends.vllm.backend import VLLMBackend
+    from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
     from asymspec_vl.inputs.prompts import encode_request
 
     b = vl.backend
@@ -313,7 +313,7 @@ def test_preempted_requests_resume_as_if_never_preempted(vl, tiny_vl):
     from vllm_patches.probes import probe
 
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
-    from asymspec_vl.backends.vllm.backend import VLLMBackend
+    from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 
     b = vl.backend
     small = VLLMBackend(b.pair, b.drafter, b.verifier, None, b.dtype, b.tp,
@@ -336,7 +336,7 @@ def test_prompts_prefilled_in_chunks_give_the_same_tokens(vl, tiny_vl):
     """A 32-token step budget: every prompt is prefilled over several steps (chunked prefill, vLLM's default
     on GPUs for long prompts). The prime token, the x_comp-view scores b and the drafts are unaffected."""
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
-    from asymspec_vl.backends.vllm.backend import VLLMBackend
+    from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
     from asymspec_vl.inputs.prompts import encode_request
 
     b = vl.backend

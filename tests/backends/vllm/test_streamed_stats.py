@@ -1,7 +1,7 @@
 """The vLLM backend's labels while a request streams: one step per token for a mode without drafts, K + 1 at most
 per step for a speculative one (no engine needed)."""
 
-from asymspec_vl.backends.vllm.backend import StreamedStats
+from asymspec_vl.backends.vllm.vllm_backend import StreamedStats
 from asymspec_vl.core import trace as T
 from asymspec_vl.core.methods import METHODS
 

@@ -10,7 +10,7 @@ from PIL import Image, ImageDraw
 from asymspec_vl.captioners import PrecomputedCaptioner
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.evals.mathvista.data import DATA_DIR, data_files, data_hashes, load_problems
-from asymspec_vl.evals.mathvista.images import FolderImages, MissingImagesError, TableImages, open_images
+from asymspec_vl.evals.mathvista.image_source import FolderImages, MissingImagesError, TableImages, open_images
 from asymspec_vl.evals.mathvista.protocol import (COT_SUFFIX, TASKS, EvalProtocol, build_request, parse_tasks,
                                                   question_text, select)
 from asymspec_vl.evals.mathvista.run import load_setup

@@ -64,7 +64,7 @@ def test_workloads_round_trip_and_shrink_to_what_fails():
 
 @pytest.fixture(scope="module")
 def reference(tiny_models):
-    from asymspec_vl.evals.stress.reference import Reference
+    from asymspec_vl.evals.stress.hf_side import Reference
 
     return Reference(tiny_models)
 

@@ -139,7 +139,7 @@ def test_the_demo_opens_on_toy_examples_the_pair_answers(toy_vl):
     """The demo's default models are the toy pair: its first examples are toy scenes (examples.json records
     their answers) where AsymSpec gets the answer the caption cannot give, and on the mult one the drafter
     alone gets it wrong (the verifier's arithmetic)."""
-    from asymspec_vl.demo.app import EXAMPLES_DIR
+    from asymspec_vl.demo.page import EXAMPLES_DIR
     from asymspec_vl.demo.service import DemoService
 
     service = DemoService(toy_vl, BASE)

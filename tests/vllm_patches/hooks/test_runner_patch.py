@@ -48,7 +48,7 @@ def test_a_rank_local_sampler_failure_ends_the_rank_under_tensor_parallelism(mon
 def test_the_runners_asymspec_state_is_one_object_the_worker_rpcs_and_hooks_share():
     """Timing switched on by the worker RPC is the timer the hooks count steps and phases on (it lived in a loose
     runner attribute beside two more)."""
-    from vllm_patches.probes.timing import timed
+    from vllm_patches.probes.phase_timing import timed
     from vllm_patches.hooks.worker_extension import AsymSpecWorkerExtension
 
     runner = runner_with(1)

@@ -32,7 +32,7 @@ from ...core.errors import ModelPairError
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
-from .logprobs import MissingLogprobsError, from_vllm
+from .sample_logprobs import MissingLogprobsError, from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 from .grammar import check_compiles
 

@@ -15,7 +15,7 @@ from vllm_patches.hooks.runner_state import RunnerState
 from vllm_patches.hooks.scheduler_patch import SchedulerState
 
 from asymspec_vl.core.config import AsymSpecConfig
-from vllm_patches.hooks import runner_patch, scheduler_patch, structured
+from vllm_patches.hooks import grammar_patch, runner_patch, scheduler_patch
 
 V = 8
 ALLOWED = ({3, 4, 6}, {1, 2})  # the grammar's tokens at the first verified position, and after the first draft
@@ -154,7 +154,7 @@ def test_a_hidden_token_leaves_the_grammar_alone_and_the_manager_is_restored():
     manager = Manager()
     scheduler = types.SimpleNamespace(structured_output_manager=manager)
     primed, other = (types.SimpleNamespace(use_structured_output=True) for _ in range(2))
-    with structured.hidden_tokens_skip_grammar(scheduler, [primed, None]):
+    with grammar_patch.hidden_tokens_skip_grammar(scheduler, [primed, None]):
         assert not manager.should_advance(primed)
         assert manager.should_advance(other)
     assert "should_advance" not in vars(manager) and manager.should_advance(primed)

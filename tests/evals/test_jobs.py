@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from asymspec_vl.core.errors import InputError
-from asymspec_vl.evals.runner import (BatchedWork, Job, OutputFolderError, ResultsFileError, ResultsLog,
+from asymspec_vl.evals.jobs import (BatchedWork, Job, OutputFolderError, ResultsFileError, ResultsLog,
                                      ResumeMismatchError, read_records, run_jobs, writable_folder)
 from asymspec_vl.evals.summary import accuracy, speed, summarize, write_summary
 
@@ -142,7 +142,7 @@ def test_duplicate_jobs_and_concurrent_writers_are_refused(tmp_path):
 
 SCRIPT = textwrap.dedent("""
     import pathlib, sys, time
-    from asymspec_vl.evals.runner import Job, ResultsLog, run_jobs
+    from asymspec_vl.evals.jobs import Job, ResultsLog, run_jobs
     out = pathlib.Path(sys.argv[1])
     def work(job):
         if job.key == ("3", "b") and not (out / "resumed").exists():

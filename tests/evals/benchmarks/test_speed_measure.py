@@ -1,9 +1,9 @@
-"""bench_speed's cost model (evals/benchmarks/speed.py): n_d drafter forwards per step, and the bound
+"""bench_speed's cost model (evals/benchmarks/speed_measure.py): n_d drafter forwards per step, and the bound
 MAL * c_v / (n_d c_d + c_v) it measures each method against."""
 
 import pytest
 
-from asymspec_vl.evals.benchmarks.speed import VARIANTS, bound
+from asymspec_vl.evals.benchmarks.speed_measure import VARIANTS, bound
 
 
 @pytest.mark.parametrize("key, n_d", [("floor", 0), ("drafter", 0), ("sd-K2", 2), ("sd-K4", 4),
