@@ -2,7 +2,7 @@
 anything is decoded, the one decode (asymspec_vl.inputs.images.load_image), and messages that name the file, the limit and
 what to do.
 
-Why the folder check: the demo's events skip Gradio's preprocessing (see app.py), and with it Gradio's own check
+Why the folder check: the demo's events skip Gradio's preprocessing (see page.py), and with it Gradio's own check
 that a file was uploaded; the public API (/describe, /answer) takes any path a caller writes. So the demo opens
 only files that, once the path is resolved (symlinks, `..`), lie in Gradio's upload folder or in demo/examples,
 and it says the same words for every other path (nothing about whether a file is there, its size or kind)."""

@@ -25,7 +25,7 @@ The rest of the method:
   per-request state, failures                                      rows.py, faults.py (tensor parallelism)
   the tokens emitted without a decision (prime, re-emit)           hidden_tokens.py
   per-request statistics and token labels                          stats.py
-  named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, timing.py
+  named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, phase_timing.py
 vLLM's hooks, file by file:
   SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config,
     SamplingParams._validate_spec_decode                                              config_patch.py

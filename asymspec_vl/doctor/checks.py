@@ -1,5 +1,5 @@
 """The checks of `asymspec-vl doctor` (doctor.py) on one attention backend: every method through the vLLM path
-against the transformers backend, then the row checks (rows.py), the logits checks (logits.py), the drafter's
+against the transformers backend, then the row checks (row_checks.py), the logits checks (logits.py), the drafter's
 graphs against its eager passes (graphs.py) and a forced preemption; and the gate kernel against its reference.
 Each returns Check rows."""
 

@@ -12,5 +12,5 @@ answer the image-reading drafter steered out, with the AsymSpec statistics besid
   runner.py       what a backend gives the server; vllm_runner.py (AsyncLLM engines), hf_runner.py (transformers)
   responses.py    the OpenAI response and chunk objects, usage, the asymspec object
   metrics.py      Prometheus metrics
-  errors.py       the server's typed errors and their HTTP status
+  http_errors.py  the server's typed errors and their HTTP status
 """

@@ -3,7 +3,7 @@ vLLM's SageMaker routes POST /invocations (chat completions) and GET/POST /ping 
 
 The app listens at once and loads the models in the background: until they are ready, /health and the /v1 routes
 answer 503. /v1 routes need `Authorization: Bearer <key>` when the server has a key (compared in constant time);
-/health and /metrics do not, as in vLLM's server. Errors are OpenAI error objects (errors.py)."""
+/health and /metrics do not, as in vLLM's server. Errors are OpenAI error objects (http_errors.py)."""
 
 from __future__ import annotations
 

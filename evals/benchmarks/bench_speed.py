@@ -1,7 +1,7 @@
 """Benchmark: speed in the real regime. Floor, SD, drafter alone and AsymSpec tokens/s on held-out toy questions
 with the heavy verifier (the embedded verifier's exact logits at R x its cost, asymspec_vl/toy/heavy.py), beside
 the measured per-forward costs c_d, c_v, the speedup bound MAL * c_v / ((K + 1) c_d + c_v) and the fraction of it
-reached (terms: speed.py).
+reached (terms: speed_measure.py).
 
     python -m asymspec_vl.evals.benchmarks.bench_speed [--backends hf,vllm] [--ratios 1,4,16] [--batches 1,8]
         [--variants sd-K2,sd-K4,asymspec-K2,asymspec-K4] [--questions 16] [--tokens 48] [--repeats 3]

@@ -16,7 +16,7 @@ sized     random weights at real sizes, from configs alone (vLLM's dummy weight 
 Modes: eager (enforce_eager=True: nothing compiled) and compiled (vLLM's compilation for the verifier and
 the drafter's decode-shaped passes; on CUDA their CUDA graphs; vllm_patches/drafter/drafter_graphs.py).
 The bound: with c_v the verifier's forward per step and c_d = (x_comp pass + x_full drafting) / (K + 1) the
-drafter's, a step emitting MAL tokens is at most MAL * c_v / ((K + 1) c_d + c_v) x the Floor (speed.py).
+drafter's, a step emitting MAL tokens is at most MAL * c_v / ((K + 1) c_d + c_v) x the Floor (speed_measure.py).
 Stop tokens are disabled so every request reaches --tokens; each engine is started and warmed up on one
 request before its timed batch.
 """

@@ -11,7 +11,7 @@ for every other configuration.
   _free_request       returns a finished (or aborted) request's share of that pool
   _preempt_request    holds back the last output token of a preempted request (hidden_tokens)
   update_from_output  counts acceptance per request, strips the hidden tokens (which never advance a request's
-                      grammar: structured.py), returns the statistics with
+                      grammar: grammar_patch.py), returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not serve
                       (bad image inputs, malformed extra_args); the rest of the batch goes on
 """

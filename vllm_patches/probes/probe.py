@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def start_timing(llm) -> None:
-    """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see timing.py)."""
+    """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see phase_timing.py)."""
     llm.collective_rpc("asymspec_set_timing", args=(True,))
 
 
