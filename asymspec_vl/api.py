@@ -10,7 +10,7 @@ from .inputs import budget
 from .core.config import AsymSpecConfig, is_one_of, with_overrides
 from .inputs.conversation import Conversation, encode
 from .core.errors import BatchInputError, ConfigError, InputError, RequestFailedError
-from .core.logprobs import TokenLogprob
+from .core.logprobs import PromptLogprob, TokenLogprob
 from .core.loop import RowOutput
 from .core.methods import Method
 from .core.methods import method as method_named
@@ -51,13 +51,18 @@ class GenerationResult:
     # with config logprobs=k: per token (token_ids' order) its logprob, k top alternatives and the distribution it
     # was chosen from (t, q, a, fused, contrastive: asymspec_vl/core/logprobs.py); None when not asked
     logprobs: list[TokenLogprob] | None = None
+    # with config prompt_logprobs=k: per token of the verifier's prompt (x_comp) its logprob after the tokens
+    # before it, rank and k top alternatives, None for the first token; None when not asked
+    prompt_logprobs: list[PromptLogprob | None] | None = None
 
     def to_dict(self) -> dict:
         return {"text": self.text, "token_ids": self.token_ids, "method": self.method,
                 "finish_reason": self.finish_reason, "error": self.error, "stats": self.stats.to_dict(),
                 "trace": [t.__dict__ for t in self.trace], "prompts": self.prompts.__dict__,
                 "config": self.config.to_dict(), **self.meta,
-                **({"logprobs": [x.to_dict() for x in self.logprobs]} if self.logprobs is not None else {})}
+                **({"logprobs": [x.to_dict() for x in self.logprobs]} if self.logprobs is not None else {}),
+                **({"prompt_logprobs": [x and x.to_dict() for x in self.prompt_logprobs]}
+                   if self.prompt_logprobs is not None else {})}
 
 
 def trace_pieces(tokenizer, ids: list[int]) -> list[str]:
@@ -254,5 +259,6 @@ class AsymSpecVL:
         trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
         text = out.text if out.text is not None else self.decode(out.token_ids)  # a stop string cut it
         return GenerationResult(text, out.token_ids, trace, out.stats, enc.prompts,
-                                method, cfg, out.finish_reason, dict(enc.meta), out.error, out.logprobs)
+                                method, cfg, out.finish_reason, dict(enc.meta), out.error, out.logprobs,
+                                out.prompt_logprobs)
 

@@ -39,6 +39,9 @@ class AsymSpecConfig:
     earlier runs read the same).
     logprobs: None (none returned) or k >= 0, as vLLM's SamplingParams.logprobs: each emitted token's log-probability
             and its k most probable alternatives under the distribution it was chosen from (core/logprobs.py).
+    prompt_logprobs: None or k >= 0, as vLLM's SamplingParams.prompt_logprobs: the verifier's log-probability of
+            each token of its prompt (x_comp) after the tokens before it, with its rank and the k most probable
+            tokens there (core/logprobs.py, prompt_logprobs); not for the drafter alone, which runs no verifier.
     structured_output: a grammar every answer follows (structured.py: {"json": schema}, {"json_object": True},
             {"regex": ...}, {"choice": [...]}, {"grammar": ...}); vLLM backend only. to_dict() shows it only when set.
     """
@@ -64,6 +67,7 @@ class AsymSpecConfig:
     min_tokens: int = 0
     structured_output: StructuredOutput | None = None  # a dict of one kind is read as StructuredOutput
     logprobs: int | None = None  # per emitted token its logprob and this many top alternatives (None: none)
+    prompt_logprobs: int | None = None  # per x_comp token the verifier's logprob and this many top alternatives
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -121,6 +125,9 @@ class AsymSpecConfig:
                self.include_stop_str_in_output, "True or False")
         _check(self.logprobs is None or (_int(self.logprobs) and self.logprobs >= 0), "logprobs", self.logprobs,
                "None or a non-negative integer (the top alternatives returned per token)")
+        _check(self.prompt_logprobs is None or (_int(self.prompt_logprobs) and self.prompt_logprobs >= 0),
+               "prompt_logprobs", self.prompt_logprobs,
+               "None or a non-negative integer (the top alternatives returned per prompt token)")
         _check(_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_new_tokens, "min_tokens",
                self.min_tokens, f"an integer in [0, max_new_tokens={self.max_new_tokens}]")
 
@@ -147,7 +154,7 @@ class AsymSpecConfig:
 
 
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "include_stop_str_in_output",
-                   "min_tokens", "logprobs")
+                   "min_tokens", "logprobs", "prompt_logprobs")
 _DEFAULTS = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
              for f in dataclasses.fields(AsymSpecConfig)}
 

@@ -22,6 +22,7 @@ import torch
 
 from . import trace as T
 from .config import AsymSpecConfig
+from .errors import ConfigError
 from .gate import StepOutcome, context_delta, fuse, scd_scores
 
 NAMES = ("t", "q", "a", "fused", "contrastive")
@@ -117,3 +118,37 @@ def step_logprobs(method: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tens
     value, top_ids, top_lp = value.tolist(), top_ids.tolist(), top_lp.tolist()
     return [[TokenLogprob(tok, value[r][j], list(zip(top_ids[r][j], top_lp[r][j])), names[r][j])
              for j, tok in enumerate(row)] for r, row in enumerate(committed)]
+
+
+@dataclass
+class PromptLogprob:
+    """One prompt token after the tokens before it, under the verifier on x_comp (vLLM's prompt_logprobs)."""
+
+    token_id: int
+    logprob: float
+    rank: int  # 1 + the number of tokens more probable there (vLLM's Logprob.rank)
+    top: list[tuple[int, float]]  # (token id, logprob) of the k most probable tokens, most probable first
+
+    def to_dict(self) -> dict:
+        return {"token_id": self.token_id, "logprob": self.logprob, "rank": self.rank,
+                "top": [list(x) for x in self.top]}
+
+
+def prompt_logprobs(logits: torch.Tensor, prompt: list[int], k: int) -> list[PromptLogprob | None]:
+    """The verifier's logits over its prompt [P, V] (position i scores token i + 1) -> one entry per prompt token,
+    None for the first (nothing precedes it), as vLLM returns them."""
+    lp = logits[: len(prompt) - 1].float().log_softmax(-1)  # [P-1, V]
+    tokens = torch.tensor(prompt[1:], device=lp.device)
+    value = lp.gather(-1, tokens[:, None])  # [P-1, 1]
+    rank = (lp > value).sum(-1) + 1  # [P-1]
+    top = lp.topk(min(k, lp.shape[-1]), dim=-1)
+    value, rank, ids, vals = value[:, 0].tolist(), rank.tolist(), top.indices.tolist(), top.values.tolist()
+    return [None] + [PromptLogprob(tok, value[i], rank[i], list(zip(ids[i], vals[i])))
+                     for i, tok in enumerate(prompt[1:])]
+
+
+def check_prompt_logprobs(method: str, cfg: AsymSpecConfig) -> None:
+    """ConfigError for prompt_logprobs where no verifier reads a prompt: the drafter alone."""
+    if cfg.prompt_logprobs is not None and method == "drafter":
+        raise ConfigError("prompt_logprobs are the verifier's over its prompt (x_comp); the drafter alone runs no "
+                          "verifier: ask them with another method")

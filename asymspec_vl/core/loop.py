@@ -31,7 +31,7 @@ from . import trace as T
 from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
 from .errors import ConfigError
-from .logprobs import TokenLogprob, step_logprobs
+from .logprobs import PromptLogprob, TokenLogprob, step_logprobs
 from .mapped_source import MappedSource
 from .methods import Method, Source
 from .min_tokens import MinTokens
@@ -98,6 +98,8 @@ class RowOutput:
     error: str = ""  # why, when finish_reason is "error"
     text: str | None = None  # the answer's text when a stop string cut it (None: the decoded token_ids)
     logprobs: list[TokenLogprob] | None = None  # one per token when cfg.logprobs is set (core/logprobs.py)
+    # one per x_comp token when cfg.prompt_logprobs is set, None first (core/logprobs.py, prompt_logprobs)
+    prompt_logprobs: list[PromptLogprob | None] | None = None
 
 
 def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],

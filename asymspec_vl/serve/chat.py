@@ -159,7 +159,7 @@ class ChatService:
             row, usage, asymspec = self.finish(p, last)
         logprobs = self.logprobs_content(p.job).push(R.checked_logprobs(p.job, row))
         return R.completion(p.job, model, R.answer_text(self.decode(p.job), row), row, usage,
-                            asymspec, logprobs)
+                            asymspec, logprobs, R.prompt_logprobs(self.runner.vl.pair.tokenizer, row))
 
     def logprobs_content(self, job: ChatJob) -> R.LogprobsContent:
         return R.LogprobsContent(self.runner.vl.pair.tokenizer, job.skip_special_tokens)

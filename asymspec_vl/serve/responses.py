@@ -129,7 +129,26 @@ def checked_logprobs(job: ChatJob, row: RowOutput) -> list | None:
     return row.logprobs
 
 
-def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict, logprobs=None):
+def prompt_logprobs(tokenizer, row: RowOutput) -> list | None:
+    """vLLM's prompt_logprobs of a response: None, then per prompt token {token id: Logprob(logprob, rank,
+    decoded_token)} of the token and its top alternatives (None when not asked)."""
+    if row.prompt_logprobs is None:
+        return None
+    from vllm.logprobs import Logprob
+    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+
+    def entry(x) -> dict:
+        ids = [x.token_id] + [i for i, _ in x.top]
+        ranks = {x.token_id: x.rank, **{i: r for r, (i, _) in enumerate(x.top, 1)}}
+        values = {x.token_id: x.logprob, **dict(x.top)}
+        return {i: Logprob(values[i], ranks[i], piece) for i, piece in zip(ids, convert_ids_list_to_tokens(
+            tokenizer, ids))}
+
+    return [None if x is None else entry(x) for x in row.prompt_logprobs]
+
+
+def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict, logprobs=None,
+               prompt_logprobs=None):
     from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponse,
                                                                   ChatCompletionResponseChoice, ChatMessage)
 
@@ -137,7 +156,7 @@ def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, 
                                           finish_reason=row.finish_reason, logprobs=logprobs,
                                           token_ids=row.token_ids if job.return_token_ids else None)
     return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
-                                  asymspec=asymspec, **extra_metrics(row))
+                                  asymspec=asymspec, prompt_logprobs=prompt_logprobs, **extra_metrics(row))
 
 
 def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,

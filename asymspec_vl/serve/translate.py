@@ -175,6 +175,18 @@ def _top_logprobs(value, out: Translation) -> None:
     out.cfg["logprobs"] = value
 
 
+def _prompt_logprobs(value, out: Translation) -> None:
+    """prompt_logprobs=k: the verifier's logprobs of its prompt (x_comp), k alternatives per token (vLLM refuses it
+    with stream=true itself)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise UnsupportedRequestError(f"prompt_logprobs={value!r} is not served: an integer from 0 to "
+                                      f"{MAX_TOP_LOGPROBS} (the alternatives per prompt token; -1, the whole "
+                                      "vocabulary at every position, is not)", param="prompt_logprobs")
+    out.cfg["prompt_logprobs"] = value
+
+
 MAX_CHOICES = 16  # n: each choice is a request of its own in the engine
 
 
@@ -193,7 +205,7 @@ SERVED = {
     "min_p": _to_config("min_p"), "seed": _to_config("seed"), "min_tokens": _to_config("min_tokens"),
     "ignore_eos": _to_config("ignore_eos"), "include_stop_str_in_output": _to_config("include_stop_str_in_output"),
     "stop": _stop, "stop_token_ids": _stop_token_ids, "skip_special_tokens": _skip_special_tokens,
-    "logprobs": _logprobs, "top_logprobs": _top_logprobs, "n": _n,
+    "logprobs": _logprobs, "top_logprobs": _top_logprobs, "prompt_logprobs": _prompt_logprobs, "n": _n,
 }
 
 
@@ -228,9 +240,6 @@ def why_not(name: str) -> str:
     if name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "bad_words",
                 "allowed_token_ids", "use_beam_search", "length_penalty"):
         return "the verifier's scores are used as they are: no penalties, biases or beam search"
-    if name == "prompt_logprobs":
-        return ("the prompt's logprobs are not computed by this server: the answer's own logprobs are, with "
-                "logprobs / top_logprobs")
     if name in ("tools", "tool_choice", "documents"):
         return "no tool calling"
     if name in ("chat_template", "chat_template_kwargs", "continue_final_message", "echo", "add_special_tokens"):

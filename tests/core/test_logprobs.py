@@ -116,3 +116,22 @@ def test_a_stop_cut_step_keeps_one_logprob_per_token(tiny_vl):
     res = run(tiny_vl, "asymspec", CFG.replace(max_new_tokens=3))
     assert len(res.token_ids) == len(res.logprobs) == 3
     assert torch.tensor([lp.logprob for lp in res.logprobs]).le(0).all()
+
+
+def test_prompt_logprobs_score_each_token_after_the_ones_before_it():
+    """Position i's scores are token i + 1's distribution; the first token has none; rank counts the more
+    probable tokens (ties share the better rank, as vLLM's `>` count does)."""
+    from asymspec_vl.core.logprobs import check_prompt_logprobs, prompt_logprobs
+
+    logits = torch.tensor([[0.0, 2.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]])  # [P, V], P = 3
+    out = prompt_logprobs(logits, [5, 2, 0], k=2)
+    assert out[0] is None and [x.token_id for x in out[1:]] == [2, 0]
+    lp = logits.log_softmax(-1)
+    assert out[1].logprob == pytest.approx(lp[0, 2].item()) and out[1].rank == 2
+    assert [i for i, _ in out[1].top] == [1, 2] or [i for i, _ in out[1].top] == [1, 3]
+    assert out[2].rank == 1 and out[2].top[0][0] == 0
+    check_prompt_logprobs("floor", AsymSpecConfig(prompt_logprobs=1))
+    with pytest.raises(ConfigError, match="runs no verifier"):
+        check_prompt_logprobs("drafter", AsymSpecConfig(prompt_logprobs=1))
+    with pytest.raises(ConfigError, match="prompt_logprobs"):
+        AsymSpecConfig(prompt_logprobs=-1)

@@ -1,7 +1,7 @@
 """What vLLM's own OpenAI-server tests expect of a chat server (issue 35, item 13), on the transformers backend's
 server: n > 1 choices seeded as vLLM seeds them, usage in every chunk with continuous_usage_stats, vLLM's /ping and
 /invocations routes, vLLM's scheduler gauges and request counter in /metrics, vLLM's words for a seed out of range,
-and custom roles and prompt_logprobs refused by name."""
+prompt_logprobs (the verifier's over its prompt, x_comp) in vLLM's form, and custom roles refused by name."""
 
 import json
 from types import SimpleNamespace
@@ -104,11 +104,34 @@ def test_a_seed_out_of_range_is_refused_in_vllms_words(server):
 
 @pytest.mark.parametrize("fields, says", [
     ({"messages": [{"role": "my-custom-role", "content": "what is 1+1?"}]}, '"my-custom-role", which is not served'),
-    ({"prompt_logprobs": 1}, "prompt's logprobs are not computed")])
-def test_custom_roles_and_prompt_logprobs_are_refused_by_name(server, fields, says):
+    ({"prompt_logprobs": -1}, "-1, the whole vocabulary at every position, is not"),
+    ({"prompt_logprobs": 1, "method": "drafter"}, "the drafter alone runs no verifier"),
+    ({"prompt_logprobs": 1, "stream": True}, "not available when `stream=True`")])
+def test_custom_roles_and_prompt_logprobs_that_cannot_be_are_refused_by_name(server, fields, says):
     reply = httpx.post(server.url + "/v1/chat/completions", json={**body(), **fields}, timeout=60)
     error = reply.json()["error"]
-    assert reply.status_code == 400 and says in error["message"] and error["param"] in ("messages", "prompt_logprobs")
+    assert reply.status_code == 400 and says in error["message"], reply.text
+
+
+def test_prompt_logprobs_are_the_verifiers_over_its_prompt_in_vllms_form(server):
+    """As vLLM answers prompt_logprobs=k: None for the first prompt token, then per token a dict of the token and
+    its k most probable alternatives, each {logprob, rank, decoded_token}; the values are the library's."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    reply = post(server, prompt_logprobs=2)
+    assert reply.status_code == 200, reply.text
+    got = reply.json()["prompt_logprobs"]
+    ref = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded").generate(
+        str(EXAMPLES / SCENE["image"]), SCENE["question"], caption=SCENE["caption"],
+        config=AsymSpecConfig(K=2, max_new_tokens=6, prompt_logprobs=2))
+    want = ref.prompt_logprobs
+    assert got[0] is None and want[0] is None and len(got) == len(want) == reply.json()["usage"]["prompt_tokens"] > 10
+    for entry, x in zip(got[1:], want[1:]):
+        assert entry[str(x.token_id)]["rank"] == x.rank
+        assert entry[str(x.token_id)]["logprob"] == pytest.approx(x.logprob, abs=1e-4)
+        ranked = sorted((v["rank"], int(i)) for i, v in entry.items() if v["rank"] <= 2)
+        assert [i for _, i in ranked] == [i for i, _ in x.top]
+        assert all(isinstance(v["decoded_token"], str) for v in entry.values())
 
 
 # -- units: no server -------------------------------------------------------------------------------------------

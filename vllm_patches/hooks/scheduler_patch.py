@@ -210,7 +210,9 @@ def account(out, request, steps) -> bool:
     state = getattr(request, STATE_ATTR, None) if request is not None else None
     if state is None:
         return True
+    primed = state.hidden.prime
     out.new_token_ids, hidden = hidden_tokens.strip_from_output(state.hidden, list(out.new_token_ids))
+    hidden_tokens.move_logprobs(out, request.sampling_params, hidden, primed and hidden)
     step = steps.get(out.request_id)
     if step is not None and not hidden:
         state.stats.record(step[0], step[1], len(out.new_token_ids))

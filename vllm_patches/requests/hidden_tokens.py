@@ -19,7 +19,11 @@ from __future__ import annotations
 import contextlib
 import copy
 
+import torch
+
 PRIME_KEY = "asymspec_prime"  # SamplingParams.extra_args key: the prompt token the scheduler moved
+# SamplingParams.extra_args key: the client's own `logprobs`, where prompt_logprobs made the engine compute more
+CLIENT_LOGPROBS_KEY = "asymspec_client_logprobs"
 
 
 # -- the scheduler's side ---------------------------------------------------------------------------
@@ -31,6 +35,10 @@ def prime(request) -> bool:
         return False
     params = copy.copy(request.sampling_params)  # in-process engines share the client's object: leave it alone
     params.extra_args = {**params.extra_args, PRIME_KEY: int(ids[-1])}
+    if params.prompt_logprobs is not None:  # the moved token's prompt logprob comes back as its sample logprob
+        params.extra_args[CLIENT_LOGPROBS_KEY] = params.logprobs
+        params.logprobs = -1 if -1 in (params.logprobs, params.prompt_logprobs) else \
+            max(params.logprobs or 0, params.prompt_logprobs)
     if params.max_tokens is not None:
         params.max_tokens += 1
     if params.min_tokens:
@@ -89,6 +97,29 @@ def strip_from_output(pending: Pending, tokens: list[int]) -> tuple[list[int], b
         pending.reemit = False
         return tokens[1:], True  # the held-back token, already sent before the preemption
     return tokens, False
+
+
+def move_logprobs(out, params, hidden: bool, primed: bool) -> None:
+    """The sample logprobs of an EngineCoreOutput whose hidden token strip_from_output took off: that token's
+    row goes too; the prime's row (the verifier's scores of the prompt's last token after the rest, the
+    position vLLM's prompt logprobs lack since the prefill stopped before it) ends the prompt logprobs when
+    they are asked. Rows the client did not ask for (prompt_logprobs raised the engine's `logprobs`) are dropped."""
+    from vllm.v1.outputs import LogprobsLists, LogprobsTensors
+
+    rows = out.new_logprobs
+    if rows is not None and hidden:
+        if primed and params.prompt_logprobs is not None:
+            width = rows.logprobs.shape[1] if params.prompt_logprobs == -1 else params.prompt_logprobs + 1
+            last = LogprobsTensors(torch.as_tensor(rows.logprob_token_ids[:1, :width]),
+                                   torch.as_tensor(rows.logprobs[:1, :width]),
+                                   torch.as_tensor(rows.sampled_token_ranks[:1]))
+            before = out.new_prompt_logprobs_tensors
+            out.new_prompt_logprobs_tensors = last if before is None else LogprobsTensors(
+                *(torch.cat([b, l.to(b.dtype)]) for b, l in zip(before[:3], last)))
+        rows = LogprobsLists(rows.logprob_token_ids[1:], rows.logprobs[1:], rows.sampled_token_ranks[1:])
+    if CLIENT_LOGPROBS_KEY in (params.extra_args or {}) and params.extra_args[CLIENT_LOGPROBS_KEY] is None:
+        rows = None
+    out.new_logprobs = rows
 
 
 # -- the worker's side ------------------------------------------------------------------------------

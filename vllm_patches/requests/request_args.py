@@ -301,7 +301,7 @@ def sampling_params(cfg: AsymSpecConfig) -> dict:
     return dict(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k),
                 min_p=float(cfg.min_p), seed=cfg.seed, stop=list(cfg.stop),
                 include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens),
-                logprobs=cfg.logprobs)
+                logprobs=cfg.logprobs, prompt_logprobs=cfg.prompt_logprobs)
 
 
 def decodes_greedily(params) -> bool:

@@ -11,6 +11,7 @@ import torch
 from ...inputs import budget
 from ...core import loop
 from ...core.config import AsymSpecConfig
+from ...core.logprobs import check_prompt_logprobs, prompt_logprobs
 from ...core.methods import Method
 from ...pair.models import context_length, load_causal_lm, resolve_device_dtype
 from ...inputs.prompts import EncodedRequest, EncodedView
@@ -55,6 +56,7 @@ class HFBackend:
         of every request (or of a batch of one) is not about a request: its exception propagates, as does
         any exception raised by on_step (the caller stopping the decoding)."""
         refuse_on_backend(cfg, self.name)
+        check_prompt_logprobs(method.name, cfg)
         step = _CallerStep(on_step) if on_step else None
         try:
             return self._decode(reqs, method, cfg, step)
@@ -91,7 +93,17 @@ class HFBackend:
         max_new = [min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs]
         plan = loop.plan(method, cfg, lambda s: self._source(self.models[s.model], [r.view(s.view, s.model) for r in reqs]),
                          self.pair.banned_mask(self.device), self.pair.vmap)
-        return loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode)
+        rows = loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode)
+        if cfg.prompt_logprobs is not None:
+            for r, row in zip(reqs, rows):
+                row.prompt_logprobs = self._prompt_logprobs(r.view("x_comp", "verifier").ids, cfg.prompt_logprobs)
+        return rows
+
+    @torch.no_grad()
+    def _prompt_logprobs(self, prompt: list[int], k: int) -> list:
+        """The verifier's logprobs of its prompt, one forward over it (vLLM computes them in its prefill)."""
+        ids = torch.tensor([prompt], device=self.device)
+        return prompt_logprobs(self.verifier(input_ids=ids).logits[0], prompt, k)
 
     def _source(self, model, views: list[EncodedView]) -> HFSource:
         """`model` reading one view per row, with a cache of its own (nothing runs until its prefill)."""

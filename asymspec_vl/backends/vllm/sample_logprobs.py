@@ -4,7 +4,7 @@ library's TokenLogprob, each named by the distribution its token was chosen from
 from __future__ import annotations
 
 from ...core.config import AsymSpecConfig
-from ...core.logprobs import TokenLogprob, distribution
+from ...core.logprobs import PromptLogprob, TokenLogprob, distribution
 
 
 class MissingLogprobsError(RuntimeError):
@@ -24,4 +24,20 @@ def from_vllm(entries, tokens: list[int], sources: list[str], method: str, cfg: 
         top = sorted((x.rank, i, x.logprob) for i, x in entry.items() if x.rank is not None and x.rank <= cfg.logprobs)
         out.append(TokenLogprob(tok, entry[tok].logprob, [(i, lp) for _, i, lp in top],
                                 distribution(method, cfg, source)))
+    return out
+
+
+def prompt_from_vllm(entries, prompt: list[int], k: int) -> list[PromptLogprob | None]:
+    """entries: vLLM's RequestOutput.prompt_logprobs (None, then one {token id: Logprob} per prompt token after
+    the first) -> PromptLogprob entries, the top list those of rank <= k."""
+    entries = list(entries or [])
+    if len(entries) != len(prompt):
+        raise MissingLogprobsError(f"the engine returned {len(entries)} prompt logprobs entries for a prompt of "
+                                   f"{len(prompt)} tokens")
+    out: list[PromptLogprob | None] = [None]
+    for tok, entry in zip(prompt[1:], entries[1:]):
+        if not entry or tok not in entry:
+            raise MissingLogprobsError(f"the engine's prompt logprobs entry of token {tok} lacks that token")
+        top = sorted((x.rank, i, x.logprob) for i, x in entry.items() if x.rank is not None and x.rank <= k)
+        out.append(PromptLogprob(tok, entry[tok].logprob, entry[tok].rank, [(i, lp) for _, i, lp in top]))
     return out

@@ -27,12 +27,13 @@ from ...inputs import budget
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
+from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.errors import ModelPairError
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import ModelPair
-from .sample_logprobs import MissingLogprobsError, from_vllm
+from .sample_logprobs import MissingLogprobsError, from_vllm, prompt_from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 from .grammar import check_compiles
 
@@ -114,6 +115,7 @@ class VLLMBackend:
         """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
         engine_for)."""
         method = method if isinstance(method, Method) else method_named(method)
+        check_prompt_logprobs(method.name, cfg)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg,
                                                    speculative=speculative))
@@ -195,9 +197,12 @@ class VLLMBackend:
             try:
                 logprobs = from_vllm(completion.logprobs, tokens, sources, method.name, cfg) \
                     if cfg is not None and cfg.logprobs is not None else None
+                prompt_lps = prompt_from_vllm(o.prompt_logprobs, o.prompt_token_ids, cfg.prompt_logprobs) \
+                    if cfg is not None and cfg.prompt_logprobs is not None else None
             except MissingLogprobsError as e:
                 return loop.RowOutput(tokens, sources, stats, "error", str(e))
-            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs)
+            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs,
+                                  prompt_logprobs=prompt_lps)
         return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
                                                                f"'{completion.finish_reason}': {error or 'no detail'}")
 

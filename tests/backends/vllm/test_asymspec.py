@@ -485,6 +485,35 @@ def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method, samp
     assert distributions == {"t"} if method == "floor" else {"a", "fused"} <= distributions
 
 
+@pytest.mark.parametrize("method", ["asymspec", "floor", "sd"])
+def test_prompt_logprobs_equal_the_verifiers_over_x_comp(vl, tiny_vl, method):
+    """prompt_logprobs=k: per x_comp token the verifier's logprob after the tokens before it, its rank and the k
+    best, equal on both backends and to a from-scratch forward. On the speculative engine the prefill stops one
+    token short (hidden_tokens.prime): that token's entry comes from the prime step's sample logprobs, and the
+    rows the engine computed for it are not returned where the request asked none (logprobs None) or fewer (1)."""
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.backends.hf.reference import logits_after
+    from asymspec_vl.inputs.prompts import encode_request
+
+    for seed, logprobs in ((3, None), (4, 1)):
+        r = random_request(seed)
+        cfg = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=8, prompt_logprobs=3, logprobs=logprobs)
+        want, got = tiny_vl.generate_batch([r], method, cfg)[0], vl.generate_batch([r], method, cfg)[0]
+        comp = encode_request(r, tiny_vl.pair.processor, tiny_vl.pair.tokenizer).comp
+        scratch = logits_after(tiny_vl.backend.verifier, comp, [], len(comp.ids)).float().log_softmax(-1)
+        assert got.token_ids == want.token_ids and got.prompt_logprobs[0] is None and want.prompt_logprobs[0] is None
+        assert len(got.prompt_logprobs) == len(want.prompt_logprobs) == len(comp.ids)
+        for j, (g, w) in enumerate(zip(got.prompt_logprobs[1:], want.prompt_logprobs[1:])):
+            assert g.token_id == w.token_id == comp.ids[j + 1] and g.rank == w.rank
+            assert g.logprob == pytest.approx(w.logprob, abs=2e-3)
+            assert w.logprob == pytest.approx(scratch[j, comp.ids[j + 1]].item(), abs=1e-4)
+            assert [i for i, _ in g.top] == [i for i, _ in w.top] == scratch[j].topk(3).indices.tolist()
+        if logprobs is None:
+            assert got.logprobs is None and want.logprobs is None
+        else:
+            assert len(got.logprobs) == len(got.token_ids) and all(len(x.top) == 1 for x in got.logprobs)
+
+
 def test_in_a_batch_where_one_asymspec_row_asks_for_logprobs_it_gets_the_transformers_backends(vl, tiny_vl):
     """One engine step decides both rows (one group); only the asking row's logprobs are computed and returned."""
     from asymspec_vl import AsymSpecConfig
