@@ -2,7 +2,8 @@
 blocks in order and in one namespace, each ```bash command from the repository root (`runs/` moved to a temporary
 folder); the ```text block that follows a block is its expected stdout (`...` matches any text within a line, a
 line `...` any lines). A block that cannot run here carries `<!-- readme-test: skip: reason -->` on the line
-before. Every block, run or not, and every inline code span are checked for what does not exist: asymspec-vl
+before; a code block neither run nor marked fails (`python tests/test_readme_examples.py` prints the count). Every
+block, run or not, and every inline code span are checked for what does not exist: asymspec-vl
 subcommands and their flags (parsed by the real parser), `python -m` modules and their flags, repository files,
 dotted names under asymspec_vl / vllm_patches, attributes of vl / res / stream, and links between the pages."""
 
