@@ -135,20 +135,20 @@ def test_every_block_is_run_or_marked_with_its_reason():
     assert not unchecked, "neither run nor marked: make it ```python / ```bash or add a skip with its reason:\n" + \
         "\n".join(unchecked)
     counts = census()
-    assert counts["run"] + counts["marked"] + counts["text"] == counts["blocks"] and counts["run"] >= 15, counts
+    assert counts["run"] + counts["marked"] + counts["text"] == counts["blocks"] and counts["run"] >= 16, counts
 
 
-def _marked(block: Block):
+def _with_marks(block: Block):
     """A block that starts a vLLM engine carries the suite's `vllm` mark."""
     uses_vllm = re.search(r"""backend=["']vllm|--backend vllm|import vllm""", block.code)
     return pytest.param(block, marks=pytest.mark.vllm) if uses_vllm else block
 
 
-@pytest.mark.parametrize("block", [_marked(b) for b in RUNNABLE], ids=lambda b: b.id)
+@pytest.mark.parametrize("block", [_with_marks(b) for b in RUNNABLE], ids=lambda b: b.id)
 def test_the_example_runs_and_prints_what_the_page_shows(block, tmp_path, monkeypatch, capfd):
     if block.lang == "python":
         monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
-        if _marked(block) is not block:
+        if _with_marks(block) is not block:
             import vllm.logger  # noqa: F401  (its log handler holds the sys.stdout of its import: not this test's)
         capfd.readouterr()
         # stdout as a file with a descriptor, as a user's has: vLLM's engine start calls sys.stdout.fileno()
