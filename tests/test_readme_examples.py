@@ -85,8 +85,8 @@ CODE_LINE = re.compile(r"^\s*(\$ |\.?/|\.venv/|[A-Z_]+=\S+ |asymspec-vl\b|python
 
 def kind(block: Block) -> str:
     """What the test does with a block: "run", "marked" (a skip with its reason), "text" (prose in a fence: a
-    diagram, a listing) or "unchecked" (code in a language the test does not run, or unfenced code without a
-    language, with no marker: neither run nor marked, which fails)."""
+    diagram, a listing) or "unchecked" (code in a language the test does not run, or a fence without a language
+    holding a command, with no marker: neither run nor marked, which fails)."""
     if block.skip is not None:
         return "marked"
     if block.lang in RUN_LANGS:
@@ -151,7 +151,8 @@ def test_the_example_runs_and_prints_what_the_page_shows(block, tmp_path, monkey
     if block.lang == "python":
         monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
         if _with_marks(block) is not block:
-            import vllm.logger  # noqa: F401  (its log handler holds the sys.stdout of its import: not this test's)
+            # vLLM's log handler keeps the sys.stdout of vLLM's import: import it before this test's capture
+            import vllm.logger  # noqa: F401
         capfd.readouterr()
         # stdout as a file with a descriptor, as a user's has: vLLM's engine start calls sys.stdout.fileno()
         exec(compile(block.code, block.id, "exec"), NAMESPACES.setdefault(block.page, {}))
