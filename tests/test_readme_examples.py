@@ -2,7 +2,8 @@
 blocks in order and in one namespace, each ```bash command from the repository root (`runs/` moved to a temporary
 folder); the ```text block that follows a block is its expected stdout (`...` matches any text within a line, a
 line `...` any lines). A block that cannot run here carries `<!-- readme-test: skip: reason -->` on the line
-before. Every block, run or not, and every inline code span are checked for what does not exist: asymspec-vl
+before; a code block neither run nor marked fails (`python tests/test_readme_examples.py` prints the count). Every
+block, run or not, and every inline code span are checked for what does not exist: asymspec-vl
 subcommands and their flags (parsed by the real parser), `python -m` modules and their flags, repository files,
 dotted names under asymspec_vl / vllm_patches, attributes of vl / res / stream, and links between the pages."""
 
@@ -75,7 +76,32 @@ def parse(page: Path) -> tuple[list[Block], str]:
 
 PARSED = {page: parse(page) for page in PAGES}
 BLOCKS = [b for page in PAGES for b in PARSED[page][0]]
-RUNNABLE = [b for b in BLOCKS if b.skip is None and b.lang in ("python", "bash")]
+RUN_LANGS = ("python", "bash")
+RUNNABLE = [b for b in BLOCKS if b.skip is None and b.lang in RUN_LANGS]
+# a line that would run if pasted: a command, a python statement (a diagram or a listing has none)
+CODE_LINE = re.compile(r"^\s*(\$ |\.?/|\.venv/|[A-Z_]+=\S+ |asymspec-vl\b|python\d?\b|pip\b|curl\b|import \w|from \w+ import"
+                       r"|\w+ = \w+\(|print\()")
+
+
+def kind(block: Block) -> str:
+    """What the test does with a block: "run", "marked" (a skip with its reason), "text" (prose in a fence: a
+    diagram, a listing) or "unchecked" (code in a language the test does not run, or a fence without a language
+    holding a command, with no marker: neither run nor marked, which fails)."""
+    if block.skip is not None:
+        return "marked"
+    if block.lang in RUN_LANGS:
+        return "run"
+    if block.lang == "text" or (block.lang == "" and not any(CODE_LINE.match(ln) for ln in block.code.splitlines())):
+        return "text"
+    return "unchecked"
+
+
+def census() -> dict[str, int]:
+    """How many blocks of the pages the test runs and how many carry a skip with its reason."""
+    kinds = [kind(b) for b in BLOCKS]
+    elsewhere = sum(bool(re.search(r"tests/\S+\.py", b.skip or "")) for b in BLOCKS)
+    return {"blocks": len(BLOCKS), **{k: kinds.count(k) for k in ("run", "marked", "text", "unchecked")},
+            "marked, naming the test that runs it or its like": elsewhere}
 
 
 def matches(expected: str, actual: str) -> bool:
@@ -101,17 +127,36 @@ NAMESPACES: dict[Path, dict] = {}
 def test_every_page_has_examples_and_every_skip_its_reason():
     assert len(PAGES) >= 9 and all(PARSED[p][0] for p in PAGES if p.name in ("README.md", "python-api.md"))
     assert all(b.skip.strip() for b in BLOCKS if b.skip is not None), "a skip needs its reason"
-    assert sum(b.lang == "python" for b in RUNNABLE) >= 8 and sum(b.lang == "bash" for b in RUNNABLE) >= 2
+    assert sum(b.lang == "python" for b in RUNNABLE) >= 9 and sum(b.lang == "bash" for b in RUNNABLE) >= 2
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=lambda b: b.id)
-def test_the_example_runs_and_prints_what_the_page_shows(block, tmp_path, monkeypatch):
+def test_every_block_is_run_or_marked_with_its_reason():
+    """A code block is run, or carries `<!-- readme-test: skip: reason -->`: one in another language (```sh,
+    ```console, ```py) or an unlabelled fence holding a command would otherwise pass unread."""
+    unchecked = [f"{b.id} (```{b.lang})" for b in BLOCKS if kind(b) == "unchecked"]
+    assert not unchecked, "neither run nor marked: make it ```python / ```bash or add a skip with its reason:\n" + \
+        "\n".join(unchecked)
+    counts = census()
+    assert counts["run"] + counts["marked"] + counts["text"] == counts["blocks"] and counts["run"] >= 16, counts
+
+
+def _with_marks(block: Block):
+    """A block that starts a vLLM engine carries the suite's `vllm` mark."""
+    uses_vllm = re.search(r"""backend=["']vllm|--backend vllm|import vllm""", block.code)
+    return pytest.param(block, marks=pytest.mark.vllm) if uses_vllm else block
+
+
+@pytest.mark.parametrize("block", [_with_marks(b) for b in RUNNABLE], ids=lambda b: b.id)
+def test_the_example_runs_and_prints_what_the_page_shows(block, tmp_path, monkeypatch, capfd):
     if block.lang == "python":
         monkeypatch.chdir(ROOT)  # the examples name files relative to the repository root
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(compile(block.code, block.id, "exec"), NAMESPACES.setdefault(block.page, {}))
-        printed = out.getvalue()
+        if _with_marks(block) is not block:
+            # vLLM's log handler keeps the sys.stdout of vLLM's import: import it before this test's capture
+            import vllm.logger  # noqa: F401
+        capfd.readouterr()
+        # stdout as a file with a descriptor, as a user's has: vLLM's engine start calls sys.stdout.fileno()
+        exec(compile(block.code, block.id, "exec"), NAMESPACES.setdefault(block.page, {}))
+        printed = capfd.readouterr().out
     else:
         printed = ""
         for command in commands(block.code):
@@ -265,3 +310,15 @@ def test_the_checks_catch_what_the_issue_found():
     assert cli_problem(["serve", "--no-such-flag"]) and cli_problem(["eval", "score", "x", "--protocol", "a|b"])
     assert not (ROOT / "chart.png").exists() and REPO_PATH.findall("`demo/examples/chart.png`")
     assert matches("a ... b\n...\nz", "a 1.5 b\nx\ny\nz\n") and not matches("a 1 b", "a 2 c")
+    page = ROOT / "README.md"
+    assert kind(Block(page, 1, "sh", "asymspec-vl eval toy", None, None)) == "unchecked"
+    assert kind(Block(page, 1, "", ".venv/bin/asymspec-vl eval toy", None, None)) == "unchecked"
+    assert kind(Block(page, 1, "", "from asymspec_vl import AsymSpecVL", None, None)) == "unchecked"
+    assert kind(Block(page, 1, "", "image + question ──► captioners/ ──► prompts", None, None)) == "text"
+    assert kind(Block(page, 1, "bash", "asymspec-vl eval toy", "a GPU", None)) == "marked"
+
+
+if __name__ == "__main__":  # the counts: .venv/bin/python tests/test_readme_examples.py
+    print(census())
+    for b in BLOCKS:
+        print(f"{kind(b):9} {b.id:28} {b.skip or ''}")
