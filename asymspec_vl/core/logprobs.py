@@ -24,6 +24,7 @@ from . import trace as T
 from .config import AsymSpecConfig
 from .errors import ConfigError
 from .gate import StepOutcome, context_delta, fuse, scd_scores
+from .vocab_align import VocabMap, shared_scores
 
 NAMES = ("t", "q", "a", "fused", "contrastive")
 # method -> the distribution of its accepted drafts, of its token at the first rejection, of its bonus token
@@ -62,9 +63,13 @@ def distribution(method: str, cfg: AsymSpecConfig, source: str) -> str:
     return by_source.get(source, "t")  # trace.VERIFIER: a step without drafts (vLLM near max_model_len)
 
 
-def scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], width: int) -> torch.Tensor:
+def scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], width: int,
+           vmap: VocabMap | None = None) -> torch.Tensor:
     """The raw scores of distribution `name` at the step's first `width` positions: [B, width, V] float32.
-    logits by name as the rule reads them (methods.py); a may stop one position short (the bonus without it)."""
+    logits by name as the rule reads them (methods.py); a may stop one position short (the bonus without it).
+    Across a cross-family pair's map: in verifier ids, restricted to the shared set (vocab_align.shared_scores)."""
+    if vmap is not None:
+        return shared_scores(name, cfg, logits, width, vmap)
     if name in ("t", "q"):
         return logits[name][:, :width].float()
     t, b = logits["t"][:, :width].float(), logits["b"][:, :width].float()
@@ -79,14 +84,15 @@ def scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], widt
 
 
 def step_scores(method: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor],
-                num_accepted: torch.Tensor, num_drafts: int) -> tuple[torch.Tensor, list[list[str]]]:
+                num_accepted: torch.Tensor, num_drafts: int,
+                vmap: VocabMap | None = None) -> tuple[torch.Tensor, list[list[str]]]:
     """The raw scores each committed position of the step was chosen from, [B, K+1, V] float32, and each row's
     distribution names for its committed tokens. num_accepted [B]: the drafts each row kept; position j below it
     reads the accepted draft's distribution, j = num_accepted the emitted token's, later positions are unused."""
     width = num_drafts + 1
     names = [T.step_sources(labels(method, cfg), num_drafts, n) for n in num_accepted.tolist()]
     used = dict.fromkeys(x for row in names for x in row)
-    by_name = {name: scores(name, cfg, logits, width) for name in used}
+    by_name = {name: scores(name, cfg, logits, width, vmap) for name in used}
     out = by_name["t"] if "t" in by_name else next(iter(by_name.values()))
     for name, x in by_name.items():
         if x is out:
@@ -107,10 +113,11 @@ def token_logprobs(scores: torch.Tensor, tokens: torch.Tensor, k: int) -> tuple[
 
 
 def step_logprobs(method: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], outcome: StepOutcome,
-                  drafts: torch.Tensor, k: int) -> list[list[TokenLogprob]]:
-    """Per row, the TokenLogprob of each token the step commits (outcome.committed(drafts)), with k alternatives."""
+                  drafts: torch.Tensor, k: int, vmap: VocabMap | None = None) -> list[list[TokenLogprob]]:
+    """Per row, the TokenLogprob of each token the step commits (outcome.committed(drafts)), with k alternatives
+    (vmap: a cross-family pair's map; token ids are the verifier's)."""
     num_drafts = drafts.shape[1]
-    raw, names = step_scores(method, cfg, logits, outcome.num_accepted, num_drafts)
+    raw, names = step_scores(method, cfg, logits, outcome.num_accepted, num_drafts, vmap)
     committed = outcome.committed(drafts)
     tokens = torch.tensor([row + [row[-1]] * (num_drafts + 1 - len(row)) for row in committed],
                           device=raw.device)  # [B, K+1], padded past the committed tokens

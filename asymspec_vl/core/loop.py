@@ -117,12 +117,10 @@ def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSo
 
 
 def refuse_across_map(cfg: AsymSpecConfig) -> None:
-    """ConfigError for what a cross-family pair does not run yet: sampling, logprobs, min_tokens."""
-    asked = [name for name, on in (("temperature > 0", cfg.samples), ("logprobs", cfg.logprobs is not None),
-                                   ("min_tokens", bool(cfg.min_tokens))) if on]
-    if asked:
-        raise ConfigError(f"{', '.join(asked)}: not run for a cross-family pair (two vocabularies) yet; the "
-                          "greedy rules of every method are (docs/cross-family.md)")
+    """ConfigError for what a cross-family pair does not run yet: sampling."""
+    if cfg.samples:
+        raise ConfigError("temperature > 0: not run for a cross-family pair (two vocabularies) yet; the greedy "
+                          "rules of every method are, with logprobs and min_tokens (docs/cross-family.md)")
 
 
 def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
@@ -140,21 +138,23 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
     if cfg.samples:
         plan.gens = sampling.generators(cfg, batch, plan.banned.device if plan.banned is not None else "cpu")
     hold = MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
+    hold_own = hold.mapped(plan.vmap) if hold is not None and plan.vmap is not None else hold  # drafter ids
     for src in _sources(plan):
         src.prefill()
     start = time.perf_counter()
     while any(active):
-        drafts, draft_logits = _draft(plan, y, active, hold)
+        drafts, draft_logits = _draft(plan, y, active, hold_own)
         scores = []
         for src in plan.scorers:
             feed = [p + _own(src, d) if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
             x = src.forward(feed)[:, -(plan.K + 1):]  # [B, K+1, V]
-            scores.append(hold.mask(x, 0) if hold else x)
+            held = hold_own if isinstance(src, MappedSource) else hold
+            scores.append(held.mask(x, 0) if held else x)
         drafts = drafts.to(scores[0].device)
         logits = plan.logits(draft_logits, scores)
         outcome = plan.decide(logits, drafts)
         accepted = outcome.num_accepted.tolist()
-        lps = step_logprobs(plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs) \
+        lps = step_logprobs(plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs, plan.vmap) \
             if cfg.logprobs is not None else None
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:

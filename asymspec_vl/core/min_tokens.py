@@ -30,6 +30,12 @@ class MinTokens:
     def __init__(self, min_tokens: int, stop_ids: set[int], y: list[list[int]]):
         self.min_tokens, self.stop_ids, self.y = min_tokens, sorted(stop_ids), y
 
+    def mapped(self, vmap) -> "MinTokens":
+        """The same hold over the drafter's logits of a cross-family pair: its stop tokens in drafter ids (those
+        the map pairs; an unpaired one is never drafted, the drafts being restricted to the shared set)."""
+        v2d = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
+        return MinTokens(self.min_tokens, {v2d[i] for i in self.stop_ids if i in v2d}, self.y)
+
     def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
         """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""
         return hold_stops(x, [len(r) for r in self.y], first, self.min_tokens, self.stop_ids)

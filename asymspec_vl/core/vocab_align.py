@@ -141,13 +141,42 @@ def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: tor
     n_acc, is_bonus, divergence = aligned_gate(a, b, t, drafts, cfg, vmap)
     t_p, a_p, b_p = gate.select(t, n_acc), gate.select(a, n_acc), gate.select(b, n_acc)  # [B, Vv], [B, Vd] x2
     shared_out = vmap.verifier_banned(banned, t.device)  # [Vv]
-    if cfg.delta_source == "scd":  # t - b: b moved to verifier space first (its unshared ids are never emitted)
-        delta_v = gate.context_delta(vmap.to_verifier_space(a_p), vmap.to_verifier_space(b_p, 0.0), t_p, "scd")
-    else:
-        delta_v = vmap.to_verifier_space(gate.context_delta(a_p, b_p, t_p, cfg.delta_source), 0.0)  # [B, Vv]
-    fused = gate.greedy(gate.fuse(t_p, delta_v, cfg.beta), shared_out)
+    fused = gate.greedy(fused_scores(a_p, b_p, t_p, cfg, vmap), shared_out)
     bonus = fused if cfg.bonus == "fused" else gate.greedy(t_p, shared_out)
     return gate.StepOutcome(n_acc, torch.where(is_bonus, bonus, fused), is_bonus, divergence)
+
+
+def fused_scores(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, cfg: AsymSpecConfig,
+                 vmap: VocabMap) -> torch.Tensor:
+    """t + beta * delta_v across the map, [.., Vv]: delta = a - b (a, b [.., Vd]) moved to verifier space (no
+    delta at unshared ids, which are never emitted); t [.., Vv]."""
+    if cfg.delta_source == "scd":  # t - b: b moved to verifier space first (its unshared ids are never emitted)
+        delta_v = gate.context_delta(vmap.to_verifier_space(a), vmap.to_verifier_space(b, 0.0), t, "scd")
+    else:
+        delta_v = vmap.to_verifier_space(gate.context_delta(a, b, t, cfg.delta_source), 0.0)
+    return gate.fuse(t, delta_v, cfg.beta)
+
+
+def shared_scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], width: int,
+                  vmap: VocabMap) -> torch.Tensor:
+    """The raw scores of distribution `name` (core/logprobs.py's names) at a step's first `width` positions
+    across the map, [B, width, Vv] float32, -inf off the shared set: a token's logprob across a map is under
+    its distribution restricted to the tokens the pair can commit (for a one-vocabulary pair, every token)."""
+    if name == "q":  # the drafter alone: no verifier logits
+        x = vmap.to_verifier_space(logits["q"][:, :width].float())
+    elif name == "t":
+        x = logits["t"][:, :width].float()
+    else:
+        t = logits["t"][:, :width].float()
+        b = logits["b"][:, :width].float()
+        if name == "contrastive":
+            x = contrastive_scores(b, t, cfg, vmap)
+        else:
+            a = logits["a"][:, :width].float()
+            if a.shape[1] < width:  # the bonus position without a_{K+1}: b stands in (as logprobs.scores)
+                a = torch.cat([a, b[:, a.shape[1]:]], dim=1)
+            x = vmap.to_verifier_space(a) if name == "a" else fused_scores(a, b, t, cfg, vmap)
+    return x.masked_fill(vmap.verifier_banned(None, x.device), float("-inf"))
 
 
 def decide_sd(t: torch.Tensor, drafts: torch.Tensor, vmap: VocabMap,
@@ -157,22 +186,25 @@ def decide_sd(t: torch.Tensor, drafts: torch.Tensor, vmap: VocabMap,
     return gate.greedy_verify(t, drafts, vmap.verifier_banned(banned, t.device))
 
 
-def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap,
-               banned: torch.Tensor | None = None) -> gate.StepOutcome:
-    """SCD across the map: the contrastive target (1+beta) log p_t - beta log p_b on the shared set, log p_b
-    the drafter's own full-vocabulary log-softmax moved to verifier space. b [B, K+1, Vd], t [B, K+1, Vv]."""
-    lb_v = vmap.to_verifier_space(b.float().log_softmax(-1))  # [B, K+1, Vv], -inf off the shared set
+def contrastive_scores(b: torch.Tensor, t: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap) -> torch.Tensor:
+    """SCD's target across the map, [B, n, Vv]: (1+beta) log p_t - beta log p_b on the plausible shared tokens,
+    -inf elsewhere; log p_b the drafter's own full-vocabulary log-softmax moved to verifier space."""
+    lb_v = vmap.to_verifier_space(b.float().log_softmax(-1))  # [B, n, Vv], -inf off the shared set
     lt = t.float().log_softmax(-1)
     # gate.scd_scores would re-normalise the moved log p_b over the shared set: the same score, computed here
-    out = vmap.verifier_banned(banned, t.device)
     # the plausibility cut is relative to the best shared token (the best token overall may be unshared: a cut
     # relative to it could leave no shared token plausible, and the pick would fall to the lowest id)
     # (banned shared tokens count for the cut, as gate.scd_scores counts them: a full map is scd_scores exactly)
     top = lt.masked_fill(vmap.verifier_banned(None, t.device), float("-inf")).max(dim=-1, keepdim=True).values
     plausible = lt >= math.log(cfg.scd_alpha) + top
     score = torch.nan_to_num((1.0 + cfg.beta) * lt - cfg.beta * lb_v, nan=float("-inf"), posinf=float("inf"))
-    score = score.masked_fill(~plausible, float("-inf"))
-    return gate.greedy_verify(score, drafts, out)
+    return score.masked_fill(~plausible, float("-inf"))
+
+
+def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap,
+               banned: torch.Tensor | None = None) -> gate.StepOutcome:
+    """SCD across the map: greedy verification against contrastive_scores. b [B, K+1, Vd], t [B, K+1, Vv]."""
+    return gate.greedy_verify(contrastive_scores(b, t, cfg, vmap), drafts, vmap.verifier_banned(banned, t.device))
 
 
 def decide_drafter(q: torch.Tensor, vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:

@@ -4,6 +4,8 @@
   - a verifier with tokens removed: nothing outside the shared set is committed, and the answers equal Algorithm 1
     across the map recomputed from scratch by tests/core/xfamily_reference.py's rules."""
 
+import math
+
 import pytest
 import torch
 
@@ -123,6 +125,51 @@ def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
     vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(permuted[0]), device="cpu")
     with pytest.raises(ConfigError, match="cross-family"):
         vl.generate_batch(TEXT_REQS[:1], "asymspec", AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7))
+
+
+@pytest.mark.parametrize("drafter,reqs", [("text_drafter", TEXT_REQS[:2]),
+                                          ("vl_drafter", [random_request(i) for i in range(2)])])
+def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(tiny_models, permuted, drafter, reqs):
+    """logprobs (each token's under its distribution, in verifier ids) and min_tokens (the stop tokens held in
+    each model's own ids: a drafter masked at verifier ids would draft otherwise) across the map: the permuted
+    verifier's run is the original's, values equal, alternatives the same tokens under their new ids. The stop
+    token is one the unheld answer emits early, so min_tokens changes the answer."""
+    folder, new_of = permuted
+    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(tiny_models["verifier"]),
+                                     device="cpu")
+    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu")
+    free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
+    stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
+    held, moved = (CFG.replace(logprobs=2, min_tokens=5, stop_token_ids=(s,)) for s in (stop, new_of[stop]))
+    for m in METHODS:
+        if m == "drafter" and drafter == "text_drafter":
+            continue
+        xs, ys = one.generate_batch(reqs, m, held), two.generate_batch(reqs, m, moved)
+        for x, y in zip(xs, ys):
+            assert y.token_ids == [new_of[i] for i in x.token_ids] and len(x.token_ids) >= 5, m
+            assert without_time(y.stats) == without_time(x.stats)
+            for a, b in zip(x.logprobs, y.logprobs):
+                assert (new_of[a.token_id], a.distribution) == (b.token_id, b.distribution)
+                assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
+                finite = [(i, j) for (i, v), (j, _) in zip(a.top, b.top) if v > float("-inf")]  # -inf: ties
+                assert [new_of[i] for i, _ in finite] == [j for _, j in finite], m
+    assert stop not in one.generate_batch(reqs[:1], "asymspec", held)[0].token_ids[:5]  # the hold held
+
+
+def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, removed):
+    """With tokens missing from the verifier, every alternative a logprob lists is in the shared set and each
+    distribution is normalised over it (the probabilities of all shared tokens sum to 1)."""
+    folder, _ = removed
+    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    cfg = CFG.replace(logprobs=len(shared) + 5)
+    for m in ("asymspec", "sd", "scd", "floor"):
+        for res in vl.generate_batch(TEXT_REQS[:1], m, cfg):
+            for lp in res.logprobs:
+                ids = [i for i, v in lp.top if v > float("-inf")]
+                assert set(ids) <= shared and lp.token_id in shared
+                if lp.distribution != "contrastive":  # SCD's target is -inf off its plausible set
+                    assert sum(math.exp(v) for _, v in lp.top) == pytest.approx(1.0, abs=1e-3)
 
 
 def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permuted):
