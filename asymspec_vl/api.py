@@ -18,7 +18,7 @@ from .inputs.prompts import EncodedRequest, Prompts, Request
 from .stream import TextStream
 from .core.structured import refuse_on_backend
 from .core.trace import Stats
-from .inputs.vocab import ModelPair
+from .pair.model_pair import ModelPair
 
 if TYPE_CHECKING:
     from .backends.interface import Backend

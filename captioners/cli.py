@@ -32,7 +32,7 @@ def register(sub) -> None:
 def _caption(args) -> int:
     from importlib import metadata
 
-    from asymspec_vl.commands import check_captioning_model
+    from asymspec_vl.pair.model_names import check_captioning_model
     from asymspec_vl.pair.defaults import cache_dir
     from asymspec_vl.core.errors import InputError
     from asymspec_vl.inputs.images import load_image

@@ -46,7 +46,7 @@ class VLMCaptioner:
     def from_pipeline(cls, vl, **kwargs) -> "VLMCaptioner":
         """Reuse an AsymSpecVL pipeline's VL drafter (transformers backend) or load it again by name. The
         embedded toy drafter is refused (ConfigError): it writes toy answers, not captions."""
-        from asymspec_vl.commands import check_captioning_model
+        from asymspec_vl.pair.model_names import check_captioning_model
 
         check_captioning_model(str(vl.names["drafter"]), "VLMCaptioner(model=...)",
                                "pass the caption text yourself")

@@ -8,8 +8,8 @@ import math
 import signal
 import socket
 
-from asymspec_vl.commands import (add_config_args, add_model_args, add_threads_arg, check_captioning_model,
-                                  config_from_args, load_from_args)
+from asymspec_vl.commands import add_config_args, add_model_args, add_threads_arg, config_from_args, load_from_args
+from asymspec_vl.pair.model_names import check_captioning_model
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.limits import LIMITS
 

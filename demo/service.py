@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 from PIL import Image
 
 from asymspec_vl.api import token_pieces
-from asymspec_vl.commands import is_embedded
+from asymspec_vl.pair.model_names import is_embedded
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.core.limits import LIMITS

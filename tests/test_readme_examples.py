@@ -276,7 +276,7 @@ def _attribute_owners():
     from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
     from asymspec_vl.stream import TextStream
     from asymspec_vl.core.trace import Stats
-    from asymspec_vl.inputs.vocab import ModelPair
+    from asymspec_vl.pair.model_pair import ModelPair
 
     def names(*classes, extra=()):
         out = set(extra)

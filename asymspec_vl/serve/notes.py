@@ -4,7 +4,7 @@ sentences; absent when there is nothing to say) and logs each once per request."
 
 from __future__ import annotations
 
-from ..commands import is_embedded
+from ..pair.model_names import is_embedded
 from ..toy.draw import looks_like_scene
 from .settings import ServeSettings
 

@@ -26,7 +26,7 @@ from ..core.config import AsymSpecConfig
 from ..pair.defaults import resolve
 from ..core.methods import METHODS, Method
 from ..inputs.prompts import EncodedRequest
-from ..inputs.vocab import ModelPair
+from ..pair.model_pair import ModelPair
 from .runner import Progress
 from .settings import ServeSettings
 

@@ -9,7 +9,7 @@ import pytest
 from asymspec_vl import Request
 from asymspec_vl.pair.defaults import resolve
 from asymspec_vl.inputs.prompts import encode_request
-from asymspec_vl.inputs.vocab import ModelPair
+from asymspec_vl.pair.model_pair import ModelPair
 from helpers import random_image, random_request
 
 CFG = dict(K=2, max_new_tokens=6)

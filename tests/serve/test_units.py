@@ -111,7 +111,7 @@ def test_logprobs_and_top_logprobs_become_the_configs_logprobs():
 
 def test_the_logprobs_content_joins_to_the_answer_and_names_each_distribution():
     from asymspec_vl.core.logprobs import TokenLogprob
-    from asymspec_vl.inputs.vocab import ModelPair
+    from asymspec_vl.pair.model_pair import ModelPair
     from asymspec_vl.pair.defaults import resolve
     from asymspec_vl.serve.responses import LogprobsContent
 

@@ -16,7 +16,7 @@ from ...core.methods import Method
 from ...pair.models import context_length, load_causal_lm, resolve_device_dtype
 from ...inputs.prompts import EncodedRequest, EncodedView
 from ...core.structured import refuse_on_backend
-from ...inputs.vocab import ModelPair
+from ...pair.model_pair import ModelPair
 from .source import HFSource
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from ...core.methods import Method
 from ...core.errors import ModelPairError
 from ...core.methods import method as method_named
 from ...inputs.prompts import EncodedRequest
-from ...inputs.vocab import ModelPair
+from ...pair.model_pair import ModelPair
 from .sample_logprobs import MissingLogprobsError, from_vllm, prompt_from_vllm
 from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
 from .grammar import check_compiles

@@ -218,7 +218,7 @@ from helpers import random_request
 from vllm import LLM, SamplingParams  # vllm_patches is not imported here: the plugin entry point loads it
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.inputs.prompts import encode_request
-from asymspec_vl.inputs.vocab import ModelPair
+from asymspec_vl.pair.model_pair import ModelPair
 from vllm_patches.requests.request_args import make_extra_args
 if __name__ == "__main__":
     pair = ModelPair.load({drafter!r}, {verifier!r})
