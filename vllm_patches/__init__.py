@@ -19,7 +19,7 @@ The rest of the method:
   the drafter's two views, b on x_comp, drafting                   proposer.py, full_view.py, comp_view.py,
                                                                    drafter_pass.py
   attention metadata for the drafter's own heads                   drafter_attention.py
-  the x_full KV cache and its admission control                    kv_pool.py, scheduler_patch.py (schedule)
+  the x_full KV cache and its admission control                    full_view_pool.py, scheduler_patch.py (schedule)
   the drafter's logits a kept between steps                        draft_logits.py
   the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/core/methods.py, gate.py)
   per-request state, failures                                      rows.py, faults.py (tensor parallelism)

@@ -17,7 +17,7 @@ from .. import switches
 from .draft_logits import DraftLogits
 from .draft_pick import pick
 from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
-from ..requests.kv_pool import FullViewPool
+from .full_view_pool import FullViewPool
 from .mm_cache import ImageCache
 from ..requests.mrope import prompt_positions, view_positions
 

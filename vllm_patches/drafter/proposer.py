@@ -5,7 +5,7 @@
                runs on, in the same step (with the verifier step's queries and block table, but attention
                metadata planned for the drafter's own heads), so the logits b at the K+1 verified positions
                come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
-  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (kv_pool), extended
+  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (full_view_pool.py), extended
                incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
                first step, in chunks of at most max_num_batched_tokens), then drafts K (logits a,
                kept in draft_logits until the next step verifies them).
@@ -38,7 +38,7 @@ from .drafter_attention import DrafterAttention
 from .drafter_graphs import DrafterGraphs
 from ..requests.faults import request_errors
 from .full_view import FullView, FullViewImages
-from ..requests.kv_pool import reserve_bytes
+from .full_view_pool import reserve_bytes
 from .mm_cache import ImageCache
 from ..requests.request_args import engine_facts
 from ..requests.rows import RequestRegistry, RowState

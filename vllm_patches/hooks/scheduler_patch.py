@@ -5,7 +5,7 @@ for every other configuration.
                       gets its scheduler-side state: statistics, its share of the x_full pool, its prime token
                       (hidden_tokens.prime); the parsed AsymSpecRequest goes to the workers in its extra_args.
                       One that is malformed, or whose x_full view could never fit the pool, fails at once, alone
-  schedule            admission control for the drafter's x_full KV pool (kv_pool): a new asymspec request
+  schedule            admission control for the drafter's x_full KV pool (drafter/full_view_pool.py): a new asymspec request
                       waits while the pool cannot hold its whole x_full view; and for the step's token budget:
                       no more requests run than can each verify K drafts in one step (`budget_room`)
   _free_request       returns a finished (or aborted) request's share of that pool
@@ -26,7 +26,7 @@ from asymspec_vl.core.errors import AsymSpecError
 from ..requests import hidden_tokens
 from ._patching import install
 from .config_patch import is_asymspec
-from ..requests.kv_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
+from ..drafter.full_view_pool import FULL_VIEW_TOKENS_ENV, blocks_for, full_view_capacity
 from ..requests.pool_ledger import PoolLedger
 from ..requests.request_args import (KEY, REQUEST_KEY, AsymSpecRequest, EngineFacts, engine_facts, has_request_args,
                                      parse_request)

@@ -1,6 +1,6 @@
 """The scheduler's ledger of the drafter's x_full KV pool: which running requests hold how many blocks of it.
 
-The workers' pool (kv_pool.FullViewPool) hands out blocks as a request's x_full view grows; the scheduler
+The workers' pool (drafter/full_view_pool.FullViewPool) hands out blocks as a request's x_full view grows; the scheduler
 admits a new request only when the blocks its whole view can grow to (prompt + max_tokens + K + 1, counted in
 the scheduler's block size) fit beside what the running ones may come to hold, so a running request never
 finds the pool full. Invariants (tests/vllm_patches/requests/test_pool_ledger.py):
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 @dataclass
 class PoolLedger:
-    usable: int  # blocks of the pool, in the scheduler's block size (kv_pool.full_view_capacity)
+    usable: int  # blocks of the pool, in the scheduler's block size (full_view_pool.full_view_capacity)
     block_size: int  # the scheduler's block size
     reserved: dict[str, int] = field(default_factory=dict)  # req_id -> blocks of a running request
     peak: int = 0  # high-water mark of sum(reserved)

@@ -406,7 +406,7 @@ def test_full_view_pool_is_laid_out_in_the_kernels_block_size(monkeypatch):
     memory, reserved while the drafter loads, covers it."""
     import types
 
-    from vllm_patches.requests.kv_pool import FullViewPool, reserve_bytes
+    from vllm_patches.drafter.full_view_pool import FullViewPool, reserve_bytes
 
     class Backend:
         @staticmethod
