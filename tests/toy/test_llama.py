@@ -117,6 +117,12 @@ def test_the_eval_table_header_names_the_shared_set(llama_vl):
     size = llama_vl.pair.vmap.size
     assert head.startswith("Toy world, held-out n=9 (hf, batch 3); cross-family: ") and f"{size} shared tokens" in head
     assert "of the drafter's 426" in head and f"of the verifier's {llama_vl.pair.vmap.verifier_size}" in head
+    from types import SimpleNamespace
+
+    from asymspec_vl.core.vocab_align import VocabMap
+
+    same = SimpleNamespace(names={"backend": "hf"}, pair=SimpleNamespace(vmap=VocabMap.same_vocabulary(426)))
+    assert title(same, 9, 3) == "Toy world, held-out n=9 (hf, batch 3)"  # a same-family table's header as before
 
 
 def test_train_family_verifier_writes_a_loadable_llama_verifier(tmp_path):
