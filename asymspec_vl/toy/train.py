@@ -27,7 +27,7 @@ VERIFIER_SIZES = TinySizes(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=3
                            max_position=4096)
 # The Llama verifier's recipe (train_family_verifier): its tokenizer's requested size, widths and steps.
 LLAMA_RECIPE = {"vocab_size": 300, "verifier_steps": 1800,
-                "verifier_sizes": TinySizes(hidden=128, layers=3, heads=4, kv_heads=2, head_dim=32,
+                "verifier_sizes": TinySizes(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32,
                                             intermediate=384, max_position=4096)}
 VERIFIER_FAMILIES = ("qwen3", "llama")
 
