@@ -82,7 +82,7 @@ def test_the_shipped_files_are_the_trained_ones_and_the_drafter_is_unchanged():
     cfg = ToyTrainConfig.from_dict(manifest["config"])
     assert (cfg.vocab_size, cfg.verifier_steps, cfg.verifier_sizes) == (
         LLAMA_RECIPE["vocab_size"], LLAMA_RECIPE["verifier_steps"], LLAMA_RECIPE["verifier_sizes"])
-    assert manifest["heldout"]["asymspec-K2-b1"]["Overall"] >= manifest["heldout"]["floor"]["Overall"] + 20
+    assert manifest["heldout"]["asymspec-K2-b1"]["Overall"] >= manifest["heldout"]["floor"]["Overall"] + 50
     config = json.loads((PAIR_DIR / "verifier-llama" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
 
@@ -102,12 +102,13 @@ def test_asymspec_beats_the_floor_committing_shared_tokens_only(llama_vl):
     assert not llama_vl.pair.vmap.identity and llama_vl.names["verifier"] == str(PAIR_DIR / "verifier-llama")
     shared = set(llama_vl.pair.vmap.verifier_ids.tolist())
     accuracy = {}
-    for key in ("floor", "asymspec-K2-b1"):
+    for key in ("floor", "drafter", "asymspec-K2-b1"):
         res = llama_vl.generate_batch(reqs, VARIANTS[key].method, VARIANTS[key].config())
         assert all(set(r.token_ids) <= shared for r in res), key  # verifier ids, all in the shared set
         accuracy[key] = 100.0 * sum(world.is_correct(r.text, e) for e, r in zip(examples, res)) / N
     assert accuracy["floor"] <= 25.0  # the caption has no digits
-    assert accuracy["asymspec-K2-b1"] >= accuracy["floor"] + 30.0
+    assert accuracy["asymspec-K2-b1"] >= accuracy["floor"] + 50.0
+    assert accuracy["asymspec-K2-b1"] >= accuracy["drafter"] + 10.0  # the Llama verifier's arithmetic, across the map
 
 
 def test_the_eval_table_header_names_the_shared_set(llama_vl):
