@@ -16,6 +16,8 @@ from pathlib import Path
 from ..core.errors import ModelPairError
 
 EMBEDDED = "embedded"  # the offline toy pair's name (defaults.py resolves it to its paths)
+EMBEDDED_LLAMA = "embedded-llama"  # the toy drafter with the toy Llama verifier (its own vocabulary: cross-family)
+EMBEDDED_NAMES = (EMBEDDED, EMBEDDED_LLAMA)
 
 PROBE_TIMEOUT_S = 3.0
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.safetensors.index.json")
@@ -38,8 +40,8 @@ class Weights(enum.Enum):
 def pair_names(drafter: str | None, verifier: str | None, default_drafter: str,
                default_verifier: str) -> tuple[str, str]:
     """The drafter and verifier names to load: `embedded` on one side means `embedded` on the other unless both
-    are given; a side left None takes its default."""
-    if drafter is None and verifier == EMBEDDED:
+    are given (a verifier `embedded-llama` alone means the embedded drafter); a side left None takes its default."""
+    if drafter is None and verifier in EMBEDDED_NAMES:
         drafter = EMBEDDED
     if verifier is None and drafter == EMBEDDED:
         verifier = EMBEDDED

@@ -1,7 +1,7 @@
 """Training batches of the toy pair, built with the pair's own processor, tokenizer and chat templates:
 the drafter reads x_full (image + caption + question), x_question (image + question) or x_comp (the
 verifier's text view: the image dropped); the verifier reads x_comp or an arithmetic exercise. Labels
-cover the answer and its <|im_end|> only."""
+cover the answer and its end of turn (the tokenizer's EOS: <|im_end|>, or <|eot_id|> for the Llama verifier) only."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ class Encoder:
     def __init__(self, tokenizer, processor=None):
         self.processor, self.tokenizer = processor, tokenizer
         self.image_token_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.eos = tokenizer.eos_token_id  # the end of a chat turn (<|im_end|>, <|eot_id|>)
         self.pad = tokenizer.pad_token_id
-        self.words = word_token_ids(tokenizer)
+        self.words = word_token_ids(tokenizer) if processor is not None else {}  # the drafter's tag head only
 
     def image(self, image) -> tuple[torch.Tensor, torch.Tensor]:
         """pixel_values [num_patches, D] and image_grid_thw [1, 3] of one image (the processor's own)."""
@@ -65,7 +65,7 @@ class Encoder:
         return [t for i in ids for t in ([i] * n if i == self.image_token_id else [i])]
 
     def row(self, prompt_ids: list[int], answer: str) -> tuple[list[int], list[int]]:
-        """(input ids, labels) of prompt + answer + <|im_end|>; the prompt is not a target."""
+        """(input ids, labels) of prompt + answer + EOS; the prompt is not a target."""
         ans = self.tokenizer(answer, add_special_tokens=False)["input_ids"] + [self.eos]
         return prompt_ids + ans, [-100] * len(prompt_ids) + ans
 

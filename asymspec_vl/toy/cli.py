@@ -19,6 +19,9 @@ def register(sub) -> None:
     t.add_argument("--scale", type=float, default=1.0,
                    help="multiply every step count (e.g. 0.05 for a quick smoke run; 1 = the shipped recipe)")
     t.add_argument("--eval-n", type=int, default=150, help="held-out questions scored into the manifest")
+    t.add_argument("--verifier-family", choices=("qwen3", "llama"), default="qwen3",
+                   help="llama: train only a Llama verifier with its own tokenizer (OUT_DIR/verifier-llama) for "
+                        "the drafter OUT_DIR/drafter, or the embedded drafter when OUT_DIR has none")
     t.set_defaults(func=_train)
 
     e = tsub.add_parser("example", help="write held-out toy scenes (PNG + JSON with caption and question) and "
@@ -45,13 +48,35 @@ def _train(args) -> int:
 
     if args.scale <= 0 or args.eval_n < 0:
         raise ConfigError("--scale must be > 0 and --eval-n >= 0")
-    cfg = dataclasses.replace(ToyTrainConfig(seed=args.seed, eval_n=args.eval_n)).scaled(args.scale)
     from ..evals.toy.eval import quick_heldout
 
+    if args.verifier_family != "qwen3":
+        return _train_family(args, ToyTrainConfig(seed=args.seed, eval_n=args.eval_n), quick_heldout)
+    cfg = dataclasses.replace(ToyTrainConfig(seed=args.seed, eval_n=args.eval_n)).scaled(args.scale)
     manifest = train_pair(args.out_dir, cfg, workers=args.workers, heldout=quick_heldout)
     print(json.dumps({k: manifest[k] for k in ("final_loss", "vision_accuracy", "times", "heldout")
                       if k in manifest}, indent=2))
     print(f"models: {args.out_dir}/drafter {args.out_dir}/verifier\nmanifest: {args.out_dir}/manifest.json")
+    return 0
+
+
+def _train_family(args, cfg, heldout) -> int:
+    """`toy train OUT --verifier-family llama`: the family's recipe (train.LLAMA_RECIPE) scaled like the pair's."""
+    import dataclasses
+    from pathlib import Path
+
+    from . import PAIR_DIR
+    from .train import LLAMA_RECIPE, train_family_verifier, verifier_folder
+
+    cfg = dataclasses.replace(cfg, **LLAMA_RECIPE).scaled(args.scale)
+    own = Path(args.out_dir) / "drafter"
+    drafter = own if (own / "config.json").is_file() else PAIR_DIR / "drafter"
+    family = args.verifier_family
+    manifest = train_family_verifier(args.out_dir, cfg, family, drafter, heldout=heldout)
+    print(json.dumps({k: manifest[k] for k in ("vocab_map", "final_loss", "times", "heldout") if k in manifest},
+                     indent=2))
+    print(f"models: {drafter} {args.out_dir}/{verifier_folder(family)}\n"
+          f"manifest: {args.out_dir}/{family}_manifest.json")
     return 0
 
 

@@ -1,6 +1,8 @@
 """`asymspec-vl toy train`: train the toy pair (a tiny Qwen3-VL drafter and a tiny Qwen3 verifier with one
 shared tokenizer) from scratch, deterministically for a seed, in two processes (one per model, one thread
-each); write two loadable model folders, a training log and a manifest."""
+each); write two loadable model folders, a training log and a manifest. `--verifier-family llama` trains a
+verifier of another family (toy/llama.py: its own tokenizer and template) for the toy drafter, with the same data
+and training loop (train_family_verifier)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,11 @@ DRAFTER_SIZES = TinySizes(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32
                           vision_hidden=64, vision_depth=2, max_position=4096)
 VERIFIER_SIZES = TinySizes(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=384,
                            max_position=4096)
+# The Llama verifier's recipe (train_family_verifier): its tokenizer's requested size, widths and steps.
+LLAMA_RECIPE = {"vocab_size": 300, "verifier_steps": 1800,
+                "verifier_sizes": TinySizes(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=32,
+                                            intermediate=384, max_position=4096)}
+VERIFIER_FAMILIES = ("qwen3", "llama")
 
 
 @dataclass(frozen=True)
@@ -81,28 +88,41 @@ class ToyTrainConfig:
         return cls(**d)
 
 
-def train_verifier(out: str, cfg: ToyTrainConfig, position: int = 1) -> None:
-    """Train the verifier in this process; write its folder and verifier_log.jsonl under out."""
+def verifier_folder(family: str) -> str:
+    """The verifier's folder name under a pair's directory: verifier/ (Qwen3, one tokenizer with the drafter),
+    verifier-<family>/ otherwise."""
+    if family not in VERIFIER_FAMILIES:
+        raise ConfigError(f"verifier family {family!r}: expected one of {', '.join(VERIFIER_FAMILIES)}")
+    return "verifier" if family == "qwen3" else f"verifier-{family}"
+
+
+def train_verifier(out: str, cfg: ToyTrainConfig, position: int = 1, family: str = "qwen3") -> None:
+    """Train the verifier of `family` in this process; write its folder and <folder>_log.jsonl under out
+    (the folder holds its tokenizer already)."""
     from transformers import AutoTokenizer
 
     from .tiny import text_model, write_text_model
     from .batches import Encoder, verifier_batch
+    from .llama import llama_model
     from .lm import train_lm
 
     torch.set_num_threads(1)
     t0, c0 = time.perf_counter(), time.process_time()
-    root = Path(out)
-    tok = AutoTokenizer.from_pretrained(root / "verifier")
+    root, folder = Path(out), verifier_folder(family)
+    tok = AutoTokenizer.from_pretrained(root / folder)
     enc = Encoder(tok)
-    model = text_model(tok, cfg.verifier_sizes, seed=cfg.seed + 2, wide_init=False)
+    if family == "qwen3":
+        model = text_model(tok, cfg.verifier_sizes, seed=cfg.seed + 2, wide_init=False)
+    else:
+        model = llama_model(tok, cfg.verifier_sizes, seed=cfg.seed + 4)
     log: list[dict] = []
     loss = train_lm(model, lambda s: verifier_batch(enc, cfg.seed, s, cfg.verifier_batch, cfg.per_scene,
                                                      cfg.curriculum),
                     cfg.verifier_steps, cfg.verifier_lr, log, "verifier", position=position)
-    write_text_model(root / "verifier", tok, cfg.verifier_sizes, model=model)
+    write_text_model(root / folder, tok, cfg.verifier_sizes, model=model)  # model given: any family's
     log.append({"stage": "verifier", "final_loss": round(loss, 4), "wall_s": round(time.perf_counter() - t0, 1),
                 "cpu_s": round(time.process_time() - c0, 1)})
-    (root / "verifier_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (root / f"{folder}_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
 
 
 def train_drafter(out: str, cfg: ToyTrainConfig, position: int = 0) -> list[dict]:
@@ -211,6 +231,58 @@ def train_pair(out_dir: str | Path, cfg: ToyTrainConfig = ToyTrainConfig(), work
         manifest["times"]["eval_wall_s"] = round(time.perf_counter() - t1, 1)
     text = json.dumps(manifest, indent=2) + "\n"
     (root / "manifest.json").write_text(text)
+    return json.loads(text)
+
+
+def train_family_verifier(out_dir: str | Path, cfg: ToyTrainConfig, family: str, drafter: str | Path,
+                          heldout: Callable[[Path, Path, int], dict] | None = None) -> dict:
+    """Train a verifier of another family for the drafter folder `drafter`, on the verifier's data of train_pair
+    (cfg's verifier_* fields; the family's tokenizer trained on the same toy text, vocabulary size
+    cfg.vocab_size): write out_dir/verifier-<family>/, <family>_train_log.jsonl and <family>_manifest.json (the
+    vocabulary map's size and shares, and heldout(drafter, verifier, cfg.eval_n) when given)."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    from ..inputs.vocab_map import build_vocab_map, describe
+    from . import world
+    from .llama import train_llama_tokenizer, write_llama_model
+
+    folder = verifier_folder(family)
+    if family == "qwen3":
+        raise ConfigError("the qwen3 verifier shares the drafter's tokenizer: train it with the pair (train_pair)")
+    root, drafter = Path(out_dir), Path(drafter)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tok = train_llama_tokenizer(world.tokenizer_corpus(), vocab_size=cfg.vocab_size)
+    write_llama_model(root / folder, tok, cfg.verifier_sizes, seed=cfg.seed)  # the folder holds the tokenizer
+    train_verifier(str(root), cfg, position=0, family=family)
+    log_file = root / f"{folder}_log.jsonl"
+    log = [json.loads(line) for line in log_file.read_text().splitlines()]
+    log_file.unlink()
+    (root / f"{family}_train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    vmap = build_vocab_map(AutoTokenizer.from_pretrained(drafter), tok)
+    manifest = {
+        "what": f"asymspec-vl toy verifier of another family: tiny {family} verifier, its own tokenizer, for the "
+                f"toy drafter",
+        "family": family, "config": cfg.to_dict(), "vocab_size": len(tok),
+        "vocab_map": {"shared": vmap.size, "drafter_share": round(vmap.share()[0], 4),
+                      "verifier_share": round(vmap.share()[1], 4), "describe": describe(vmap)},
+        "params": {"verifier": _count(root / folder)},
+        "data": {"verifier_rows": cfg.verifier_steps * cfg.verifier_batch},
+        "final_loss": {"verifier": log[-1]["final_loss"]},
+        "times": {"train_wall_s": round(time.perf_counter() - t0, 1), "workers": 1,
+                  "verifier": {k: log[-1][k] for k in ("wall_s", "cpu_s")}},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "machine": machine(),
+        "sha256": {f"{folder}/model.safetensors": _sha256(root / folder / "model.safetensors"),
+                   "drafter/model.safetensors": _sha256(drafter / "model.safetensors")},
+    }
+    if cfg.eval_n and heldout is not None:
+        t1 = time.perf_counter()
+        manifest["heldout"] = heldout(drafter, root / folder, cfg.eval_n)
+        manifest["times"]["eval_wall_s"] = round(time.perf_counter() - t1, 1)
+    text = json.dumps(manifest, indent=2) + "\n"
+    (root / f"{family}_manifest.json").write_text(text)
     return json.loads(text)
 
 

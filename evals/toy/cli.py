@@ -57,8 +57,7 @@ def _run(args) -> int:
     log = ResultsLog(out / "results.jsonl", fingerprint)
     records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress,
                        warm=True)
-    markdown, paths = write_outputs(out, records, args.variants,
-                                    f"Toy world, held-out n={args.n} ({vl.names['backend']}, batch {args.batch})")
+    markdown, paths = write_outputs(out, records, args.variants, title(vl, args.n, args.batch))
     write_manifest(out / "manifest.json", build_manifest(
         BENCHMARK, dict(vl.names), BASE.to_dict(), {"heldout": f"world.heldout({args.n})"},
         {"variants": args.variants, "weights": fingerprint["weights"], "batch": args.batch,
@@ -69,6 +68,17 @@ def _run(args) -> int:
     print(f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
           f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
     return 0
+
+
+def title(vl, n: int, batch: int) -> str:
+    """The table's header; a cross-family pair's names its vocabulary map (shared-set size, share of each)."""
+    head = f"Toy world, held-out n={n} ({vl.names['backend']}, batch {batch})"
+    vmap = vl.pair.vmap
+    if vmap.identity:
+        return head
+    sd, sv = vmap.share()
+    return (f"{head}; cross-family: {vmap.size} shared tokens ({sd:.1%} of the drafter's {vmap.drafter_size}, "
+            f"{sv:.1%} of the verifier's {vmap.verifier_size})")
 
 
 def _weights(names: dict) -> dict:

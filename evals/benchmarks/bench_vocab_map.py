@@ -1,0 +1,99 @@
+"""Benchmark: the cost per decode step of a cross-family pair's vocabulary map (core/vocab_align.py), on the CPU.
+
+    python -m asymspec_vl.evals.benchmarks.bench_vocab_map [--shapes 1x2,1x4,8x4] [--repeat 20] [--threads 1]
+
+Two pairs: the real sizes (a Qwen3 drafter, Vd = 151,936, with a Llama-3 verifier, Vv = 128,256, sharing
+109,566 tokens: random logits and a random map of those sizes) and the embedded toy pair (`embedded-llama`: the
+toy drafter's 426 tokens, the toy Llama verifier's, the map built from their tokenizers). Per shape B x K it
+prints the median time of: moving K + 1 positions of drafter logits [B, K+1, Vd] to verifier space (the
+shared-set gathers), the AsymSpec step across the map (vocab_align.asymspec_step: gate, delta moved, fused and
+bonus picks over the shared set) and the same step on one vocabulary of the verifier's size (gate.asymspec_step,
+the same-family path); the map's overhead is the difference of the last two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from asymspec_vl.core import gate, vocab_align
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.core.vocab_align import VocabMap
+from asymspec_vl.evals.report import markdown_table
+
+V_QWEN3, V_LLAMA3, SHARED = 151_936, 128_256, 109_566  # Timor et al. (2025): Qwen3 <-> Llama-3
+COLUMNS = ["pair", "B", "K", "move K+1 ms", "mapped step ms", "one-vocabulary step ms", "map overhead ms"]
+
+
+def timed(fn, repeat: int, warmup: int = 2) -> float:
+    """Median seconds of fn() over `repeat` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def random_map(Vd: int, Vv: int, shared: int, seed: int = 0) -> VocabMap:
+    """A map of the real sizes: `shared` verifier ids (increasing) paired with as many drafter ids, at random."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randperm(Vv, generator=g)[:shared].sort().values
+    d = torch.randperm(Vd, generator=g)[:shared]
+    return VocabMap(d, v, Vd, Vv)
+
+
+def toy_map() -> VocabMap:
+    """The embedded cross-family pair's map (its shipped tokenizers)."""
+    from transformers import AutoTokenizer
+
+    from asymspec_vl.inputs.vocab_map import build_vocab_map
+    from asymspec_vl.pair.defaults import embedded_models
+
+    paths = embedded_models("embedded-llama")
+    return build_vocab_map(AutoTokenizer.from_pretrained(paths["drafter"]),
+                           AutoTokenizer.from_pretrained(paths["verifier"]))
+
+
+def bench(name: str, vmap: VocabMap, B: int, K: int, repeat: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    Vd, Vv = vmap.drafter_size, vmap.verifier_size
+    a, b = (torch.randn(B, K + 1, Vd, generator=g) for _ in range(2))  # drafter space
+    t = torch.randn(B, K + 1, Vv, generator=g)  # verifier space
+    shared = vmap.verifier_ids
+    drafts = shared[torch.randint(0, shared.numel(), (B, K), generator=g)]  # verifier ids in the shared set
+    a_v, b_v = (torch.randn(B, K + 1, Vv, generator=g) for _ in range(2))  # the same-family step's inputs
+    cfg = AsymSpecConfig(K=K, beta=1.0)
+    vmap.to("cpu")  # the map's device tensors, built once per pair
+    move = timed(lambda: vmap.to_verifier_space(a), repeat)
+    mapped = timed(lambda: vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap), repeat)
+    one = timed(lambda: gate.asymspec_step(a_v, b_v, t, drafts, cfg), repeat)
+    ms = lambda s: round(1e3 * s, 3)  # noqa: E731
+    return {"pair": name, "B": B, "K": K, "move K+1 ms": ms(move), "mapped step ms": ms(mapped),
+            "one-vocabulary step ms": ms(one), "map overhead ms": ms(mapped - one)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="1x2,1x4,8x4", help="comma list of BxK")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    maps = {f"Qwen3 {V_QWEN3:,} -> Llama-3 {V_LLAMA3:,} ({SHARED:,} shared, random)": random_map(V_QWEN3, V_LLAMA3,
+                                                                                                   SHARED)}
+    toy = toy_map()
+    maps[f"toy embedded-llama ({toy.drafter_size} -> {toy.verifier_size}, {toy.size} shared)"] = toy
+    rows = [bench(name, vmap, B, K, args.repeat) for name, vmap in maps.items() for B, K in shapes]
+    print(markdown_table(rows, COLUMNS))
+    print(f"CPU, {args.threads} thread(s), float32, median of {args.repeat}")
+
+
+if __name__ == "__main__":
+    main()
