@@ -6,20 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError, ModelPairError
-from .defaults import EMBEDDED, embedded_models
+from .defaults import EMBEDDED_NAMES, embedded_models
 
 
 def is_embedded(name: str | None, role: str = "drafter") -> bool:
-    """Whether `name` is the embedded toy pair's model for `role` (by the name `embedded` or by its folder)."""
+    """Whether `name` is an embedded toy pair's model for `role` (by the name `embedded` / `embedded-llama` or by
+    its folder)."""
     if name is None:
         return False
-    if name == EMBEDDED:
+    if name in EMBEDDED_NAMES:
         return True
     try:
-        folder = embedded_models()[role]
-    except ModelPairError:  # the pair is not installed: nothing can be it
+        folders = [embedded_models(pair)[role] for pair in EMBEDDED_NAMES]
+    except ModelPairError:  # the pairs are not installed: nothing can be them
         return False
-    return folder is not None and Path(name).resolve() == Path(folder).resolve()
+    return any(f is not None and Path(name).resolve() == Path(f).resolve() for f in folders)
 
 
 def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
