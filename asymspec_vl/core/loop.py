@@ -111,7 +111,9 @@ def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSo
     if vmap is not None:
         refuse_across_map(cfg)
         inner = source
-        source = lambda s: inner(s) if s.model == "verifier" else MappedSource(inner(s), vmap)  # noqa: E731
+
+        def source(s: Source) -> LogitSource:  # the drafter's sources read verifier ids through the map
+            return inner(s) if s.model == "verifier" else MappedSource(inner(s), vmap)
     drafter = source(method.drafting) if method.drafting is not None else None
     return Plan(method, cfg, drafter, [source(s) for s in method.scoring], banned, vmap=vmap)
 

@@ -115,7 +115,7 @@ def move_logprobs(out, params, hidden: bool, primed: bool) -> None:
                                    torch.as_tensor(rows.sampled_token_ranks[:1]))
             before = out.new_prompt_logprobs_tensors
             out.new_prompt_logprobs_tensors = last if before is None else LogprobsTensors(
-                *(torch.cat([b, l.to(b.dtype)]) for b, l in zip(before[:3], last)))
+                *(torch.cat([old, new.to(old.dtype)]) for old, new in zip(before[:3], last)))
         rows = LogprobsLists(rows.logprob_token_ids[1:], rows.logprobs[1:], rows.sampled_token_ranks[1:])
     if CLIENT_LOGPROBS_KEY in (params.extra_args or {}) and params.extra_args[CLIENT_LOGPROBS_KEY] is None:
         rows = None

@@ -53,7 +53,10 @@ def make_case(seed, B, K, V, dtype=torch.float32, ties=False, neg_inf=0.0, banne
         banned = torch.rand(V, generator=g) < banned_frac
         banned[t[0, 0].argmax()] = True  # the verifier's favourite is banned somewhere
     num_drafts = torch.randint(0, K + 1, (B,), generator=g) if mixed else None
-    on = lambda x: None if x is None else x.to(DEVICE)  # noqa: E731
+
+    def on(x):
+        return None if x is None else x.to(DEVICE)
+
     return (a.to(dtype).to(DEVICE), b.to(dtype).to(DEVICE), t.to(dtype).to(DEVICE), drafts.to(DEVICE),
             on(banned), on(num_drafts))
 
