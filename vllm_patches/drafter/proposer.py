@@ -34,9 +34,9 @@ from asymspec_vl.core.errors import AsymSpecError
 from .. import switches
 from .comp_view import CompView
 from .draft_logits import DraftLogits
-from .drafter_attention import DrafterAttention
+from .drafter_attention import DrafterAttention, verifier_common_for_group
 from .drafter_graphs import DrafterGraphs
-from ..requests.faults import request_errors
+from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
 from .full_view import FullView, FullViewImages
 from ..requests.kv_pool import reserve_bytes
 from .mm_cache import ImageCache
@@ -133,6 +133,63 @@ class AsymSpecProposer(DraftModelProposer):
         if self.full.images is None or not switches.enabled("mm_embeds"):
             return None
         return self.full.images.profile(self.draft_model_config)
+
+    # -- the worker's step: one method per runner hook (hooks/runner_patch.py), in step order -----------
+    def on_scheduled(self, scheduler_output) -> None:
+        """Before the runner updates its states: forget finished requests (their caches and blocks); free the
+        stored logits a of preempted ones (their drafts were dropped; a sampling one's generator goes back to
+        before those drafts' draws) and note resumed ones that re-emit a held-back token (rows.RowState.reemit).
+        A skipped request keeps its queued drafts."""
+        self.registry.forget(scheduler_output.finished_req_ids)
+        for req_id in scheduler_output.preempted_req_ids or ():
+            self.full.draft_logits.release(req_id)
+            self.registry.drop_drafts(req_id)
+        self.registry.note_resumed(scheduler_output.scheduled_cached_reqs, self.runner.requests)
+
+    def keep_verifier_metadata(self, common, slot_mappings_by_group: dict | None) -> None:
+        """The verifier step's CommonAttentionMetadata (vLLM's spec-decode one), as the drafter's KV group sees
+        it: the x_comp pass plans its own metadata from it (drafter_attention.py)."""
+        self.comp.verifier_common = verifier_common_for_group(common, self.runner, self.kv_cache_gid,
+                                                              slot_mappings_by_group)
+
+    def after_verifier(self, out, input_ids: torch.Tensor, positions: torch.Tensor):
+        """After the verifier's forward on input_ids [N] (positions [N] or [3, N]): its output kept out of the
+        drafter's CUDA-graph pool when a graph replays next, then the x_comp pass on the same inputs (b).
+        Returns the verifier's output for the runner."""
+        out = self.graphs.keep_verifier_output(out, self.comp.verifier_common.num_actual_tokens)
+        with stop_rank_on_error(self.world_size, "the x_comp pass"):
+            self.comp.score(input_ids, positions)
+        return out
+
+    def step_logits(self, name: str, req_ids: list[str], n: int, token_index: torch.Tensor | None = None):
+        """The drafter's logits of this step by name, for the rows `req_ids`: "b" on x_comp at the verified
+        token indices token_index [G * n] -> [G, n, V]; otherwise ("a", and a sampling sd / scd row's drafting
+        logits q) the first n stored x_full logits -> [G, n, V]."""
+        if name == "b":
+            return self.comp.logits(token_index).view(len(req_ids), n, -1)
+        return self.full.logits(req_ids, n)
+
+    def draft(self, req_ids: list[str], sampled: list[list[int]]) -> list[list[int]]:
+        """This step's drafts for the batch `req_ids` (vLLM's order) after it committed `sampled`: commit and plan
+        (plan), the cached image embeddings of the x_full rows whose feed holds the image (patch 4; with the
+        switch off, x_full's prefill embeds the image_pad tokens as text), then the K passes (propose). Host
+        lists, in batch order."""
+        with stop_rank_on_error(self.world_size, "drafting"):
+            plan = self.plan(req_ids, sampled)
+            images = self.full.images_for(plan) if switches.enabled("mm_embeds") else None
+            drafts = self.propose(plan, images)
+        return [drafts.get(req_id, []) for req_id in req_ids]
+
+    def take_errors(self, tp_group=None) -> dict[str, str]:
+        """The requests failed since the last call (req_id -> "ErrorType: message"), after the tensor-parallel
+        ranks agree on them (tp_group: vLLM's GroupCoordinator; faults.check_ranks_agree)."""
+        if self.world_size > 1:
+            if tp_group is None:
+                from vllm.distributed import get_tp_group
+
+                tp_group = get_tp_group()
+            check_ranks_agree(tp_group, list(self.registry.errors))
+        return self.registry.take_errors()
 
     # -- requests -------------------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:

@@ -11,6 +11,7 @@ import torch
 
 from vllm_patches.hooks import harness
 from vllm_patches import sampler
+from vllm_patches.drafter.proposer import AsymSpecProposer
 
 ROOT = Path(__file__).resolve().parents[3]
 V = 5
@@ -27,6 +28,8 @@ class FakeState:
 
 
 class FakeProposer:
+    step_logits = AsymSpecProposer.step_logits
+
     def __init__(self):
         self.runner = SimpleNamespace(requests={"r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
                                                 "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[])})
