@@ -36,6 +36,7 @@ from .comp_view import CompView
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention, verifier_common_for_group
 from .drafter_graphs import DrafterGraphs
+from .drafter_pass import DrafterHandle
 from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
 from .full_view import FullView, FullViewImages
 from ..requests.kv_pool import reserve_bytes
@@ -71,8 +72,8 @@ class AsymSpecProposer(DraftModelProposer):
         self.world_size = vllm_config.parallel_config.tensor_parallel_size
         self.request_errors = request_errors(self.world_size)
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.comp = CompView(self)
-        self.full: FullView | None = None  # made in load_model (its caches need the model), its pool later
+        self.full: FullView | None = None  # made in load_model (its caches need the model); drafter and pool later
+        self.comp: CompView | None = None  # made with the drafter's handle (initialize_attn_backend)
 
     # -- set-up ---------------------------------------------------------------------------------
     def _create_draft_vllm_config(self):
@@ -102,21 +103,24 @@ class AsymSpecProposer(DraftModelProposer):
         banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
         # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
         self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
-        self.full = FullView(self, images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
-                                                       self.facts.vocab_size, self.draft_model_config.dtype,
-                                                       self.device))
+        self.full = FullView(images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
+                                                 self.facts.vocab_size, self.draft_model_config.dtype, self.device))
         self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self.full.release)
 
     def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
-        """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
-        in the final kernel block size (self.block_size)."""
+        """vLLM's draft attention groups, then builders planned for the drafter's heads, the drafter's handle
+        the views read, and the x_full pool in the final kernel block size (self.block_size)."""
         super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
         self.graphs.initialize_keys()  # the runner has resolved its cudagraph mode and capture sizes
         self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
                                           getattr(self.runner, "reorder_batch_threshold", None))
         self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
         self.pool_reservation = None  # its memory goes to the pool
-        self.full.lay_out(self.attn_layers, self.vllm_config, self.device, self.block_size)
+        drafter = DrafterHandle(self.model, self.device, self.vllm_config, self.attention, self.graphs,
+                                self.attn_layers, self.uses_mrope, self.facts, self.max_batched_tokens,
+                                self.kv_cache_gid, self.request_errors)
+        self.full.lay_out(drafter, self.block_size)
+        self.comp = CompView(drafter, self.full.draft_logits)
 
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
                   slot_mappings=None) -> None:
@@ -176,7 +180,7 @@ class AsymSpecProposer(DraftModelProposer):
         lists, in batch order."""
         with stop_rank_on_error(self.world_size, "drafting"):
             plan = self.plan(req_ids, sampled)
-            images = self.full.images_for(plan) if switches.enabled("mm_embeds") else None
+            images = self.full.images_for(plan, self.fail) if switches.enabled("mm_embeds") else None
             drafts = self.propose(plan, images)
         return [drafts.get(req_id, []) for req_id in req_ids]
 
@@ -246,5 +250,5 @@ class AsymSpecProposer(DraftModelProposer):
         if plan.full_rows:
             drafts.update(self.full.draft(plan.full_rows, images))
         if plan.comp_rows:
-            drafts.update(self.comp.draft(plan.comp_rows))
+            drafts.update(self.comp.draft(plan.comp_rows, self.runner.input_batch, self.runner.requests))
         return drafts

@@ -55,7 +55,7 @@ def drafter_with(logits: DraftLogits):
     from vllm_patches.requests.rows import RowState
 
     drafter = AsymSpecProposer.__new__(AsymSpecProposer)
-    drafter.full = FullView(drafter, None, logits)
+    drafter.full = FullView(None, logits)
     states = {r: RowState(None, 2) for r in "ab"}
     drafter.row = states.__getitem__
     drafter.runner = types.SimpleNamespace(requests={})
