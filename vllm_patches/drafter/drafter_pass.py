@@ -115,8 +115,8 @@ def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
 
 
 def run_pass(drafter: DrafterHandle, rows: list[PassRow], block_size: int,
-             kv: dict[str, torch.Tensor] | None = None, token_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
-             decode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+             kv: dict[str, torch.Tensor] | None = None, token_ids: torch.Tensor | None = None,
+             inputs_embeds: torch.Tensor | None = None, decode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward `rows` reading token_ids [N] (on the device) or inputs_embeds [N, H]; return hidden states
     [N, H] and each row's last-token index [B] (on the device). A decode-shaped pass (`decode`, token_ids)
     runs compiled where the drafter is (drafter_graphs.py), every other pass eagerly."""

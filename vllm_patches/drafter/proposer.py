@@ -17,8 +17,11 @@ The drafter's decode-shaped passes (x_comp scoring, x_comp drafting, the x_full 
 run through vLLM's compilation of the drafter and, on CUDA, its PIECEWISE CUDA graphs (drafter_graphs.py);
 a step's first x_full pass (its feed, with the image embeddings and DeepStack features) runs eagerly, and so
 does everything with the engine's or the speculative config's enforce_eager.
-Each view owns its caches and passes (full_view.py, comp_view.py); the gate/fusion math does not live here
-(sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
+Each view owns its caches and passes (full_view.py, comp_view.py) and reads the drafter through one frozen
+handle (drafter_pass.DrafterHandle), never the proposer; the gate/fusion math does not live here (sampler.py calls
+the methods' rules, reading the drafter's logits by name: step_logits); requests are parsed and failed by the
+registry (rows.py). The proposer owns the worker's step: each runner hook (hooks/runner_patch.py) calls one of
+its methods, on_scheduled, keep_verifier_metadata, after_verifier, draft, take_errors, profile_vision_tower.
 """
 
 from __future__ import annotations
@@ -204,7 +207,8 @@ class AsymSpecProposer(DraftModelProposer):
             if state.request is not None and state.request.reads_full_view:
                 prime = [state.prime] if state.prime is not None else []
                 try:
-                    self.full.open(req_id, state, list(self.runner.requests[req_id].prompt_token_ids) + prime)
+                    self.full.open(req_id, state.request,
+                                   list(self.runner.requests[req_id].prompt_token_ids) + prime)
                 except self.request_errors as e:
                     self.fail(req_id, state, e)
         return state
@@ -229,10 +233,8 @@ class AsymSpecProposer(DraftModelProposer):
                 state.draft_rng = state.generator.get_state()
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
-                state.full.commit(y)
-                feed = state.full.pending(y)
                 try:  # blocks for the feed and the K drafts (admission control keeps room for them)
-                    self.full.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
+                    feed = self.full.commit(req_id, y, state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)
                     continue

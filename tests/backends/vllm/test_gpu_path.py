@@ -297,7 +297,8 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
     on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
     rank while the other waits in the vision tower's collective."""
     from vllm_patches.requests.faults import request_errors
-    from vllm_patches.drafter.full_view import FullView
+    from asymspec_vl.core.sources import RowLedger
+    from vllm_patches.drafter.full_view import FullRow, FullView
     from vllm_patches.drafter.proposer import AsymSpecProposer, DraftPlan
     from vllm_patches.requests.request_args import EngineFacts
     from vllm_patches.requests.rows import RowState
@@ -316,7 +317,9 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
             request_errors=request_errors(world_size),
             facts=EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7))
         proposer.fail = lambda req_id, state, err: failed.setdefault(world_size, []).append(req_id)
-        rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        rows = [(r, RowState(None, 2), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        for r, _, feed in rows:
+            proposer.full.rows[r] = FullRow(RowLedger(prompt=feed), torch.arange(4), 0, sees_image=True)
         plan = DraftPlan(list(rows), [])
         if world_size == 1:
             images = proposer.full.images_for(plan, proposer.fail)

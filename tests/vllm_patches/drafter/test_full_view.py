@@ -17,7 +17,7 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     """A row of 2 text + 6 image tokens prefilled in chunks of 4 tokens: the first chunk's 2 image tokens read
     embeddings 0..1, the second chunk's 4 read embeddings 2..5, never 0..3 again."""
     feed = [1, 2] + [IMAGE] * 6
-    state = RowState(None, 2, full=RowLedger(prompt=list(feed)), full_positions=torch.arange(len(feed)))
+    state = RowState(None, 2)
     embeddings = torch.arange(6.).repeat_interleave(H).view(6, H)  # embedding j is all j
     images = FullViewImages(embeddings, [torch.tensor(feed) == IMAGE])
     read = []
@@ -36,6 +36,7 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     view = full_view.FullView(None, None)
     view.drafter = drafter
     view.pool = types.SimpleNamespace(block_size=4, tensors={}, blocks={"r": [3, 4, 5]})
+    view.rows["r"] = full_view.FullRow(RowLedger(prompt=list(feed)), torch.arange(len(feed)), 0, True)
     monkeypatch.setattr(full_view, "run_pass", run_pass)
     last = view.first_pass([("r", state, feed)], images)
     assert read == [[0.0, 1.0], [2.0, 3.0, 4.0, 5.0]]
