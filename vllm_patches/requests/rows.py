@@ -1,5 +1,5 @@
-"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures, the
-request's generator when it samples.
+"""Per-request state of an asymspec engine on a worker: parsed inputs, failures, the request's generator when it
+samples (its x_full view is the drafter's: full_view.FullRow).
 
 `RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
 in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
