@@ -187,15 +187,13 @@ class AsymSpecProposer(DraftModelProposer):
             drafts = self.propose(plan, images)
         return [drafts.get(req_id, []) for req_id in req_ids]
 
-    def take_errors(self, tp_group=None) -> dict[str, str]:
+    def take_errors(self) -> dict[str, str]:
         """The requests failed since the last call (req_id -> "ErrorType: message"), after the tensor-parallel
-        ranks agree on them (tp_group: vLLM's GroupCoordinator; faults.check_ranks_agree)."""
+        ranks agree on them (faults.check_ranks_agree on vLLM's tensor-parallel group)."""
         if self.world_size > 1:
-            if tp_group is None:
-                from vllm.distributed import get_tp_group
+            from vllm.distributed import get_tp_group
 
-                tp_group = get_tp_group()
-            check_ranks_agree(tp_group, list(self.registry.errors))
+            check_ranks_agree(get_tp_group(), list(self.registry.errors))
         return self.registry.take_errors()
 
     # -- requests -------------------------------------------------------------------------------
