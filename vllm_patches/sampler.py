@@ -33,6 +33,7 @@ drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw fro
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
@@ -47,12 +48,37 @@ from .version import is_cpu_build
 PLACEHOLDER = -1  # vLLM's padding of sampled_token_ids past the committed tokens
 
 
-def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor, stock_sample):
+@dataclass(frozen=True)
+class StepBatch:
+    """What the sampler reads of this step's batch (vLLM's InputBatch and the runner's CachedRequestStates)."""
+
+    req_ids: list[str]  # [B] in batch order
+    outputs: list[list[int]]  # [B] each request's output_token_ids (vLLM's lists: y, and a prime token)
+    params: list  # [B] each request's SamplingParams
+    num_logprobs: dict  # req_id -> logprobs asked for (rows asking for none are absent)
+    max_num_logprobs: int | None  # None: no row asks for logprobs
+
+    @property
+    def num_reqs(self) -> int:
+        return len(self.req_ids)
+
+    @classmethod
+    def of(cls, input_batch, requests: dict) -> "StepBatch":
+        """input_batch: vLLM's InputBatch; requests: the runner's req_id -> CachedRequestState."""
+        req_ids = list(input_batch.req_ids)
+        return cls(req_ids, [requests[r].output_token_ids for r in req_ids],
+                   [requests[r].sampling_params for r in req_ids], input_batch.num_logprobs,
+                   input_batch.max_num_logprobs)
+
+
+def sample(proposer, batch: StepBatch, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor,
+           stock_sample, vllm_sampler):
     """logits: [num_tokens, V] the verifier's at the verified positions (n_i + 1 rows per request);
-    logits_indices: [num_tokens] their token indices in this step's inputs. -> vLLM's SamplerOutput."""
+    logits_indices: [num_tokens] their token indices in this step's inputs; spec_meta: vLLM's
+    SpecDecodeMetadata (None: no drafts); stock_sample(logits, spec_meta): vLLM's own sampling; vllm_sampler:
+    vLLM's Sampler (its logprobs). -> vLLM's SamplerOutput."""
     from vllm.v1.outputs import SamplerOutput
 
-    proposer, batch = runner.drafter, runner.input_batch  # vLLM names the proposer `drafter`
     num_drafts = list(spec_meta.num_draft_tokens) if spec_meta is not None else [0] * batch.num_reqs
     first = [0]  # first logits row of each request
     for n in num_drafts:
@@ -63,13 +89,11 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
     for i, req_id in enumerate(batch.req_ids):
         n, state = num_drafts[i], proposer.row(req_id)
         drafts, offset = draft_ids[offset:offset + n], offset + n
-        request = runner.requests[req_id]
-        hidden = hidden_tokens.token_instead_of_sample(state, request.output_token_ids)
+        hidden = hidden_tokens.token_instead_of_sample(state, batch.outputs[i])
         if hidden is not None:
             out[i, 0] = hidden
         elif state.request is None or state.failed:
-            if not (state.failed or decodes_greedily(request.sampling_params) or _refuse_sampling(proposer, req_id,
-                                                                                                   state)):
+            if not (state.failed or decodes_greedily(batch.params[i]) or _refuse_sampling(proposer, req_id, state)):
                 stock_rows.append(i)
                 continue
             groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids, ())].append((i, drafts))
@@ -82,8 +106,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
         states = [proposer.row(batch.req_ids[i]) for i in index]
         step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
         if cfg is not None and cfg.min_tokens:  # every logits of the step, from output position len(y) on
-            produced = [s.num_committed(runner.requests[batch.req_ids[i]].output_token_ids)
-                        for s, i in zip(states, index)]
+            produced = [s.num_committed(batch.outputs[i]) for s, i in zip(states, index)]
             step_logits = {k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids) for k, x in step_logits.items()}
         if cfg is not None and cfg.samples:
             outcome = method.sample(cfg, step_logits, drafts, states[0].banned, [s.generator for s in states])
@@ -94,7 +117,7 @@ def sample(runner, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(sampled_token_ids=out.to(logits.device),
-                         logprobs_tensors=_logprobs(runner, out, logits, first, decided))
+                         logprobs_tensors=_logprobs(batch, vllm_sampler, out, logits, first, decided))
 
 
 def _put_rows(out: torch.Tensor, index: list[int], committed: list[list[int]]) -> None:
@@ -108,28 +131,31 @@ def _put_rows(out: torch.Tensor, index: list[int], committed: list[list[int]]) -
 def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:
     """The logits the method's rule reads, for the rows `index` with their drafts [G, n]: t, b [G, n+1, V];
     a [G, n or n+1, V]; for sampled sd and scd the x_comp drafting logits the drafts were drawn from
-    ("sd", DRAFTED: [G, n, V], draft_pick.py keeps them). A test recording wraps this function while it is on."""
-    n = drafts.shape[1]
+    ("sd", DRAFTED: [G, n, V], draft_pick.py keeps them), read from the proposer by name (step_logits). A test
+    recording wraps this function while it is on."""
+    n, req_ids = drafts.shape[1], [batch.req_ids[i] for i in index]
     out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
     if "b" in method.reads:
         token_index = torch.cat([logits_indices[first[i]:first[i] + n + 1] for i in index])
-        out["b"] = proposer.comp.logits(token_index).view(len(index), n + 1, -1)
+        out["b"] = proposer.step_logits("b", req_ids, n + 1, token_index)
     if "a" in method.reads:
-        stored = proposer.row(batch.req_ids[index[0]]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
-        out["a"] = proposer.full.logits([batch.req_ids[i] for i in index], min(n + 1, stored))
+        stored = proposer.row(req_ids[0]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
+        out["a"] = proposer.step_logits("a", req_ids, min(n + 1, stored))
     if cfg is not None and cfg.samples and n and method.draft_view == "x_comp":  # q: what the drafts were drawn from
         name = method.drafting.logits if method.drafting.logits not in method.reads else DRAFTED
-        out[name] = proposer.full.logits([batch.req_ids[i] for i in index], n)  # [G, n, V]
+        out[name] = proposer.step_logits(name, req_ids, n)  # [G, n, V]
     return out
 
 
-def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int], decided: list):
+def _logprobs(batch: StepBatch, vllm_sampler, out: torch.Tensor, logits: torch.Tensor, first: list[int],
+              decided: list):
     """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
     asks for them: position j of row i reads the raw scores its token was chosen from (core/logprobs.py's
     step_scores: t, or for a decided row of a method with a config a, the fused scores or SCD's contrastive target),
     at logits row first[i] + j (clamped to the row's last). decided: (method, cfg, rows, logits by name, outcome,
-    number of drafts) of each group the rules decided."""
-    k = runner.input_batch.max_num_logprobs
+    number of drafts) of each group the rules decided; vllm_sampler: vLLM's Sampler (logprobs_mode, and its
+    compute_logprobs and gather_logprobs)."""
+    k = batch.max_num_logprobs
     if k is None:
         return None
     width = out.shape[1]
@@ -137,7 +163,6 @@ def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int],
     index = torch.minimum(torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]).flatten()
     tokens = out.flatten().long().clamp(min=0).to(logits.device)  # [B * W] placeholders read token 0, as vLLM's
     raw = logits[index.to(logits.device)].float()  # [B * W, V] t
-    batch = runner.input_batch
     for method, cfg, rows, step_logits, outcome, n in decided:
         asking = [g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs]  # the others' are dropped
         if cfg is None or not asking:  # plain speculative decoding (SD's rule, the verifier's greedy token): t
@@ -147,9 +172,9 @@ def _logprobs(runner, out: torch.Tensor, logits: torch.Tensor, first: list[int],
                                 outcome.num_accepted[sel.to(outcome.num_accepted.device)], n)  # [G', n + 1, V]
         at = torch.tensor([rows[g] * width + j for g in asking for j in range(n + 1)], device=logits.device)
         raw[at] = chosen.reshape(len(asking) * (n + 1), -1).to(raw.device)
-    mode = getattr(getattr(runner, "sampler", None), "logprobs_mode", "raw_logprobs")
-    scores = raw if mode == "raw_logits" else runner.sampler.compute_logprobs(raw)
-    return runner.sampler.gather_logprobs(scores, k, tokens)
+    mode = getattr(vllm_sampler, "logprobs_mode", "raw_logprobs")
+    scores = raw if mode == "raw_logits" else vllm_sampler.compute_logprobs(raw)
+    return vllm_sampler.gather_logprobs(scores, k, tokens)
 
 
 def _refuse_sampling(proposer, req_id, state) -> bool:

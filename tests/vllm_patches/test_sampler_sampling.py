@@ -13,6 +13,7 @@ from asymspec_vl.core.methods import METHODS
 from vllm_patches import sampler
 from vllm_patches.drafter import draft_pick
 from vllm_patches.drafter.draft_logits import DraftLogits
+from vllm_patches.drafter.proposer import AsymSpecProposer
 from vllm_patches.requests.request_args import AsymSpecRequest
 from vllm_patches.requests.rows import RowState
 
@@ -27,17 +28,17 @@ def row(mode, cfg, req_id, stop_ids=()):
 
 
 def stand_in(states, b, q, t, outputs):
-    """A runner whose proposer holds `states` (req_id -> RowState), b [N, V] at the step's token indices and
-    the stored drafting logits q (req_id -> [K, V]); t [N, V] the verifier's logits; outputs: req_id -> y."""
+    """The proposer and step batch the sampler reads: the proposer holds `states` (req_id -> RowState), b [N, V]
+    at the step's token indices and the stored drafting logits q (req_id -> [K, V]); t [N, V] the verifier's
+    logits; outputs: req_id -> y."""
     store = DraftLogits(4, K, V, torch.float32, "cpu")
     for req_id, x in q.items():
         store.store(req_id, x)
     proposer = types.SimpleNamespace(row=states.__getitem__, comp=types.SimpleNamespace(logits=lambda i: b[i]),
                                      full=types.SimpleNamespace(logits=store.gather, draft_logits=store))
-    runner = types.SimpleNamespace(drafter=proposer, input_batch=types.SimpleNamespace(
-        req_ids=list(states), num_reqs=len(states), max_num_logprobs=None),
-        requests={r: types.SimpleNamespace(output_token_ids=outputs[r], sampling_params=None) for r in states})
-    return runner
+    proposer.step_logits = types.MethodType(AsymSpecProposer.step_logits, proposer)
+    batch = sampler.StepBatch(list(states), [outputs[r] for r in states], [None] * len(states), {}, None)
+    return proposer, batch
 
 
 def test_scd_samples_against_the_drafting_q_not_the_scored_b():
@@ -49,9 +50,9 @@ def test_scd_samples_against_the_drafting_q_not_the_scored_b():
     seen = {}
     for seed in range(40):
         cfg = HOT.replace(seed=seed)
-        runner = stand_in({"r": row("scd", cfg, "r")}, b, {"r": q}, t, {"r": [7, 8]})
+        proposer, batch = stand_in({"r": row("scd", cfg, "r")}, b, {"r": q}, t, {"r": [7, 8]})
         meta = types.SimpleNamespace(num_draft_tokens=[K], draft_token_ids=drafts[0])
-        got = sampler.sample(runner, t, meta, torch.arange(K + 1), None).sampled_token_ids[0].tolist()
+        got = sampler.sample(proposer, batch, t, meta, torch.arange(K + 1), None, None).sampled_token_ids[0].tolist()
         want_q = sampling.sample_scd(b[None], t[None], drafts, cfg, sampling.generators(cfg, 1, "cpu"), None, q[None])
         want_b = sampling.sample_scd(b[None], t[None], drafts, cfg, sampling.generators(cfg, 1, "cpu"))
         committed_q, committed_b = want_q.committed(drafts)[0], want_b.committed(drafts)[0]
@@ -68,9 +69,9 @@ def test_sd_samples_with_q_and_min_tokens_holds_every_logits():
     t[:, 5] = 50.0  # the verifier's stop token 5 would win at every position
     drafts = torch.tensor([[2, 3]])
     cfg = HOT.replace(min_tokens=3, max_new_tokens=8)
-    runner = stand_in({"r": row("sd", cfg, "r", stop_ids=(5,))}, t, {"r": q}, t, {"r": [7]})
+    proposer, batch = stand_in({"r": row("sd", cfg, "r", stop_ids=(5,))}, t, {"r": q}, t, {"r": [7]})
     meta = types.SimpleNamespace(num_draft_tokens=[K], draft_token_ids=drafts[0])
-    got = sampler.sample(runner, t, meta, torch.arange(K + 1), None).sampled_token_ids[0].tolist()
+    got = sampler.sample(proposer, batch, t, meta, torch.arange(K + 1), None, None).sampled_token_ids[0].tolist()
     held_t, held_q = t.clone(), q.clone()
     held_t[:2, 5] = held_q[:2, 5] = float("-inf")
     want = sampling.sample_sd(held_t[None], held_q[None], drafts, cfg, sampling.generators(cfg, 1, "cpu"))

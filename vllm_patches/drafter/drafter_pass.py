@@ -1,4 +1,5 @@
-"""One forward of the drafter over a ragged batch of rows against a paged KV cache.
+"""One forward of the drafter over a ragged batch of rows against a paged KV cache, and the drafter handle
+(`DrafterHandle`) the passes and views read instead of the proposer.
 
 A row appends `length` tokens to its cache at cache indices start..start+length-1 with the given rope
 positions; `block_table` lists the row's blocks (in the kernel's block size). The pass builds vLLM's
@@ -15,6 +16,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass(frozen=True)
+class DrafterHandle:
+    """What the drafter's views (full_view.py, comp_view.py) and passes (run_pass) read of the proposer, made
+    once its attention is planned (AsymSpecProposer.initialize_attn_backend)."""
+
+    model: torch.nn.Module  # vLLM's drafter model (embed_input_ids, compute_logits; `visual` for a VL drafter)
+    device: torch.device
+    vllm_config: object  # the engine's VllmConfig (the forward context's)
+    attention: object  # drafter_attention.DrafterAttention: metadata planned for the drafter's heads
+    graphs: object  # drafter_graphs.DrafterGraphs: its compiled passes
+    attn_layers: dict  # layer name -> the drafter's vLLM Attention layer (its kv_cache rebound by bound_kv)
+    uses_mrope: bool  # Qwen-VL M-RoPE: positions [3, N]; otherwise [N]
+    facts: object  # request_args.EngineFacts: vocab_size, image_token_id, ... as the scheduler parsed against
+    max_batched_tokens: int  # the most tokens one pass reads (vLLM's profile sized its activations)
+    kv_cache_gid: int  # the KV cache group of the drafter's layers on the verifier's block table (x_comp)
+    request_errors: tuple  # exceptions of a request's device work that fail only that request (faults.py)
 
 
 @dataclass
@@ -95,25 +114,25 @@ def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
         slot_mapping=to_device(slots, device), causal=True)
 
 
-def run_pass(proposer, rows: list[PassRow], block_size: int, kv: dict[str, torch.Tensor] | None = None,
-             token_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
-             decode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def run_pass(drafter: DrafterHandle, rows: list[PassRow], block_size: int,
+             kv: dict[str, torch.Tensor] | None = None, token_ids: torch.Tensor | None = None,
+             inputs_embeds: torch.Tensor | None = None, decode: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Forward `rows` reading token_ids [N] (on the device) or inputs_embeds [N, H]; return hidden states
     [N, H] and each row's last-token index [B] (on the device). A decode-shaped pass (`decode`, token_ids)
     runs compiled where the drafter is (drafter_graphs.py), every other pass eagerly."""
     from vllm.forward_context import set_forward_context
 
-    device = proposer.device
+    device = drafter.device
     common = common_metadata(rows, block_size, device)
-    metadata, slot_mapping = proposer.attention.build(common)
+    metadata, slot_mapping = drafter.attention.build(common)
     positions = to_device(torch.cat([r.positions for r in rows], dim=-1), device)
-    if decode and proposer.graphs.enabled:
-        with bound_kv(proposer.attn_layers, kv):
-            hidden = proposer.graphs.forward(token_ids, positions, metadata, common.slot_mapping,
-                                             proposer.attention.layer_names)
+    if decode and drafter.graphs.enabled:
+        with bound_kv(drafter.attn_layers, kv):
+            hidden = drafter.graphs.forward(token_ids, positions, metadata, common.slot_mapping,
+                                            drafter.attention.layer_names)
         return hidden, (common.query_start_loc[1:] - 1).long()
-    with bound_kv(proposer.attn_layers, kv), set_forward_context(
-            metadata, proposer.vllm_config, num_tokens=common.num_actual_tokens, slot_mapping=slot_mapping,
+    with bound_kv(drafter.attn_layers, kv), set_forward_context(
+            metadata, drafter.vllm_config, num_tokens=common.num_actual_tokens, slot_mapping=slot_mapping,
             skip_compiled=True):
-        hidden = proposer.model(input_ids=token_ids, positions=positions, inputs_embeds=inputs_embeds)
+        hidden = drafter.model(input_ids=token_ids, positions=positions, inputs_embeds=inputs_embeds)
     return hidden, (common.query_start_loc[1:] - 1).long()

@@ -1,6 +1,9 @@
-"""The drafter's x_full view (`FullView`, owned by the proposer): its caches (the x_full KV pool, the image
-cache, the logits a kept until they are verified), its feed (the whole prompt with the image on a request's
+"""The drafter's x_full view (`FullView`, owned by the proposer; it reads the drafter through its handle,
+drafter_pass.DrafterHandle): its caches (the x_full KV pool, the image cache, the logits a kept until they are
+verified), its feed (the whole prompt with the image on a request's
 first step, chunked), then one pass per draft, and the image embeddings its prefill reads (the paper's patch 4).
+It holds one record per request (`FullRow`: its ledger, rope positions, M-RoPE delta, whether it sees the image)
+beside the pool blocks, image entry and stored logits its caches key by request.
 The drafted tokens stay on the device until the last pass; a goes to the view's buffer, the drafts to the
 request's state.
 """
@@ -8,6 +11,7 @@ request's state.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -16,10 +20,25 @@ from asymspec_vl.core.sources import RowLedger
 from .. import switches
 from .draft_logits import DraftLogits
 from .draft_pick import pick
-from .drafter_pass import PassRow, chunk_feeds, run_pass, to_device
+from .drafter_pass import DrafterHandle, PassRow, chunk_feeds, run_pass, to_device
 from .full_view_pool import FullViewPool
 from .mm_cache import ImageCache
 from ..requests.mrope import prompt_positions, view_positions
+
+
+@dataclass
+class FullRow:
+    """One request's x_full view."""
+
+    ledger: RowLedger  # x_full's prompt, how much of prompt + y the pool holds, the speculative tail fed since
+    positions: torch.Tensor  # [3, P] (M-RoPE) or [P] rope positions of the x_full prompt
+    delta: int  # M-RoPE delta of the x_full prompt (the positions of y and the drafts continue from it)
+    sees_image: bool  # its prompt holds the image (its first feed reads the image embeddings)
+
+    @property
+    def next_slot(self) -> int:
+        """The cache index of the next token fed."""
+        return self.ledger.n_cached + len(self.ledger.speculative)
 
 
 @dataclass
@@ -33,30 +52,43 @@ class FullViewImages:
 class FullView:
     """The x_full view of the proposer's drafter, with the caches it owns."""
 
-    def __init__(self, proposer, images: ImageCache | None, draft_logits: DraftLogits):
-        self.proposer = proposer
+    def __init__(self, images: ImageCache | None, draft_logits: DraftLogits):
+        self.drafter: DrafterHandle | None = None  # bound with the pool (lay_out), before any request
         self.images = images  # patches (1), (2): per-request pixels, the vision tower once; None: a text drafter
         self.draft_logits = draft_logits  # a, from the step that drafts to the step that verifies
         self.pool: FullViewPool | None = None  # laid out once the KV cache config is final (lay_out)
+        self.rows: dict[str, FullRow] = {}  # req_id -> its x_full view, from open to release
 
-    def lay_out(self, layers: dict, vllm_config, device, kernel_block_size: int) -> None:
-        self.pool = FullViewPool(layers, vllm_config, device, kernel_block_size)
+    def lay_out(self, drafter: DrafterHandle, kernel_block_size: int) -> None:
+        """The drafter, and its x_full pool in the kernel's block size, once the KV cache config is final."""
+        self.drafter = drafter
+        self.pool = FullViewPool(drafter.attn_layers, drafter.vllm_config, drafter.device, kernel_block_size)
 
-    def open(self, req_id: str, state, x_comp: list[int]) -> None:
+    def open(self, req_id: str, request, x_comp: list[int]) -> None:
         """A request's x_full view, on its first step: its prompt (x_comp when patch 5 is off and x_full is not
-        longer), rope positions and images."""
-        proposer = self.proposer
-        ids, grid, pixels = state.request.x_full, state.request.image_grid_thw, state.request.pixel_values
+        longer), rope positions and images. request: its parsed AsymSpecRequest."""
+        drafter = self.drafter
+        ids, grid, pixels = request.x_full, request.image_grid_thw, request.pixel_values
         if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
             ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
-        state.full = RowLedger(prompt=list(ids))
-        state.full_positions, state.delta = prompt_positions(proposer.model, ids, grid,
-                                                             proposer.facts.image_token_id, proposer.uses_mrope)
+        positions, delta = prompt_positions(drafter.model, ids, grid, drafter.facts.image_token_id,
+                                            drafter.uses_mrope)
+        self.rows[req_id] = FullRow(RowLedger(prompt=list(ids)), positions, delta, pixels is not None)
         if pixels is not None:
             self.images.put(req_id, pixels, grid)  # patch (1)
-            state.sees_image = True
+
+    def commit(self, req_id: str, y: list[int], lookahead: int) -> list[int]:
+        """Commit y (Algorithm 1's committed output) into the request's ledger and reserve pool blocks for its
+        feed and `lookahead` more tokens (AsymSpecError when the pool is full). -> the feed: the tokens of
+        prompt + y the pool does not hold yet."""
+        ledger = self.rows[req_id].ledger
+        ledger.commit(y)
+        feed = ledger.pending(y)
+        self.pool.reserve(req_id, ledger.n_cached + len(feed) + lookahead)
+        return feed
 
     def release(self, req_id: str) -> None:
+        self.rows.pop(req_id, None)
         if self.pool is not None:
             self.pool.release(req_id)
         if self.images is not None:
@@ -67,21 +99,21 @@ class FullView:
         """a: the first n stored x_full logits of each request. -> [len(req_ids), n, V]."""
         return self.draft_logits.gather(req_ids, n)
 
-    def images_for(self, plan) -> FullViewImages | None:
+    def images_for(self, plan, fail: Callable) -> FullViewImages | None:
         """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
         (their first step), and where those tokens are. A row whose vision tower fails is failed alone
-        (without tensor parallelism; see faults.py) and leaves the plan."""
-        proposer = self.proposer
+        (fail(req_id, state, err); without tensor parallelism, see faults.py) and leaves the plan."""
+        drafter = self.drafter
         embeds, masks, kept = [], [], []
         for req_id, state, feed in plan.full_rows:
             mask = None  # no image token: all False (built only for a step that reads embeddings)
-            if state.sees_image and proposer.facts.image_token_id in feed:
+            if self.rows[req_id].sees_image and drafter.facts.image_token_id in feed:
                 try:
                     embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
-                except proposer.request_errors as e:
-                    proposer.fail(req_id, state, e)
+                except drafter.request_errors as e:
+                    fail(req_id, state, e)
                     continue
-                mask = torch.tensor(feed) == proposer.facts.image_token_id
+                mask = torch.tensor(feed) == drafter.facts.image_token_id
             masks.append(mask)
             kept.append((req_id, state, feed))
         plan.full_rows = kept
@@ -95,7 +127,7 @@ class FullView:
         the device until the last pass (one host copy per step, so a GPU runs the passes back to back). What
         is constant over the step's passes is built once: each row's block table (plan reserved its blocks for
         the feed and the drafts), its cache indices and rope positions; a goes to the buffer in one copy."""
-        proposer = self.proposer
+        drafter = self.drafter
         passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K (a_{K+1} if the rule reads it)
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
         first = torch.stack(self.first_pass(rows, images))  # [R, V] a_1 per row
@@ -104,16 +136,17 @@ class FullView:
         tokens = pick(first, [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
         drafted = [tokens]
         tables = [self.block_table(req_id) for req_id, _, _ in rows]
-        starts = [state.full.n_cached + len(state.full.speculative) for _, state, _ in rows]  # d_1's cache index
-        positions = [view_positions(state.full_positions, state.delta, start, n - 1, proposer.uses_mrope)
-                     for (_, state, _), start, n in zip(rows, starts, passes)]  # [3, n-1] / [n-1]: d_1..d_{n-1}
+        views = [self.rows[req_id] for req_id, _, _ in rows]
+        starts = [view.next_slot for view in views]  # d_1's cache index
+        positions = [view_positions(view.positions, view.delta, start, n - 1, drafter.uses_mrope)
+                     for view, start, n in zip(views, starts, passes)]  # [3, n-1] / [n-1]: d_1..d_{n-1}
         for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
-            index = to_device(torch.tensor(live), proposer.device) if len(live) < len(rows) else None
+            index = to_device(torch.tensor(live), drafter.device) if len(live) < len(rows) else None
             batch = [PassRow(1, starts[r] + k - 1, positions[r][..., k - 1:k], tables[r]) for r in live]
-            hidden, last = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
+            hidden, last = run_pass(drafter, batch, self.pool.block_size, self.pool.tensors,
                                     token_ids=tokens if index is None else tokens[index], decode=True)
-            step = proposer.model.compute_logits(hidden[last])  # [len(live), V]
+            step = drafter.model.compute_logits(hidden[last])  # [len(live), V]
             if index is None:
                 a[:, k] = step
             else:
@@ -124,9 +157,9 @@ class FullView:
         drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
         self.draft_logits.store_rows([req_id for req_id, _, _ in rows], a, passes)
         out = {}
-        for (req_id, state, _), row_drafts, n, start in zip(rows, drafts, passes, starts):
+        for (req_id, state, _), view, row_drafts, n, start in zip(rows, views, drafts, passes, starts):
             # the passes after the feed read d_1 .. d_{n-1}
-            state.full.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
+            view.ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
             state.drafts = row_drafts[:state.K]
             out[req_id] = state.drafts
         return out
@@ -135,41 +168,41 @@ class FullView:
         """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
         most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
         row's last feed token, a_1 (each [V])."""
-        proposer = self.proposer
+        drafter = self.drafter
         feeds = [feed for _, _, feed in rows]
         last: list[torch.Tensor | None] = [None] * len(rows)
         image_rows = 0  # embeddings consumed by earlier chunks
-        for chunk in chunk_feeds([len(f) for f in feeds], proposer.max_batched_tokens):
+        for chunk in chunk_feeds([len(f) for f in feeds], drafter.max_batched_tokens):
             batch = []
             for r, lo, hi in chunk:
-                req_id, state, feed = rows[r]
-                batch.append(self.pass_row(req_id, state, hi - lo))
-                state.full.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
-            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), proposer.device)
+                req_id, _, feed = rows[r]
+                batch.append(self.pass_row(req_id, hi - lo))
+                self.rows[req_id].ledger.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
+            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), drafter.device)
             embeds = None
             if images is not None:
                 mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
                 n_image = int(mask.sum())
                 if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
-                    embeds = proposer.model.embed_input_ids(
+                    embeds = drafter.model.embed_input_ids(
                         ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
-                        is_multimodal=to_device(mask, proposer.device))
+                        is_multimodal=to_device(mask, drafter.device))
                     image_rows += n_image
-            hidden, ends = run_pass(proposer, batch, self.pool.block_size, self.pool.tensors,
+            hidden, ends = run_pass(drafter, batch, self.pool.block_size, self.pool.tensors,
                                     token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
             done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
             if done:
-                step = proposer.model.compute_logits(hidden[ends[done]])  # [len(done), V]
+                step = drafter.model.compute_logits(hidden[ends[done]])  # [len(done), V]
                 for j, row_logits in zip(done, step):
                     last[chunk[j][0]] = row_logits
         return last
 
-    def pass_row(self, req_id: str, state, length: int, offset: int = 0) -> PassRow:
+    def pass_row(self, req_id: str, length: int, offset: int = 0) -> PassRow:
         """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
         not yet recorded there)."""
-        proposer = self.proposer
-        start = state.full.n_cached + len(state.full.speculative) + offset
-        pos = view_positions(state.full_positions, state.delta, start, length, proposer.uses_mrope)
+        view = self.rows[req_id]
+        start = view.next_slot + offset
+        pos = view_positions(view.positions, view.delta, start, length, self.drafter.uses_mrope)
         return PassRow(length, start, pos, self.block_table(req_id))
 
     def block_table(self, req_id: str) -> torch.Tensor:

@@ -17,8 +17,11 @@ The drafter's decode-shaped passes (x_comp scoring, x_comp drafting, the x_full 
 run through vLLM's compilation of the drafter and, on CUDA, its PIECEWISE CUDA graphs (drafter_graphs.py);
 a step's first x_full pass (its feed, with the image embeddings and DeepStack features) runs eagerly, and so
 does everything with the engine's or the speculative config's enforce_eager.
-Each view owns its caches and passes (full_view.py, comp_view.py); the gate/fusion math does not live here
-(sampler.py calls the methods' rules); requests are parsed and failed by the registry (rows.py).
+Each view owns its caches and passes (full_view.py, comp_view.py) and reads the drafter through one frozen
+handle (drafter_pass.DrafterHandle), never the proposer; the gate/fusion math does not live here (sampler.py calls
+the methods' rules, reading the drafter's logits by name: step_logits); requests are parsed and failed by the
+registry (rows.py). The proposer owns the worker's step: each runner hook (hooks/runner_patch.py) calls one of
+its methods, on_scheduled, keep_verifier_metadata, after_verifier, draft, take_errors, profile_vision_tower.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from asymspec_vl.core.errors import AsymSpecError
 from .. import switches
 from .comp_view import CompView
 from .draft_logits import DraftLogits
-from .drafter_attention import DrafterAttention
+from .drafter_attention import DrafterAttention, verifier_common_for_group
 from .drafter_graphs import DrafterGraphs
-from ..requests.faults import request_errors
+from .drafter_pass import DrafterHandle
+from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
 from .full_view import FullView, FullViewImages
 from .full_view_pool import reserve_bytes
 from .mm_cache import ImageCache
@@ -71,8 +75,8 @@ class AsymSpecProposer(DraftModelProposer):
         self.world_size = vllm_config.parallel_config.tensor_parallel_size
         self.request_errors = request_errors(self.world_size)
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.comp = CompView(self)
-        self.full: FullView | None = None  # made in load_model (its caches need the model), its pool later
+        self.full: FullView | None = None  # made in load_model (its caches need the model); drafter and pool later
+        self.comp: CompView | None = None  # made with the drafter's handle (initialize_attn_backend)
 
     # -- set-up ---------------------------------------------------------------------------------
     def _create_draft_vllm_config(self):
@@ -102,21 +106,24 @@ class AsymSpecProposer(DraftModelProposer):
         banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
         # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
         self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
-        self.full = FullView(self, images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
-                                                       self.facts.vocab_size, self.draft_model_config.dtype,
-                                                       self.device))
+        self.full = FullView(images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
+                                                 self.facts.vocab_size, self.draft_model_config.dtype, self.device))
         self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self.full.release)
 
     def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
-        """vLLM's draft attention groups, then builders planned for the drafter's heads and the x_full pool
-        in the final kernel block size (self.block_size)."""
+        """vLLM's draft attention groups, then builders planned for the drafter's heads, the drafter's handle
+        the views read, and the x_full pool in the final kernel block size (self.block_size)."""
         super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
         self.graphs.initialize_keys()  # the runner has resolved its cudagraph mode and capture sizes
         self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
                                           getattr(self.runner, "reorder_batch_threshold", None))
         self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
         self.pool_reservation = None  # its memory goes to the pool
-        self.full.lay_out(self.attn_layers, self.vllm_config, self.device, self.block_size)
+        drafter = DrafterHandle(self.model, self.device, self.vllm_config, self.attention, self.graphs,
+                                self.attn_layers, self.uses_mrope, self.facts, self.max_batched_tokens,
+                                self.kv_cache_gid, self.request_errors)
+        self.full.lay_out(drafter, self.block_size)
+        self.comp = CompView(drafter, self.full.draft_logits)
 
     def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
                   slot_mappings=None) -> None:
@@ -134,6 +141,61 @@ class AsymSpecProposer(DraftModelProposer):
             return None
         return self.full.images.profile(self.draft_model_config)
 
+    # -- the worker's step: one method per runner hook (hooks/runner_patch.py), in step order -----------
+    def on_scheduled(self, scheduler_output) -> None:
+        """Before the runner updates its states: forget finished requests (their caches and blocks); free the
+        stored logits a of preempted ones (their drafts were dropped; a sampling one's generator goes back to
+        before those drafts' draws) and note resumed ones that re-emit a held-back token (rows.RowState.reemit).
+        A skipped request keeps its queued drafts."""
+        self.registry.forget(scheduler_output.finished_req_ids)
+        for req_id in scheduler_output.preempted_req_ids or ():
+            self.full.draft_logits.release(req_id)
+            self.registry.drop_drafts(req_id)
+        self.registry.note_resumed(scheduler_output.scheduled_cached_reqs, self.runner.requests)
+
+    def keep_verifier_metadata(self, common, slot_mappings_by_group: dict | None) -> None:
+        """The verifier step's CommonAttentionMetadata (vLLM's spec-decode one), as the drafter's KV group sees
+        it: the x_comp pass plans its own metadata from it (drafter_attention.py)."""
+        self.comp.verifier_common = verifier_common_for_group(common, self.runner, self.kv_cache_gid,
+                                                              slot_mappings_by_group)
+
+    def after_verifier(self, out, input_ids: torch.Tensor, positions: torch.Tensor):
+        """After the verifier's forward on input_ids [N] (positions [N] or [3, N]): its output kept out of the
+        drafter's CUDA-graph pool when a graph replays next, then the x_comp pass on the same inputs (b).
+        Returns the verifier's output for the runner."""
+        out = self.graphs.keep_verifier_output(out, self.comp.verifier_common.num_actual_tokens)
+        with stop_rank_on_error(self.world_size, "the x_comp pass"):
+            self.comp.score(input_ids, positions)
+        return out
+
+    def step_logits(self, name: str, req_ids: list[str], n: int, token_index: torch.Tensor | None = None):
+        """The drafter's logits of this step by name, for the rows `req_ids`: "b" on x_comp at the verified
+        token indices token_index [G * n] -> [G, n, V]; otherwise ("a", and a sampling sd / scd row's drafting
+        logits q) the first n stored x_full logits -> [G, n, V]."""
+        if name == "b":
+            return self.comp.logits(token_index).view(len(req_ids), n, -1)
+        return self.full.logits(req_ids, n)
+
+    def draft(self, req_ids: list[str], sampled: list[list[int]]) -> list[list[int]]:
+        """This step's drafts for the batch `req_ids` (vLLM's order) after it committed `sampled`: commit and plan
+        (plan), the cached image embeddings of the x_full rows whose feed holds the image (patch 4; with the
+        switch off, x_full's prefill embeds the image_pad tokens as text), then the K passes (propose). Host
+        lists, in batch order."""
+        with stop_rank_on_error(self.world_size, "drafting"):
+            plan = self.plan(req_ids, sampled)
+            images = self.full.images_for(plan, self.fail) if switches.enabled("mm_embeds") else None
+            drafts = self.propose(plan, images)
+        return [drafts.get(req_id, []) for req_id in req_ids]
+
+    def take_errors(self) -> dict[str, str]:
+        """The requests failed since the last call (req_id -> "ErrorType: message"), after the tensor-parallel
+        ranks agree on them (faults.check_ranks_agree on vLLM's tensor-parallel group)."""
+        if self.world_size > 1:
+            from vllm.distributed import get_tp_group
+
+            check_ranks_agree(get_tp_group(), list(self.registry.errors))
+        return self.registry.take_errors()
+
     # -- requests -------------------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:
         """The request's state, created (and its x_full view opened) on first sight."""
@@ -143,7 +205,8 @@ class AsymSpecProposer(DraftModelProposer):
             if state.request is not None and state.request.reads_full_view:
                 prime = [state.prime] if state.prime is not None else []
                 try:
-                    self.full.open(req_id, state, list(self.runner.requests[req_id].prompt_token_ids) + prime)
+                    self.full.open(req_id, state.request,
+                                   list(self.runner.requests[req_id].prompt_token_ids) + prime)
                 except self.request_errors as e:
                     self.fail(req_id, state, e)
         return state
@@ -168,10 +231,8 @@ class AsymSpecProposer(DraftModelProposer):
                 state.draft_rng = state.generator.get_state()
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
-                state.full.commit(y)
-                feed = state.full.pending(y)
                 try:  # blocks for the feed and the K drafts (admission control keeps room for them)
-                    self.full.pool.reserve(req_id, state.full.n_cached + len(feed) + state.K + 1)
+                    feed = self.full.commit(req_id, y, state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)
                     continue
@@ -189,5 +250,5 @@ class AsymSpecProposer(DraftModelProposer):
         if plan.full_rows:
             drafts.update(self.full.draft(plan.full_rows, images))
         if plan.comp_rows:
-            drafts.update(self.comp.draft(plan.comp_rows))
+            drafts.update(self.comp.draft(plan.comp_rows, self.runner.input_batch, self.runner.requests))
         return drafts

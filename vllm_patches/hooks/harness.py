@@ -45,10 +45,11 @@ class Recording:
     def _proposal(self, req_id: str) -> dict:
         return self.proposals.setdefault(req_id, {"x_full": None, "view": None, "a": [], "b": []})
 
-    def record_a(self, req_id: str, state, y: list[int], a: torch.Tensor) -> None:
-        """a: [K, V] of the proposal state.drafts, drafted after the x_full prompt + y."""
+    def record_a(self, req_id: str, state, view: list[int], y: list[int], a: torch.Tensor) -> None:
+        """a: [K, V] of the proposal state.drafts, drafted after the x_full prompt `view` (what the drafter read
+        as x_full's prompt) + y."""
         row = self._proposal(req_id)
-        row["x_full"], row["view"] = tuple(state.request.x_full), tuple(state.full.prompt)
+        row["x_full"], row["view"] = tuple(state.request.x_full), tuple(view)
         if len(row["a"]) < MAX_PROPOSALS:
             row["a"].append({"y": list(y), "drafts": list(state.drafts), "a": a.float().cpu()})
 
@@ -113,7 +114,8 @@ def _install(proposer) -> None:
                 for req_id, state, _ in plan.full_rows:
                     if req_id in drafts:
                         y = state.committed(proposer.runner.requests[req_id].output_token_ids)
-                        rec.record_a(req_id, state, y, proposer.full.logits([req_id], state.K)[0])
+                        rec.record_a(req_id, state, proposer.full.rows[req_id].ledger.prompt, y,
+                                     proposer.full.logits([req_id], state.K)[0])
             return drafts
 
         proposer.propose = recorded_propose

@@ -1,33 +1,34 @@
 """GPUModelRunner (and so CPUModelRunner) hooks for speculative method "asymspec". Each hook is a no-op
-wrapper for every other configuration.
+wrapper for every other configuration; for asymspec it calls one method of the proposer (`runner.drafter`, an
+AsymSpecProposer, which owns the step's state) or the sampler, in step order:
 
   __init__                   the runner builds an AsymSpecProposer where it would build a DraftModelProposer
-  _update_states             the proposer forgets finished requests (their caches and blocks), frees the
-                             stored logits a of preempted ones (their drafts were dropped; a sampling
-                             one's generator goes back to before those drafts' draws) and notes
-                             preempted ones that resume with a held-back token (rows.RowState.reemit)
-  _prepare_inputs            keeps this step's logits_indices (the token index of every logits row)
-  _build_attention_metadata  keeps this step's common attention metadata for the drafter's KV group (the
-                             x_comp pass plans its own metadata from it: drafter_attention.py)
-  _model_forward             after the verifier's forward, the drafter's x_comp-view pass on the same inputs
-  _sample                    sampler.sample: the gate in place of the rejection sampler (a failure there
-                             ends the rank under tensor parallelism, as in the drafter's passes: faults.py)
-  propose_draft_token_ids    commit, route the cached image embeddings (patch 4), draft
-  sample_tokens              tensor-parallel ranks agree on this step's failed requests (faults.py); those
-                             requests ride out on the ModelRunnerOutput
-  profile_run                the drafter's vision tower on the largest image, inside vLLM's memory profile
+  _update_states             proposer.on_scheduled: finished requests forgotten, preempted ones' drafts dropped,
+                             resumed ones noted (rows.RowState.reemit)
+  _prepare_inputs            keeps this step's logits_indices (the token index of every logits row; RunnerState)
+  _build_attention_metadata  proposer.keep_verifier_metadata: this step's common attention metadata for the
+                             drafter's KV group (the x_comp pass plans its own metadata from it)
+  _model_forward             proposer.after_verifier: after the verifier's forward, the drafter's x_comp-view
+                             pass on the same inputs
+  _sample                    sampler.sample: the gate in place of the rejection sampler, on the step's tensors
+                             and batch, reading the drafter's logits from the proposer (a failure there ends
+                             the rank under tensor parallelism, as in the drafter's passes: faults.py)
+  propose_draft_token_ids    proposer.draft: commit, route the cached image embeddings (patch 4), draft
+  sample_tokens              proposer.take_errors: tensor-parallel ranks agree on this step's failed requests
+                             (faults.py); those requests ride out on the ModelRunnerOutput
+  profile_run                proposer.profile_vision_tower: the drafter's vision tower on the largest image,
+                             inside vLLM's memory profile
 """
 
 from __future__ import annotations
 
 import copy
 
-from .. import sampler, switches
+from .. import sampler
 from ._patching import install
 from .config_patch import is_asymspec
 from .log_notes import asymspec_log_lines
-from ..drafter.drafter_attention import verifier_common_for_group
-from ..requests.faults import check_ranks_agree, stop_rank_on_error
+from ..requests.faults import stop_rank_on_error
 from .runner_state import RUNNER_ATTR, RunnerState
 from ..probes.phase_timing import timed
 
@@ -63,11 +64,7 @@ def init(original, runner, vllm_config, device) -> None:
 
 def update_states(original, runner, scheduler_output):
     if is_asymspec(runner.vllm_config):
-        runner.drafter.registry.forget(scheduler_output.finished_req_ids)
-        for req_id in scheduler_output.preempted_req_ids or ():  # a skipped request keeps its queued drafts
-            runner.drafter.full.draft_logits.release(req_id)
-            runner.drafter.registry.drop_drafts(req_id)
-        runner.drafter.registry.note_resumed(scheduler_output.scheduled_cached_reqs, runner.requests)
+        runner.drafter.on_scheduled(scheduler_output)
     return original(runner, scheduler_output)
 
 
@@ -91,8 +88,7 @@ def prepare_inputs(original, runner, *args, **kwargs):
 def build_attention_metadata(original, runner, *args, **kwargs):
     result = original(runner, *args, **kwargs)
     if is_asymspec(runner.vllm_config) and runner.asymspec.live:
-        runner.drafter.comp.verifier_common = verifier_common_for_group(
-            result[1], runner, runner.drafter.kv_cache_gid, kwargs.get("slot_mappings"))
+        runner.drafter.keep_verifier_metadata(result[1], kwargs.get("slot_mappings"))
     return result
 
 
@@ -104,10 +100,8 @@ def model_forward(original, runner, input_ids=None, positions=None, intermediate
         raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
     with timed(runner, "verifier"):
         out = original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
-        out = runner.drafter.graphs.keep_verifier_output(out, runner.drafter.comp.verifier_common.num_actual_tokens)
-    with timed(runner, "base_pass"), stop_rank_on_error(runner.drafter.world_size, "the x_comp pass"):
-        runner.drafter.comp.score(input_ids, positions)
-    return out
+    with timed(runner, "base_pass"):
+        return runner.drafter.after_verifier(out, input_ids, positions)
 
 
 def sample(original, runner, logits, spec_decode_metadata):
@@ -118,30 +112,22 @@ def sample(original, runner, logits, spec_decode_metadata):
         runner.asymspec.timer.steps += 1
     # first-sight row(), b's compute_logits and the rules run collectives or may fail on one rank alone
     with timed(runner, "gate"), stop_rank_on_error(runner.drafter.world_size, "the sampler"):
-        return sampler.sample(runner, logits, spec_decode_metadata, runner.asymspec.logits_indices,
-                              lambda lg, meta: original(runner, lg, meta))
+        return sampler.sample(runner.drafter, sampler.StepBatch.of(runner.input_batch, runner.requests), logits,
+                              spec_decode_metadata, runner.asymspec.logits_indices,
+                              lambda lg, meta: original(runner, lg, meta), runner.sampler)
 
 
 def propose(original, runner, scheduler_output, sampled_token_ids, *args, **kwargs):
     if not is_asymspec(runner.vllm_config):
         return original(runner, scheduler_output, sampled_token_ids, *args, **kwargs)
-    req_ids = list(runner.input_batch.req_ids)
-    with timed(runner, "draft"), stop_rank_on_error(runner.drafter.world_size, "drafting"):
-        plan = runner.drafter.plan(req_ids, sampled_token_ids)
-        # patch (4); off, the drafter's x_full prefill embeds the image_pad tokens as text
-        images = runner.drafter.full.images_for(plan) if switches.enabled("mm_embeds") else None
-        drafts = runner.drafter.propose(plan, images)
-    return [drafts.get(req_id, []) for req_id in req_ids]  # host lists: no device copy needed
+    with timed(runner, "draft"):
+        return runner.drafter.draft(list(runner.input_batch.req_ids), sampled_token_ids)  # host lists
 
 
 def sample_tokens(original, runner, grammar_output):
     output = original(runner, grammar_output)
     if is_asymspec(runner.vllm_config) and output is not None and hasattr(output, "req_ids"):
-        if runner.drafter.world_size > 1:
-            from vllm.distributed import get_tp_group
-
-            check_ranks_agree(get_tp_group(), list(runner.drafter.registry.errors))
-        errors = runner.drafter.registry.take_errors()
+        errors = runner.drafter.take_errors()
         if errors:
             output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
             setattr(output, ERRORS_ATTR, errors)

@@ -176,16 +176,16 @@ def has_request_args(extra_args) -> bool:
 
 def parse_request(params, facts: EngineFacts) -> AsymSpecRequest:
     """The request of SamplingParams `params` (whose extra_args hold KEY), parsed and checked once: its cfg takes
-    the sampling fields and min_tokens from `params` (decoding_config), its stop_ids vLLM's (EOS unless
+    the sampling fields and min_tokens from `params` (with_sampling_params), its stop_ids vLLM's (EOS unless
     ignore_eos, and stop_token_ids)."""
     request = parse_request_args(params.extra_args, facts)
     check_supported(params)
-    request.cfg = decoding_config(request.cfg, params)
+    request.cfg = with_sampling_params(request.cfg, params)
     request.stop_ids = tuple(sorted(params.all_stop_token_ids))
     return request
 
 
-def decoding_config(cfg: AsymSpecConfig, params) -> AsymSpecConfig:
+def with_sampling_params(cfg: AsymSpecConfig, params) -> AsymSpecConfig:
     """cfg with the SamplingParams' temperature, top_p, top_k, min_p, seed and min_tokens; a temperature below
     vLLM's greedy threshold (1e-5) decodes greedily (temperature 0, no seed), as vLLM's sampler does. A sampling
     request without a seed gets a fresh one here, once: every tensor-parallel rank then draws the same stream."""
@@ -313,8 +313,8 @@ def decodes_greedily(params) -> bool:
 
 def check_supported(params) -> None:
     """RequestArgsError for what the methods' rules do not define: penalties and logits processing (temperature,
-    top_p, top_k, min_p, seed and min_tokens are the rules' own: decoding_config; logprobs are served, each token's
-    under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
+    top_p, top_k, min_p, seed and min_tokens are the rules' own: with_sampling_params; logprobs are served, each
+    token's under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
     if (params.logit_bias or params.bad_words or params.allowed_token_ids
             or params.presence_penalty != 0 or params.frequency_penalty != 0 or params.repetition_penalty != 1):
         raise RequestArgsError("asymspec requests take temperature, top_p, top_k, min_p, seed, min_tokens and "

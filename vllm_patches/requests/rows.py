@@ -1,5 +1,5 @@
-"""Per-request state of an asymspec engine on a worker: parsed inputs, the x_full ledger, failures, the
-request's generator when it samples.
+"""Per-request state of an asymspec engine on a worker: parsed inputs, failures, the request's generator when it
+samples (its x_full view is the drafter's: full_view.FullRow).
 
 `RequestRegistry` is the one place a request's state is created (from the AsymSpecRequest the scheduler parsed,
 in its SamplingParams.extra_args, on the first step the runner sees it), failed and forgotten; the drafter
@@ -17,7 +17,6 @@ import torch
 
 from asymspec_vl.core import sampling
 from asymspec_vl.core.methods import PLAIN_SPECULATIVE, Method
-from asymspec_vl.core.sources import RowLedger
 from asymspec_vl.inputs.vocab import token_mask
 
 from . import hidden_tokens
@@ -37,10 +36,6 @@ class RowState:
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
     banned: torch.Tensor | None = None  # [V] bool
     banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)
-    full: RowLedger | None = None  # the drafter's x_full view (a method drafting on x_full)
-    full_positions: torch.Tensor | None = None  # [3, P] or [P] rope positions of the x_full prompt
-    delta: int = 0  # M-RoPE delta of the x_full prompt
-    sees_image: bool = False
     drafts: list[int] = field(default_factory=list)  # the last proposal
     req_id: str = ""
     generator: torch.Generator | None = None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed

@@ -92,7 +92,7 @@ class VLLMBackend:
     def context_length(self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False) -> int:
         """Every view of a request runs in one engine: its max_model_len."""
         spec, _ = self.engine_for(method, cfg.K, speculative)
-        return int(self.engine(spec).llm_engine.vllm_config.model_config.max_model_len)
+        return max_model_len(self.engine(spec))
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
@@ -114,19 +114,26 @@ class VLLMBackend:
                        speculative: bool = False) -> tuple[dict, object]:
         """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
         engine_for)."""
-        method = method if isinstance(method, Method) else method_named(method)
-        check_prompt_logprobs(method.name, cfg)
-        spec, mode = self.engine_for(method, cfg.K, speculative)
-        room = budget.room(r, method, cfg, partial(self.context_length, method=method, cfg=cfg,
-                                                   speculative=speculative))
-        return self._prompt(self.engine(spec), r, method), self._params(r, method, mode, cfg, room)
+        prompt, params, _ = self._request(r, method, cfg, speculative)
+        return prompt, params
 
     def served_request(self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
         every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
         budget)."""
-        prompt, params = self.engine_request(r, method, cfg, speculative=True)
-        return prompt, params, self.engine_for(method, cfg.K, speculative=True)[1]
+        return self._request(r, method, cfg, speculative=True)
+
+    def _request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
+                 speculative: bool) -> tuple[dict, object, str]:
+        """(prompt, SamplingParams, mode), the engine looked up once: every view of the request runs in it, so its
+        max_model_len is each source's context."""
+        method = method if isinstance(method, Method) else method_named(method)
+        check_prompt_logprobs(method.name, cfg)
+        spec, mode = self.engine_for(method, cfg.K, speculative)
+        llm = self.engine(spec)
+        length = max_model_len(llm)
+        room = budget.room(r, method, cfg, lambda model: length)
+        return self._prompt(llm, r, method), self._params(r, method, mode, cfg, room), mode
 
     def served_engine(self, method: Method, K: int):
         """The engine a server runs the method on (served_request's)."""
@@ -240,3 +247,8 @@ class StreamedStats:
 def _collapse_runs(ids: list[int], token: int) -> list[int]:
     """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
     return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
+
+
+def max_model_len(llm) -> int:
+    """The context of an engine (vLLM's LLM): every view of a request on it has this many positions."""
+    return int(llm.llm_engine.vllm_config.model_config.max_model_len)

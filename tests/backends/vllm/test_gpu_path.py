@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -296,7 +297,8 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
     on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
     rank while the other waits in the vision tower's collective."""
     from vllm_patches.requests.faults import request_errors
-    from vllm_patches.drafter.full_view import FullView
+    from asymspec_vl.core.sources import RowLedger
+    from vllm_patches.drafter.full_view import FullRow, FullView
     from vllm_patches.drafter.proposer import AsymSpecProposer, DraftPlan
     from vllm_patches.requests.request_args import EngineFacts
     from vllm_patches.requests.rows import RowState
@@ -310,17 +312,21 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
     failed = {}
     for world_size in (1, 2):
         proposer = AsymSpecProposer.__new__(AsymSpecProposer)
-        proposer.request_errors, proposer.full = request_errors(world_size), FullView(proposer, Images(), None)
-        proposer.facts = EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7)
+        proposer.full = FullView(Images(), None)
+        proposer.full.drafter = types.SimpleNamespace(
+            request_errors=request_errors(world_size),
+            facts=EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7))
         proposer.fail = lambda req_id, state, err, world_size=world_size: failed.setdefault(world_size, []).append(req_id)
-        rows = [(r, RowState(None, 2, sees_image=True), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        rows = [(r, RowState(None, 2), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
+        for r, _, feed in rows:
+            proposer.full.rows[r] = FullRow(RowLedger(prompt=feed), torch.arange(4), 0, sees_image=True)
         plan = DraftPlan(list(rows), [])
         if world_size == 1:
-            images = proposer.full.images_for(plan)
+            images = proposer.full.images_for(plan, proposer.fail)
             assert [r for r, _, _ in plan.full_rows] == ["ok", "ok2"] and images.embeddings.shape == (4, 4)
         else:
             with pytest.raises(torch.OutOfMemoryError):
-                proposer.full.images_for(plan)
+                proposer.full.images_for(plan, proposer.fail)
     assert failed == {1: ["oom"]}
 
 

@@ -24,7 +24,8 @@ def block_table(rows: list[list[int]]):
 
 
 def proposer_on(table, num_tokens: dict[str, int]):
-    """A proposer stand-in whose passes record the cache slots each row writes; the drafter always drafts 1."""
+    """A drafter handle stand-in (with the runner the proposer passes on) whose passes record the cache slots each
+    row writes; the drafter always drafts 1."""
     written = []  # (req_id, slot block id) per token a pass writes
 
     def run_pass(proposer, batch, block_size, token_ids=None):
@@ -39,7 +40,6 @@ def proposer_on(table, num_tokens: dict[str, int]):
     logits[0, 1] = 1
     proposer = types.SimpleNamespace(runner=runner, kv_cache_gid=0, device=torch.device("cpu"), uses_mrope=False,
                                      facts=types.SimpleNamespace(vocab_size=V), pass_req_ids=[],
-                                     full=types.SimpleNamespace(draft_logits=None),
                                      model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)))
     return proposer, run_pass, written
 
@@ -63,7 +63,7 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
         return run_pass(proposer_, batch, block_size, token_ids)
 
     monkeypatch.setattr(comp_view, "run_pass", by_start)
-    drafts = comp_view.CompView(proposer).draft(rows)
+    drafts = comp_view.CompView(proposer, None).draft(rows, proposer.runner.input_batch, proposer.runner.requests)
     assert drafts == {"new": [1] * 4, "live": [1] * 2}
     new_blocks = [b for rid, b in written if rid == "new"]
     assert new_blocks == [9, 9, 0, 0], written  # slots 2, 3 in its own block; 4, 5 through the null block
@@ -94,6 +94,6 @@ def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
     starts.update({(3, 7): "p", (4, 7): "p", (3, 8): "q", (4, 8): "q", (5, 9): "fit", (6, 9): "fit"})
     monkeypatch.setattr(comp_view, "run_pass", record)
     rows = [(0, "p", RowState(None, 2)), (1, "q", RowState(None, 2)), (2, "fit", RowState(None, 2))]
-    comp_view.CompView(proposer).draft(rows)
+    comp_view.CompView(proposer, None).draft(rows, proposer.runner.input_batch, proposer.runner.requests)
     assert passes == [["fit"], ["fit"], ["p"], ["p"], ["q"], ["q"]]
     assert [b for rid, b in written if rid == "p"] == [7, 0]

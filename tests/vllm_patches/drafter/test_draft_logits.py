@@ -55,7 +55,7 @@ def drafter_with(logits: DraftLogits):
     from vllm_patches.requests.rows import RowState
 
     drafter = AsymSpecProposer.__new__(AsymSpecProposer)
-    drafter.full = FullView(drafter, None, logits)
+    drafter.full = FullView(None, logits)
     states = {r: RowState(None, 2) for r in "ab"}
     drafter.row = states.__getitem__
     drafter.runner = types.SimpleNamespace(requests={})
@@ -91,9 +91,13 @@ def test_preempted_and_finished_requests_give_their_slots_back():
 
     registry = types.SimpleNamespace(forget=forget, note_resumed=lambda cached, requests: None,
                                      drop_drafts=lambda req_id: None)
-    runner = types.SimpleNamespace(
+    from vllm_patches.drafter.proposer import AsymSpecProposer
+
+    drafter = AsymSpecProposer.__new__(AsymSpecProposer)
+    drafter.registry, drafter.full = registry, types.SimpleNamespace(draft_logits=logits)
+    runner = drafter.runner = types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=types.SimpleNamespace(registry=registry, full=types.SimpleNamespace(draft_logits=logits)), requests={})
+        drafter=drafter, requests={})
     out = types.SimpleNamespace(finished_req_ids={"a"}, preempted_req_ids={"b"},
                                 scheduled_cached_reqs=types.SimpleNamespace(resumed_req_ids=set()))
     runner_patch.update_states(lambda runner, so: "updated", runner, out)

@@ -1,4 +1,4 @@
-"""vllm_patches.drafter.full_view on a stand-in drafter: the x_full prefill in chunks and the image embeddings it reads."""
+"""vllm_patches.drafter.full_view on a stand-in drafter handle: the x_full prefill in chunks and the image embeddings it reads."""
 
 import types
 
@@ -17,7 +17,7 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     """A row of 2 text + 6 image tokens prefilled in chunks of 4 tokens: the first chunk's 2 image tokens read
     embeddings 0..1, the second chunk's 4 read embeddings 2..5, never 0..3 again."""
     feed = [1, 2] + [IMAGE] * 6
-    state = RowState(None, 2, full=RowLedger(prompt=list(feed)), full_positions=torch.arange(len(feed)))
+    state = RowState(None, 2)
     embeddings = torch.arange(6.).repeat_interleave(H).view(6, H)  # embedding j is all j
     images = FullViewImages(embeddings, [torch.tensor(feed) == IMAGE])
     read = []
@@ -26,15 +26,17 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
         read.append(multimodal_embeddings[0][:, 0].tolist())
         return torch.zeros(len(ids), H)
 
-    def run_pass(proposer, batch, block_size, kv, token_ids=None, inputs_embeds=None):
+    def run_pass(drafter, batch, block_size, kv, token_ids=None, inputs_embeds=None):
         n = sum(row.length for row in batch)
         return torch.zeros(n, H), torch.tensor([n - 1])
 
-    proposer = types.SimpleNamespace(
+    drafter = types.SimpleNamespace(
         max_batched_tokens=4, device=torch.device("cpu"), uses_mrope=False,
         model=types.SimpleNamespace(embed_input_ids=embed_input_ids, compute_logits=lambda h: torch.zeros(len(h), V)))
-    view = full_view.FullView(proposer, None, None)
+    view = full_view.FullView(None, None)
+    view.drafter = drafter
     view.pool = types.SimpleNamespace(block_size=4, tensors={}, blocks={"r": [3, 4, 5]})
+    view.rows["r"] = full_view.FullRow(RowLedger(prompt=list(feed)), torch.arange(len(feed)), 0, True)
     monkeypatch.setattr(full_view, "run_pass", run_pass)
     last = view.first_pass([("r", state, feed)], images)
     assert read == [[0.0, 1.0], [2.0, 3.0, 4.0, 5.0]]

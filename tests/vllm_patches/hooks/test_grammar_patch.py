@@ -11,6 +11,7 @@ import torch
 
 from asymspec_vl.core.methods import METHODS
 
+from vllm_patches.drafter.proposer import AsymSpecProposer
 from vllm_patches.hooks.runner_state import RunnerState
 from vllm_patches.hooks.scheduler_patch import SchedulerState
 
@@ -54,6 +55,7 @@ class Drafter:
 
     capture = step_capture = None
     world_size = 1
+    step_logits = AsymSpecProposer.step_logits
 
     def __init__(self):
         self.rows = {req_id: types.SimpleNamespace(
@@ -101,7 +103,8 @@ def run_sample_tokens(apply_mask=True):
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
         drafter=Drafter(), asymspec=RunnerState(logits_indices=torch.arange(logits.shape[0])),
         input_batch=types.SimpleNamespace(req_ids=req_ids, num_reqs=len(req_ids), max_num_logprobs=None,
-                                          update_async_output_token_ids=lambda: None),
+                                          num_logprobs={}, update_async_output_token_ids=lambda: None),
+        sampler=None,
         requests={r: types.SimpleNamespace(output_token_ids=[5], sampling_params=None) for r in req_ids},
         execute_model_state=(scheduler_output, logits, spec_meta) + (None,) * 7,
         _update_states_after_model_execute=update_states_after)

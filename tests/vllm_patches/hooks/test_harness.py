@@ -11,6 +11,7 @@ import torch
 
 from vllm_patches.hooks import harness
 from vllm_patches import sampler
+from vllm_patches.drafter.proposer import AsymSpecProposer
 
 ROOT = Path(__file__).resolve().parents[3]
 V = 5
@@ -20,19 +21,21 @@ class FakeState:
     def __init__(self, drafts):
         self.drafts, self.K = drafts, len(drafts)
         self.request = SimpleNamespace(x_full=[1, 2, 3])
-        self.full = SimpleNamespace(prompt=[1, 2, 3])
 
     def committed(self, output_ids):
         return list(output_ids)
 
 
 class FakeProposer:
+    step_logits = AsymSpecProposer.step_logits
+
     def __init__(self):
         self.runner = SimpleNamespace(requests={"r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
                                                 "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[])})
         self.states = {"r0": FakeState([3, 4]), "r1": FakeState([1, 1])}
         self.a = torch.arange(2 * 3 * V, dtype=torch.float32).view(2, 3, V)
-        self.full = SimpleNamespace(logits=lambda req_ids, n: torch.stack([self.a[int(r[1:]), :n] for r in req_ids]))
+        self.full = SimpleNamespace(logits=lambda req_ids, n: torch.stack([self.a[int(r[1:]), :n] for r in req_ids]),
+                                    rows={r: SimpleNamespace(ledger=SimpleNamespace(prompt=[1, 2, 3])) for r in self.states})
         self.comp = SimpleNamespace(logits=lambda token_index: token_index.float()[:, None].expand(-1, V) * 10)
 
     def row(self, req_id):

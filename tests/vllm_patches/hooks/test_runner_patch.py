@@ -18,8 +18,9 @@ class Exited(BaseException):
 def runner_with(world_size: int):
     return types.SimpleNamespace(
         vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=types.SimpleNamespace(world_size=world_size), asymspec=RunnerState(),
-        input_batch=types.SimpleNamespace(update_async_output_token_ids=lambda: None))
+        drafter=types.SimpleNamespace(world_size=world_size), asymspec=RunnerState(), requests={}, sampler=None,
+        input_batch=types.SimpleNamespace(update_async_output_token_ids=lambda: None, req_ids=[], num_logprobs={},
+                                          max_num_logprobs=None))
 
 
 @pytest.mark.parametrize("world_size", [1, 2])

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from vllm_patches.requests.request_args import (EngineFacts, RequestArgsError, check_supported, decoding_config,
-                                                parse_request, parse_request_args)
+from vllm_patches.requests.request_args import (EngineFacts, RequestArgsError, check_supported, parse_request,
+                                                parse_request_args, with_sampling_params)
 
 FACTS = EngineFacts(K=2, vocab_size=100, max_model_len=64, image_token_id=7, patch_dim=12, merge_size=2)
 
@@ -55,15 +55,15 @@ def test_the_parsed_config_samples_as_the_sampling_params_say():
 
     from asymspec_vl.core.config import AsymSpecConfig
 
-    hot = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.8, top_p=0.9, top_k=-1, min_p=0.05,
+    hot = with_sampling_params(AsymSpecConfig(K=2), SamplingParams(temperature=0.8, top_p=0.9, top_k=-1, min_p=0.05,
                                                               seed=7, min_tokens=3))
     assert (hot.temperature, hot.top_p, hot.top_k, hot.min_p, hot.seed, hot.min_tokens, hot.samples) == \
         (0.8, 0.9, 0, 0.05, 7, 3, True)
-    unseeded = [decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.8)).seed for _ in range(2)]
+    unseeded = [with_sampling_params(AsymSpecConfig(K=2), SamplingParams(temperature=0.8)).seed for _ in range(2)]
     assert None not in unseeded and unseeded[0] != unseeded[1]  # drawn once, on the scheduler: every rank's
-    cold = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=0.0, seed=7))
+    cold = with_sampling_params(AsymSpecConfig(K=2), SamplingParams(temperature=0.0, seed=7))
     assert (cold.temperature, cold.seed, cold.samples) == (0.0, None, False)
-    tiny = decoding_config(AsymSpecConfig(K=2), SamplingParams(temperature=1e-6))  # vLLM raises it to 0.01
+    tiny = with_sampling_params(AsymSpecConfig(K=2), SamplingParams(temperature=1e-6))  # vLLM raises it to 0.01
     assert (tiny.temperature, tiny.samples) == (0.01, True)
     params = SamplingParams(temperature=0.5, stop_token_ids=[5, 3], extra_args=args())
     request = parse_request(params, FACTS)

@@ -1,0 +1,32 @@
+"""asymspec_vl.backends.vllm.vllm_backend on stand-ins (no engine): one engine lookup per request."""
+
+from types import SimpleNamespace
+
+from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
+from asymspec_vl.core.config import AsymSpecConfig
+from asymspec_vl.core.methods import METHODS
+from asymspec_vl.inputs.prompts import EncodedRequest, EncodedView, Prompts
+
+
+def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_engine():
+    """served_request made the engine's spec 5 times for one asymspec request (its own, then once per source for
+    the room, then once more for the mode): it is made once, and every source's context is that engine's."""
+    looked_up = []
+
+    def engine_for(method, K, speculative=False):
+        looked_up.append((method.name, K, speculative))
+        return "the speculative engine", method.name
+
+    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
+        model_config=SimpleNamespace(max_model_len=40))))
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.engine_for = engine_for
+    backend.engine = {"the speculative engine": llm}.__getitem__
+    backend._prompt = lambda engine, r, method: ("prompt", engine)
+    backend._params = lambda r, method, mode, cfg, room: (mode, room)
+    comp = EncodedView([1, 2, 3])
+    r = EncodedRequest(Prompts("", "", ""), EncodedView(list(range(10))), comp, comp)
+    prompt, params, mode = backend.served_request(r, METHODS["asymspec"], AsymSpecConfig(K=2))
+    assert looked_up == [("asymspec", 2, True)]
+    assert prompt == ("prompt", llm) and mode == "asymspec"
+    assert params == ("asymspec", 40 - 10 - 2 - 1)  # the longest view, x_full, K drafts and one token
