@@ -306,3 +306,30 @@ def test_the_seed_box_is_text_and_starts_empty(tiny_vl):
     assert service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, " 5 ").seed == 5
     with pytest.raises(ConfigError, match="seed='abc' is invalid"):
         service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, "abc")
+
+
+def test_the_prompts_tab_says_who_reads_each_view_and_what_it_holds(tiny_vl):
+    """Each prompt's title (issue 35 item 8) names the logits read from it, as core/methods.py's table has them
+    for the page's methods, and what it holds, as the real prompt shows: x_full holds the caption and OCR text
+    besides the image and the question; x_question is the drafter-alone baseline's image + question (δ = a − b
+    reads x_full and x_comp, not x_question)."""
+    import re
+
+    from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.demo.board import PANELS
+    from asymspec_vl.demo.render import PROMPT_TITLES, prompts_html
+
+    out = tiny_vl.generate(str(CHART), "QUESTIONMARK?", caption="CAPTIONMARK", ocr="OCRMARK",
+                           config=dict(max_new_tokens=1))
+    prompts = out.prompts.__dict__
+    marks = {"image": "<|image_pad|>", "caption": "CAPTIONMARK", "OCR text": "OCRMARK", "question": "QUESTIONMARK"}
+    for view, title in PROMPT_TITLES.items():
+        readers = {src.logits for m in PANELS for src in (METHODS[m].drafting, *METHODS[m].scoring)
+                   if src is not None and src.view == view}
+        assert set(re.findall(r"logits (\w)\b", title)) == readers, (view, title)
+        has, _, lacks = title.split(": ", 1)[1].partition(", no ")
+        for part, mark in marks.items():
+            assert (part in has) == (mark in prompts[view]), (view, part, title)
+            assert (mark in prompts[view]) or part in lacks, (view, part, title)
+    markup = html.unescape(prompts_html(prompts))
+    assert all(title in markup for title in PROMPT_TITLES.values())
