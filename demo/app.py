@@ -32,10 +32,15 @@ table.stats{width:100%;font-size:0.9em} table.stats td,table.stats th{padding:2p
 .message{border:1px solid #c0392b;border-left-width:6px;border-radius:4px;padding:8px 12px;background:#fdf0ee}
 #message:not(:has(.message)){display:none}
 #image .upload-container,#image .image-frame{width:100% !important}
-#image .image-frame img{width:100%;height:auto;max-height:170px;object-fit:contain}
+#image .image-frame img{width:100%;height:auto;max-height:140px;object-fit:contain}
+#question textarea::placeholder{font-style:italic;color:#8a8a8a;opacity:1}
+.models{font-size:0.85em;color:#555}
 #examples .container{width:144px;height:auto;max-height:60px}
 #examples .container img{width:100%;height:auto;max-height:60px;object-fit:contain}
 """
+IMAGE_HEIGHT = 180  # px: with the header, the question and the first example row inside a 1280 x 720 screen
+# An instruction, not a question: a sample question in grey read as one already filled in (issue 35)
+QUESTION_PLACEHOLDER = "Type a question about the image"
 # Small images (the toy scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
 HEAD = """<script>
 document.addEventListener("load", (event) => {
@@ -63,8 +68,8 @@ def _header(names: dict, toy: bool) -> str:
               "coloured shapes carrying digits" if toy else
               f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}`")
     return ("## AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption "
-            "and OCR text. Every token of the answer is coloured by where it came from. "
-            f"Models: {models} · backend `{names.get('backend')}`")
+            "and OCR text. Every token of the answer is coloured by where it came from.<br>"
+            f'<span class="models">Models: {models} · backend `{names.get("backend")}`</span>')
 
 
 def build_demo(service: DemoService) -> gr.Blocks:
@@ -85,12 +90,11 @@ def build_demo(service: DemoService) -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1):
                 image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image",
-                                 height=220)
+                                 height=IMAGE_HEIGHT)
                 message = gr.HTML("", label="Message", elem_id="message")
                 with gr.Row(equal_height=True):
-                    question = gr.Textbox(label="Question", lines=2, elem_id="question", scale=4,
-                                          placeholder="Which number does the yellow circle carry?" if toy else
-                                          "What is the value of the tallest bar?")
+                    question = gr.Textbox(label="Question", lines=1, max_lines=6, elem_id="question", scale=4,
+                                          placeholder=QUESTION_PLACEHOLDER)
                     with gr.Column(scale=1, min_width=110):
                         run = gr.Button("Answer", variant="primary", elem_id="answer-button")
                         stop = gr.Button("Stop", size="sm", elem_id="stop-button")

@@ -360,6 +360,33 @@ def test_examples_are_the_toy_scenes_shown_whole(server, browser):
         assert thumb.size["width"] >= 2.5 * thumb.size["height"]  # the whole 96×32 scene, not a square crop
 
 
+def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_example(server, browser):
+    """Issue 35 item 8: at 1280×720 (the window; its page is what the browser's frame leaves) the first example
+    row was cut by the fold; the question box held a grey sample question that read as one filled in."""
+    from selenium.webdriver.common.by import By
+
+    from asymspec_vl.demo.app import QUESTION_PLACEHOLDER
+
+    browser.set_window_size(1280, 720)
+    try:
+        _open(browser, server)
+        fold = browser.execute_script("return window.innerHeight")
+        assert fold <= 720
+        first = browser.find_element(By.CSS_SELECTOR, "#examples tbody tr").rect
+        assert first["y"] + first["height"] <= fold, (first, fold)
+        for elem_id in ("question", "answer-button", "asymspec-answer"):
+            rect = browser.find_element(By.ID, elem_id).rect
+            assert rect["y"] + rect["height"] <= fold, (elem_id, rect, fold)
+        box = _box(browser, "question")
+        assert box.get_attribute("value") == "" and box.get_attribute("placeholder") == QUESTION_PLACEHOLDER
+        style = browser.execute_script("const s = getComputedStyle(arguments[0], '::placeholder');"
+                                       "return [s.fontStyle, s.color];", box)
+        assert style[0] == "italic", style  # a hint, not text typed in
+        _screenshot(browser, "demo-1280x720.png")
+    finally:
+        browser.set_window_size(1400, 1800)
+
+
 def _bad_upload_cases(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
