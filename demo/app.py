@@ -11,6 +11,7 @@ from asymspec_vl.core.config import GATES
 
 from . import render
 from .board import BASELINES
+from .controls import Slider
 from .handlers import NO_ANSWER, Handlers
 from .service import SESSIONS_KEPT, DemoService
 from .uploads import EXAMPLES_DIR
@@ -41,8 +42,16 @@ table.stats{width:100%;font-size:0.9em} table.stats td,table.stats th{padding:2p
 IMAGE_HEIGHT = 180  # px: with the header, the question and the first example row inside a 1280 x 720 screen
 # An instruction, not a question: a sample question in grey read as one already filled in (issue 35)
 QUESTION_PLACEHOLDER = "Type a question about the image"
-# Small images (the toy scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
+# Gradio's slider puts a number typed into its box back into its range when the box loses focus, silently: the
+# page keeps what was typed, and the answer refuses it by name (controls.check_in_range). Small images (the toy
+# scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
 HEAD = """<script>
+document.addEventListener("blur", (event) => {
+  const box = event.target;
+  if (box.tagName === "INPUT" && box.type === "number" && box.closest(".decoding-controls")) {
+    event.stopImmediatePropagation();
+  }
+}, true);
 document.addEventListener("load", (event) => {
   const img = event.target;
   if (img.tagName === "IMG" && img.naturalWidth > 0 && img.naturalWidth <= 320) {
@@ -70,6 +79,10 @@ def _header(names: dict, toy: bool) -> str:
     return ("## AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption "
             "and OCR text. Every token of the answer is coloured by where it came from.<br>"
             f'<span class="models">Models: {models} · backend `{names.get("backend")}`</span>')
+
+
+def _slider(s: Slider, cfg, elem_id: str) -> gr.Slider:
+    return gr.Slider(s.minimum, s.maximum, value=getattr(cfg, s.field), step=s.step, label=s.label, elem_id=elem_id)
 
 
 def build_demo(service: DemoService) -> gr.Blocks:
@@ -110,19 +123,12 @@ def build_demo(service: DemoService) -> gr.Blocks:
                                                            "should read.", elem_id="view-source")
                     caption.render()
                     ocr.render()
-                with gr.Accordion("Decoding controls", open=False):
-                    k = gr.Slider(1, 16, value=cfg.K, step=1, label="K (draft tokens per step)", elem_id="k")
-                    beta = gr.Slider(0, 10, value=cfg.beta, step=0.1, label="β (δ-fusion weight)", elem_id="beta")
-                    gamma = gr.Slider(min(0.01, cfg.gamma), 1, value=cfg.gamma, step=0.01,
-                                      label="γ (acceptance threshold)", elem_id="gamma")
+                with gr.Accordion("Decoding controls", open=False, elem_classes=["decoding-controls"]):
+                    offered = service.sliders
+                    k, beta, gamma = (_slider(offered[f], cfg, f.lower()) for f in ("K", "beta", "gamma"))
                     gate = gr.Radio(list(GATES), value=cfg.gate, label="gate", elem_id="gate")
-                    max_tokens = gr.Slider(1, max(1024, cfg.max_new_tokens), value=cfg.max_new_tokens, step=1,
-                                           label="max new tokens", elem_id="max-tokens")
-                    temperature = gr.Slider(0, max(2.0, cfg.temperature), value=cfg.temperature, step=0.05,
-                                            label="temperature (0: greedy, the paper's Algorithm 1)",
-                                            elem_id="temperature")
-                    top_p = gr.Slider(min(0.01, cfg.top_p), 1, value=cfg.top_p, step=0.01,
-                                      label="top-p (1: off)", elem_id="top-p")
+                    max_tokens, temperature, top_p = (_slider(offered[f], cfg, e) for f, e in (
+                        ("max_new_tokens", "max-tokens"), ("temperature", "temperature"), ("top_p", "top-p")))
                     # A text box: Gradio's number box shows an empty value as 0 (its frontend sets value ??= 0)
                     seed = gr.Textbox("" if cfg.seed is None else str(cfg.seed), max_lines=1, elem_id="seed",
                                       label="seed (empty: a random one, shown with the answer)")

@@ -13,6 +13,7 @@ from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionEr
 
 from . import render
 from .board import NOT_RUN, PANELS, WAITING, Board
+from .controls import check_in_range
 from .service import DemoService
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,9 @@ class Handlers:
         stop = self.service.stops.current(request.session_hash)
         shown = Board.blank(NOT_RUN).outputs()
         try:
+            # the page's sliders: a number typed outside one is refused by name (the API takes what the config does)
+            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_p=top_p)
             for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
                                              baselines, temperature, top_p, seed, stop=stop):
                 yield (gr.skip(), *shown, gr.skip())

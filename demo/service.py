@@ -21,6 +21,7 @@ from asymspec_vl.toy.render import looks_like_scene
 from . import render
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
+from .controls import sliders
 from .streaming import Cancelled, Snapshot, stream_generate
 from .uploads import Upload, as_upload, load_upload, served, upload_folders
 
@@ -44,6 +45,7 @@ class DemoService:
         self.captioner_label = captioner_label
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
         self.upload_folders = tuple(upload_folders) if upload_folders is not None else None
+        self.sliders = sliders(self.base_config)  # the page's decoding sliders and their ranges
         self.lock = threading.Lock()
         self.stops = StopSignals()
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image

@@ -469,6 +469,32 @@ def _settings(browser) -> str:
     return _unstale(lambda: browser.find_element(By.CSS_SELECTOR, "#stats .settings").text)
 
 
+def _open_decoding_controls(browser, wait):
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
+                                   "normalize-space(text())='Decoding controls']").click()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+
+
+def test_a_number_typed_outside_a_slider_stays_and_is_the_pages_message(server, browser):
+    """Issue 35 item 8: K typed as 20 (its slider: 1 to 16) was put back to 16 when the box lost focus, and the
+    answer ran with K = 16 without a word. The box keeps 20 and Answer shows "A setting is out of range"."""
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    _type(browser, "question", MULT["question"])
+    _open_decoding_controls(browser, wait)
+    _set_number(browser, "k", "20")
+    k_box = browser.find_element(By.CSS_SELECTOR, "#k input[type=number]")
+    assert k_box.get_attribute("value") == "20"
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: _messages(d))
+    assert "A setting is out of range" in _messages(browser)[0] and "K=20 is out of range" in _messages(browser)[0]
+    assert k_box.get_attribute("value") == "20" and not _tokens(browser, "asymspec-answer")
+    assert not _error_badges(browser)
+
+
 def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser):
     """The temperature and seed typed in "Decoding controls" reach the models: the settings line says the
     answer was sampled with that seed and the same seed repeats it; an empty seed box draws one, named there;
@@ -481,9 +507,7 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     _click_example(browser, wait)
     greedy = [text for text, _ in _token_view(browser, "asymspec-answer")]
     assert "greedy (temperature 0)" in _settings(browser)
-    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
-                                   "normalize-space(text())='Decoding controls']").click()
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+    _open_decoding_controls(browser, wait)
     seed_box = browser.find_element(By.CSS_SELECTOR, "#seed textarea, #seed input[type=text]")
     assert seed_box.get_attribute("value") == ""  # empty means a random one: never a 0 that looks chosen
     _set_number(browser, "temperature", "1.8")

@@ -333,3 +333,23 @@ def test_the_prompts_tab_says_who_reads_each_view_and_what_it_holds(tiny_vl):
             assert (mark in prompts[view]) or part in lacks, (view, part, title)
     markup = html.unescape(prompts_html(prompts))
     assert all(title in markup for title in PROMPT_TITLES.values())
+
+
+@pytest.mark.parametrize("setting, value, match", [
+    ("K", 20, "K=20 is out of range: the page's K takes 1 to 16"),
+    ("max_new_tokens", 5000, "max_new_tokens=5000 is out of range: the page's max new tokens takes 1 to 1024"),
+    ("temperature", 3.0, "temperature=3 is out of range: the page's temperature takes 0 to 2"),
+    ("gamma", 0.0, "gamma=0 is out of range: the page's γ takes 0.01 to 1"),
+])
+def test_a_number_typed_outside_a_slider_is_the_pages_message_not_a_clamped_run(tiny_vl, setting, value, match):
+    """Issue 35 item 8: the page's sliders put a typed number back into their range silently (the browser test
+    shows the page now keeps it); the answer refuses it by name, before any model runs, as docs/cli.md says."""
+    runs = []
+    counting = SimpleNamespace(names=tiny_vl.names, pair=tiny_vl.pair, generate=lambda **kw: runs.append(kw))
+    handlers = Handlers(DemoService(counting, AsymSpecConfig()))
+    settings = dict(SETTINGS, **{setting: value}) if setting in SETTINGS else SETTINGS
+    sampling = (value, 1.0, None) if setting == "temperature" else GREEDY
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *settings.values(), [], *sampling,
+                               SimpleNamespace(session_hash="s6")))
+    assert len(out) == 1 and "A setting is out of range" in out[0][0] and html.escape(match) in out[0][0]
+    assert not runs
