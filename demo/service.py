@@ -10,11 +10,12 @@ from typing import Iterator, Sequence
 
 from PIL import Image
 
-from asymspec_vl.api import token_pieces
+from asymspec_vl.api import trace_pieces
 from asymspec_vl.commands import is_embedded
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.core.limits import LIMITS
+from asymspec_vl.core.stop_strings import StreamedText
 from asymspec_vl.timing import impossible_speedup_note
 from asymspec_vl.toy.render import looks_like_scene
 
@@ -120,15 +121,20 @@ class DemoService:
                 board.settle(STOPPED, None)
                 yield board.outputs()
                 return
+            # the text shown while decoding: what a stream sends (no text a stop string will cut), then the final
+            text = StreamedText(self.vl.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
             try:
                 for item in stream_generate(self.vl, self.lock, stop, image=decoded, question=question,
                                             caption=caption or "", ocr=ocr or "", method=method, config=cfg):
                     if isinstance(item, Snapshot):
-                        pieces = token_pieces(self.vl.pair.tokenizer, item.token_ids)
-                        board.snapshot(method, item.token_ids, pieces, item.sources, item.stats, item.elapsed_s)
+                        text.push(item.token_ids)
+                        pieces = trace_pieces(self.vl.pair.tokenizer, item.token_ids)
+                        board.snapshot(method, item.token_ids, pieces, item.sources, item.stats, item.elapsed_s,
+                                       text.sent)
                     else:
                         board.finish(method, item.token_ids, [t.text for t in item.trace],
-                                     [t.source for t in item.trace], item.stats, item.finish_reason, item.to_dict())
+                                     [t.source for t in item.trace], item.stats, item.finish_reason, item.to_dict(),
+                                     item.text)
                     yield board.outputs()
             except Cancelled:
                 board.settle(STOPPED, method)
