@@ -279,8 +279,8 @@ def test_a_backend_that_cannot_sample_is_the_pages_message(tiny_vl):
 
 
 @pytest.mark.parametrize("temperature, top_p, seed, match", [
-    (-0.5, 1.0, None, "temperature=-0.5 is invalid: expected a number in [0, 100] (0: greedy)"),
-    (0.7, 0.0, 1, "top_p=0.0 is invalid"),
+    (-0.5, 1.0, None, "temperature=-0.5 is out of range: the page's temperature takes 0 to 2"),
+    (0.7, 0.0, 1, "top_p=0 is out of range: the page's top-p takes 0.01 to 1"),
     (0.7, 1.0, 2.5, "seed=2.5 is invalid: expected an integer"),
 ])
 def test_a_bad_sampling_setting_is_the_pages_message(tiny_vl, temperature, top_p, seed, match):
