@@ -11,7 +11,7 @@ import gradio as gr
 from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
                                      InvalidImageError, PromptTooLongError)
 
-from . import render
+from . import chat, render
 from .board import NOT_RUN, PANELS, WAITING, Board
 from .controls import check_in_range
 from .service import DemoService
@@ -122,3 +122,61 @@ class Handlers:
             return self.service.describe_image(image)
         except Exception as e:
             raise api_error(e) from e
+
+    # The chat tab: Send (or Retry) shows the user's message (or drops the last reply) at once and arms Stop, then
+    # chat_answer streams the reply. Outputs: the chat's message, the chatbot, the conversation (state), the
+    # status line, and for Send the message box (emptied).
+    def chat_send(self, question, turns, request: gr.Request):
+        self._arm(request)
+        try:
+            turns = chat.with_question(turns or [], question)
+        except Exception as e:
+            return (message(e), gr.skip(), gr.skip(), "", gr.skip())
+        return ("", turns, turns, "waiting…", "")
+
+    def chat_retry(self, turns, request: gr.Request):
+        self._arm(request)
+        try:
+            turns = chat.for_retry(turns or [])
+        except Exception as e:
+            return (message(e), gr.skip(), gr.skip(), "")
+        return ("", turns, turns, "waiting…")
+
+    def chat_answer(self, turns, image, caption, ocr, method, K, beta, gamma, gate, max_new_tokens, temperature,
+                    top_p, seed, request: gr.Request):
+        """The reply to the last user message (none when Send or Retry refused: the last turn is no question)."""
+        stop = self.service.stops.current(request.session_hash)
+        try:
+            if not turns or turns[-1]["role"] != "user":
+                yield (gr.skip(),) * 4
+                return
+            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_p=top_p)
+            cfg = self.service.config(K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed)
+            for shown, status in chat.reply(self.service, turns, image, caption, ocr, method, cfg, stop=stop):
+                yield (gr.skip(), shown, shown, status)
+        except Exception as e:
+            yield (message(e), turns, turns, "failed: see the message (Retry answers again)")
+        finally:
+            self.service.stops.release(request.session_hash, stop)
+
+    def chat_clear(self, request: gr.Request):
+        """Clear (or a new image): a running reply stops, the conversation goes. Outputs as chat_retry's."""
+        self.service.stops.stop(request.session_hash, superseded=True)
+        return ("", [], [], "")
+
+    def chat_describe(self, image, request: gr.Request):
+        """The chat's image changed: the conversation (about the old image) goes, the verifier's view is
+        prefilled. Outputs: caption, OCR, then chat_clear's."""
+        cleared = self.chat_clear(request)
+        if image is None:
+            return ("", "", *cleared)
+        try:
+            caption, ocr = self.service.describe_image(image)
+        except Exception as e:
+            return ("", "", message(e), *cleared[1:])
+        return (caption, ocr, *cleared)
+
+    def _arm(self, request: gr.Request) -> None:
+        self.service.stops.stop(request.session_hash, superseded=True)
+        self.service.stops.arm(request.session_hash)
