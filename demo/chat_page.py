@@ -24,7 +24,7 @@ def build_chat_tab(handlers: Handlers, controls: list, describes: bool) -> None:
                               label="replies by", elem_id="chat-method")
         with gr.Column(scale=2):
             message = gr.HTML("", elem_id="chat-message-box")
-            chatbot = gr.Chatbot(label="Chat", elem_id="chatbot", height=380,
+            chatbot = gr.Chatbot(label="Chat", elem_id="chatbot", height=380, buttons=["copy", "copy_all"],
                                  placeholder="Ask about the image; the conversation's history is read at every "
                                              "turn.")
             status = gr.Markdown("", elem_id="chat-status")
@@ -37,7 +37,7 @@ def build_chat_tab(handlers: Handlers, controls: list, describes: bool) -> None:
                 stop = gr.Button("Stop", size="sm", elem_id="chat-stop")
                 clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
     turns = gr.State([])  # the conversation: [{"role", "content"}, ...]
-    shown = [message, chatbot, turns, status]
+    shown = [message, chatbot, turns, status, send, retry]
     page = dict(api_visibility="private")
     answer = dict(fn=handlers.chat_answer, inputs=[turns, image, caption, ocr, method, *controls], outputs=shown,
                   concurrency_id="models", preprocess=False, show_progress="hidden", **page)
@@ -47,6 +47,7 @@ def build_chat_tab(handlers: Handlers, controls: list, describes: bool) -> None:
     retry.click(handlers.chat_retry, turns, shown, queue=False, show_progress="hidden", api_name="page_chat_retry",
                 **page).then(api_name="page_chat_retry_answer", **answer)
     stop.click(handlers.stop, None, None, queue=False, api_name="page_chat_stop", **page)
-    clear.click(handlers.chat_clear, None, shown, queue=False, api_name="page_chat_clear", **page)
+    for name, trigger in (("page_chat_clear", clear.click), ("page_chat_cleared", chatbot.clear)):  # its bin icon too
+        trigger(handlers.chat_clear, None, shown, queue=False, api_name=name, **page)
     image.change(handlers.chat_describe, image, [caption, ocr, *shown], preprocess=False,
                  show_progress_on=[caption, ocr] if describes else None, api_name="page_chat_image", **page)

@@ -387,6 +387,49 @@ def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_exampl
         browser.set_window_size(1400, 1800)
 
 
+def _chat_replies(browser) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return _unstale(lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=bot]")])
+
+
+def _chat_done(browser, n: int) -> bool:
+    """n questions asked and answered, the last reply finished."""
+    from selenium.webdriver.common.by import By
+
+    return (len(browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]")) == n
+            and len(_chat_replies(browser)) == n
+            and _unstale(lambda: browser.find_element(By.ID, "chat-status").text).startswith("done"))
+
+
+def test_the_chat_tab_holds_a_conversation_with_retry_and_clear(server, browser):
+    """Issue 35 item 8: a chat with history, Retry and Clear beside the single question (its tab still works)."""
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Chat']").click()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]"))
+    browser.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]").send_keys(str(EXAMPLES / MULT["image"]))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chat-image img"))
+    _type(browser, "chat-caption", MULT["caption"])
+    for n, question in enumerate((MULT["question"], "And the purple circle?"), 1):
+        _type(browser, "chat-question", question)
+        browser.find_element(By.ID, "chat-send").click()
+        wait.until(lambda d: _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled())
+    replies = _chat_replies(browser)
+    assert all(replies)
+    browser.find_element(By.ID, "chat-retry").click()
+    wait.until(lambda d: not d.find_element(By.ID, "chat-send").is_enabled())
+    wait.until(lambda d: _chat_done(d, 2) and d.find_element(By.ID, "chat-send").is_enabled())
+    assert _chat_replies(browser) == replies  # greedy: the last reply again, not a third one
+    browser.find_element(By.ID, "chat-clear").click()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]"))
+    assert not _messages(browser) and not _error_badges(browser)
+    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Ask one question']").click()
+    _click_example(browser, wait)  # the single question still answers
+    assert _tokens(browser, "asymspec-answer")
+
+
 def _bad_upload_cases(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")

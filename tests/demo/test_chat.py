@@ -47,7 +47,9 @@ def test_each_reply_is_generate_chat_over_the_whole_history(vl):
     turns = []
     for question, method in ((MULT["question"], "asymspec"), ("And the purple circle's number?", "floor")):
         shown, out, turns = _turn(handlers, turns, question, method)
-        assert shown[0] == "" and shown[1][-1] == {"role": "user", "content": question} and shown[4] == ""
+        assert shown[0] == "" and shown[1][-1] == {"role": "user", "content": question} and shown[6] == ""
+        assert [b["interactive"] for b in shown[4:6]] == [False, False]  # Send and Retry wait for the reply
+        assert [b["interactive"] for b in out[-1][4:6]] == [True, True]
         messages = chat.chat_messages(turns[:-1], IMAGE, MULT["caption"], "")
         want = vl.generate_chat(messages, method=method, config=cfg)
         assert turns[-1] == {"role": "assistant", "content": want.text} and want.text
@@ -64,7 +66,7 @@ def test_retry_answers_the_last_message_again_and_clear_empties_the_chat(vl):
     _, _, turns = _turn(handlers, [], MULT["question"])
     shown, _, again = _turn(handlers, turns, None, send=False)
     assert shown[2] == turns[:-1] and again == turns  # greedy: the same reply again, not a second one
-    assert handlers.chat_clear(REQUEST) == ("", [], [], "")
+    assert handlers.chat_clear(REQUEST)[:4] == ("", [], [], "")
     message = handlers.chat_retry([], REQUEST)[0]
     assert "There is nothing to retry" in message
 
@@ -76,11 +78,12 @@ def test_an_empty_message_or_a_setting_out_of_range_is_the_chats_message_and_run
     handlers = Handlers(DemoService(counting, AsymSpecConfig()))
     shown = handlers.chat_send("  ", [], REQUEST)
     assert "There is no question" in shown[0] and "The message is empty" in shown[0]
-    assert list(handlers.chat_answer([], IMAGE, "", "", "asymspec", *CONTROLS, REQUEST)) == [(shown[1],) * 4]
+    assert list(handlers.chat_answer([], IMAGE, "", "", "asymspec", *CONTROLS, REQUEST)) == [(shown[1],) * 6]
     turns = [{"role": "user", "content": "Q?"}]
     out = list(handlers.chat_answer(turns, IMAGE, "", "", "asymspec", 20, *CONTROLS[1:], REQUEST))
     assert len(out) == 1 and "A setting is out of range" in out[0][0] and "K=20 is out of range" in out[0][0]
     assert out[0][2] == turns and not runs  # the question stays: Retry can answer it
+    assert [b["interactive"] for b in out[0][4:6]] == [True, True]
 
 
 @pytest.mark.parametrize("stops", [dict(stop=("26",)), dict(stop=("The answer is",)),
