@@ -62,20 +62,23 @@ class Board:
         return board
 
     def snapshot(self, method: str, ids: list[int], pieces: list[str], sources: list[str], stats: Stats,
-                 elapsed_s: float) -> None:
-        self.panels[method] = Panel(method, DECODING, *self._tokens(ids, pieces, sources), stats, elapsed_s)
+                 elapsed_s: float, text: str) -> None:
+        """text: the answer's text so far as a stream sends it (StreamedText.sent): the tokens shown stop there."""
+        self.panels[method] = Panel(method, DECODING, *self._tokens(ids, pieces, sources, text), stats, elapsed_s)
 
     def finish(self, method: str, ids: list[int], pieces: list[str], sources: list[str], stats: Stats,
-               finish_reason: str, result: dict) -> None:
+               finish_reason: str, result: dict, text: str) -> None:
+        """text: the answer's final text (a stop string cuts it inside the tokens: they are shown up to there)."""
         ending = ENDINGS.get(finish_reason, finish_reason)
-        self.panels[method] = Panel(method, DONE, *self._tokens(ids, pieces, sources), stats, ending=ending,
+        self.panels[method] = Panel(method, DONE, *self._tokens(ids, pieces, sources, text), stats, ending=ending,
                                     result=result)
 
-    def _tokens(self, ids: list[int], pieces: list[str], sources: list[str]) -> tuple[list[tuple[str, str]], int]:
+    def _tokens(self, ids: list[int], pieces: list[str], sources: list[str], text: str
+                ) -> tuple[list[tuple[str, str]], int]:
         shown = list(zip(pieces, sources))
         if ids and ids[-1] in self.end_ids:
             shown = shown[:-1]
-        return shown, sum(s == FUSED for s in sources)
+        return cut(shown, text), sum(s == FUSED for s in sources)
 
     def settle(self, state: str, running: str | None) -> None:
         """Stop or an error: the `running` panel takes `state` (STOPPED / FAILED), its partial answer kept;
@@ -95,6 +98,21 @@ class Board:
         prompts = next((r.get("prompts") for r in results.values() if r), None)  # one request: the same prompts
         return (html[0], html[1], html[2], render.stats_html(rows, self.settings, self.speed_note),
                 render.prompts_html(prompts), results)
+
+
+def cut(shown: list[tuple[str, str]], text: str) -> list[tuple[str, str]]:
+    """The (token text, source) pieces that make `text`: all of them when they join to it, else those up to
+    len(text) characters, the last one cut where the text ends (a stop string ended the answer inside it, or a
+    stream holds the text a stop string may still cut)."""
+    if "".join(piece for piece, _ in shown) == text:
+        return shown
+    kept, left = [], len(text)
+    for piece, source in shown:
+        if left <= 0:
+            break
+        kept.append((piece[:left], source))
+        left -= len(piece)
+    return kept
 
 
 def _stats_status(panel: Panel) -> str:

@@ -11,11 +11,13 @@ import gradio as gr
 from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
                                      InvalidImageError, PromptTooLongError)
 
-from . import render
+from . import chat, render
 from .board import NOT_RUN, PANELS, WAITING, Board
+from .controls import check_in_range
 from .service import DemoService
 
 log = logging.getLogger(__name__)
+BUSY, READY = (gr.update(interactive=False),) * 2, (gr.update(interactive=True),) * 2  # the chat's Send, Retry
 NO_ANSWER = tuple(render.panel_html(m, [], "no answer yet") for m in PANELS)
 CLEARED = (*NO_ANSWER, render.stats_html([]), render.prompts_html(None), {})  # the panels with no answer
 # The heading of the page's message, per error type (the first match in this order).
@@ -65,6 +67,9 @@ class Handlers:
         stop = self.service.stops.current(request.session_hash)
         shown = Board.blank(NOT_RUN).outputs()
         try:
+            # the page's sliders: a number typed outside one is refused by name (the API takes what the config does)
+            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_p=top_p)
             for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
                                              baselines, temperature, top_p, seed, stop=stop):
                 yield (gr.skip(), *shown, gr.skip())
@@ -118,3 +123,63 @@ class Handlers:
             return self.service.describe_image(image)
         except Exception as e:
             raise api_error(e) from e
+
+    # The chat tab: Send (or Retry) shows the user's message (or drops the last reply) at once, arms Stop and
+    # disables Send and Retry, then chat_answer streams the reply and enables them again. Outputs: the chat's
+    # message, the chatbot, the conversation (state), the status line, Send, Retry, and for Send the message box.
+    def chat_send(self, question, turns, request: gr.Request):
+        try:
+            turns = chat.with_question(turns or [], question)
+        except Exception as e:
+            return (message(e), gr.skip(), gr.skip(), "", gr.skip(), gr.skip(), gr.skip())
+        self._arm(request)
+        return ("", turns, turns, "waiting…", *BUSY, "")
+
+    def chat_retry(self, turns, request: gr.Request):
+        try:
+            turns = chat.for_retry(turns or [])
+        except Exception as e:
+            return (message(e), gr.skip(), gr.skip(), "", gr.skip(), gr.skip())
+        self._arm(request)
+        return ("", turns, turns, "waiting…", *BUSY)
+
+    def chat_answer(self, turns, image, caption, ocr, method, K, beta, gamma, gate, max_new_tokens, temperature,
+                    top_p, seed, request: gr.Request):
+        """The reply to the last user message (none when Send or Retry refused: the last turn is no question)."""
+        if not turns or turns[-1]["role"] != "user":
+            yield (gr.skip(),) * 6
+            return
+        stop = self.service.stops.current(request.session_hash)
+        shown, status = turns, ""
+        try:
+            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_p=top_p)
+            cfg = self.service.config(K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed)
+            for shown, status in chat.reply(self.service, turns, image, caption, ocr, method, cfg, stop=stop):
+                yield (gr.skip(), shown, shown, status, gr.skip(), gr.skip())
+            yield (gr.skip(), shown, shown, status, *READY)
+        except Exception as e:
+            yield (message(e), turns, turns, "failed: see the message (Retry answers again)", *READY)
+        finally:
+            self.service.stops.release(request.session_hash, stop)
+
+    def chat_clear(self, request: gr.Request):
+        """Clear (or a new image): a running reply stops, the conversation goes. Outputs as chat_retry's."""
+        self.service.stops.stop(request.session_hash, superseded=True)
+        return ("", [], [], "", *READY)
+
+    def chat_describe(self, image, request: gr.Request):
+        """The chat's image changed: the conversation (about the old image) goes, the verifier's view is
+        prefilled. Outputs: caption, OCR, then chat_clear's."""
+        cleared = self.chat_clear(request)
+        if image is None:
+            return ("", "", *cleared)
+        try:
+            caption, ocr = self.service.describe_image(image)
+        except Exception as e:
+            return ("", "", message(e), *cleared[1:])
+        return (caption, ocr, *cleared)
+
+    def _arm(self, request: gr.Request) -> None:
+        self.service.stops.stop(request.session_hash, superseded=True)
+        self.service.stops.arm(request.session_hash)

@@ -11,6 +11,8 @@ from asymspec_vl.core.config import GATES
 
 from . import render
 from .board import BASELINES
+from .chat_page import build_chat_tab
+from .controls import Slider
 from .handlers import NO_ANSWER, Handlers
 from .service import SESSIONS_KEPT, DemoService
 from .uploads import EXAMPLES_DIR
@@ -27,17 +29,30 @@ CSS = """
 .answer-notes{margin:4px 0;padding:6px 10px 6px 24px;background:#fff6d6;border-left:4px solid #d4a200;border-radius:3px}
 .settings,.speed-note{color:#555;font-size:0.85em;margin-top:3px}
 pre.prompt{white-space:pre-wrap;font-size:0.85em;background:#f6f6f6;padding:6px;border-radius:3px}
-#examples th:nth-child(n+3),#examples td:nth-child(n+3){display:none}
+#examples th:nth-child(n+3),#examples td:nth-child(n+3){display:none} #examples thead{display:none}
 table.stats{width:100%;font-size:0.9em} table.stats td,table.stats th{padding:2px 5px}
 .message{border:1px solid #c0392b;border-left-width:6px;border-radius:4px;padding:8px 12px;background:#fdf0ee}
 #message:not(:has(.message)){display:none}
 #image .upload-container,#image .image-frame{width:100% !important}
-#image .image-frame img{width:100%;height:auto;max-height:170px;object-fit:contain}
+#image .image-frame img{width:100%;height:auto;max-height:140px;object-fit:contain}
+#question textarea::placeholder{font-style:italic;color:#8a8a8a;opacity:1}
+.models{font-size:0.85em;color:#555}
 #examples .container{width:144px;height:auto;max-height:60px}
 #examples .container img{width:100%;height:auto;max-height:60px;object-fit:contain}
 """
-# Small images (the toy scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
+IMAGE_HEIGHT = 170  # px: the header, the tabs, the question and the first example row fit a 1280 x 720 window
+# An instruction, not a question: a sample question in grey read as one already filled in (issue 35)
+QUESTION_PLACEHOLDER = "Type a question about the image"
+# Gradio's slider puts a number typed into its box back into its range when the box loses focus, silently: the
+# page keeps what was typed, and the answer refuses it by name (controls.check_in_range). Small images (the toy
+# scenes are 96 x 32) are scaled up with sharp pixels instead of a blur.
 HEAD = """<script>
+document.addEventListener("blur", (event) => {
+  const box = event.target;
+  if (box.tagName === "INPUT" && box.type === "number" && box.closest(".decoding-controls")) {
+    event.stopImmediatePropagation();
+  }
+}, true);
 document.addEventListener("load", (event) => {
   const img = event.target;
   if (img.tagName === "IMG" && img.naturalWidth > 0 && img.naturalWidth <= 320) {
@@ -63,8 +78,13 @@ def _header(names: dict, toy: bool) -> str:
               "coloured shapes carrying digits" if toy else
               f"drafter `{names.get('drafter')}` · verifier `{names.get('verifier')}`")
     return ("## AsymSpec-VL\nThe **VL drafter** reads the image; the text-only **verifier** reads only the caption "
-            "and OCR text. Every token of the answer is coloured by where it came from. "
-            f"Models: {models} · backend `{names.get('backend')}`")
+            "and OCR text. Every token of the answer is coloured by where it came from.<br>"
+            f'<span class="models">Models: {models} · backend `{names.get("backend")}`</span>')
+
+
+def _slider(s: Slider, cfg, elem_id: str) -> gr.Slider:
+    return gr.Slider(s.minimum, s.maximum, value=getattr(cfg, s.field), step=s.step, label=s.label, elem_id=elem_id,
+                     render=False)
 
 
 def build_demo(service: DemoService) -> gr.Blocks:
@@ -82,63 +102,66 @@ def build_demo(service: DemoService) -> gr.Blocks:
                              placeholder="A description of the image for the verifier")
         ocr = gr.Textbox(label="OCR text", lines=2, elem_id="ocr", render=False,
                          placeholder="Text written in the image")
-        with gr.Row():
-            with gr.Column(scale=1):
-                image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"], elem_id="image",
-                                 height=220)
-                message = gr.HTML("", label="Message", elem_id="message")
-                with gr.Row(equal_height=True):
-                    question = gr.Textbox(label="Question", lines=2, elem_id="question", scale=4,
-                                          placeholder="Which number does the yellow circle carry?" if toy else
-                                          "What is the value of the tallest bar?")
-                    with gr.Column(scale=1, min_width=110):
-                        run = gr.Button("Answer", variant="primary", elem_id="answer-button")
-                        stop = gr.Button("Stop", size="sm", elem_id="stop-button")
-                examples = gr.Examples(load_examples(toy_only=toy), inputs=[image, question, caption, ocr],
-                                       label="Examples (offline): click one to answer it", elem_id="examples",
-                                       api_visibility="private")
-                if toy:
-                    gr.Markdown("These are toy scenes, the only images the embedded pair can read. Charts and "
-                                "photos need real models: start the demo with `--drafter` and `--verifier`.",
-                                elem_id="examples-note")
-                with gr.Accordion("The verifier's view (editable)", open=True):
-                    gr.Markdown(service.captioner_label or "No captioner runs here: type what the verifier "
-                                                           "should read.", elem_id="view-source")
-                    caption.render()
-                    ocr.render()
-                with gr.Accordion("Decoding controls", open=False):
-                    k = gr.Slider(1, 16, value=cfg.K, step=1, label="K (draft tokens per step)", elem_id="k")
-                    beta = gr.Slider(0, 10, value=cfg.beta, step=0.1, label="β (δ-fusion weight)", elem_id="beta")
-                    gamma = gr.Slider(min(0.01, cfg.gamma), 1, value=cfg.gamma, step=0.01,
-                                      label="γ (acceptance threshold)", elem_id="gamma")
-                    gate = gr.Radio(list(GATES), value=cfg.gate, label="gate", elem_id="gate")
-                    max_tokens = gr.Slider(1, max(1024, cfg.max_new_tokens), value=cfg.max_new_tokens, step=1,
-                                           label="max new tokens", elem_id="max-tokens")
-                    temperature = gr.Slider(0, max(2.0, cfg.temperature), value=cfg.temperature, step=0.05,
-                                            label="temperature (0: greedy, the paper's Algorithm 1)",
-                                            elem_id="temperature")
-                    top_p = gr.Slider(min(0.01, cfg.top_p), 1, value=cfg.top_p, step=0.01,
-                                      label="top-p (1: off)", elem_id="top-p")
-                    # A text box: Gradio's number box shows an empty value as 0 (its frontend sets value ??= 0)
-                    seed = gr.Textbox("" if cfg.seed is None else str(cfg.seed), max_lines=1, elem_id="seed",
-                                      label="seed (empty: a random one, shown with the answer)")
-                    baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
-                                                 value=list(BASELINES), label="also run", elem_id="baselines")
-            with gr.Column(scale=1):
-                asym = gr.HTML(NO_ANSWER[0], label="AsymSpec answer", elem_id="asymspec-answer")
-                stats = gr.HTML(render.stats_html([]), label="Stats", elem_id="stats")
-                gr.HTML(render.legend_html(), label="Colour key", elem_id="legend")
+        # the decoding controls: shared by both tabs, shown under them
+        offered = service.sliders
+        k, beta, gamma = (_slider(offered[f], cfg, f.lower()) for f in ("K", "beta", "gamma"))
+        gate = gr.Radio(list(GATES), value=cfg.gate, label="gate", elem_id="gate", render=False)
+        max_tokens, temperature, top_p = (_slider(offered[f], cfg, e) for f, e in (
+            ("max_new_tokens", "max-tokens"), ("temperature", "temperature"), ("top_p", "top-p")))
+        # A text box: Gradio's number box shows an empty value as 0 (its frontend sets value ??= 0)
+        seed = gr.Textbox("" if cfg.seed is None else str(cfg.seed), max_lines=1, elem_id="seed", render=False,
+                          label="seed (empty: a random one, shown with the answer)")
+        controls = [k, beta, gamma, gate, max_tokens, temperature, top_p, seed]
+        with gr.Tabs(elem_id="modes"):
+            with gr.Tab("Ask one question", elem_id="ask-tab"):
                 with gr.Row():
-                    floor = gr.HTML(NO_ANSWER[1], label="Floor answer", elem_id="floor-answer")
-                    drafter = gr.HTML(NO_ANSWER[2], label="VL drafter answer", elem_id="drafter-answer")
-                with gr.Tabs():
-                    with gr.Tab("Prompts each model read", elem_id="prompts-tab"):
-                        prompts = gr.HTML(render.prompts_html(None), label="Prompts", elem_id="prompts")
-                    with gr.Tab("Full results (JSON)", elem_id="results-tab"):
-                        results = gr.JSON(label="Results", elem_id="results")
-                refused = gr.State(False)  # describe() refused the last upload and emptied the image box
-                api_describe = gr.Button(visible=False)
-                api_answer = gr.Button(visible=False)
+                    with gr.Column(scale=1):
+                        image = gr.Image(label="Image", type="filepath", sources=["upload", "clipboard"],
+                                         elem_id="image", height=IMAGE_HEIGHT)
+                        message = gr.HTML("", label="Message", elem_id="message")
+                        with gr.Row(equal_height=True):
+                            question = gr.Textbox(label="Question", lines=1, max_lines=6, elem_id="question", scale=4,
+                                                  placeholder=QUESTION_PLACEHOLDER)
+                            with gr.Column(scale=1, min_width=110):
+                                run = gr.Button("Answer", variant="primary", elem_id="answer-button")
+                                stop = gr.Button("Stop", size="sm", elem_id="stop-button")
+                        examples = gr.Examples(load_examples(toy_only=toy), inputs=[image, question, caption, ocr],
+                                               label="Examples (offline): click one to answer it", elem_id="examples",
+                                               api_visibility="private")
+                        if toy:
+                            gr.Markdown("These are toy scenes, the only images the embedded pair can read. Charts and "
+                                        "photos need real models: start the demo with `--drafter` and `--verifier`.",
+                                        elem_id="examples-note")
+                        with gr.Accordion("The verifier's view (editable)", open=True):
+                            gr.Markdown(service.captioner_label or "No captioner runs here: type what the verifier "
+                                                                   "should read.", elem_id="view-source")
+                            caption.render()
+                            ocr.render()
+                    with gr.Column(scale=1):
+                        asym = gr.HTML(NO_ANSWER[0], label="AsymSpec answer", elem_id="asymspec-answer")
+                        stats = gr.HTML(render.stats_html([]), label="Stats", elem_id="stats")
+                        gr.HTML(render.legend_html(), label="Colour key", elem_id="legend")
+                        with gr.Row():
+                            floor = gr.HTML(NO_ANSWER[1], label="Floor answer", elem_id="floor-answer")
+                            drafter = gr.HTML(NO_ANSWER[2], label="VL drafter answer", elem_id="drafter-answer")
+                        with gr.Tabs():
+                            with gr.Tab("Prompts each model read", elem_id="prompts-tab"):
+                                prompts = gr.HTML(render.prompts_html(None), label="Prompts", elem_id="prompts")
+                            with gr.Tab("Full results (JSON)", elem_id="results-tab"):
+                                results = gr.JSON(label="Results", elem_id="results")
+                        refused = gr.State(False)  # describe() refused the last upload and emptied the image box
+                        api_describe = gr.Button(visible=False)
+                        api_answer = gr.Button(visible=False)
+            with gr.Tab("Chat", elem_id="chat-tab"):
+                build_chat_tab(handlers, controls, describes=service.captioner is not None)
+        with gr.Accordion("Decoding controls", open=False, elem_classes=["decoding-controls"]):
+            for control in controls[:-1]:
+                control.render()
+            with gr.Row():
+                seed.render()
+                baselines = gr.CheckboxGroup([("Floor", "floor"), ("VL drafter alone", "drafter")],
+                                             value=list(BASELINES), label="also run (one question)",
+                                             elem_id="baselines")
 
         inputs = [image, question, caption, ocr, k, beta, gamma, gate, max_tokens, baselines, temperature, top_p,
                   seed]

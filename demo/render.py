@@ -127,10 +127,15 @@ def decoding_html(cfg) -> str:
             f'top-p {cfg.top_p:g}{extra} · {seed}</span>')
 
 
-PROMPT_TITLES = {  # Prompts field -> what it is
-    "x_full": "The VL drafter reads: the image and the question (x_full)",
-    "x_comp": "The verifier reads: caption, OCR text and the question (x_comp)",
-    "x_question": "The question alone, for δ = a − b (x_question)",
+# Prompts field -> who reads it (core/methods.py: logits a, b, t, q) and what it holds (inputs/prompts.py
+# frame_views). δ = a − b: the drafter on x_full minus the drafter on x_comp (the paper's Eq. 1).
+PROMPT_TITLES = {
+    "x_full": "x_full, read by the VL drafter for AsymSpec's drafts (logits a): the image, the caption and OCR "
+              "text (when given) and the question",
+    "x_comp": "x_comp, read by the verifier (logits t: AsymSpec and the Floor) and by the VL drafter for "
+              "δ = a − b (logits b): the caption and OCR text (when given) and the question, no image",
+    "x_question": "x_question, read by the VL drafter alone (the baseline; logits q): the image and the question, "
+                  "no caption or OCR text",
 }
 
 

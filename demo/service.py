@@ -10,17 +10,19 @@ from typing import Iterator, Sequence
 
 from PIL import Image
 
-from asymspec_vl.api import token_pieces
+from asymspec_vl.api import trace_pieces
 from asymspec_vl.pair.model_names import is_embedded
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.core.limits import LIMITS
+from asymspec_vl.core.stop_strings import StreamedText
 from asymspec_vl.timing import impossible_speedup_note
 from asymspec_vl.toy.draw import looks_like_scene
 
 from . import render
 
 from .board import BASELINES, FAILED, STOPPED, Board, Outputs
+from .controls import sliders
 from .streaming import Cancelled, Snapshot, stream_generate
 from .uploads import Upload, as_upload, load_upload, served, upload_folders
 
@@ -44,6 +46,7 @@ class DemoService:
         self.captioner_label = captioner_label
         self.max_image_pixels, self.max_file_bytes = max_image_pixels, max_file_bytes
         self.upload_folders = tuple(upload_folders) if upload_folders is not None else None
+        self.sliders = sliders(self.base_config)  # the page's decoding sliders and their ranges
         self.lock = threading.Lock()
         self.stops = StopSignals()
         self._decoded: OrderedDict[tuple, Image.Image] = OrderedDict()  # (path, size, mtime) -> RGB image
@@ -118,15 +121,20 @@ class DemoService:
                 board.settle(STOPPED, None)
                 yield board.outputs()
                 return
+            # the text shown while decoding: what a stream sends (no text a stop string will cut), then the final
+            text = StreamedText(self.vl.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
             try:
                 for item in stream_generate(self.vl, self.lock, stop, image=decoded, question=question,
                                             caption=caption or "", ocr=ocr or "", method=method, config=cfg):
                     if isinstance(item, Snapshot):
-                        pieces = token_pieces(self.vl.pair.tokenizer, item.token_ids)
-                        board.snapshot(method, item.token_ids, pieces, item.sources, item.stats, item.elapsed_s)
+                        text.push(item.token_ids)
+                        pieces = trace_pieces(self.vl.pair.tokenizer, item.token_ids)
+                        board.snapshot(method, item.token_ids, pieces, item.sources, item.stats, item.elapsed_s,
+                                       text.sent)
                     else:
                         board.finish(method, item.token_ids, [t.text for t in item.trace],
-                                     [t.source for t in item.trace], item.stats, item.finish_reason, item.to_dict())
+                                     [t.source for t in item.trace], item.stats, item.finish_reason, item.to_dict(),
+                                     item.text)
                     yield board.outputs()
             except Cancelled:
                 board.settle(STOPPED, method)

@@ -27,9 +27,10 @@ class Cancelled(Exception):
     was set (the page's Stop button); stream_generate re-raises it to the consumer."""
 
 
-def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = None, **generate_kwargs
-                    ) -> Iterator[Snapshot | object]:
-    """Yield Snapshots while `vl.generate(**generate_kwargs)` decodes, then its GenerationResult.
+def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = None, entry: str = "generate",
+                    **generate_kwargs) -> Iterator[Snapshot | object]:
+    """Yield Snapshots while `vl.generate(**generate_kwargs)` (entry "generate_chat": vl.generate_chat) decodes,
+    then its GenerationResult.
     Errors of the generation are re-raised here, Cancelled when `stop` was set. Snapshots that arrive faster
     than the consumer takes them are coalesced into the latest one. Setting `stop` or closing the iterator
     stops the decoding at its next step."""
@@ -52,7 +53,7 @@ def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = Non
             with lock:  # one generation at a time on the shared models
                 if cancelled():
                     raise Cancelled()
-                events.put(("done", vl.generate(on_step=on_step, **generate_kwargs)))
+                events.put(("done", getattr(vl, entry)(on_step=on_step, **generate_kwargs)))
         except BaseException as e:  # handed to the consumer, which re-raises it
             events.put(("error", e))
 

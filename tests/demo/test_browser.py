@@ -360,6 +360,76 @@ def test_examples_are_the_toy_scenes_shown_whole(server, browser):
         assert thumb.size["width"] >= 2.5 * thumb.size["height"]  # the whole 96×32 scene, not a square crop
 
 
+def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_example(server, browser):
+    """Issue 35 item 8: at 1280×720 (the window; its page is what the browser's frame leaves) the first example
+    row was cut by the fold; the question box held a grey sample question that read as one filled in."""
+    from selenium.webdriver.common.by import By
+
+    from asymspec_vl.demo.page import QUESTION_PLACEHOLDER
+
+    browser.set_window_size(1280, 720)
+    try:
+        _open(browser, server)
+        fold = browser.execute_script("return window.innerHeight")
+        assert fold <= 720
+        first = browser.find_element(By.CSS_SELECTOR, "#examples tbody tr").rect
+        assert first["y"] + first["height"] <= fold, (first, fold)
+        for elem_id in ("question", "answer-button", "asymspec-answer"):
+            rect = browser.find_element(By.ID, elem_id).rect
+            assert rect["y"] + rect["height"] <= fold, (elem_id, rect, fold)
+        box = _box(browser, "question")
+        assert box.get_attribute("value") == "" and box.get_attribute("placeholder") == QUESTION_PLACEHOLDER
+        style = browser.execute_script("const s = getComputedStyle(arguments[0], '::placeholder');"
+                                       "return [s.fontStyle, s.color];", box)
+        assert style[0] == "italic", style  # a hint, not text typed in
+        _screenshot(browser, "demo-1280x720.png")
+    finally:
+        browser.set_window_size(1400, 1800)
+
+
+def _chat_replies(browser) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return _unstale(lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=bot]")])
+
+
+def _chat_done(browser, n: int) -> bool:
+    """n questions asked and answered, the last reply finished."""
+    from selenium.webdriver.common.by import By
+
+    return (len(browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]")) == n
+            and len(_chat_replies(browser)) == n
+            and _unstale(lambda: browser.find_element(By.ID, "chat-status").text).startswith("done"))
+
+
+def test_the_chat_tab_holds_a_conversation_with_retry_and_clear(server, browser):
+    """Issue 35 item 8: a chat with history, Retry and Clear beside the single question (its tab still works)."""
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Chat']").click()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]"))
+    browser.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]").send_keys(str(EXAMPLES / MULT["image"]))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chat-image img"))
+    _type(browser, "chat-caption", MULT["caption"])
+    for n, question in enumerate((MULT["question"], "And the purple circle?"), 1):
+        _type(browser, "chat-question", question)
+        browser.find_element(By.ID, "chat-send").click()
+        wait.until(lambda d: _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled())
+    replies = _chat_replies(browser)
+    assert all(replies)
+    browser.find_element(By.ID, "chat-retry").click()
+    wait.until(lambda d: not d.find_element(By.ID, "chat-send").is_enabled())
+    wait.until(lambda d: _chat_done(d, 2) and d.find_element(By.ID, "chat-send").is_enabled())
+    assert _chat_replies(browser) == replies  # greedy: the last reply again, not a third one
+    browser.find_element(By.ID, "chat-clear").click()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]"))
+    assert not _messages(browser) and not _error_badges(browser)
+    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Ask one question']").click()
+    _click_example(browser, wait)  # the single question still answers
+    assert _tokens(browser, "asymspec-answer")
+
+
 def _bad_upload_cases(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("not an image")
@@ -442,6 +512,32 @@ def _settings(browser) -> str:
     return _unstale(lambda: browser.find_element(By.CSS_SELECTOR, "#stats .settings").text)
 
 
+def _open_decoding_controls(browser, wait):
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
+                                   "normalize-space(text())='Decoding controls']").click()
+    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+
+
+def test_a_number_typed_outside_a_slider_stays_and_is_the_pages_message(server, browser):
+    """Issue 35 item 8: K typed as 20 (its slider: 1 to 16) was put back to 16 when the box lost focus, and the
+    answer ran with K = 16 without a word. The box keeps 20 and Answer shows "A setting is out of range"."""
+    from selenium.webdriver.common.by import By
+
+    wait = _open(browser, server)
+    _type(browser, "question", MULT["question"])
+    _open_decoding_controls(browser, wait)
+    _set_number(browser, "k", "20")
+    k_box = browser.find_element(By.CSS_SELECTOR, "#k input[type=number]")
+    assert k_box.get_attribute("value") == "20"
+    browser.find_element(By.ID, "answer-button").click()
+    wait.until(lambda d: _messages(d))
+    assert "A setting is out of range" in _messages(browser)[0] and "K=20 is out of range" in _messages(browser)[0]
+    assert k_box.get_attribute("value") == "20" and not _tokens(browser, "asymspec-answer")
+    assert not _error_badges(browser)
+
+
 def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser):
     """The temperature and seed typed in "Decoding controls" reach the models: the settings line says the
     answer was sampled with that seed and the same seed repeats it; an empty seed box draws one, named there;
@@ -454,9 +550,7 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     _click_example(browser, wait)
     greedy = [text for text, _ in _token_view(browser, "asymspec-answer")]
     assert "greedy (temperature 0)" in _settings(browser)
-    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
-                                   "normalize-space(text())='Decoding controls']").click()
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+    _open_decoding_controls(browser, wait)
     seed_box = browser.find_element(By.CSS_SELECTOR, "#seed textarea, #seed input[type=text]")
     assert seed_box.get_attribute("value") == ""  # empty means a random one: never a 0 that looks chosen
     _set_number(browser, "temperature", "1.8")

@@ -279,8 +279,8 @@ def test_a_backend_that_cannot_sample_is_the_pages_message(tiny_vl):
 
 
 @pytest.mark.parametrize("temperature, top_p, seed, match", [
-    (-0.5, 1.0, None, "temperature=-0.5 is invalid: expected a number in [0, 100] (0: greedy)"),
-    (0.7, 0.0, 1, "top_p=0.0 is invalid"),
+    (-0.5, 1.0, None, "temperature=-0.5 is out of range: the page's temperature takes 0 to 2"),
+    (0.7, 0.0, 1, "top_p=0 is out of range: the page's top-p takes 0.01 to 1"),
     (0.7, 1.0, 2.5, "seed=2.5 is invalid: expected an integer"),
 ])
 def test_a_bad_sampling_setting_is_the_pages_message(tiny_vl, temperature, top_p, seed, match):
@@ -306,3 +306,50 @@ def test_the_seed_box_is_text_and_starts_empty(tiny_vl):
     assert service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, " 5 ").seed == 5
     with pytest.raises(ConfigError, match="seed='abc' is invalid"):
         service.config(2, 1.0, 1.0, "lambda", 8, 0.7, 1.0, "abc")
+
+
+def test_the_prompts_tab_says_who_reads_each_view_and_what_it_holds(tiny_vl):
+    """Each prompt's title (issue 35 item 8) names the logits read from it, as core/methods.py's table has them
+    for the page's methods, and what it holds, as the real prompt shows: x_full holds the caption and OCR text
+    besides the image and the question; x_question is the drafter-alone baseline's image + question (δ = a − b
+    reads x_full and x_comp, not x_question)."""
+    import re
+
+    from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.demo.board import PANELS
+    from asymspec_vl.demo.render import PROMPT_TITLES, prompts_html
+
+    out = tiny_vl.generate(str(CHART), "QUESTIONMARK?", caption="CAPTIONMARK", ocr="OCRMARK",
+                           config=dict(max_new_tokens=1))
+    prompts = out.prompts.__dict__
+    marks = {"image": "<|image_pad|>", "caption": "CAPTIONMARK", "OCR text": "OCRMARK", "question": "QUESTIONMARK"}
+    for view, title in PROMPT_TITLES.items():
+        readers = {src.logits for m in PANELS for src in (METHODS[m].drafting, *METHODS[m].scoring)
+                   if src is not None and src.view == view}
+        assert set(re.findall(r"logits (\w)\b", title)) == readers, (view, title)
+        has, _, lacks = title.split(": ", 1)[1].partition(", no ")
+        for part, mark in marks.items():
+            assert (part in has) == (mark in prompts[view]), (view, part, title)
+            assert (mark in prompts[view]) or part in lacks, (view, part, title)
+    markup = html.unescape(prompts_html(prompts))
+    assert all(title in markup for title in PROMPT_TITLES.values())
+
+
+@pytest.mark.parametrize("setting, value, match", [
+    ("K", 20, "K=20 is out of range: the page's K takes 1 to 16"),
+    ("max_new_tokens", 5000, "max_new_tokens=5000 is out of range: the page's max new tokens takes 1 to 1024"),
+    ("temperature", 3.0, "temperature=3 is out of range: the page's temperature takes 0 to 2"),
+    ("gamma", 0.0, "gamma=0 is out of range: the page's γ takes 0.01 to 1"),
+])
+def test_a_number_typed_outside_a_slider_is_the_pages_message_not_a_clamped_run(tiny_vl, setting, value, match):
+    """Issue 35 item 8: the page's sliders put a typed number back into their range silently (the browser test
+    shows the page now keeps it); the answer refuses it by name, before any model runs, as docs/cli.md says."""
+    runs = []
+    counting = SimpleNamespace(names=tiny_vl.names, pair=tiny_vl.pair, generate=lambda **kw: runs.append(kw))
+    handlers = Handlers(DemoService(counting, AsymSpecConfig()))
+    settings = dict(SETTINGS, **{setting: value}) if setting in SETTINGS else SETTINGS
+    sampling = (value, 1.0, None) if setting == "temperature" else GREEDY
+    out = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *settings.values(), [], *sampling,
+                               SimpleNamespace(session_hash="s6")))
+    assert len(out) == 1 and "A setting is out of range" in out[0][0] and html.escape(match) in out[0][0]
+    assert not runs

@@ -101,15 +101,15 @@ def _panel_text(markup: str) -> tuple[str, str]:
 
 def test_board_shows_the_end_token_as_the_status_not_as_a_token():
     board = Board(["asymspec", "floor"], end_ids={9})
-    board.snapshot("asymspec", [1, 2], ["a", "b"], [T.DRAFT, T.FUSED], T.Stats(steps=1, drafted=2, emitted=2), 0.5)
+    board.snapshot("asymspec", [1, 2], ["a", "b"], [T.DRAFT, T.FUSED], T.Stats(steps=1, drafted=2, emitted=2), 0.5, "ab")
     asym, floor, drafter, table, _, results = board.outputs()
     assert _panel_text(asym) == ("ab", "decoding…") and _panel_text(floor)[1] == "waiting…"
     assert _panel_text(drafter)[1] == "not run" and "stats-floor" not in table and results == {}
     stats = T.Stats(steps=2, drafted=4, emitted=3, elapsed_s=1.0)
     board.finish("asymspec", [1, 2, 9], ["a", "b", "<|im_end|>"], [T.DRAFT, T.FUSED, T.FUSED], stats, "stop",
-                 {"text": "ab"})
+                 {"text": "ab"}, "ab")
     board.finish("floor", [5, 6], ["c", "d"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2, elapsed_s=1.0),
-                 "length", {"text": "cd"})
+                 "length", {"text": "cd"}, "cd")
     asym, floor, _, table, _, results = board.outputs()
     assert _panel_text(asym) == ("ab", "done: end of answer") and "im_end" not in asym
     assert _panel_text(floor) == ("cd", "done: token limit")
@@ -119,14 +119,14 @@ def test_board_shows_the_end_token_as_the_status_not_as_a_token():
 
 def test_stop_keeps_the_partial_answer_and_marks_the_rest_not_run():
     board = Board(["asymspec", "floor", "drafter"])
-    board.finish("asymspec", [1], ["a"], [T.BONUS], T.Stats(steps=1, emitted=1, elapsed_s=1.0), "length", {})
-    board.snapshot("floor", [1, 2], ["x", "y"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2), 1.0)
+    board.finish("asymspec", [1], ["a"], [T.BONUS], T.Stats(steps=1, emitted=1, elapsed_s=1.0), "length", {}, "a")
+    board.snapshot("floor", [1, 2], ["x", "y"], [T.VERIFIER] * 2, T.Stats(steps=2, emitted=2), 1.0, "xy")
     board.settle(STOPPED, "floor")
     asym, floor, drafter, table, *_ = board.outputs()
     assert _panel_text(asym) == ("a", "done: token limit")
     assert _panel_text(floor) == ("xy", "stopped after 2 tokens") and _panel_text(drafter)[1] == "not run"
     single = Board(["floor"])
-    single.snapshot("floor", [1], ["x"], [T.VERIFIER], T.Stats(steps=1, emitted=1), 1.0)
+    single.snapshot("floor", [1], ["x"], [T.VERIFIER], T.Stats(steps=1, emitted=1), 1.0, "x")
     single.settle(STOPPED, "floor")
     assert _panel_text(single.outputs()[1])[1] == "stopped after 1 token"
     assert "<td>stopped</td>" in table.split('class="stats-floor"')[1]
@@ -397,7 +397,7 @@ def test_times_floor_only_where_the_pair_can_beat_the_floor():
 
 def test_notes_sit_in_the_asymspec_panel_only():
     board = Board(["asymspec", "floor"], notes=("The verifier's view is empty <x>",))
-    board.snapshot("asymspec", [1], ["a"], [T.DRAFT], T.Stats(steps=1, drafted=1, emitted=1), 0.1)
+    board.snapshot("asymspec", [1], ["a"], [T.DRAFT], T.Stats(steps=1, drafted=1, emitted=1), 0.1, "a")
     asym, floor, *_ = board.outputs()
     assert 'class="answer-notes"' in asym and "The verifier&#x27;s view is empty &lt;x&gt;" in asym
     assert "answer-notes" not in floor
