@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from .chat import METHODS
+from .chat_session import METHODS
 from .handlers import Handlers
 
 

@@ -11,7 +11,7 @@ import gradio as gr
 from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
                                      InvalidImageError, PromptTooLongError)
 
-from . import chat, render
+from . import chat_session, render
 from .board import NOT_RUN, PANELS, WAITING, Board
 from .controls import check_in_range
 from .service import DemoService
@@ -129,7 +129,7 @@ class Handlers:
     # message, the chatbot, the conversation (state), the status line, Send, Retry, and for Send the message box.
     def chat_send(self, question, turns, request: gr.Request):
         try:
-            turns = chat.with_question(turns or [], question)
+            turns = chat_session.with_question(turns or [], question)
         except Exception as e:
             return (message(e), gr.skip(), gr.skip(), "", gr.skip(), gr.skip(), gr.skip())
         self._arm(request)
@@ -137,7 +137,7 @@ class Handlers:
 
     def chat_retry(self, turns, request: gr.Request):
         try:
-            turns = chat.for_retry(turns or [])
+            turns = chat_session.for_retry(turns or [])
         except Exception as e:
             return (message(e), gr.skip(), gr.skip(), "", gr.skip(), gr.skip())
         self._arm(request)
@@ -155,7 +155,7 @@ class Handlers:
             check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
                            temperature=temperature, top_p=top_p)
             cfg = self.service.config(K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed)
-            for shown, status in chat.reply(self.service, turns, image, caption, ocr, method, cfg, stop=stop):
+            for shown, status in chat_session.reply(self.service, turns, image, caption, ocr, method, cfg, stop=stop):
                 yield (gr.skip(), shown, shown, status, gr.skip(), gr.skip())
             yield (gr.skip(), shown, shown, status, *READY)
         except Exception as e:

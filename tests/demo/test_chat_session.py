@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from asymspec_vl import AsymSpecConfig
-from asymspec_vl.demo import chat
+from asymspec_vl.demo import chat_session as chat
 from asymspec_vl.demo.handlers import Handlers
 from asymspec_vl.demo.service import DemoService
 
