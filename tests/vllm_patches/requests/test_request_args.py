@@ -165,3 +165,17 @@ def test_a_parsed_request_survives_the_pickle_to_worker_processes():
     back = pickle.loads(pickle.dumps(parsed))
     assert back.method is parsed.method and back.cfg == parsed.cfg and back.x_full == parsed.x_full
     assert torch.equal(back.pixel_values, parsed.pixel_values)
+
+
+def test_a_plain_row_decodes_greedily_only_without_logits_processing():
+    """decodes_greedily decides which plain rows the rules take greedily (the verifier's argmax) and which go to
+    vLLM's own sampler: any penalty, bias, word list, allowed set or min_tokens is logits processing."""
+    from vllm import SamplingParams
+
+    from vllm_patches.requests.request_args import decodes_greedily
+
+    assert decodes_greedily(SamplingParams(temperature=0, logprobs=2)) and not decodes_greedily(None)
+    for processing in (dict(temperature=0.5), dict(repetition_penalty=1.2), dict(presence_penalty=0.5),
+                       dict(frequency_penalty=0.5), dict(logit_bias={3: 1.0}), dict(bad_words=["x"]),
+                       dict(allowed_token_ids=[1, 2]), dict(min_tokens=2)):
+        assert not decodes_greedily(SamplingParams(**{"temperature": 0, **processing})), processing
