@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError
+from .image_fit import Fit, processor_fit
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
 from .prompts import (EncodedRequest, EncodedView, Prompts, drafter_comp_view, encode_request, image_view,
@@ -42,13 +43,13 @@ class Turn:
     views: tuple = ()  # per image (caption, ocr)
 
 
-def checked_turns(conv: Conversation) -> list[Turn]:
+def checked_turns(conv: Conversation, fit: Fit | None = None) -> list[Turn]:
     """The conversation's turns, checked (MalformedConversationError / InvalidTextError / ... naming the
-    message); images are loaded and validated here."""
+    message); images are loaded and validated here (fit: the drafter processor's size rule, image_fit.py)."""
     messages = conv.messages
     if not isinstance(messages, (list, tuple)) or not messages:
         raise MalformedConversationError("a conversation needs a non-empty list of messages")
-    turns = [_turn(i, m) for i, m in enumerate(messages)]
+    turns = [_turn(i, m, fit) for i, m in enumerate(messages)]
     if turns[-1].role != "user":
         raise MalformedConversationError(f"the conversation must end with a user message (the answer follows it); "
                                          f"the last is {turns[-1].role!r}")
@@ -57,7 +58,7 @@ def checked_turns(conv: Conversation) -> list[Turn]:
     return turns
 
 
-def _turn(i: int, message) -> Turn:
+def _turn(i: int, message, fit: Fit | None = None) -> Turn:
     if not isinstance(message, dict) or message.get("role") not in (*ROLES, *ALIASES):
         role = message.get("role") if isinstance(message, dict) else type(message).__name__
         raise MalformedConversationError(f"messages[{i}] must be an object with a role in {ROLES} (or 'developer', "
@@ -76,7 +77,7 @@ def _turn(i: int, message) -> Turn:
         elif kind == "image":
             if role != "user":
                 raise InvalidImageError(f"{where}: an image in a {role} message; images go in user messages")
-            images.append(load_image(part.get("image")))
+            images.append(load_image(part.get("image"), fit=fit))
             views.append((check_text(f"{where}.caption", part.get("caption"), optional=True) or "",
                           check_text(f"{where}.ocr", part.get("ocr"), optional=True) or ""))
         else:
@@ -120,7 +121,7 @@ def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=N
     drafter_comp (a cross-family pair's VocabMap): the drafter's x_comp (prompts.drafter_comp_view)."""
     if not isinstance(conv, Conversation):
         raise InputError(f"a conversation must be an asymspec_vl.Conversation, got {type(conv).__name__}")
-    turns = checked_turns(conv)
+    turns = checked_turns(conv, processor_fit(processor))
     full = framed_segments(turns, processor, images=True, with_views=True)
     comp = framed_segments(turns, tokenizer, images=False, with_views=True)
     question = framed_segments(turns, processor, images=True, with_views=False)
