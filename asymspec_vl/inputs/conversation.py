@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError
+from ..core.errors import (EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError,
+                           TooManyImagesError)
+from ..core.limits import LIMITS
 from .image_fit import Fit, processor_fit
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
@@ -49,6 +51,7 @@ def checked_turns(conv: Conversation, fit: Fit | None = None) -> list[Turn]:
     messages = conv.messages
     if not isinstance(messages, (list, tuple)) or not messages:
         raise MalformedConversationError("a conversation needs a non-empty list of messages")
+    check_image_count(messages)  # before any image loads
     turns = [_turn(i, m, fit) for i, m in enumerate(messages)]
     if turns[-1].role != "user":
         raise MalformedConversationError(f"the conversation must end with a user message (the answer follows it); "
@@ -56,6 +59,17 @@ def checked_turns(conv: Conversation, fit: Fit | None = None) -> list[Turn]:
     if not turns[-1].text.strip():
         raise EmptyQuestionError("the question is empty: the last user message has no text")
     return turns
+
+
+def check_image_count(messages) -> None:
+    """TooManyImagesError when the messages' image parts are more than one request may hold (the vLLM drafter
+    engine's limit_mm_per_prompt, held on both backends so a request is answered alike on either)."""
+    limit = LIMITS.images_per_request
+    n = sum(isinstance(p, dict) and p.get("type") == "image" for m in messages if isinstance(m, dict)
+            and isinstance(m.get("content"), (list, tuple)) for p in m["content"])
+    if n > limit:
+        raise TooManyImagesError(f"the conversation holds {n} images; a request holds at most {limit} "
+                                 "(LIMITS.images_per_request, the drafter engine's images per prompt)")
 
 
 def _turn(i: int, message, fit: Fit | None = None) -> Turn:

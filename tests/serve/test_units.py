@@ -192,8 +192,10 @@ def test_the_conversation_is_checked_before_anything_runs():
     job(chat_body("q?", [url] * 2, caption=["a", "b"]))
     with pytest.raises(TooManyImagesError, match="at most 1"):
         job(conversation_body(), max_images=1)
-    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+    with pytest.raises(UnsupportedRequestError, match="caption is one string for 2 images"):
         job(conversation_body(caption="one"))
+    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+        job(conversation_body(caption=["one"]))
     with pytest.raises(EmptyQuestionError):
         job(chat_body(" \n ", url))
     ends = conversation_body()
