@@ -60,3 +60,15 @@ def test_a_name_on_a_message_changes_no_prompt(models):
     named[0]["name"] = "alice"
     assert conversation.encode(Conversation(named), *models).prompts == \
         conversation.encode(Conversation(chat(1)), *models).prompts
+
+
+def test_several_images_views_are_numbered_from_one(models):
+    """Image n of a turn is "Image n" in the verifier's view (x_comp), counting from 1 as a reader does."""
+    parts = [{"type": "image", "image": IMAGE, "caption": "a red square", "ocr": "7"},
+             {"type": "image", "image": IMAGE, "caption": "a blue circle", "ocr": "9"},
+             {"type": "text", "text": "Add the numbers."}]
+    x_comp = conversation.encode(Conversation([{"role": "user", "content": parts}]), *models).prompts.x_comp
+    for block in ("Image 1 description:\na red square", "Text in image 1 (OCR):\n7",
+                  "Image 2 description:\na blue circle", "Text in image 2 (OCR):\n9"):
+        assert block in x_comp
+    assert "Image 0" not in x_comp and "image 0" not in x_comp
