@@ -5,7 +5,9 @@
 
 A module is every .py file but __init__.py under asymspec_vl/, vllm_patches/, captioners/, evals/ and demo/ (the
 last three also import as asymspec_vl.<folder>.*). A test imports it when a file under tests/ has `import M`,
-`from M import ...`, `from P import m` (m the module's last name) or `importlib.import_module("M")` (read with ast);
+`from M import ...`, `from P import m` (m the module's last name), `from P import Name` where package P's __init__
+re-exports Name from M (`from .m import Name`, or a lazy table of "Name": ".m") or `importlib.import_module("M")`
+(read with ast);
 it names it when its dotted name or its path appears anywhere in a test file's text (a subprocess `-m M`, a
 monkeypatch target, a mutant list's `file`). Named-only modules are exercised through a subprocess or a string at
 most; the rest no test reaches by name at all. Named run.py-like (not test_*.py): pytest never collects it.
@@ -51,11 +53,33 @@ def imported_names(source: str) -> set[str]:
     return names
 
 
+def reexports(root: Path = ROOT) -> dict[str, str]:
+    """"package.Name" -> the dotted module a package's __init__ takes Name from (`from .m import Name`, or a
+    lazy-import table's "Name": ".m" entries)."""
+    out = {}
+    for package in PACKAGES:
+        for init in (root / package).rglob("__init__.py"):
+            dotted = ".".join(init.parent.relative_to(root).parts)
+            for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                    out.update({f"{dotted}.{a.name}": f"{dotted}.{node.module}" for a in node.names})
+                elif isinstance(node, ast.Dict):
+                    out.update({f"{dotted}.{k.value}": f"{dotted}{v.value}" for k, v in zip(node.keys, node.values)
+                                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                                and str(v.value).startswith(".")})
+    for name, module in list(out.items()):  # the namespaced folders import under asymspec_vl too
+        if name.split(".")[0] in NAMESPACED:
+            out[f"asymspec_vl.{name}"] = f"asymspec_vl.{module}"
+    return out
+
+
 def survey(root: Path = ROOT) -> dict[str, str]:
     """Each module's path -> "imported", "named" or "untouched" by the files under tests/."""
     texts = {p: p.read_text(encoding="utf-8") for p in (root / "tests").rglob("*.py") if "__pycache__" not in p.parts}
     texts.pop(Path(__file__).resolve(), None)  # this script names no module on purpose
     imported = set().union(*(imported_names(t) for t in texts.values()))
+    table = reexports(root)
+    imported |= {table[n] for n in imported if n in table}
     corpus = "\n".join(texts.values()) + "\n".join(p.read_text(encoding="utf-8")
                                                    for p in (root / "tests").rglob("*.toml"))
     out = {}
@@ -72,8 +96,9 @@ def survey(root: Path = ROOT) -> dict[str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max", type=int, default=None, help="exit 1 when more modules than this are imported by no test")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout to survey (e.g. an older commit's export)")
     args = ap.parse_args()
-    result = survey()
+    result = survey(args.root)
     missing = sorted(p for p, kind in result.items() if kind != "imported")
     named = sum(result[p] == "named" for p in missing)
     print(f"{len(missing)} of {len(result)} modules are imported by no test ({named} named by one, "
