@@ -57,7 +57,7 @@ class ServerPixels:
         if pixels > self.limit:
             raise ImageTooLargeError(f"the request's images hold {pixels} pixels; the server decodes at most "
                                      f"{self.limit} at once (--max-server-pixels)")
-        if self._waiting or self.held + pixels > self.limit:
+        if pixels and (self._waiting or self.held + pixels > self.limit):  # a request without images never waits
             await self._wait(pixels)
         else:
             self.held += pixels

@@ -46,6 +46,23 @@ def test_requests_beyond_the_budget_wait_in_arrival_order():
     asyncio.run(run())
 
 
+def test_a_request_without_images_never_waits_behind_image_requests():
+    async def run():
+        pixels, log, gate = ServerPixels(100), [], asyncio.Event()
+        tasks = [asyncio.create_task(holder(pixels, n, log, k, gate)) for k, n in (("a", 80), ("b", 80))]
+        await asyncio.sleep(0.01)
+        async def text_only():
+            async with pixels.hold(0):  # in at once, though b waits
+                log.append("text")
+
+        await asyncio.wait_for(text_only(), 1.0)  # TimeoutError when it queued behind b
+        assert log == ["a in", "text"]
+        gate.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+
+
 def test_a_request_that_leaves_while_waiting_gives_its_place_back():
     """A waiting request cancelled (its timeout, its client gone) is out of the line; the next one gets in."""
     async def run():
