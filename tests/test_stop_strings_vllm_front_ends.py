@@ -8,8 +8,9 @@ join to its plain answer, the same reference, with the same finish reason."""
 import pytest
 from hypothesis import given
 
-from serve_support import EXAMPLES, data_url, served
-from test_stop_strings_front_ends import BASE, SLOW, answer_and_steps, cases, request_of, stops_of
+from serve_support import served
+from test_stop_strings_front_ends import (BASE, SLOW, answer_and_steps, cases, check_server_stream, request_of,
+                                         stops_of)
 
 pytestmark = pytest.mark.vllm
 
@@ -31,7 +32,7 @@ def vllm_vl():
 
 
 def reference(vl, req, method, stop, include, min_tokens):
-    """The transformers backend's answer under the stops, and the free answer's text they were drawn from."""
+    """The transformers backend's answer under the stops."""
     cfg = dict(BASE, min_tokens=min_tokens, stop=tuple(stop), include_stop_str_in_output=include)
     return vl.generate(req.image, req.question, caption=req.caption, method=method, config=cfg)
 
@@ -67,19 +68,4 @@ def client(tmp_path_factory):
 def test_the_vllm_servers_stream_joins_to_its_answer_which_is_the_transformers_answer(client, vl, case):
     example, method, spans, include, min_tokens = case
     method = "asymspec" if method == "drafter" else method  # the drafter alone needs --drafter-engine
-    req = request_of(example)
-    free, _ = answer_and_steps(vl, req, method, dict(BASE, min_tokens=min_tokens))
-    stop = list(stops_of(free.text, spans))
-    want = reference(vl, req, method, stop, include, min_tokens)
-    messages = [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": data_url(EXAMPLES / example["image"])}},
-        {"type": "text", "text": example["question"]}]}]
-    extra = {"caption": example["caption"], "ocr": "", "method": method, "min_tokens": min_tokens,
-             "include_stop_str_in_output": include}
-    plain = client.chat.completions.create(model="asymspec-vl", messages=messages, max_tokens=20, stop=stop,
-                                           extra_body=extra)
-    chunks = client.chat.completions.create(model="asymspec-vl", messages=messages, max_tokens=20, stop=stop,
-                                            stream=True, extra_body=extra)
-    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
-    assert "".join(pieces) == plain.choices[0].message.content == want.text
-    assert plain.choices[0].finish_reason == want.finish_reason
+    check_server_stream(client, vl, example, method, spans, include, min_tokens)
