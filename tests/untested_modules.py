@@ -9,7 +9,8 @@ last three also import as asymspec_vl.<folder>.*). A test imports it when a file
 re-exports Name from M (`from .m import Name`, or a lazy table of "Name": ".m") or `importlib.import_module("M")`
 (read with ast);
 it names it when its dotted name or its path appears anywhere in a test file's text (a subprocess `-m M`, a
-monkeypatch target, a mutant list's `file`). Named-only modules are exercised through a subprocess or a string at
+monkeypatch target, a mutant list's `file`), or when it registers a command (`add_parser("NAME")`) that a test runs
+(`main(["NAME", ...])`, `[script, "NAME", ...]`, `"asymspec-vl", "NAME"`). Named-only modules are exercised through a subprocess or a string at
 most; the rest no test reaches by name at all. Named run.py-like (not test_*.py): pytest never collects it.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -73,6 +75,20 @@ def reexports(root: Path = ROOT) -> dict[str, str]:
     return out
 
 
+def commands(source: str) -> set[str]:
+    """The command names a module registers: the first argument of its add_parser(...) calls."""
+    return {str(node.args[0].value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_parser" and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
+def runs_command(name: str, corpus: str) -> bool:
+    """Whether a test runs command `name`: main(["name", ...]), [SCRIPT, "name", ...] or "asymspec-vl", "name"."""
+    quoted = re.escape(f'"{name}"')
+    return re.search(rf'main\(\[\s*{quoted}|\[\s*{quoted}[,\]]|(asymspec-vl"|SCRIPT\)|bin_dir, "asymspec-vl"),\s*{quoted}',
+                     corpus) is not None
+
+
 def survey(root: Path = ROOT) -> dict[str, str]:
     """Each module's path -> "imported", "named" or "untouched" by the files under tests/."""
     texts = {p: p.read_text(encoding="utf-8") for p in (root / "tests").rglob("*.py") if "__pycache__" not in p.parts}
@@ -86,7 +102,8 @@ def survey(root: Path = ROOT) -> dict[str, str]:
     for path, names in modules(root).items():
         if imported & set(names):
             out[path] = "imported"
-        elif path in corpus or any(n in corpus for n in names):
+        elif path in corpus or any(n in corpus for n in names) or \
+                any(runs_command(c, corpus) for c in commands((root / path).read_text(encoding="utf-8"))):
             out[path] = "named"
         else:
             out[path] = "untouched"
