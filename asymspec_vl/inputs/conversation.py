@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..core.errors import (EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError,
                            TooManyImagesError)
 from ..core.limits import LIMITS
-from .image_fit import Fit, processor_fit
+from .image_fit import Fit, original_size, processor_fit
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
 from .prompts import (EncodedRequest, EncodedView, Prompts, drafter_comp_view, encode_request, image_view,
@@ -152,7 +152,7 @@ def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=N
     pixel_values, grid = vision_inputs(processor, all_images)
     return EncodedRequest(prompts, image_view(processor, full, pixel_values, grid), comp_view,
                           image_view(processor, question, pixel_values, grid),
-                          meta={"image_sizes": [im.size for im in all_images]}, drafter_comp=d_comp)
+                          meta={"image_sizes": [original_size(im) for im in all_images]}, drafter_comp=d_comp)
 
 
 def encode(req, processor, tokenizer, drafter_comp=None) -> EncodedRequest:

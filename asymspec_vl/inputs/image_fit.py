@@ -20,6 +20,12 @@ Size = tuple[int, int]  # (width, height), PIL's order
 Fit = Callable[[Size], Size]  # an image's size -> the size the processor resizes it to
 REDUCE_PIXELS = LIMITS.reduce_pixels  # images up to this many pixels reach the processor untouched
 REDUCIBLE_MODES = ("L", "RGB")  # modes box-averaged as decoded; others are reduced after their RGB conversion
+ORIGINAL_SIZE = "asymspec_original_size"  # a loaded image's info key: its size upright, before any reduction
+
+
+def original_size(img: Image.Image) -> Size:
+    """The size an image loaded by load_image had (upright) before it was reduced: what results report."""
+    return tuple(img.info.get(ORIGINAL_SIZE, img.size))
 
 
 def processor_fit(processor) -> Fit | None:

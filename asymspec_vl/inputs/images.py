@@ -19,7 +19,7 @@ from pathlib import Path
 from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from ..core.errors import ImageTooLargeError, InvalidImageError
-from .image_fit import Fit, draft, reduced
+from .image_fit import ORIGINAL_SIZE, Fit, draft, reduced
 from .image_modes import array_to_rgb, image_to_rgb
 from ..core.limits import LIMITS
 
@@ -108,9 +108,10 @@ def _decode(data: bytes, max_pixels: int, name: str, fit: Fit | None = None) -> 
             with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as probe:
                 _check_size(probe.size, max_pixels, name)  # before any pixel is decoded
             with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
+                stored = img.size  # before a draft changes it
                 draft(img, fit)  # a large JPEG decodes at a DCT scale near the processor's size
                 img.load()
-                return _checked(img, max_pixels, name, fit)
+                return _checked(img, max_pixels, name, fit, stored)
     except InvalidImageError:  # our own size checks (ImageTooLargeError is a ValueError): keep their type
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -137,10 +138,15 @@ def _upright(img: Image.Image) -> Image.Image:
     return ImageOps.exif_transpose(img)
 
 
-def _checked(img: Image.Image, max_pixels: int, name: str, fit: Fit | None = None) -> Image.Image:
+def _checked(img: Image.Image, max_pixels: int, name: str, fit: Fit | None = None,
+             stored: tuple[int, int] | None = None) -> Image.Image:
     _check_size(img.size, max_pixels, name)
     try:  # reduced as decoded where the mode allows (no full-size copy follows), else after the RGB conversion
-        return reduced(image_to_rgb(reduced(_upright(img), fit), name), fit)
+        w, h = stored or img.size
+        turned = img.getexif().get(ExifTags.Base.Orientation, 1) in (5, 6, 7, 8)  # a quarter turn swaps the sides
+        out = reduced(image_to_rgb(reduced(_upright(img), fit), name), fit)
+        out.info.setdefault(ORIGINAL_SIZE, (h, w) if turned else (w, h))  # kept by later copies (convert)
+        return out
     except InvalidImageError:
         raise
     except Exception as e:  # a corrupt EXIF block, a pixel access the decoder cannot serve, ...

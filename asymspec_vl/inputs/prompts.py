@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # annotations only: the command line imports this module for 
     import torch
 
 from ..core.errors import ChatTemplateError, EmptyQuestionError, InputError, InvalidImageError
-from .image_fit import processor_fit
+from .image_fit import original_size, processor_fit
 from .images import load_image
 from .user_text import SENTINEL, check_text, encode_pieces, encode_segments, template_pieces
 
@@ -165,7 +165,7 @@ def encode_request(req, drafter_processor, verifier_tokenizer, drafter_comp=None
     image = load_image(req.image, fit=processor_fit(drafter_processor))
     pixel_values, grid = vision_inputs(drafter_processor, [image])
     return EncodedRequest(prompts, image_view(drafter_processor, full, pixel_values, grid), comp_view,
-                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size},
+                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": original_size(image)},
                           drafter_comp=d_comp)
 
 

@@ -123,3 +123,24 @@ def test_library_and_conversation_load_through_the_processors_rule(processor, mo
 def test_a_processor_without_the_size_rule_reduces_nothing():
     assert image_fit.processor_fit(object()) is None
     assert image_fit.reduction((9000, 9000), None) == 1
+
+
+def test_results_report_the_size_the_image_had_before_it_was_reduced(processor, fit):
+    """meta's image size (library and conversation) is the image's own, upright, not the reduced copy's."""
+    png = encoded(Image.new("RGB", (4000, 2000)), "PNG")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # a quarter turn
+    jpeg = encoded(stripes(4000, 3000), "JPEG", exif=exif)
+    for data, want in ((png, (4000, 2000)), (jpeg, (3000, 4000))):
+        img = load_image(data, fit=fit)
+        assert img.size[0] * img.size[1] < want[0] * want[1] // 4 and image_fit.original_size(img) == want
+        again = load_image(img, fit=fit)  # the server's decoded image, loaded again by the conversation
+        assert image_fit.original_size(again) == want
+        enc = conversation.encode(Conversation([{"role": "user", "content": [
+            {"type": "image", "image": data}, {"type": "text", "text": "Which?"}]}]), processor, processor.tokenizer)
+        assert enc.meta["image_sizes"] == [want]
+    small = load_image(EXAMPLES / "toy-read.png", fit=fit)
+    assert image_fit.original_size(small) == small.size == (96, 32)
+    from asymspec_vl.serve.notes import answer_warnings
+
+    assert "no toy scene (4000x2000)" in answer_warnings(True, [load_image(png, fit=fit)])[0]  # the server's note
