@@ -1,6 +1,6 @@
 """Benchmark: what one image request can make `asymspec-vl serve` allocate (issue 33's PNG zlib bomb).
 
-    python -m evals.benchmarks.bench_image_memory [--side 7900] [--backend hf] [--out FILE]
+    python -m evals.benchmarks.bench_image_memory [--side 7900] [--backend hf] [--out FILE] [-- SERVER ARGS...]
 
 Starts the server (embedded pair, --ocr none) in a subprocess, then sends a PNG of side x side black pixels (a
 ~182 KB zlib bomb under the 64-megapixel cap) alone, then two in one request, then four single-bomb requests at
@@ -80,10 +80,11 @@ def main() -> None:
     ap.add_argument("--side", type=int, default=7900)
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("server_args", nargs="*", help="after --: more `asymspec-vl serve` options (--max-server-pixels N)")
     args = ap.parse_args()
     url = bomb(args.side)
     server = ServerProcess(["--backend", args.backend, "--device", "cpu", "--ocr", "none", "--no-caption-cache",
-                            "--max-tokens", "4"], Path("/tmp/bench_image_memory.log"))
+                            "--max-tokens", "4", *args.server_args], Path("/tmp/bench_image_memory.log"))
     try:
         server.wait_ready()
         extras = {"max_tokens": 4, "caption": "", "ocr": ""}
