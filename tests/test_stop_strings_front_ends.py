@@ -79,7 +79,12 @@ def client(tmp_path_factory):
 @SLOW
 @given(case=cases())
 def test_the_servers_stream_joins_to_its_answer_which_is_the_librarys(client, vl, case):
-    example, method, spans, include, min_tokens = case
+    check_server_stream(client, vl, *case)
+
+
+def check_server_stream(client, vl, example, method, spans, include, min_tokens):
+    """A served answer's stream joins to its plain answer, which is the library's (`vl`, transformers) with the
+    same stops, min_tokens and include_stop_str_in_output, with the same finish reason."""
     req = request_of(example)
     free, _ = answer_and_steps(vl, req, method, dict(BASE, min_tokens=min_tokens))
     stop = list(stops_of(free.text, spans))

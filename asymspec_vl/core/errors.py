@@ -37,6 +37,11 @@ class MalformedConversationError(InputError):
     """A conversation's messages are not of the shape it takes (roles, parts, ending with a user turn)."""
 
 
+class TooManyImagesError(InputError):
+    """A request holds more images than one request may (LIMITS.images_per_request: the drafter engine's
+    limit_mm_per_prompt; the server's --max-images)."""
+
+
 class BatchInputError(InputError):
     """Some requests of a batch are invalid; nothing has run. `errors` maps each bad request's index to its
     own typed error."""

@@ -14,6 +14,8 @@ class Limits:
 
     image_bytes: int = 50 * MIB  # the largest image file load_image opens
     image_pixels: int = 64_000_000  # about 8000 x 8000; larger images are refused before they are decoded
+    reduce_pixels: int = 4_000_000  # larger images are brought near the processor's size before it (image_fit.py)
+    server_pixels: int = 128_000_000  # the images all of a server's requests may hold at once (two at the cap)
     body_bytes: int = 64 * MIB  # the largest request body the server reads
     images_per_request: int = 4  # images in one conversation (the drafter engine's limit_mm_per_prompt)
     answer_tokens: int = 1024  # the largest max_tokens a server request may ask for (and its default)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError
+from ..core.errors import (EmptyQuestionError, InputError, InvalidImageError, MalformedConversationError,
+                           TooManyImagesError)
+from ..core.limits import LIMITS
+from .image_fit import Fit, original_size, processor_fit
 from .images import load_image
 from .user_text import check_text, encode_segments, sentinel, template_segments
 from .prompts import (EncodedRequest, EncodedView, Prompts, drafter_comp_view, encode_request, image_view,
@@ -42,13 +45,14 @@ class Turn:
     views: tuple = ()  # per image (caption, ocr)
 
 
-def checked_turns(conv: Conversation) -> list[Turn]:
+def checked_turns(conv: Conversation, fit: Fit | None = None) -> list[Turn]:
     """The conversation's turns, checked (MalformedConversationError / InvalidTextError / ... naming the
-    message); images are loaded and validated here."""
+    message); images are loaded and validated here (fit: the drafter processor's size rule, image_fit.py)."""
     messages = conv.messages
     if not isinstance(messages, (list, tuple)) or not messages:
         raise MalformedConversationError("a conversation needs a non-empty list of messages")
-    turns = [_turn(i, m) for i, m in enumerate(messages)]
+    check_image_count(messages)  # before any image loads
+    turns = [_turn(i, m, fit) for i, m in enumerate(messages)]
     if turns[-1].role != "user":
         raise MalformedConversationError(f"the conversation must end with a user message (the answer follows it); "
                                          f"the last is {turns[-1].role!r}")
@@ -57,7 +61,18 @@ def checked_turns(conv: Conversation) -> list[Turn]:
     return turns
 
 
-def _turn(i: int, message) -> Turn:
+def check_image_count(messages) -> None:
+    """TooManyImagesError when the messages' image parts are more than one request may hold (the vLLM drafter
+    engine's limit_mm_per_prompt, held on both backends so a request is answered alike on either)."""
+    limit = LIMITS.images_per_request
+    n = sum(isinstance(p, dict) and p.get("type") == "image" for m in messages if isinstance(m, dict)
+            and isinstance(m.get("content"), (list, tuple)) for p in m["content"])
+    if n > limit:
+        raise TooManyImagesError(f"the conversation holds {n} images; a request holds at most {limit} "
+                                 "(LIMITS.images_per_request, the drafter engine's images per prompt)")
+
+
+def _turn(i: int, message, fit: Fit | None = None) -> Turn:
     if not isinstance(message, dict) or message.get("role") not in (*ROLES, *ALIASES):
         role = message.get("role") if isinstance(message, dict) else type(message).__name__
         raise MalformedConversationError(f"messages[{i}] must be an object with a role in {ROLES} (or 'developer', "
@@ -76,7 +91,7 @@ def _turn(i: int, message) -> Turn:
         elif kind == "image":
             if role != "user":
                 raise InvalidImageError(f"{where}: an image in a {role} message; images go in user messages")
-            images.append(load_image(part.get("image")))
+            images.append(load_image(part.get("image"), fit=fit))
             views.append((check_text(f"{where}.caption", part.get("caption"), optional=True) or "",
                           check_text(f"{where}.ocr", part.get("ocr"), optional=True) or ""))
         else:
@@ -120,7 +135,7 @@ def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=N
     drafter_comp (a cross-family pair's VocabMap): the drafter's x_comp (prompts.drafter_comp_view)."""
     if not isinstance(conv, Conversation):
         raise InputError(f"a conversation must be an asymspec_vl.Conversation, got {type(conv).__name__}")
-    turns = checked_turns(conv)
+    turns = checked_turns(conv, processor_fit(processor))
     full = framed_segments(turns, processor, images=True, with_views=True)
     comp = framed_segments(turns, tokenizer, images=False, with_views=True)
     question = framed_segments(turns, processor, images=True, with_views=False)
@@ -137,7 +152,7 @@ def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=N
     pixel_values, grid = vision_inputs(processor, all_images)
     return EncodedRequest(prompts, image_view(processor, full, pixel_values, grid), comp_view,
                           image_view(processor, question, pixel_values, grid),
-                          meta={"image_sizes": [im.size for im in all_images]}, drafter_comp=d_comp)
+                          meta={"image_sizes": [original_size(im) for im in all_images]}, drafter_comp=d_comp)
 
 
 def encode(req, processor, tokenizer, drafter_comp=None) -> EncodedRequest:

@@ -1,6 +1,7 @@
 """Load and validate request images (path, bytes, PIL or numpy) into RGB PIL images, with typed errors.
 How each pixel mode becomes RGB: image_modes.py. A multi-frame file (GIF, APNG, TIFF) gives its first frame;
-an EXIF orientation is applied (the model sees the image upright, as a viewer shows it).
+an EXIF orientation is applied (the model sees the image upright, as a viewer shows it). Given the drafter
+processor's size rule (`fit`, image_fit.py), a large image is decoded / reduced near the size the processor uses.
 Only the file formats of IMAGE_FORMATS are decoded: Pillow's other plugins (QOI, DDS, BLP, EPS through
 Ghostscript, ...) are never reached, and any failure of a decoder is an InvalidImageError."""
 
@@ -15,9 +16,10 @@ import stat
 import warnings
 from pathlib import Path
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from ..core.errors import ImageTooLargeError, InvalidImageError
+from .image_fit import ORIGINAL_SIZE, Fit, draft, reduced
 from .image_modes import array_to_rgb, image_to_rgb
 from ..core.limits import LIMITS
 
@@ -28,16 +30,18 @@ IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # http://, https://, file://, s3:// ...
 
 
-def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES) -> Image.Image:
-    """Return a fully decoded RGB copy of `image`; raise InvalidImageError / ImageTooLargeError."""
+def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BYTES,
+               fit: Fit | None = None) -> Image.Image:
+    """Return a fully decoded RGB copy of `image`; raise InvalidImageError / ImageTooLargeError. fit: the
+    drafter processor's size rule (image_fit.processor_fit): a large image comes back near that size."""
     if image is None:
         raise InvalidImageError("no image was given")
     if isinstance(image, Image.Image):
-        return _checked(image, max_pixels, "the PIL image")
+        return _checked(image, max_pixels, "the PIL image", fit)
     if _is_array(image):
         if image.ndim >= 2:
             _check_size((image.shape[1], image.shape[0]), max_pixels, "the array")
-        return array_to_rgb(image, "the array")
+        return reduced(array_to_rgb(image, "the array"), fit)
     if isinstance(image, (bytes, bytearray, memoryview)):
         data, name = bytes(image), "the image bytes"
     elif isinstance(image, (str, os.PathLike)):
@@ -47,7 +51,7 @@ def load_image(image, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_FILE_BY
                                 "give a path, bytes, a PIL image or a numpy array")
     if len(data) > max_bytes:
         raise ImageTooLargeError(f"{name} is {len(data)} bytes; the limit is {max_bytes}")
-    return _decode(data, max_pixels, name)
+    return _decode(data, max_pixels, name, fit)
 
 
 def _read_file(image: str | os.PathLike, max_bytes: int) -> bytes:
@@ -97,15 +101,17 @@ def _is_array(x) -> bool:
     return type(x).__module__ == "numpy" and hasattr(x, "shape")
 
 
-def _decode(data: bytes, max_pixels: int, name: str) -> Image.Image:
+def _decode(data: bytes, max_pixels: int, name: str, fit: Fit | None = None) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as probe:
                 _check_size(probe.size, max_pixels, name)  # before any pixel is decoded
             with Image.open(io.BytesIO(data), formats=IMAGE_FORMATS) as img:
+                stored = img.size  # before a draft changes it
+                draft(img, fit)  # a large JPEG decodes at a DCT scale near the processor's size
                 img.load()
-                return _checked(img, max_pixels, name)
+                return _checked(img, max_pixels, name, fit, stored)
     except InvalidImageError:  # our own size checks (ImageTooLargeError is a ValueError): keep their type
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
@@ -124,10 +130,23 @@ def _check_size(size: tuple[int, int], max_pixels: int, name: str) -> None:
         raise ImageTooLargeError(f"{name} has {w}x{h} = {w * h} pixels; the limit is {max_pixels}")
 
 
-def _checked(img: Image.Image, max_pixels: int, name: str) -> Image.Image:
+def _upright(img: Image.Image) -> Image.Image:
+    """img turned as its EXIF orientation says (ImageOps.exif_transpose), or img itself when it is upright (no
+    full-size copy)."""
+    if img.getexif().get(ExifTags.Base.Orientation, 1) not in range(2, 9):
+        return img
+    return ImageOps.exif_transpose(img)
+
+
+def _checked(img: Image.Image, max_pixels: int, name: str, fit: Fit | None = None,
+             stored: tuple[int, int] | None = None) -> Image.Image:
     _check_size(img.size, max_pixels, name)
-    try:
-        return image_to_rgb(ImageOps.exif_transpose(img), name)
+    try:  # reduced as decoded where the mode allows (no full-size copy follows), else after the RGB conversion
+        w, h = stored or img.size
+        turned = img.getexif().get(ExifTags.Base.Orientation, 1) in (5, 6, 7, 8)  # a quarter turn swaps the sides
+        out = reduced(image_to_rgb(reduced(_upright(img), fit), name), fit)
+        out.info.setdefault(ORIGINAL_SIZE, (h, w) if turned else (w, h))  # kept by later copies (convert)
+        return out
     except InvalidImageError:
         raise
     except Exception as e:  # a corrupt EXIF block, a pixel access the decoder cannot serve, ...

@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # annotations only: the command line imports this module for 
     import torch
 
 from ..core.errors import ChatTemplateError, EmptyQuestionError, InputError, InvalidImageError
+from .image_fit import original_size, processor_fit
 from .images import load_image
 from .user_text import SENTINEL, check_text, encode_pieces, encode_segments, template_pieces
 
@@ -161,10 +162,10 @@ def encode_request(req, drafter_processor, verifier_tokenizer, drafter_comp=None
     if req.image is None:
         full_view = EncodedView(encode_pieces(d_tok, full))
         return EncodedRequest(prompts, full_view, comp_view, full_view, drafter_comp=d_comp)
-    image = load_image(req.image)
+    image = load_image(req.image, fit=processor_fit(drafter_processor))
     pixel_values, grid = vision_inputs(drafter_processor, [image])
     return EncodedRequest(prompts, image_view(drafter_processor, full, pixel_values, grid), comp_view,
-                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": image.size},
+                          image_view(drafter_processor, only_q, pixel_values, grid), meta={"image_size": original_size(image)},
                           drafter_comp=d_comp)
 
 

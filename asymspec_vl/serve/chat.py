@@ -21,11 +21,12 @@ from ..inputs import budget
 from ..core.errors import AsymSpecError, ConfigError
 from ..core.methods import METHODS, Method
 from ..inputs.conversation import Conversation, encode
+from ..inputs.image_fit import processor_fit
 from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .http_errors import RequestTimeoutError, ServerShuttingDownError, error_body
-from .media import TRIM_PIXELS, PixelBudget, decode_image, fetch_image_bytes, release_memory
+from .media import TRIM_PIXELS, PixelBudget, ServerPixels, decode_image, fetch_image_bytes, release_memory
 from .metrics import ServeMetrics
 from .notes import answer_warnings, serves_toy_pair
 from .runner import Progress, Runner
@@ -53,6 +54,7 @@ class ChatService:
         self.settings, self.runner, self.views, self.metrics = settings, runner, views, metrics
         self._drained: asyncio.Future | None = None  # done when the drain timeout expired (made in the event loop)
         self.toy = serves_toy_pair(settings)
+        self.pixels = ServerPixels(settings.max_server_pixels)  # shared by all requests' images (media.py)
 
     def begin_drain(self) -> None:
         """The server stopped accepting requests (SIGTERM): those still running after --drain-timeout seconds end
@@ -103,20 +105,24 @@ class ChatService:
     async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
         """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
         then the conversation encoded and checked to fit; and the warnings about the images (notes.py). The
-        images are charged to the request's pixel budget before any is decoded (media.PixelBudget)."""
+        images are charged to the request's pixel budget before any is decoded (media.PixelBudget), then held in
+        the server's (media.ServerPixels: waited for) until the conversation is encoded; each decodes near the
+        drafter processor's size (inputs/image_fit.py)."""
         budget = PixelBudget(self.settings.max_request_pixels)
         fetched = [await fetch_image_bytes(url, self.settings) for url in job.image_urls]
         for data in fetched:  # every image charged from its header before any is decoded
             budget.charge(data)
-        try:
-            images = [await decode_image(data, self.settings) for data in fetched]
-            views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
-            enc = await asyncio.to_thread(self._encode, conversation_request(job, images, views), method, job)
-            return enc, views, answer_warnings(self.toy, images)
-        finally:
-            if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
-                images = None
-                await asyncio.to_thread(release_memory)
+        fit = processor_fit(self.runner.vl.pair.processor)
+        async with self.pixels.hold(budget.used):
+            try:
+                images = [await decode_image(data, self.settings, fit) for data in fetched]
+                views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
+                enc = await asyncio.to_thread(self._encode, conversation_request(job, images, views), method, job)
+                return enc, views, answer_warnings(self.toy, images)
+            finally:
+                if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
+                    images = None
+                    await asyncio.to_thread(release_memory)
 
     def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
         pair = self.runner.vl.pair

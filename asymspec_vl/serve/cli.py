@@ -72,6 +72,9 @@ def register(sub) -> None:
                    help="largest image accepted, in pixels (width × height)")
     g.add_argument("--max-request-pixels", type=positive_int, default=d.max_request_pixels,
                    help="the most pixels all the images of one request may hold together (width × height, summed)")
+    g.add_argument("--max-server-pixels", type=positive_int, default=d.max_server_pixels,
+                   help="the most pixels the images of all requests may hold at once while they are decoded and "
+                        "encoded; a request beyond it waits its turn (within --request-timeout)")
     g.add_argument("--max-images", type=positive_int, default=d.max_images,
                    help="the most images one request's conversation may hold (all its user turns together)")
     g.add_argument("--max-tokens", type=positive_int, default=d.max_tokens,
@@ -117,7 +120,7 @@ def settings_from_args(args):
         api_key=args.api_key, K=args.K, drafter_engine=args.drafter_engine, drafter_memory=args.drafter_memory,
         engine_kwargs=engine, dtype=args.dtype, device=args.device, max_body_bytes=int(args.max_body_mb * 2**20),
         max_image_bytes=int(args.max_image_mb * 2**20), max_image_pixels=args.max_image_pixels,
-        max_request_pixels=args.max_request_pixels,
+        max_request_pixels=args.max_request_pixels, max_server_pixels=args.max_server_pixels,
         max_images=args.max_images, max_tokens=args.max_tokens, request_timeout_s=args.request_timeout, drain_timeout_s=args.drain_timeout,
         allowed_media_domains=tuple(args.allowed_media_domains), allowed_local_media_path=args.allowed_local_media_path,
         media_fetch_timeout_s=args.media_fetch_timeout, header_timeout_s=args.header_timeout,

@@ -6,6 +6,7 @@ STATUS in the class's method resolution order), its `type` is the class name, so
 
 from __future__ import annotations
 
+from ..core import errors
 from ..core.errors import AsymSpecError, ConfigError, InputError
 
 
@@ -25,8 +26,9 @@ class UnsupportedRequestError(_NamesItsField):
     """A field of the request the server does not serve (penalties, tools, n > 1, ...)."""
 
 
-class TooManyImagesError(_NamesItsField):
-    """More images in a request than the server reads (--max-images)."""
+class TooManyImagesError(_NamesItsField, errors.TooManyImagesError):
+    """More images in a request than the server reads (--max-images): the library's TooManyImagesError, naming
+    the field."""
 
 
 class UnknownModelError(InputError):

@@ -4,17 +4,21 @@ allows (--allowed-media-domains), file:// only inside the folder the operator al
 
 The bytes are capped before anything is decoded (a data: URL by the length its base64 decodes to, a download as
 it streams, a file by its size), then asymspec_vl.inputs.images.load_image decodes them with the pixel cap (a decompression bomb
-is refused from its header). vLLM's MediaConnector is not used: it returns decoded images, with no byte cap."""
+is refused from its header) near the size the drafter's processor uses (inputs/image_fit.py). Pixels are charged from
+the headers before any decode: per request (PixelBudget, refused past it) and per server (ServerPixels, waited for).
+vLLM's MediaConnector is not used: it returns decoded images, with no byte cap."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..core.errors import ImageTooLargeError, InvalidImageError
+from ..inputs.image_fit import Fit
 from ..inputs.images import load_image
 from .settings import ServeSettings
 
@@ -33,6 +37,56 @@ class PixelBudget:
             raise ImageTooLargeError(f"the request's images hold {self.used + pixels} pixels (width × height, "
                                      f"summed); the limit per request is {self.limit} (--max-request-pixels)")
         self.used += pixels
+
+
+class ServerPixels:
+    """The pixels the images of all requests may hold at once while they are decoded and encoded
+    (--max-server-pixels). A request whose images do not fit beside those in flight waits, in arrival order, and
+    gives its pixels back when its encoding is done. It waits rather than getting a 429/503: the pixels come back
+    within seconds (a decode and an encode), a wait costs a client nothing, while a refusal would send every client
+    into its retry loop (the openai SDK retries 429s); the request's own timeout still bounds the wait
+    (RequestTimeoutError). A request over the whole budget cannot wait for it: ImageTooLargeError (ServeSettings
+    keeps --max-request-pixels within it, so this only guards a direct caller)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+        self._waiting: list[tuple[int, asyncio.Future]] = []  # (pixels, granted) of waiting requests, in arrival order
+
+    @asynccontextmanager
+    async def hold(self, pixels: int):
+        if pixels > self.limit:
+            raise ImageTooLargeError(f"the request's images hold {pixels} pixels; the server decodes at most "
+                                     f"{self.limit} at once (--max-server-pixels)")
+        if pixels and (self._waiting or self.held + pixels > self.limit):  # a request without images never waits
+            await self._wait(pixels)
+        else:
+            self.held += pixels
+        try:
+            yield
+        finally:
+            self.held -= pixels
+            self._grant()
+
+    async def _wait(self, pixels: int) -> None:
+        entry = (pixels, asyncio.get_running_loop().create_future())
+        self._waiting.append(entry)
+        try:
+            await entry[1]
+        except asyncio.CancelledError:  # the request timed out or its client left while it waited
+            if entry[1].done() and not entry[1].cancelled():  # granted just before: give the pixels back
+                self.held -= pixels
+            else:
+                self._waiting.remove(entry)
+            self._grant()
+            raise
+
+    def _grant(self) -> None:
+        """Pixels to the waiting requests at the head of the line, while they fit (first come, first served)."""
+        while self._waiting and self.held + self._waiting[0][0] <= self.limit:
+            pixels, granted = self._waiting.pop(0)
+            if not granted.done():
+                self.held += pixels
+                granted.set_result(None)
 
 
 def header_pixels(data: bytes) -> int:
@@ -65,18 +119,19 @@ def release_memory() -> None:
 TRIM_PIXELS = 4_000_000  # a request whose images hold this many pixels returns its memory when encoded
 
 
-async def fetch_image(url: str, settings: ServeSettings, budget: PixelBudget | None = None):
+async def fetch_image(url: str, settings: ServeSettings, budget: PixelBudget | None = None, fit: Fit | None = None):
     """The RGB PIL image an image_url names, charged to the request's budget before it is decoded;
     InvalidImageError / ImageTooLargeError say what is wrong."""
     data = await fetch_image_bytes(url, settings)
     if budget is not None:
         budget.charge(data)
-    return await decode_image(data, settings)
+    return await decode_image(data, settings, fit)
 
 
-async def decode_image(data: bytes, settings: ServeSettings):
-    """Fetched bytes -> the RGB PIL image, with the per-image pixel and byte caps (off the event loop)."""
-    return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes)
+async def decode_image(data: bytes, settings: ServeSettings, fit: Fit | None = None):
+    """Fetched bytes -> the RGB PIL image, with the per-image pixel and byte caps (off the event loop); fit: the
+    drafter processor's size rule (a large image comes back near that size, inputs/image_fit.py)."""
+    return await asyncio.to_thread(load_image, data, settings.max_image_pixels, settings.max_image_bytes, fit)
 
 
 async def fetch_image_bytes(url: str, settings: ServeSettings) -> bytes:

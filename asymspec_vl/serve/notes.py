@@ -4,6 +4,7 @@ sentences; absent when there is nothing to say) and logs each once per request."
 
 from __future__ import annotations
 
+from ..inputs.image_fit import original_size
 from ..pair.model_names import is_embedded
 from ..toy.draw import looks_like_scene
 from .settings import ServeSettings
@@ -19,7 +20,8 @@ def answer_warnings(toy: bool, images: list) -> tuple[str, ...]:
     scene."""
     if not toy:
         return ()
-    return tuple(f"image {i + 1} is no toy scene ({im.width}x{im.height}): the embedded toy pair only reads its "
+    sizes = [original_size(im) for im in images]  # as sent, before any reduction to the processor's size
+    return tuple(f"image {i + 1} is no toy scene ({sizes[i][0]}x{sizes[i][1]}): the embedded toy pair only reads its "
                  "96x32 scenes of coloured shapes carrying digits, so this answer means nothing. Start the server "
                  "with --drafter and --verifier (real models) to ask about other images."
                  for i, im in enumerate(images) if not looks_like_scene(im))

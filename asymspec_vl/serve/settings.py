@@ -32,6 +32,7 @@ class ServeSettings:
     max_image_pixels: int = LIMITS.image_pixels
     max_images: int = LIMITS.images_per_request  # images in one request's conversation
     max_request_pixels: int = LIMITS.image_pixels  # all the images of one request together (one at the cap)
+    max_server_pixels: int = LIMITS.server_pixels  # all requests' images being decoded / encoded at once
     max_tokens: int = LIMITS.answer_tokens  # the largest max_tokens a request may ask for (and its default)
     request_timeout_s: float = 600.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long requests in flight may take to finish (then: an error)
@@ -58,11 +59,13 @@ class ServeSettings:
             raise ConfigError(f"--gpu-memory-utilization {share} plus the drafter engine's --drafter-memory "
                               f"{self.drafter_memory} exceed the whole GPU: lower one of them")
         for name in ("max_body_bytes", "max_image_bytes", "max_image_pixels", "max_images", "max_tokens",
-                     "max_request_pixels",
+                     "max_request_pixels", "max_server_pixels",
                      "max_connections"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, value,
                    "an integer >= 1")
+        _check(self.max_server_pixels >= self.max_request_pixels, "max_server_pixels", self.max_server_pixels,
+               f"at least max_request_pixels ({self.max_request_pixels}): a request at its limit must fit")
         _check(self.max_images <= LIMITS.images_per_request, "max_images", self.max_images,
                f"at most {LIMITS.images_per_request} (the images one prompt of the drafter's engine may hold)")
         for name in ("request_timeout_s", "drain_timeout_s", "media_fetch_timeout_s", "header_timeout_s",

@@ -314,7 +314,9 @@ def content_parts(content) -> list[dict]:
 
 def per_image(extras: dict, name: str, n_images: int) -> tuple:
     """The client's caption (or OCR) of each image: a string for one image, a list of one string or null per image;
-    absent: None for each (the server's captioner)."""
+    absent: None for each (the server's captioner). "" stands for every image ("none" for each, and nothing for a
+    conversation without images, as the docs' client example sends it); one non-empty string for several images is
+    refused (which image it describes is unknown), as is a non-empty one without images."""
     value = extras.get(name)
     if value is None:
         return (None,) * n_images
@@ -322,6 +324,17 @@ def per_image(extras: dict, name: str, n_images: int) -> tuple:
     if not isinstance(values, list) or not all(v is None or isinstance(v, str) for v in values):
         raise InvalidTextError(f"{name} must be a string or a list of strings (one per image), got "
                                f"{type(value).__name__}")
+    if value == "":
+        return ("",) * n_images
+    if isinstance(value, str) and n_images > 1:
+        raise UnsupportedRequestError(f"{name} is one string for {n_images} images: which image it describes is "
+                                      f"unknown; send a list with one entry per image in the order they appear "
+                                      f"(\"\" for none, null for the server's own)", param=name)
+    if n_images == 0 and any(values):
+        raise UnsupportedRequestError(f"{name} is given but the conversation holds no image: add the image, or "
+                                      f"send \"\" (or leave {name} out) for a text-only conversation", param=name)
+    if n_images == 0:  # [] or only ""/null entries: nothing to describe
+        return ()
     if len(values) != n_images:
         raise UnsupportedRequestError(f"{name} has {len(values)} entries for {n_images} image(s): send one per image, "
                                       "in the order they appear (a list; a string for one image)", param=name)

@@ -1,11 +1,12 @@
 """Benchmark: what one image request can make `asymspec-vl serve` allocate (issue 33's PNG zlib bomb).
 
-    python -m evals.benchmarks.bench_image_memory [--side 7900] [--backend hf] [--out FILE]
+    python -m evals.benchmarks.bench_image_memory [--side 7900] [--backend hf] [--out FILE] [-- SERVER ARGS...]
 
 Starts the server (embedded pair, --ocr none) in a subprocess, then sends a PNG of side x side black pixels (a
-~182 KB zlib bomb under the 64-megapixel cap) alone, then two in one request, each with caption "" and ocr "".
-The server's resident memory (its process and children, sampled every 20 ms) is reported per request as
-baseline -> peak -> after (2 s later), with the HTTP status. Prints one JSON object.
+~182 KB zlib bomb under the 64-megapixel cap) alone, then two in one request, then four single-bomb requests at
+once (the server-wide pixel budget, --max-server-pixels), then a side x side JPEG alone; each with caption "" and
+ocr "". The server's resident memory (its process and children, sampled every 20 ms) is reported per case as
+baseline -> peak -> after (2 s later), with the HTTP statuses. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -29,10 +31,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 from serve_support import ServerProcess, chat_body  # noqa: E402
 
 
-def bomb(side: int) -> str:
+def bomb(side: int, fmt: str = "PNG") -> str:
     buf = io.BytesIO()
-    Image.new("RGB", (side, side)).save(buf, "PNG", optimize=True)
-    return f"data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"
+    Image.new("RGB", (side, side)).save(buf, fmt, **({"optimize": True} if fmt == "PNG" else {"quality": 50}))
+    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
 
 
 def rss(pid: int) -> int:
@@ -46,8 +48,8 @@ def rss(pid: int) -> int:
     return total
 
 
-def measured(server: ServerProcess, body: dict) -> dict:
-    """baseline, peak and after (GB) of the server's RSS around one request, and its status."""
+def measured(server: ServerProcess, body: dict, copies: int = 1) -> dict:
+    """baseline, peak and after (GB) of the server's RSS around `copies` concurrent requests, and their statuses."""
     base, peak, done = rss(server.proc.pid), [0], threading.Event()
 
     def sample():
@@ -58,15 +60,19 @@ def measured(server: ServerProcess, body: dict) -> dict:
     sampler = threading.Thread(target=sample)
     sampler.start()
     start = time.perf_counter()
-    reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600)
+    with ThreadPoolExecutor(copies) as pool:
+        replies = list(pool.map(lambda _: httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600),
+                                range(copies)))
     elapsed = time.perf_counter() - start
     time.sleep(2)
     done.set()
     sampler.join()
     gb = 1e9
-    return {"status": reply.status_code, "baseline_gb": round(base / gb, 2), "peak_gb": round(peak[0] / gb, 2),
+    errors = [r.json().get("error", {}).get("type") for r in replies if r.status_code != 200]
+    return {"status": [r.status_code for r in replies] if copies > 1 else replies[0].status_code,
+            "baseline_gb": round(base / gb, 2), "peak_gb": round(peak[0] / gb, 2),
             "after_gb": round(rss(server.proc.pid) / gb, 2), "seconds": round(elapsed, 1),
-            "error": reply.json().get("error", {}).get("type") if reply.status_code != 200 else None}
+            "error": (errors if copies > 1 else errors[0]) if errors else None}
 
 
 def main() -> None:
@@ -74,17 +80,20 @@ def main() -> None:
     ap.add_argument("--side", type=int, default=7900)
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("server_args", nargs="*", help="after --: more `asymspec-vl serve` options (--max-server-pixels N)")
     args = ap.parse_args()
     url = bomb(args.side)
     server = ServerProcess(["--backend", args.backend, "--device", "cpu", "--ocr", "none", "--no-caption-cache",
-                            "--max-tokens", "4"], Path("/tmp/bench_image_memory.log"))
+                            "--max-tokens", "4", *args.server_args], Path("/tmp/bench_image_memory.log"))
     try:
         server.wait_ready()
         extras = {"max_tokens": 4, "caption": "", "ocr": ""}
         result = {"side": args.side, "payload_kb": round(len(url) * 3 / 4 / 1024),
                   "one": measured(server, chat_body("What is shown?", url, **extras)),
                   "two": measured(server, chat_body("What is shown?", [url, url], caption=["", ""], ocr=["", ""],
-                                                    max_tokens=4))}
+                                                    max_tokens=4)),
+                  "four_at_once": measured(server, chat_body("What is shown?", url, **extras), copies=4),
+                  "jpeg": measured(server, chat_body("What is shown?", bomb(args.side, "JPEG"), **extras))}
     finally:
         server.terminate()
     print(json.dumps(result))

@@ -192,8 +192,10 @@ def test_the_conversation_is_checked_before_anything_runs():
     job(chat_body("q?", [url] * 2, caption=["a", "b"]))
     with pytest.raises(TooManyImagesError, match="at most 1"):
         job(conversation_body(), max_images=1)
-    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+    with pytest.raises(UnsupportedRequestError, match="caption is one string for 2 images"):
         job(conversation_body(caption="one"))
+    with pytest.raises(UnsupportedRequestError, match="caption has 1 entries for 2 image"):
+        job(conversation_body(caption=["one"]))
     with pytest.raises(EmptyQuestionError):
         job(chat_body(" \n ", url))
     ends = conversation_body()
@@ -910,7 +912,7 @@ def test_the_chat_service_charges_every_image_before_decoding_any_and_returns_me
     async def fetch(url, s):
         return bomb_png(2000, 1500)  # 3 MP each
 
-    async def decode(data, s):
+    async def decode(data, s, fit):
         decoded.append(data)
         return "image"
 
@@ -922,7 +924,8 @@ def test_the_chat_service_charges_every_image_before_decoding_any_and_returns_me
     monkeypatch.setattr(chat, "release_memory", lambda: trims.append(1))
     monkeypatch.setattr(chat, "conversation_request", lambda job, images, views: "request")
     monkeypatch.setattr(chat, "answer_warnings", lambda toy, images: ())  # the images here are stand-ins
-    service = chat.ChatService(settings(max_request_pixels=6_000_000), None, SimpleNamespace(view=view), None)
+    runner = SimpleNamespace(vl=SimpleNamespace(pair=SimpleNamespace(processor=None)))  # no size rule: no fit
+    service = chat.ChatService(settings(max_request_pixels=6_000_000), runner, SimpleNamespace(view=view), None)
     monkeypatch.setattr(service, "_encode", lambda request, method, job: "enc")
     job = SimpleNamespace(image_urls=["a", "b"], captions=["", ""], ocrs=["", ""])
     assert asyncio.run(service._views(job, None))[0] == "enc"
