@@ -1,7 +1,6 @@
 """The tree's habits, counted as a new maintainer counts them (issue 36): no two modules a reader could confuse by
 their file name, and every import left inside a function says why it is lazy."""
 
-import ast
 from collections import Counter
 from pathlib import Path
 
@@ -30,3 +29,22 @@ def test_the_basename_count_sees_a_repeat(tmp_path):
     paths = [tmp_path / "a" / "rows.py", tmp_path / "b" / "rows.py", tmp_path / "a" / "cli.py",
              tmp_path / "b" / "cli.py"]
     assert repeated_basenames(paths, tmp_path) == {"rows.py": ["a/rows.py", "b/rows.py"]}
+
+
+def test_every_mutant_names_code_and_tests_that_exist():
+    """A refactor that moves a mutated line or renames a killing test leaves a mutant that mutates nothing or is
+    killed by nothing: the lists in tests/mutants/ must follow the code."""
+    import tomllib
+
+    stale = []
+    for path in sorted((ROOT / "tests" / "mutants").glob("*.toml")):
+        for i, m in enumerate(tomllib.loads(path.read_text())["mutant"], 1):
+            source = ROOT / m["file"]
+            if not source.is_file() or m["old"] not in source.read_text():
+                stale.append(f"{path.name}#{i}: {m['file']} lacks {m['old'][:60]!r}")
+            for test in m["tests"]:
+                file, _, name = test.partition("::")
+                found = (ROOT / file).is_file() and (not name or f"def {name.split('[')[0]}(" in (ROOT / file).read_text())
+                if not found:
+                    stale.append(f"{path.name}#{i}: no test {test}")
+    assert stale == []
