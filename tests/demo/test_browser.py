@@ -415,7 +415,7 @@ def test_the_chat_tab_holds_a_conversation_with_retry_and_clear(server, browser)
     for n, question in enumerate((MULT["question"], "And the purple circle?"), 1):
         _type(browser, "chat-question", question)
         browser.find_element(By.ID, "chat-send").click()
-        wait.until(lambda d: _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled())
+        wait.until(lambda d, n=n: _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled())
     replies = _chat_replies(browser)
     assert all(replies)
     browser.find_element(By.ID, "chat-retry").click()

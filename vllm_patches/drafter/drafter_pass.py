@@ -110,7 +110,7 @@ def common_metadata(rows: list[PassRow], block_size: int, device: torch.device):
         query_start_loc=to_device(query_start, device), query_start_loc_cpu=query_start,
         seq_lens=to_device(seq_lens, device), _seq_lens_cpu=seq_lens, _num_computed_tokens_cpu=start,
         num_reqs=len(rows), num_actual_tokens=num_tokens, max_query_len=max(lengths),
-        max_seq_len=max(s + l for s, l in zip(starts, lengths)), block_table_tensor=to_device(table, device),
+        max_seq_len=max(s + n for s, n in zip(starts, lengths)), block_table_tensor=to_device(table, device),
         slot_mapping=to_device(slots, device), causal=True)
 
 

@@ -182,7 +182,10 @@ def test_hand_computed_five_token_cases_and_an_exact_threshold_tie(triton_path):
     """The 5-token case of test_gate.py (every gate, delta source, bonus rule) and p_t(d) = gamma * p_b(d)."""
     p_a, p_b = [0.7, 0.1, 0.1, 0.05, 0.05], [0.2] * 5
     p_t, p_t_bonus = [0.09, 0.6, 0.11, 0.1, 0.1], [0.1, 0.1, 0.1, 0.6, 0.1]
-    logp = lambda *rows: torch.tensor([[math.log(x) for x in r] for r in rows], device=DEVICE)[None]  # noqa: E731
+
+    def logp(*rows):
+        return torch.tensor([[math.log(x) for x in r] for r in rows], device=DEVICE)[None]
+
     a, b, t = logp(p_a, p_a), logp(p_b, p_b), logp(p_t, p_t_bonus)
     drafts = torch.tensor([[0]], device=DEVICE)
     outcomes = set()
