@@ -4,10 +4,21 @@ other distributions). Everything else about the distribution is in pyproject.tom
 
 from setuptools import find_packages, setup
 
-NAMESPACED = {"captioners": "asymspec_vl.captioners", "evals": "asymspec_vl.evals", "demo": "asymspec_vl.demo"}
+NAMESPACED = {
+    "captioners": "asymspec_vl.captioners",
+    "evals": "asymspec_vl.evals",
+    "demo": "asymspec_vl.demo",
+}
 
-packages = find_packages(include=["asymspec_vl", "asymspec_vl.*", "vllm_patches", "vllm_patches.*"])
+packages = find_packages(
+    include=["asymspec_vl", "asymspec_vl.*", "vllm_patches", "vllm_patches.*"]
+)
 for folder, name in NAMESPACED.items():
-    packages += [name + sub.removeprefix(folder) for sub in find_packages(include=[folder, folder + ".*"])]
+    packages += [
+        name + sub.removeprefix(folder)
+        for sub in find_packages(include=[folder, folder + ".*"])
+    ]
 
-setup(packages=packages, package_dir={name: folder for folder, name in NAMESPACED.items()})
+setup(
+    packages=packages, package_dir={name: folder for folder, name in NAMESPACED.items()}
+)

@@ -7,12 +7,30 @@ from __future__ import annotations
 
 import importlib
 
-_ERRORS = ("AsymSpecError", "BatchInputError", "ConfigError", "EmptyQuestionError", "ImageTooLargeError",
-           "InputError", "InvalidImageError", "InvalidTextError", "MalformedConversationError", "ModelPairError",
-           "PromptTooLongError", "RequestFailedError", "TooManyImagesError", "VocabularyMismatchError")
+_ERRORS = (
+    "AsymSpecError",
+    "BatchInputError",
+    "ConfigError",
+    "EmptyQuestionError",
+    "ImageTooLargeError",
+    "InputError",
+    "InvalidImageError",
+    "InvalidTextError",
+    "MalformedConversationError",
+    "ModelPairError",
+    "PromptTooLongError",
+    "RequestFailedError",
+    "TooManyImagesError",
+    "VocabularyMismatchError",
+)
 _HOMES = {  # public name -> the module that defines it
-    "AsymSpecVL": ".api", "GenerationResult": ".api", "TraceToken": ".api", "AsymSpecConfig": ".core.config",
-    "Conversation": ".inputs.conversation", "Request": ".inputs.prompts", **{name: ".core.errors" for name in _ERRORS},
+    "AsymSpecVL": ".api",
+    "GenerationResult": ".api",
+    "TraceToken": ".api",
+    "AsymSpecConfig": ".core.config",
+    "Conversation": ".inputs.conversation",
+    "Request": ".inputs.prompts",
+    **{name: ".core.errors" for name in _ERRORS},
 }
 
 __all__ = list(_HOMES)

@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from .inputs import budget
+from .backends.vllm.vllm_backend import VLLMBackend
 from .core.config import AsymSpecConfig, is_one_of, with_overrides
-from .inputs.conversation import Conversation, encode
-from .core.errors import BatchInputError, ConfigError, InputError, RequestFailedError
+from .core.errors import (
+    BatchInputError,
+    ConfigError,
+    InputError,
+    ModelPairError,
+    RequestFailedError,
+)
 from .core.logprobs import PromptLogprob, TokenLogprob
 from .core.loop import RowOutput
 from .core.methods import Method
 from .core.methods import method as method_named
-from .inputs.prompts import EncodedRequest, Prompts, Request
-from .stream import TextStream
 from .core.structured import refuse_on_backend
 from .core.trace import Stats
+from .inputs import budget
+from .inputs.conversation import Conversation, encode
+from .inputs.prompts import EncodedRequest, Prompts, Request
+from .pair.defaults import resolve
 from .pair.model_pair import ModelPair
+from .pair.model_source import Weights, pair_names
+from .stream import TextStream
+from .timing import set_threads
 
 if TYPE_CHECKING:
     from .backends.interface import Backend
 
 from .pair.defaults import BACKENDS, DEFAULT_DRAFTER, DEFAULT_VERIFIER  # noqa: E402 (kept importable from here)
+
 ON_ERROR = ("mark", "raise")
 
 
@@ -56,13 +68,28 @@ class GenerationResult:
     prompt_logprobs: list[PromptLogprob | None] | None = None
 
     def to_dict(self) -> dict:
-        return {"text": self.text, "token_ids": self.token_ids, "method": self.method,
-                "finish_reason": self.finish_reason, "error": self.error, "stats": self.stats.to_dict(),
-                "trace": [t.__dict__ for t in self.trace], "prompts": self.prompts.__dict__,
-                "config": self.config.to_dict(), **self.meta,
-                **({"logprobs": [x.to_dict() for x in self.logprobs]} if self.logprobs is not None else {}),
-                **({"prompt_logprobs": [x and x.to_dict() for x in self.prompt_logprobs]}
-                   if self.prompt_logprobs is not None else {})}
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "method": self.method,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "stats": self.stats.to_dict(),
+            "trace": [t.__dict__ for t in self.trace],
+            "prompts": self.prompts.__dict__,
+            "config": self.config.to_dict(),
+            **self.meta,
+            **(
+                {"logprobs": [x.to_dict() for x in self.logprobs]}
+                if self.logprobs is not None
+                else {}
+            ),
+            **(
+                {"prompt_logprobs": [x and x.to_dict() for x in self.prompt_logprobs]}
+                if self.prompt_logprobs is not None
+                else {}
+            ),
+        }
 
 
 def trace_pieces(tokenizer, ids: list[int]) -> list[str]:
@@ -90,7 +117,9 @@ class TokenPieces:
         for i in ids:
             self.held.append(i)
             text = self.tokenizer.decode(self.held)
-            if text.endswith("\ufffd") and len(self.held) < 4:  # an incomplete UTF-8 sequence: wait for its end
+            if (
+                text.endswith("\ufffd") and len(self.held) < 4
+            ):  # an incomplete UTF-8 sequence: wait for its end
                 pieces.append("")
                 continue
             pieces.append("" if i in self.special else text)
@@ -101,14 +130,22 @@ class TokenPieces:
 class AsymSpecVL:
     """A vision-language drafter reading the image steers a text-only verifier reading caption + OCR."""
 
-    def __init__(self, pair: ModelPair, backend: "Backend", names: dict):
+    def __init__(self, pair: ModelPair, backend: Backend, names: dict):
         self.pair, self.backend, self.names = pair, backend, names
 
     @classmethod
-    def from_pretrained(cls, drafter: str | None = None, verifier: str | None = None,
-                        backend: str = "hf", text_drafter: str | None = None, device: str | None = None,
-                        dtype="auto", trust_remote_code: bool = False, threads: int | None = 1,
-                        **backend_kwargs) -> "AsymSpecVL":
+    def from_pretrained(
+        cls,
+        drafter: str | None = None,
+        verifier: str | None = None,
+        backend: str = "hf",
+        text_drafter: str | None = None,
+        device: str | None = None,
+        dtype="auto",
+        trust_remote_code: bool = False,
+        threads: int | None = 1,
+        **backend_kwargs,
+    ) -> AsymSpecVL:
         """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
         `embedded` on the other unless both are given; None: DEFAULT_DRAFTER / DEFAULT_VERIFIER).
         backend: "hf" (transformers) or "vllm" (the patched vLLM 0.19 path). A name that cannot load (a bad
@@ -116,38 +153,79 @@ class AsymSpecVL:
         threads: torch's CPU threads (torch.set_num_threads, process-wide) when the hf backend decodes on the
         CPU; batch-1 decoding is fastest and steadiest on one (the command line's --threads). None or 0: torch's
         setting is left as it is."""
-        from .pair.defaults import resolve
-        from .core.errors import ConfigError, ModelPairError
-        from .pair.model_source import Weights, pair_names
-        from .timing import set_threads
 
         if backend not in BACKENDS:
-            raise ConfigError(f"backend={backend!r} is invalid: expected one of {BACKENDS}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-            raise ConfigError(f"threads={threads!r} is invalid: expected an integer >= 0 or None")
-        drafter, verifier = pair_names(drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER)
-        weights = Weights.for_backend(backend, backend_kwargs)  # random only for vLLM's dummy loader
-        paths = {role: resolve(role, name, weights) for role, name in
-                 (("drafter", drafter), ("verifier", verifier), ("text_drafter", text_drafter))}
+            raise ConfigError(
+                f"backend={backend!r} is invalid: expected one of {BACKENDS}"
+            )
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads < 0
+        ):
+            raise ConfigError(
+                f"threads={threads!r} is invalid: expected an integer >= 0 or None"
+            )
+        drafter, verifier = pair_names(
+            drafter, verifier, DEFAULT_DRAFTER, DEFAULT_VERIFIER
+        )
+        weights = Weights.for_backend(
+            backend, backend_kwargs
+        )  # random only for vLLM's dummy loader
+        paths = {
+            role: resolve(role, name, weights)
+            for role, name in (
+                ("drafter", drafter),
+                ("verifier", verifier),
+                ("text_drafter", text_drafter),
+            )
+        }
         try:
-            pair = ModelPair.load(paths["drafter"], paths["verifier"], paths["text_drafter"], trust_remote_code)
+            pair = ModelPair.load(
+                paths["drafter"],
+                paths["verifier"],
+                paths["text_drafter"],
+                trust_remote_code,
+            )
             if backend == "hf":
-                from .backends.hf.hf_backend import HFBackend
+                from .backends.hf.hf_backend import (
+                    HFBackend,
+                )  # lazy: loads transformers
 
                 set_threads(threads or 0, device)
-                impl = HFBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"], device,
-                                      dtype, trust_remote_code)
+                impl = HFBackend.load(
+                    pair,
+                    paths["drafter"],
+                    paths["verifier"],
+                    paths["text_drafter"],
+                    device,
+                    dtype,
+                    trust_remote_code,
+                )
             else:
-                from .backends.vllm.vllm_backend import VLLMBackend
-
-                impl = VLLMBackend.load(pair, paths["drafter"], paths["verifier"], paths["text_drafter"],
-                                        dtype=dtype, **backend_kwargs)
-        except (OSError, TypeError) as e:  # transformers on a folder missing a file (weights, tokenizer), a gated repo
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelPairError(f"loading drafter {drafter!r} / verifier {verifier!r} failed: {first} (`embedded` "
-                                 "names the offline toy pair; HF_HUB_OFFLINE=1 loads cached hub ids)") from e
-        names = {"drafter": paths["drafter"], "verifier": paths["verifier"], "text_drafter": paths["text_drafter"],
-                 "backend": backend}
+                impl = VLLMBackend.load(
+                    pair,
+                    paths["drafter"],
+                    paths["verifier"],
+                    paths["text_drafter"],
+                    dtype=dtype,
+                    **backend_kwargs,
+                )
+        except (
+            OSError,
+            TypeError,
+        ) as e:  # transformers on a folder missing a file (weights, tokenizer), a gated repo
+            first = (
+                str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            )
+            raise ModelPairError(
+                f"loading drafter {drafter!r} / verifier {verifier!r} failed: {first} (`embedded` "
+                "names the offline toy pair; HF_HUB_OFFLINE=1 loads cached hub ids)"
+            ) from e
+        names = {
+            "drafter": paths["drafter"],
+            "verifier": paths["verifier"],
+            "text_drafter": paths["text_drafter"],
+            "backend": backend,
+        }
         return cls(pair, impl, names)
 
     @property
@@ -155,10 +233,19 @@ class AsymSpecVL:
         """The verifier's tokenizer (the pair shares one vocabulary)."""
         return self.pair.tokenizer
 
-    def generate(self, image=None, question: str = "", caption: str = "", ocr: str = "",
-                 method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
-                 full_context: str | None = None, compressed_context: str | None = None,
-                 on_step: Callable | None = None, **overrides) -> GenerationResult:
+    def generate(
+        self,
+        image=None,
+        question: str = "",
+        caption: str = "",
+        ocr: str = "",
+        method: str = "asymspec",
+        config: AsymSpecConfig | dict | None = None,
+        full_context: str | None = None,
+        compressed_context: str | None = None,
+        on_step: Callable | None = None,
+        **overrides,
+    ) -> GenerationResult:
         """Answer one question. With an image: the drafter reads image + text, the verifier caption + OCR.
         Text-only AsymSpec: pass full_context (drafter) and compressed_context (verifier) instead.
         Text arguments are str (caption / ocr None read as ""); config may be a dict of AsymSpecConfig
@@ -171,41 +258,81 @@ class AsymSpecVL:
         rejection drawn from filtered softmax((t + beta * delta) / tau), the bonus from softmax(t / tau); tau -> 0
         is Algorithm 1 exactly. SD samples losslessly (speculative sampling). docs/python-api.md, "Sampling"."""
         req = Request(image, question, caption, ocr, full_context, compressed_context)
-        return self.generate_batch([req], method, config, on_step, on_error="raise", **overrides)[0]
+        return self.generate_batch(
+            [req], method, config, on_step, on_error="raise", **overrides
+        )[0]
 
-    def generate_chat(self, messages: list, method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
-                      on_step: Callable | None = None, **overrides) -> GenerationResult:
+    def generate_chat(
+        self,
+        messages: list,
+        method: str = "asymspec",
+        config: AsymSpecConfig | dict | None = None,
+        on_step: Callable | None = None,
+        **overrides,
+    ) -> GenerationResult:
         """Answer the last user turn of a conversation: `messages` as OpenAI's (system / user / assistant),
         images as {"type": "image", "image": ..., "caption": ..., "ocr": ...} parts of user turns (see
         asymspec_vl/inputs/conversation.py for the three views it makes). Arguments and errors as generate's."""
-        return self.generate_batch([Conversation(messages)], method, config, on_step, on_error="raise",
-                                   **overrides)[0]
+        return self.generate_batch(
+            [Conversation(messages)],
+            method,
+            config,
+            on_step,
+            on_error="raise",
+            **overrides,
+        )[0]
 
-    def stream(self, image=None, question: str = "", caption: str = "", ocr: str = "",
-               method: str = "asymspec", config: AsymSpecConfig | dict | None = None,
-               full_context: str | None = None, compressed_context: str | None = None, **overrides) -> TextStream:
+    def stream(
+        self,
+        image=None,
+        question: str = "",
+        caption: str = "",
+        ocr: str = "",
+        method: str = "asymspec",
+        config: AsymSpecConfig | dict | None = None,
+        full_context: str | None = None,
+        compressed_context: str | None = None,
+        **overrides,
+    ) -> TextStream:
         """generate(...) as text deltas: `for delta in vl.stream(image, question): print(delta, end="")`.
         Breaking out of the loop (or stream.close()) stops the decoding; once the loop ends `stream.result`
         is the GenerationResult. Arguments and errors as generate's (a bad argument is raised at once)."""
         cfg = with_overrides(config, overrides)
-        request = Request(image, question, caption, ocr, full_context, compressed_context)
-        self._validated([request], method_named(method), cfg)  # bad input raises here, not in the worker
-        return TextStream(lambda on_step: self.generate_batch([request], method, cfg, on_step, "raise")[0],
-                          self.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
+        request = Request(
+            image, question, caption, ocr, full_context, compressed_context
+        )
+        self._validated(
+            [request], method_named(method), cfg
+        )  # bad input raises here, not in the worker
+        return TextStream(
+            lambda on_step: self.generate_batch(
+                [request], method, cfg, on_step, "raise"
+            )[0],
+            self.decode,
+            cfg.stop,
+            cfg.include_stop_str_in_output,
+            cfg.min_tokens,
+        )
 
     def close(self) -> None:
         """Release the backend's engines and memory (vLLM: shut its engines down)."""
         self.backend.close()
 
-    def __enter__(self) -> "AsymSpecVL":
+    def __enter__(self) -> AsymSpecVL:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def generate_batch(self, requests: list[Request], method: str = "asymspec",
-                       config: AsymSpecConfig | dict | None = None, on_step: Callable | None = None,
-                       on_error: str = "mark", **overrides) -> list[GenerationResult]:
+    def generate_batch(
+        self,
+        requests: list[Request],
+        method: str = "asymspec",
+        config: AsymSpecConfig | dict | None = None,
+        on_step: Callable | None = None,
+        on_error: str = "mark",
+        **overrides,
+    ) -> list[GenerationResult]:
         """Decode many requests together (different prompt lengths are fine).
 
         Every request is validated before any model runs: bad ones raise one BatchInputError naming each
@@ -218,9 +345,13 @@ class AsymSpecVL:
         chosen = method_named(method)
         self.pair.check_stop_ids(cfg)
         if not is_one_of(on_error, ON_ERROR):
-            raise ConfigError(f"on_error={on_error!r} is invalid: expected one of {ON_ERROR}")
+            raise ConfigError(
+                f"on_error={on_error!r} is invalid: expected one of {ON_ERROR}"
+            )
         if on_step is not None and not callable(on_step):
-            raise ConfigError(f"on_step must be callable or None, got {type(on_step).__name__}")
+            raise ConfigError(
+                f"on_step must be callable or None, got {type(on_step).__name__}"
+            )
         encoded = self._validated(requests, chosen, cfg)
         if not encoded:
             return []
@@ -231,16 +362,22 @@ class AsymSpecVL:
             raise RequestFailedError(results, failed)
         return results
 
-    def _validated(self, requests, method: Method, cfg: AsymSpecConfig) -> list[EncodedRequest]:
+    def _validated(
+        self, requests, method: Method, cfg: AsymSpecConfig
+    ) -> list[EncodedRequest]:
         """Encode every request and check it fits the models' context; collect every bad one by index."""
         refuse_on_backend(cfg, self.backend.name)
         context = partial(self.backend.context_length, method=method, cfg=cfg)
         if not isinstance(requests, (list, tuple)):
-            raise InputError(f"requests must be a list of Request or Conversation, got {type(requests).__name__}")
+            raise InputError(
+                f"requests must be a list of Request or Conversation, got {type(requests).__name__}"
+            )
         encoded, errors = [], {}
         for i, r in enumerate(requests):
             try:
-                enc = encode(r, self.pair.processor, self.pair.tokenizer, self.pair.cross_map)
+                enc = encode(
+                    r, self.pair.processor, self.pair.tokenizer, self.pair.cross_map
+                )
                 budget.check_fits(enc, method, cfg, context)
                 encoded.append(enc)
             except InputError as e:
@@ -254,11 +391,27 @@ class AsymSpecVL:
     def decode(self, token_ids: list[int]) -> str:
         return self.pair.decode(token_ids)
 
-    def _result(self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig) -> GenerationResult:
+    def _result(
+        self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig
+    ) -> GenerationResult:
         pieces = trace_pieces(self.pair.tokenizer, out.token_ids)
-        trace = [TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)]
-        text = out.text if out.text is not None else self.decode(out.token_ids)  # a stop string cut it
-        return GenerationResult(text, out.token_ids, trace, out.stats, enc.prompts,
-                                method, cfg, out.finish_reason, dict(enc.meta), out.error, out.logprobs,
-                                out.prompt_logprobs)
-
+        trace = [
+            TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)
+        ]
+        text = (
+            out.text if out.text is not None else self.decode(out.token_ids)
+        )  # a stop string cut it
+        return GenerationResult(
+            text,
+            out.token_ids,
+            trace,
+            out.stats,
+            enc.prompts,
+            method,
+            cfg,
+            out.finish_reason,
+            dict(enc.meta),
+            out.error,
+            out.logprobs,
+            out.prompt_logprobs,
+        )

@@ -51,7 +51,9 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="asymspec-vl", description=DESCRIPTION, epilog=EPILOG)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Parser
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
@@ -60,12 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):  # a bare `asymspec-vl`: the commands, not only a usage line
+    if not (
+        sys.argv[1:] if argv is None else argv
+    ):  # a bare `asymspec-vl`: the commands, not only a usage line
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(argv)
     try:
-        with results_only_stdout():  # stdout: the command's results; every library's log: stderr
+        with (
+            results_only_stdout()
+        ):  # stdout: the command's results; every library's log: stderr
             return int(args.func(args) or 0)
     except AsymSpecError as e:
         print(f"asymspec-vl: error: {e}", file=sys.stderr)

@@ -47,8 +47,14 @@ def results_only_stdout():
         return
     os.dup2(2, 1)
     original = sys.stdout
-    results = open(saved, "w", encoding=original.encoding, errors=original.errors, closefd=False,
-                   buffering=1 if original.line_buffering else -1)
+    results = open(
+        saved,
+        "w",
+        encoding=original.encoding,
+        errors=original.errors,
+        closefd=False,
+        buffering=1 if original.line_buffering else -1,
+    )
     sys.stdout = results
     try:
         yield

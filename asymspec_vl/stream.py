@@ -3,7 +3,8 @@
 The decoding runs in a worker thread and hands each step's committed tokens over a one-place queue (so it runs
 at most a step ahead of the consumer); the consumer gets only the text they add, as core/stop_strings.py's
 StreamedText sends it (a character split over byte-level tokens waits for its last byte; with stop strings nothing
-that a stop string cuts is ever sent), so the pieces join to `result.text`. Stopping (`break`, leaving a `with` block, `close()`) makes the next
+that a stop string cuts is ever sent), so the pieces join to `result.text`. Stopping (`break`, leaving a `with` block,
+`close()`) makes the next
 step raise StopDecoding inside the backend, which ends the decoding (vLLM aborts the engine's request);
 `result` is then None."""
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from .core.stop_strings import StreamedText
 
@@ -25,15 +26,25 @@ class StopDecoding(Exception):
 class TextStream:
     """Iterate for text deltas; `result` is the GenerationResult once the stream is exhausted."""
 
-    def __init__(self, run: Callable[[Callable], object], decode: Callable[[list[int]], str],
-                 stop: tuple[str, ...] = (), include_stop_str_in_output: bool = False, min_tokens: int = 0):
+    def __init__(
+        self,
+        run: Callable[[Callable], object],
+        decode: Callable[[list[int]], str],
+        stop: tuple[str, ...] = (),
+        include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
+    ):
         """run(on_step) decodes the request, calling on_step(rows) after each step; decode(ids) -> text; stop,
         include_stop_str_in_output and min_tokens: the request's (its config's) stop-string settings."""
         # one step in hand at most: the decoding runs no further ahead of the consumer than that
         self._queue, self._stopped = queue.Queue(maxsize=1), threading.Event()
-        self._text = StreamedText(decode, tuple(stop), include_stop_str_in_output, min_tokens)
+        self._text = StreamedText(
+            decode, tuple(stop), include_stop_str_in_output, min_tokens
+        )
         self.result, self._error = None, None
-        self._worker = threading.Thread(target=self._work, args=(run,), daemon=True, name="asymspec-stream")
+        self._worker = threading.Thread(
+            target=self._work, args=(run,), daemon=True, name="asymspec-stream"
+        )
         self._worker.start()
 
     def _work(self, run: Callable[[Callable], object]) -> None:
@@ -74,7 +85,9 @@ class TextStream:
             raise
         if self._error is not None:
             raise self._error
-        if self.result is not None:  # the text held back, or the final text's end (a stop string cut it)
+        if (
+            self.result is not None
+        ):  # the text held back, or the final text's end (a stop string cut it)
             tail = self._text.end(self.result.text)
             if tail:
                 yield tail
@@ -87,7 +100,7 @@ class TextStream:
 
     close = stop
 
-    def __enter__(self) -> "TextStream":
+    def __enter__(self) -> TextStream:
         return self
 
     def __exit__(self, *exc) -> None:

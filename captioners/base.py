@@ -53,8 +53,11 @@ class ImageText:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ImageText":
-        boxes = [OCRBox(b["box"], b["text"], b.get("confidence", 1.0)) for b in d.get("ocr_boxes", [])]
+    def from_dict(cls, d: dict) -> ImageText:
+        boxes = [
+            OCRBox(b["box"], b["text"], b.get("confidence", 1.0))
+            for b in d.get("ocr_boxes", [])
+        ]
         return cls(d.get("caption", ""), d.get("ocr", ""), boxes, d.get("source", ""))
 
 
@@ -78,7 +81,9 @@ class CombinedCaptioner:
 
     def __init__(self, caption: Captioner | None = None, ocr: Captioner | None = None):
         if caption is None and ocr is None:
-            raise CaptionerError("CombinedCaptioner needs a caption captioner, an OCR captioner or both")
+            raise CaptionerError(
+                "CombinedCaptioner needs a caption captioner, an OCR captioner or both"
+            )
         self.caption, self.ocr = caption, ocr
         self.name = f"caption={caption.name if caption else None}+ocr={ocr.name if ocr else None}"
 

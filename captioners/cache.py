@@ -57,7 +57,11 @@ class CachedCaptioner:
         return result
 
     def _path(self, ck: str) -> Path | None:
-        return self.directory / ck[:2] / f"{ck}.json" if self.directory is not None else None
+        return (
+            self.directory / ck[:2] / f"{ck}.json"
+            if self.directory is not None
+            else None
+        )
 
     def _read(self, ck: str) -> ImageText | None:
         path = self._path(ck)
@@ -67,7 +71,9 @@ class CachedCaptioner:
             entry = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None  # an unreadable entry is recomputed and overwritten
-        return ImageText.from_dict(entry) if _well_formed(entry) else None  # so is one of the wrong shape
+        return (
+            ImageText.from_dict(entry) if _well_formed(entry) else None
+        )  # so is one of the wrong shape
 
     def _write(self, ck: str, result: ImageText) -> None:
         """Best effort: a write that fails (no space, a read-only folder, a directory in the way) leaves no temp
@@ -88,14 +94,20 @@ class CachedCaptioner:
                     os.unlink(tmp)
             if not self._write_failed:
                 self._write_failed = True
-                logger.warning("the caption cache cannot write %s (%s): results are kept in memory only; later "
-                               "failures are not logged", path, e)
+                logger.warning(
+                    "the caption cache cannot write %s (%s): results are kept in memory only; later "
+                    "failures are not logged",
+                    path,
+                    e,
+                )
 
 
 def _well_formed(entry) -> bool:
     """Whether a cache file holds an ImageText.to_dict(): text fields are str, OCR boxes {box [4, 2], text,
     confidence}."""
-    if not isinstance(entry, dict) or not all(isinstance(entry.get(k, ""), str) for k in ("caption", "ocr", "source")):
+    if not isinstance(entry, dict) or not all(
+        isinstance(entry.get(k, ""), str) for k in ("caption", "ocr", "source")
+    ):
         return False
     boxes = entry.get("ocr_boxes", [])
     return isinstance(boxes, list) and all(_well_formed_box(b) for b in boxes)
@@ -104,7 +116,15 @@ def _well_formed(entry) -> bool:
 def _well_formed_box(box) -> bool:
     def number(x) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
+
     corners = box.get("box") if isinstance(box, dict) else None
-    return (isinstance(corners, list) and len(corners) == 4
-            and all(isinstance(p, list) and len(p) == 2 and all(number(x) for x in p) for p in corners)
-            and isinstance(box.get("text"), str) and number(box.get("confidence", 1.0)))
+    return (
+        isinstance(corners, list)
+        and len(corners) == 4
+        and all(
+            isinstance(p, list) and len(p) == 2 and all(number(x) for x in p)
+            for p in corners
+        )
+        and isinstance(box.get("text"), str)
+        and number(box.get("confidence", 1.0))
+    )

@@ -23,7 +23,9 @@ def read_texts(path: str | Path) -> dict:
     if isinstance(data, dict) and isinstance(data.get("texts"), dict):
         data = data["texts"]
     if not isinstance(data, dict):
-        raise CaptionerError(f"{p} must hold a JSON object of key -> text (or {{'texts': {{...}}}})")
+        raise CaptionerError(
+            f"{p} must hold a JSON object of key -> text (or {{'texts': {{...}}}})"
+        )
     return {str(k): v for k, v in data.items()}
 
 
@@ -35,10 +37,16 @@ class PrecomputedCaptioner:
     raises CaptionNotFoundError; a key present in one gets an empty string for the other.
     """
 
-    def __init__(self, captions: Mapping[str, str] | None = None, ocr: Mapping[str, object] | None = None,
-                 name: str = "precomputed"):
+    def __init__(
+        self,
+        captions: Mapping[str, str] | None = None,
+        ocr: Mapping[str, object] | None = None,
+        name: str = "precomputed",
+    ):
         if captions is None and ocr is None:
-            raise CaptionerError("PrecomputedCaptioner needs captions, OCR results or both")
+            raise CaptionerError(
+                "PrecomputedCaptioner needs captions, OCR results or both"
+            )
         self.captions = {str(k): v for k, v in (captions or {}).items()}
         self.ocr = {str(k): v for k, v in (ocr or {}).items()}
         bad = [k for k, v in self.captions.items() if not isinstance(v, str)]
@@ -47,14 +55,22 @@ class PrecomputedCaptioner:
         self.name = name
 
     @classmethod
-    def from_json(cls, captions: str | Path | None = None, ocr: str | Path | None = None) -> "PrecomputedCaptioner":
+    def from_json(
+        cls, captions: str | Path | None = None, ocr: str | Path | None = None
+    ) -> PrecomputedCaptioner:
         """Load from JSON files; the name carries the files' content hashes (cache keys stay honest)."""
         parts, texts = [], {}
         for role, path in (("captions", captions), ("ocr", ocr)):
             if path is not None:
                 texts[role] = read_texts(path)
-                parts.append(f"{role}={hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}")
-        return cls(texts.get("captions"), texts.get("ocr"), name="precomputed:" + ",".join(parts))
+                parts.append(
+                    f"{role}={hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
+                )
+        return cls(
+            texts.get("captions"),
+            texts.get("ocr"),
+            name="precomputed:" + ",".join(parts),
+        )
 
     def __contains__(self, key: str) -> bool:
         return str(key) in self.captions or str(key) in self.ocr
@@ -64,10 +80,14 @@ class PrecomputedCaptioner:
 
     def describe(self, image=None, key: str | None = None) -> ImageText:
         if key is None:
-            raise CaptionerError("precomputed captions are looked up by key (e.g. a MathVista pid): pass key=")
+            raise CaptionerError(
+                "precomputed captions are looked up by key (e.g. a MathVista pid): pass key="
+            )
         key = str(key)
         if key not in self:
-            raise CaptionNotFoundError(f"no precomputed caption or OCR text for key {key!r} ({self.name})")
+            raise CaptionNotFoundError(
+                f"no precomputed caption or OCR text for key {key!r} ({self.name})"
+            )
         raw = self.ocr.get(key)
         if isinstance(raw, str) and not raw.lstrip().startswith("["):
             text, boxes = raw.strip(), []  # plain OCR text

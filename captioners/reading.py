@@ -35,7 +35,10 @@ def ordered_boxes(boxes: list[OCRBox]) -> list[OCRBox]:
 
 def ocr_text(boxes: list[OCRBox]) -> str:
     """One line of text per reading line: words joined by spaces, lines by newlines."""
-    lines = (" ".join(b.text.strip() for b in line if b.text.strip()) for line in reading_order(boxes))
+    lines = (
+        " ".join(b.text.strip() for b in line if b.text.strip())
+        for line in reading_order(boxes)
+    )
     return "\n".join(line for line in lines if line)
 
 
@@ -54,9 +57,13 @@ def parse_easyocr(result, what: str = "OCR result") -> list[OCRBox]:
         try:
             result = ast.literal_eval(result.strip())
         except (ValueError, SyntaxError, MemoryError, RecursionError) as e:
-            raise CaptionerError(f"{what} is not a Python-literal EasyOCR result: {e}") from e
+            raise CaptionerError(
+                f"{what} is not a Python-literal EasyOCR result: {e}"
+            ) from e
     if not isinstance(result, (list, tuple)):
-        raise CaptionerError(f"{what} must be a list of (box, text, confidence), got {type(result).__name__}")
+        raise CaptionerError(
+            f"{what} must be a list of (box, text, confidence), got {type(result).__name__}"
+        )
     return [_box(item, what) for item in result]
 
 

@@ -12,8 +12,18 @@ from . import render
 BASELINES = ("floor", "drafter")
 PANELS = ("asymspec", *BASELINES)
 # Panel states. The answer ends in DONE (end of answer or token limit), STOPPED (the Stop button) or FAILED.
-WAITING, DECODING, DONE, STOPPED, NOT_RUN, FAILED = "waiting", "decoding", "done", "stopped", "not run", "failed"
-ENDINGS = {"stop": "end of answer", "length": "token limit"}  # GenerationResult.finish_reason -> words
+WAITING, DECODING, DONE, STOPPED, NOT_RUN, FAILED = (
+    "waiting",
+    "decoding",
+    "done",
+    "stopped",
+    "not run",
+    "failed",
+)
+ENDINGS = {
+    "stop": "end of answer",
+    "length": "token limit",
+}  # GenerationResult.finish_reason -> words
 # answer outputs: AsymSpec panel, Floor panel, drafter panel (HTML), stats table (HTML), prompts (HTML),
 # results (dict)
 Outputs = tuple[str, str, str, str, str, dict]
@@ -23,7 +33,9 @@ Outputs = tuple[str, str, str, str, str, dict]
 class Panel:
     method: str
     state: str = WAITING
-    pieces: list[tuple[str, str]] = field(default_factory=list)  # (token text, trace source), end token left out
+    pieces: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (token text, trace source), end token left out
     fused: int = 0  # δ-fused tokens, the end token included
     stats: Stats | None = None
     elapsed_s: float | None = None  # wall time so far while decoding
@@ -36,10 +48,16 @@ class Panel:
             return f"done: {self.ending}"
         if self.state == STOPPED:
             n = len(self.pieces)
-            return f"stopped after {n} token{'s' if n != 1 else ''}" if n else "stopped before its first token"
+            return (
+                f"stopped after {n} token{'s' if n != 1 else ''}"
+                if n
+                else "stopped before its first token"
+            )
         if self.state == FAILED:
             return "failed: see the message"
-        return {WAITING: "waiting…", DECODING: "decoding…", NOT_RUN: "not run"}[self.state]
+        return {WAITING: "waiting…", DECODING: "decoding…", NOT_RUN: "not run"}[
+            self.state
+        ]
 
 
 class Board:
@@ -47,34 +65,72 @@ class Board:
     `end_ids` ends the answer and is not shown as a token. notes: warnings shown next to the AsymSpec answer;
     settings: render.settings_html's line and speed_note a line on speed, both under the stats."""
 
-    def __init__(self, methods: list[str], end_ids: set[int] = frozenset(), notes: tuple[str, ...] = (),
-                 settings: str = "", speed_note: str = ""):
+    def __init__(
+        self,
+        methods: list[str],
+        end_ids: set[int] = frozenset(),
+        notes: tuple[str, ...] = (),
+        settings: str = "",
+        speed_note: str = "",
+    ):
         self.methods, self.end_ids = methods, end_ids
         self.notes, self.settings, self.speed_note = tuple(notes), settings, speed_note
-        self.panels = {m: Panel(m, WAITING if m in methods else NOT_RUN) for m in PANELS}
+        self.panels = {
+            m: Panel(m, WAITING if m in methods else NOT_RUN) for m in PANELS
+        }
 
     @classmethod
-    def blank(cls, state: str = NOT_RUN) -> "Board":
+    def blank(cls, state: str = NOT_RUN) -> Board:
         """Every panel in one state: WAITING while a new answer starts, NOT_RUN when none will come."""
         board = cls([])
         for panel in board.panels.values():
             panel.state = state
         return board
 
-    def snapshot(self, method: str, ids: list[int], pieces: list[str], sources: list[str], stats: Stats,
-                 elapsed_s: float, text: str) -> None:
+    def snapshot(
+        self,
+        method: str,
+        ids: list[int],
+        pieces: list[str],
+        sources: list[str],
+        stats: Stats,
+        elapsed_s: float,
+        text: str,
+    ) -> None:
         """text: the answer's text so far as a stream sends it (StreamedText.sent): the tokens shown stop there."""
-        self.panels[method] = Panel(method, DECODING, *self._tokens(ids, pieces, sources, text), stats, elapsed_s)
+        self.panels[method] = Panel(
+            method,
+            DECODING,
+            *self._tokens(ids, pieces, sources, text),
+            stats,
+            elapsed_s,
+        )
 
-    def finish(self, method: str, ids: list[int], pieces: list[str], sources: list[str], stats: Stats,
-               finish_reason: str, result: dict, text: str) -> None:
+    def finish(
+        self,
+        method: str,
+        ids: list[int],
+        pieces: list[str],
+        sources: list[str],
+        stats: Stats,
+        finish_reason: str,
+        result: dict,
+        text: str,
+    ) -> None:
         """text: the answer's final text (a stop string cuts it inside the tokens: they are shown up to there)."""
         ending = ENDINGS.get(finish_reason, finish_reason)
-        self.panels[method] = Panel(method, DONE, *self._tokens(ids, pieces, sources, text), stats, ending=ending,
-                                    result=result)
+        self.panels[method] = Panel(
+            method,
+            DONE,
+            *self._tokens(ids, pieces, sources, text),
+            stats,
+            ending=ending,
+            result=result,
+        )
 
-    def _tokens(self, ids: list[int], pieces: list[str], sources: list[str], text: str
-                ) -> tuple[list[tuple[str, str]], int]:
+    def _tokens(
+        self, ids: list[int], pieces: list[str], sources: list[str], text: str
+    ) -> tuple[list[tuple[str, str]], int]:
         shown = list(zip(pieces, sources))
         if ids and ids[-1] in self.end_ids:
             shown = shown[:-1]
@@ -90,14 +146,37 @@ class Board:
                 panel.state = NOT_RUN
 
     def outputs(self) -> Outputs:
-        html = [render.panel_html(p.method, p.pieces, p.status(), self.notes if p.method == "asymspec" else ())
-                for p in (self.panels[m] for m in PANELS)]
-        rows = [render.stats_row(m, p.stats, p.fused, p.elapsed_s, _stats_status(p))
-                for m in self.methods for p in [self.panels[m]] if p.stats is not None]
-        results = {m: self.panels[m].result for m in self.methods if self.panels[m].result is not None}
-        prompts = next((r.get("prompts") for r in results.values() if r), None)  # one request: the same prompts
-        return (html[0], html[1], html[2], render.stats_html(rows, self.settings, self.speed_note),
-                render.prompts_html(prompts), results)
+        html = [
+            render.panel_html(
+                p.method,
+                p.pieces,
+                p.status(),
+                self.notes if p.method == "asymspec" else (),
+            )
+            for p in (self.panels[m] for m in PANELS)
+        ]
+        rows = [
+            render.stats_row(m, p.stats, p.fused, p.elapsed_s, _stats_status(p))
+            for m in self.methods
+            for p in [self.panels[m]]
+            if p.stats is not None
+        ]
+        results = {
+            m: self.panels[m].result
+            for m in self.methods
+            if self.panels[m].result is not None
+        }
+        prompts = next(
+            (r.get("prompts") for r in results.values() if r), None
+        )  # one request: the same prompts
+        return (
+            html[0],
+            html[1],
+            html[2],
+            render.stats_html(rows, self.settings, self.speed_note),
+            render.prompts_html(prompts),
+            results,
+        )
 
 
 def cut(shown: list[tuple[str, str]], text: str) -> list[tuple[str, str]]:

@@ -4,7 +4,7 @@ method and streamed as a stream sends it (core/stop_strings.StreamedText), witho
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from asymspec_vl.core.errors import ConfigError, EmptyQuestionError
 from asymspec_vl.core.stop_strings import StreamedText
@@ -12,7 +12,11 @@ from asymspec_vl.core.stop_strings import StreamedText
 from .board import ENDINGS
 from .streaming import Cancelled, Snapshot, stream_generate
 
-METHODS = {"asymspec": "AsymSpec", "floor": "Floor (the verifier alone)", "drafter": "VL drafter alone"}
+METHODS = {
+    "asymspec": "AsymSpec",
+    "floor": "Floor (the verifier alone)",
+    "drafter": "VL drafter alone",
+}
 # turns: the conversation as the chat shows it, [{"role": "user" | "assistant", "content": str}, ...]
 Turns = list[dict]
 
@@ -20,7 +24,9 @@ Turns = list[dict]
 def with_question(turns: Turns, question) -> Turns:
     """The conversation with the user's new message (EmptyQuestionError for no text)."""
     if not isinstance(question, str) or not question.strip():
-        raise EmptyQuestionError("The message is empty: type a question about the image.")
+        raise EmptyQuestionError(
+            "The message is empty: type a question about the image."
+        )
     return [*turns, {"role": "user", "content": question}]
 
 
@@ -41,35 +47,64 @@ def chat_messages(turns: Turns, image, caption: str, ocr: str) -> list[dict]:
     for turn in turns:
         content = turn["content"]
         if turn["role"] == "user" and not placed:
-            content = [{"type": "image", "image": image, "caption": caption or "", "ocr": ocr or ""},
-                       {"type": "text", "text": content}]
+            content = [
+                {
+                    "type": "image",
+                    "image": image,
+                    "caption": caption or "",
+                    "ocr": ocr or "",
+                },
+                {"type": "text", "text": content},
+            ]
             placed = True
         messages.append({"role": turn["role"], "content": content})
     return messages
 
 
-def reply(service, turns: Turns, image, caption: str, ocr: str, method: str, cfg,
-          stop: threading.Event | None = None) -> Iterator[tuple[Turns, str]]:
+def reply(
+    service,
+    turns: Turns,
+    image,
+    caption: str,
+    ocr: str,
+    method: str,
+    cfg,
+    stop: threading.Event | None = None,
+) -> Iterator[tuple[Turns, str]]:
     """Stream the reply to the conversation's last user message: (the turns with the reply so far, its status:
     "decoding…", "done: ..." or "stopped"). The image (any uploads.as_upload input) is checked and decoded by
     the service first. The reply's text grows as a stream sends it and ends as the result's text."""
     if method not in METHODS:
-        raise ConfigError(f"method={method!r} is invalid: expected one of {', '.join(METHODS)}")
+        raise ConfigError(
+            f"method={method!r} is invalid: expected one of {', '.join(METHODS)}"
+        )
     if not turns or turns[-1]["role"] != "user":
         raise EmptyQuestionError("There is no question: type a message.")
     decoded = service.load(image) if image is not None else None
     messages = chat_messages(turns, decoded, caption, ocr)
-    text = StreamedText(service.vl.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
+    text = StreamedText(
+        service.vl.decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens
+    )
     answer = {"role": "assistant", "content": ""}
     try:
-        for item in stream_generate(service.vl, service.lock, stop, entry="generate_chat", messages=messages,
-                                    method=method, config=cfg):
+        for item in stream_generate(
+            service.vl,
+            service.lock,
+            stop,
+            entry="generate_chat",
+            messages=messages,
+            method=method,
+            config=cfg,
+        ):
             if isinstance(item, Snapshot):
                 answer["content"] += text.push(item.token_ids)
                 yield [*turns, dict(answer)], "decoding…"
             else:
                 answer["content"] += text.end(item.text)
                 ending = ENDINGS.get(item.finish_reason, item.finish_reason)
-                yield [*turns, dict(answer)], f"done: {ending} ({len(item.token_ids)} tokens, {METHODS[method]})"
+                yield (
+                    [*turns, dict(answer)],
+                    f"done: {ending} ({len(item.token_ids)} tokens, {METHODS[method]})",
+                )
     except Cancelled:
         yield [*turns, dict(answer)], "stopped"

@@ -8,8 +8,14 @@ import logging
 
 import gradio as gr
 
-from asymspec_vl.core.errors import (AsymSpecError, ConfigError, EmptyQuestionError, ImageTooLargeError,
-                                     InvalidImageError, PromptTooLongError)
+from asymspec_vl.core.errors import (
+    AsymSpecError,
+    ConfigError,
+    EmptyQuestionError,
+    ImageTooLargeError,
+    InvalidImageError,
+    PromptTooLongError,
+)
 
 from . import chat_session, render
 from .board import NOT_RUN, PANELS, WAITING, Board
@@ -17,13 +23,26 @@ from .controls import check_in_range
 from .service import DemoService
 
 log = logging.getLogger(__name__)
-BUSY, READY = (gr.update(interactive=False),) * 2, (gr.update(interactive=True),) * 2  # the chat's Send, Retry
+BUSY, READY = (
+    (gr.update(interactive=False),) * 2,
+    (gr.update(interactive=True),) * 2,
+)  # the chat's Send, Retry
 NO_ANSWER = tuple(render.panel_html(m, [], "no answer yet") for m in PANELS)
-CLEARED = (*NO_ANSWER, render.stats_html([]), render.prompts_html(None), {})  # the panels with no answer
+CLEARED = (
+    *NO_ANSWER,
+    render.stats_html([]),
+    render.prompts_html(None),
+    {},
+)  # the panels with no answer
 # The heading of the page's message, per error type (the first match in this order).
-HEADINGS = ((ImageTooLargeError, "The image is too large"), (InvalidImageError, "The image cannot be used"),
-            (EmptyQuestionError, "There is no question"), (PromptTooLongError, "The input is too long"),
-            (ConfigError, "A setting is out of range"), (AsymSpecError, "The request cannot be served"))
+HEADINGS = (
+    (ImageTooLargeError, "The image is too large"),
+    (InvalidImageError, "The image cannot be used"),
+    (EmptyQuestionError, "There is no question"),
+    (PromptTooLongError, "The input is too long"),
+    (ConfigError, "A setting is out of range"),
+    (AsymSpecError, "The request cannot be served"),
+)
 
 
 def message(e: Exception) -> str:
@@ -32,17 +51,26 @@ def message(e: Exception) -> str:
     heading = next((h for kind, h in HEADINGS if isinstance(e, kind)), None)
     if heading is None:
         log.error("demo: unexpected error", exc_info=e)
-        return render.message_html("Something went wrong on the server",
-                                   f"The request failed ({type(e).__name__}); the server log has the details.")
+        return render.message_html(
+            "Something went wrong on the server",
+            f"The request failed ({type(e).__name__}); the server log has the details.",
+        )
     return render.message_html(heading, str(e))
 
 
 def api_error(e: Exception) -> gr.Error:
     """The API's error: the typed error's class as the title (gr.Error renders its message as HTML: escaped)."""
     if isinstance(e, AsymSpecError):
-        return gr.Error(html.escape(str(e), quote=False), title=type(e).__name__, print_exception=False)
+        return gr.Error(
+            html.escape(str(e), quote=False),
+            title=type(e).__name__,
+            print_exception=False,
+        )
     log.error("demo: unexpected error", exc_info=e)
-    return gr.Error(f"the request failed ({type(e).__name__}); see the server log", title="Internal error")
+    return gr.Error(
+        f"the request failed ({type(e).__name__}); see the server log",
+        title="Internal error",
+    )
 
 
 class Handlers:
@@ -60,20 +88,58 @@ class Handlers:
         self.service.stops.arm(request.session_hash)
         return ("", *Board.blank(WAITING).outputs(), gr.update(interactive=False))
 
-    def answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
-               temperature, top_p, seed, request: gr.Request):
+    def answer(
+        self,
+        image,
+        question,
+        caption,
+        ocr,
+        K,
+        beta,
+        gamma,
+        gate,
+        max_new_tokens,
+        baselines,
+        temperature,
+        top_p,
+        seed,
+        request: gr.Request,
+    ):
         # the message is left alone unless this answer fails: begin() cleared it, and a refused upload meanwhile
         # (which stops this answer) writes its own
         stop = self.service.stops.current(request.session_hash)
         shown = Board.blank(NOT_RUN).outputs()
         try:
             # the page's sliders: a number typed outside one is refused by name (the API takes what the config does)
-            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_p=top_p)
-            for shown in self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-                                             baselines, temperature, top_p, seed, stop=stop):
+            check_in_range(
+                self.service.sliders,
+                K=K,
+                beta=beta,
+                gamma=gamma,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+            )
+            for shown in self.service.answer(
+                image,
+                question,
+                caption,
+                ocr,
+                K,
+                beta,
+                gamma,
+                gate,
+                max_new_tokens,
+                baselines,
+                temperature,
+                top_p,
+                seed,
+                stop=stop,
+            ):
                 yield (gr.skip(), *shown, gr.skip())
-            if stop is not None and stop.superseded:  # a new image arrived: this answer is about the old one
+            if (
+                stop is not None and stop.superseded
+            ):  # a new image arrived: this answer is about the old one
                 shown = CLEARED
             yield (gr.skip(), *shown, gr.update(interactive=True))
         except Exception as e:
@@ -110,11 +176,38 @@ class Handlers:
         return ("", *CLEARED, False)
 
     # The API (gradio_client): errors raise, as gr.Error with the typed error's class as title.
-    def api_answer(self, image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens, baselines,
-                   temperature=None, top_p=None, seed=None):
+    def api_answer(
+        self,
+        image,
+        question,
+        caption,
+        ocr,
+        K,
+        beta,
+        gamma,
+        gate,
+        max_new_tokens,
+        baselines,
+        temperature=None,
+        top_p=None,
+        seed=None,
+    ):
         try:
-            yield from self.service.answer(image, question, caption, ocr, K, beta, gamma, gate, max_new_tokens,
-                                           baselines, temperature, top_p, seed)
+            yield from self.service.answer(
+                image,
+                question,
+                caption,
+                ocr,
+                K,
+                beta,
+                gamma,
+                gate,
+                max_new_tokens,
+                baselines,
+                temperature,
+                top_p,
+                seed,
+            )
         except Exception as e:
             raise api_error(e) from e
 
@@ -131,7 +224,15 @@ class Handlers:
         try:
             turns = chat_session.with_question(turns or [], question)
         except Exception as e:
-            return (message(e), gr.skip(), gr.skip(), "", gr.skip(), gr.skip(), gr.skip())
+            return (
+                message(e),
+                gr.skip(),
+                gr.skip(),
+                "",
+                gr.skip(),
+                gr.skip(),
+                gr.skip(),
+            )
         self._arm(request)
         return ("", turns, turns, "waiting…", *BUSY, "")
 
@@ -143,8 +244,23 @@ class Handlers:
         self._arm(request)
         return ("", turns, turns, "waiting…", *BUSY)
 
-    def chat_answer(self, turns, image, caption, ocr, method, K, beta, gamma, gate, max_new_tokens, temperature,
-                    top_p, seed, request: gr.Request):
+    def chat_answer(
+        self,
+        turns,
+        image,
+        caption,
+        ocr,
+        method,
+        K,
+        beta,
+        gamma,
+        gate,
+        max_new_tokens,
+        temperature,
+        top_p,
+        seed,
+        request: gr.Request,
+    ):
         """The reply to the last user message (none when Send or Retry refused: the last turn is no question)."""
         if not turns or turns[-1]["role"] != "user":
             yield (gr.skip(),) * 6
@@ -152,14 +268,31 @@ class Handlers:
         stop = self.service.stops.current(request.session_hash)
         shown, status = turns, ""
         try:
-            check_in_range(self.service.sliders, K=K, beta=beta, gamma=gamma, max_new_tokens=max_new_tokens,
-                           temperature=temperature, top_p=top_p)
-            cfg = self.service.config(K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed)
-            for shown, status in chat_session.reply(self.service, turns, image, caption, ocr, method, cfg, stop=stop):
+            check_in_range(
+                self.service.sliders,
+                K=K,
+                beta=beta,
+                gamma=gamma,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+            )
+            cfg = self.service.config(
+                K, beta, gamma, gate, max_new_tokens, temperature, top_p, seed
+            )
+            for shown, status in chat_session.reply(
+                self.service, turns, image, caption, ocr, method, cfg, stop=stop
+            ):
                 yield (gr.skip(), shown, shown, status, gr.skip(), gr.skip())
             yield (gr.skip(), shown, shown, status, *READY)
         except Exception as e:
-            yield (message(e), turns, turns, "failed: see the message (Retry answers again)", *READY)
+            yield (
+                message(e),
+                turns,
+                turns,
+                "failed: see the message (Retry answers again)",
+                *READY,
+            )
         finally:
             self.service.stops.release(request.session_hash, stop)
 

@@ -24,7 +24,13 @@ LEGEND_HELP = {
     T.DRAFTER: "the VL drafter's own greedy token (image + question)",
     T.CONTRASTIVE: "SCD's contrastive token",
 }
-METHOD_NAMES = {"asymspec": "AsymSpec", "floor": "Floor", "drafter": "VL drafter", "sd": "SD", "scd": "SCD"}
+METHOD_NAMES = {
+    "asymspec": "AsymSpec",
+    "floor": "Floor",
+    "drafter": "VL drafter",
+    "sd": "SD",
+    "scd": "SCD",
+}
 METHOD_TITLES = {
     "asymspec": "AsymSpec",
     "floor": "Floor: verifier alone on caption + OCR",
@@ -37,8 +43,10 @@ METHOD_TITLES = {
 def token_span(text: str, source: str) -> str:
     """One token as a coloured <span>; its text is HTML-escaped, its source is in the class and tooltip."""
     label, colour = SOURCE_STYLES.get(source, (source, "#ffffff"))
-    return (f'<span class="tok tok-{html.escape(source, quote=True)}" title="{html.escape(label, quote=True)}" '
-            f'style="background:{colour}">{html.escape(text)}</span>')
+    return (
+        f'<span class="tok tok-{html.escape(source, quote=True)}" title="{html.escape(label, quote=True)}" '
+        f'style="background:{colour}">{html.escape(text)}</span>'
+    )
 
 
 def chips_html(pieces: list[tuple[str, str]]) -> str:
@@ -46,7 +54,9 @@ def chips_html(pieces: list[tuple[str, str]]) -> str:
     (or adding no text) shares the chip of the token after it (of the one before, at the end), so no chip is
     empty; a chip never breaks over two lines, nor do the chips of one word (up to the next chip that starts
     with a space). A token of line breaks stays outside the chips, as the line break."""
-    items: list[tuple[str, list[tuple[str, str]]]] = []  # ("chip" | "break", [(token text, source), ...])
+    items: list[
+        tuple[str, list[tuple[str, str]]]
+    ] = []  # ("chip" | "break", [(token text, source), ...])
     pending: list[tuple[str, str]] = []  # space tokens waiting for a chip
 
     def flush() -> None:
@@ -87,17 +97,26 @@ def chips_html(pieces: list[tuple[str, str]]) -> str:
     return "".join(out)
 
 
-def panel_html(method: str, pieces: list[tuple[str, str]], status: str, notes: tuple[str, ...] = ()) -> str:
+def panel_html(
+    method: str, pieces: list[tuple[str, str]], status: str, notes: tuple[str, ...] = ()
+) -> str:
     """One method's panel: its title, its answer as plain text and as coloured chips (pieces = [(token text,
     trace source)]), the notes that bear on this answer (warnings, next to it) and a status line (waiting,
     decoding, done, stopped, not run)."""
     tokens = chips_html(pieces)
-    text = "".join(t for t, _ in pieces).strip()  # the answer as plain text, to read (and copy) above its tokens
-    body = (f'<div class="answer-text">{html.escape(text)}</div><div class="answer-tokens">{tokens}</div>'
-            if tokens else "")
-    return (f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
-            f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
-            f'{body}{notes_html(notes)}<div class="answer-status">{html.escape(status)}</div></div>')
+    text = "".join(
+        t for t, _ in pieces
+    ).strip()  # the answer as plain text, to read (and copy) above its tokens
+    body = (
+        f'<div class="answer-text">{html.escape(text)}</div><div class="answer-tokens">{tokens}</div>'
+        if tokens
+        else ""
+    )
+    return (
+        f'<div class="answer answer-{html.escape(method, quote=True)}" data-method="{html.escape(method)}">'
+        f'<div class="answer-title"><b>{html.escape(METHOD_TITLES.get(method, method))}</b></div>'
+        f'{body}{notes_html(notes)}<div class="answer-status">{html.escape(status)}</div></div>'
+    )
 
 
 def notes_html(notes) -> str:
@@ -109,33 +128,45 @@ def notes_html(notes) -> str:
 def settings_html(cfg, caption: str, ocr: str) -> str:
     """The settings an answer was made with, in one line under its stats, with how it was decoded: greedy, or
     sampled with its temperature, top-p and seed (the seed repeats the answer)."""
-    view = f"caption {len(caption.strip())} characters, OCR {len(ocr.strip())} characters"
-    return (f'<div class="settings">Settings used: K={cfg.K} · β={cfg.beta:g} · γ={cfg.gamma:g} · '
-            f'gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · {decoding_html(cfg)} · '
-            f'verifier\'s view: {view}</div>')
+    view = (
+        f"caption {len(caption.strip())} characters, OCR {len(ocr.strip())} characters"
+    )
+    return (
+        f'<div class="settings">Settings used: K={cfg.K} · β={cfg.beta:g} · γ={cfg.gamma:g} · '
+        f"gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · {decoding_html(cfg)} · "
+        f"verifier's view: {view}</div>"
+    )
 
 
 def decoding_html(cfg) -> str:
-    """"greedy (temperature 0)", or "sampled: temperature 0.7 · top-p 0.9 · seed 123 (...)"."""
+    """ "greedy (temperature 0)", or "sampled: temperature 0.7 · top-p 0.9 · seed 123 (...)"."""
     if not cfg.samples:
         return '<span class="decoding decoding-greedy">greedy (temperature 0)</span>'
-    extra = "".join(f" · {name} {value:g}" for name, value, off in (("top-k", cfg.top_k, 0),
-                                                                     ("min-p", cfg.min_p, 0.0)) if value != off)
-    seed = ("unseeded (not repeatable)" if cfg.seed is None else
-            f'seed <b class="seed">{cfg.seed}</b> (the same seed and settings repeat this answer)')
-    return (f'<span class="decoding decoding-sampled">sampled: temperature {cfg.temperature:g} · '
-            f'top-p {cfg.top_p:g}{extra} · {seed}</span>')
+    extra = "".join(
+        f" · {name} {value:g}"
+        for name, value, off in (("top-k", cfg.top_k, 0), ("min-p", cfg.min_p, 0.0))
+        if value != off
+    )
+    seed = (
+        "unseeded (not repeatable)"
+        if cfg.seed is None
+        else f'seed <b class="seed">{cfg.seed}</b> (the same seed and settings repeat this answer)'
+    )
+    return (
+        f'<span class="decoding decoding-sampled">sampled: temperature {cfg.temperature:g} · '
+        f"top-p {cfg.top_p:g}{extra} · {seed}</span>"
+    )
 
 
 # Prompts field -> who reads it (core/methods.py: logits a, b, t, q) and what it holds (inputs/prompts.py
 # frame_views). δ = a − b: the drafter on x_full minus the drafter on x_comp (the paper's Eq. 1).
 PROMPT_TITLES = {
     "x_full": "x_full, read by the VL drafter for AsymSpec's drafts (logits a): the image, the caption and OCR "
-              "text (when given) and the question",
+    "text (when given) and the question",
     "x_comp": "x_comp, read by the verifier (logits t: AsymSpec and the Floor) and by the VL drafter for "
-              "δ = a − b (logits b): the caption and OCR text (when given) and the question, no image",
+    "δ = a − b (logits b): the caption and OCR text (when given) and the question, no image",
     "x_question": "x_question, read by the VL drafter alone (the baseline; logits q): the image and the question, "
-                  "no caption or OCR text",
+    "no caption or OCR text",
 }
 
 
@@ -143,26 +174,38 @@ def prompts_html(prompts: dict | None) -> str:
     """The exact prompt each model read, as text; a run of image placeholder tokens is written once with its
     count (the drafter's prompt holds one per image token)."""
     if not prompts:
-        return '<p class="prompts-none">The prompts appear here with the first answer.</p>'
+        return (
+            '<p class="prompts-none">The prompts appear here with the first answer.</p>'
+        )
     parts = []
     for field, title in PROMPT_TITLES.items():
         if field in prompts:
-            text = re.sub(r"((<\|[a-z_]+\|>)\2+)", lambda m: f"{m.group(2)}×{len(m.group(1)) // len(m.group(2))}",
-                          prompts[field])
-            parts.append(f'<h4>{html.escape(title)}</h4><pre class="prompt prompt-{field}">{html.escape(text)}</pre>')
+            text = re.sub(
+                r"((<\|[a-z_]+\|>)\2+)",
+                lambda m: f"{m.group(2)}×{len(m.group(1)) // len(m.group(2))}",
+                prompts[field],
+            )
+            parts.append(
+                f'<h4>{html.escape(title)}</h4><pre class="prompt prompt-{field}">{html.escape(text)}</pre>'
+            )
     return "".join(parts)
 
 
 def message_html(title: str, text: str) -> str:
     """The one message of the page (a refused upload, an empty question ...); "" clears it."""
-    return (f'<div class="message" role="alert"><b>{html.escape(title)}</b><br>{html.escape(text)}</div>'
-            if text else "")
+    return (
+        f'<div class="message" role="alert"><b>{html.escape(title)}</b><br>{html.escape(text)}</div>'
+        if text
+        else ""
+    )
 
 
 def legend_html(sources=(T.DRAFT, T.FUSED, T.BONUS, T.VERIFIER, T.DRAFTER)) -> str:
     """The colour key: one sample chip per source with what it means."""
-    items = "".join(f'<li>{token_span(SOURCE_STYLES[s][0], s)} {html.escape(LEGEND_HELP[s])}</li>'
-                    for s in sources)
+    items = "".join(
+        f"<li>{token_span(SOURCE_STYLES[s][0], s)} {html.escape(LEGEND_HELP[s])}</li>"
+        for s in sources
+    )
     return f'<ul class="legend" style="list-style:none;padding-left:0;margin:0">{items}</ul>'
 
 
@@ -173,7 +216,9 @@ def _cell(x: float | int | None, digits: int | None = None) -> str:
     return str(x) if digits is None else f"{x:.{digits}f}"
 
 
-def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, status: str) -> dict:
+def stats_row(
+    method: str, stats: T.Stats, fused: int, elapsed_s: float | None, status: str
+) -> dict:
     """The figures that apply to one method: acceptance rate and mean accepted length where drafts were made
     (AsymSpec, SD, SCD), δ-fused tokens for AsymSpec only. elapsed_s: wall time so far while decoding
     (stats.elapsed_s is set only when decoding ends)."""
@@ -191,11 +236,22 @@ def stats_row(method: str, stats: T.Stats, fused: int, elapsed_s: float | None, 
     }
 
 
-STATS_COLUMNS = ("method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                 "tokens/s", "× Floor (one run)", "status")
+STATS_COLUMNS = (
+    "method",
+    "tokens",
+    "steps",
+    "acceptance rate",
+    "mean accepted length",
+    "δ-fused tokens",
+    "tokens/s",
+    "× Floor (one run)",
+    "status",
+)
 # Under every table: one short answer per method, timed once without a warm-up, is no speed measurement
-ONE_RUN_NOTE = ("tokens/s and × Floor: one short answer each, timed once, so they swing from click to click; "
-                "`asymspec-vl eval` warms up and times many answers.")
+ONE_RUN_NOTE = (
+    "tokens/s and × Floor: one short answer each, timed once, so they swing from click to click; "
+    "`asymspec-vl eval` warms up and times many answers."
+)
 
 
 def _times_floor(row: dict, rows: list[dict]) -> str:
@@ -212,15 +268,22 @@ def stats_html(rows: list[dict], settings: str = "", note: str = "") -> str:
     note the × Floor cells stay empty (a ratio there is only timing noise); ONE_RUN_NOTE is always under it."""
     if not rows:
         return ""
-    head = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
+    head = (
+        "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in STATS_COLUMNS) + "</tr>"
+    )
     body = "".join(
         f'<tr class="stats-{html.escape(r["method"], quote=True)}">'
-        f'<td>{html.escape(METHOD_NAMES.get(r["method"], r["method"]))}</td>'
-        f'<td>{r["tokens"]}</td><td>{r["steps"]}</td><td>{_cell(r["acceptance_rate"], 2)}</td>'
-        f'<td>{_cell(r["mean_accepted_length"], 2)}</td><td>{_cell(r["fused"])}</td>'
-        f'<td>{_cell(r["tokens_per_s"], 1)}</td><td>{"" if note else _times_floor(r, rows)}</td>'
-        f'<td>{html.escape(r["status"])}</td>'
-        '</tr>'
-        for r in rows)
-    note = "".join(f'<div class="speed-note">{html.escape(n)}</div>' for n in (ONE_RUN_NOTE, note) if n)
+        f"<td>{html.escape(METHOD_NAMES.get(r['method'], r['method']))}</td>"
+        f"<td>{r['tokens']}</td><td>{r['steps']}</td><td>{_cell(r['acceptance_rate'], 2)}</td>"
+        f"<td>{_cell(r['mean_accepted_length'], 2)}</td><td>{_cell(r['fused'])}</td>"
+        f"<td>{_cell(r['tokens_per_s'], 1)}</td><td>{'' if note else _times_floor(r, rows)}</td>"
+        f"<td>{html.escape(r['status'])}</td>"
+        "</tr>"
+        for r in rows
+    )
+    note = "".join(
+        f'<div class="speed-note">{html.escape(n)}</div>'
+        for n in (ONE_RUN_NOTE, note)
+        if n
+    )
     return f'<table class="stats">{head}{body}</table>{settings}{note}'

@@ -6,8 +6,8 @@ import copy
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from asymspec_vl.core.trace import Stats
 
@@ -27,8 +27,13 @@ class Cancelled(Exception):
     was set (the page's Stop button); stream_generate re-raises it to the consumer."""
 
 
-def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = None, entry: str = "generate",
-                    **generate_kwargs) -> Iterator[Snapshot | object]:
+def stream_generate(
+    vl,
+    lock: threading.Lock,
+    stop: threading.Event | None = None,
+    entry: str = "generate",
+    **generate_kwargs,
+) -> Iterator[Snapshot | object]:
     """Yield Snapshots while `vl.generate(**generate_kwargs)` (entry "generate_chat": vl.generate_chat) decodes,
     then its GenerationResult.
     Errors of the generation are re-raised here, Cancelled when `stop` was set. Snapshots that arrive faster
@@ -45,15 +50,26 @@ def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = Non
         if cancelled():
             raise Cancelled()
         r = rows[0]
-        events.put(("step", Snapshot(list(r.token_ids), list(r.sources), copy.deepcopy(r.stats),
-                                     time.perf_counter() - start)))
+        events.put(
+            (
+                "step",
+                Snapshot(
+                    list(r.token_ids),
+                    list(r.sources),
+                    copy.deepcopy(r.stats),
+                    time.perf_counter() - start,
+                ),
+            )
+        )
 
     def work() -> None:
         try:
             with lock:  # one generation at a time on the shared models
                 if cancelled():
                     raise Cancelled()
-                events.put(("done", getattr(vl, entry)(on_step=on_step, **generate_kwargs)))
+                events.put(
+                    ("done", getattr(vl, entry)(on_step=on_step, **generate_kwargs))
+                )
         except BaseException as e:  # handed to the consumer, which re-raises it
             events.put(("error", e))
 
@@ -62,7 +78,9 @@ def stream_generate(vl, lock: threading.Lock, stop: threading.Event | None = Non
     try:
         while True:
             batch = [events.get()]
-            while not events.empty():  # coalesce: of the steps that arrived, only the newest state matters
+            while (
+                not events.empty()
+            ):  # coalesce: of the steps that arrived, only the newest state matters
                 batch.append(events.get_nowait())
             steps = [payload for kind, payload in batch if kind == "step"]
             if steps:

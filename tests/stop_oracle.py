@@ -9,9 +9,15 @@ def vllm_final(tok, ids, steps, stop, include, min_tokens) -> tuple[str, str, bo
     from vllm import SamplingParams
     from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 
-    params = SamplingParams(stop=list(stop), include_stop_str_in_output=include, min_tokens=min_tokens,
-                            max_tokens=len(ids) + 1)
-    request = SimpleNamespace(sampling_params=params, prompt_token_ids=[], request_id="oracle")
+    params = SamplingParams(
+        stop=list(stop),
+        include_stop_str_in_output=include,
+        min_tokens=min_tokens,
+        max_tokens=len(ids) + 1,
+    )
+    request = SimpleNamespace(
+        sampling_params=params, prompt_token_ids=[], request_id="oracle"
+    )
     det = IncrementalDetokenizer.from_new_request(tok, request)
     streamed, done = "", 0
     for n in steps:
@@ -20,4 +26,8 @@ def vllm_final(tok, ids, steps, stop, include, min_tokens) -> tuple[str, str, bo
         streamed += det.get_next_output_text(finished=found is not None, delta=True)
         if found is not None:
             return det.output_text, streamed, True
-    return det.output_text, streamed + det.get_next_output_text(finished=True, delta=True), False
+    return (
+        det.output_text,
+        streamed + det.get_next_output_text(finished=True, delta=True),
+        False,
+    )

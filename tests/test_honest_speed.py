@@ -13,9 +13,20 @@ from asymspec_vl.cli import main
 from asymspec_vl.timing import speedup_bound
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "demo" / "examples"
-TOY = next(e for e in json.loads((EXAMPLES / "examples.json").read_text()) if e["image"] == "toy-read.png")
-ARGV = ["generate", "--image", str(EXAMPLES / TOY["image"]), "--question", TOY["question"], "--caption",
-        TOY["caption"]]
+TOY = next(
+    e
+    for e in json.loads((EXAMPLES / "examples.json").read_text())
+    if e["image"] == "toy-read.png"
+)
+ARGV = [
+    "generate",
+    "--image",
+    str(EXAMPLES / TOY["image"]),
+    "--question",
+    TOY["question"],
+    "--caption",
+    TOY["caption"],
+]
 
 
 @pytest.fixture
@@ -34,7 +45,9 @@ def test_generate_shows_times_floor_and_the_embedded_pair_s_note(capsys, threads
     assert "note: the drafter has" in err and "toy heavy" in err
 
 
-def test_every_method_is_warmed_up_before_it_is_timed(monkeypatch, capsys, threads_kept):
+def test_every_method_is_warmed_up_before_it_is_timed(
+    monkeypatch, capsys, threads_kept
+):
     calls, real = [], AsymSpecVL.generate
 
     def recording(self, *args, method="asymspec", **kwargs):
@@ -45,20 +58,63 @@ def test_every_method_is_warmed_up_before_it_is_timed(monkeypatch, capsys, threa
     monkeypatch.setattr(AsymSpecVL, "generate", recording)
     assert main([*ARGV, "--methods", "drafter,asymspec", "--device", "cpu"]) == 0
     warm = [(m, n) for m, n, _ in calls[:3]]
-    assert warm == [("drafter", 2), ("asymspec", 2), ("floor", 2)]  # the Floor is timed for × Floor
-    assert [(m, n) for m, n, _ in calls[3:]] == [("drafter", None), ("asymspec", None), ("floor", None)]
+    assert warm == [
+        ("drafter", 2),
+        ("asymspec", 2),
+        ("floor", 2),
+    ]  # the Floor is timed for × Floor
+    assert [(m, n) for m, n, _ in calls[3:]] == [
+        ("drafter", None),
+        ("asymspec", None),
+        ("floor", None),
+    ]
 
 
-def test_one_torch_thread_by_default_and_threads_sets_it(capsys, monkeypatch, threads_kept):
+def test_one_torch_thread_by_default_and_threads_sets_it(
+    capsys, monkeypatch, threads_kept
+):
     # the calls are recorded, not read back: an in-process vLLM CPU engine earlier in this process replaces
     # torch.set_num_threads by a no-op once it has bound its threads
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
-    assert main([*ARGV, "--methods", "floor", "--device", "cpu", "--max-new-tokens", "2"]) == 0
+    assert (
+        main([*ARGV, "--methods", "floor", "--device", "cpu", "--max-new-tokens", "2"])
+        == 0
+    )
     assert calls == [1]
-    assert main([*ARGV, "--methods", "floor", "--device", "cpu", "--max-new-tokens", "2", "--threads", "3"]) == 0
+    assert (
+        main(
+            [
+                *ARGV,
+                "--methods",
+                "floor",
+                "--device",
+                "cpu",
+                "--max-new-tokens",
+                "2",
+                "--threads",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert calls == [1, 3]
-    assert main([*ARGV, "--methods", "floor", "--device", "cpu", "--max-new-tokens", "2", "--threads", "0"]) == 0
+    assert (
+        main(
+            [
+                *ARGV,
+                "--methods",
+                "floor",
+                "--device",
+                "cpu",
+                "--max-new-tokens",
+                "2",
+                "--threads",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert calls == [1, 3]  # 0: torch's own choice, untouched
 
 
@@ -69,8 +125,13 @@ def test_k_s_error_names_the_flag(capsys):
 
 
 def test_the_bound_separates_the_embedded_pair_from_the_real_one():
-    assert speedup_bound("asymspec", 2, 1.0) < 1.0 < speedup_bound("asymspec", 2, 2 / 32)
-    assert speedup_bound("floor", 2, 1.0) is None and speedup_bound("drafter", 2, 1.0) is None
+    assert (
+        speedup_bound("asymspec", 2, 1.0) < 1.0 < speedup_bound("asymspec", 2, 2 / 32)
+    )
+    assert (
+        speedup_bound("floor", 2, 1.0) is None
+        and speedup_bound("drafter", 2, 1.0) is None
+    )
 
 
 def test_library_chatter_leaves_stdout_to_the_report():
@@ -78,11 +139,15 @@ def test_library_chatter_leaves_stdout_to_the_report():
     import subprocess
     import sys
 
-    code = ("import os; from asymspec_vl.quiet import stdout_to_stderr\n"
-            "print('before')\n"
-            "with stdout_to_stderr():\n"
-            "    os.write(1, b'[Gloo] Rank 0 is connected\\n'); print('INFO vllm engine started')\n"
-            "print('| table |')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    code = (
+        "import os; from asymspec_vl.quiet import stdout_to_stderr\n"
+        "print('before')\n"
+        "with stdout_to_stderr():\n"
+        "    os.write(1, b'[Gloo] Rank 0 is connected\\n'); print('INFO vllm engine started')\n"
+        "print('| table |')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and out.stdout == "before\n| table |\n"
     assert "[Gloo]" in out.stderr and "INFO vllm" in out.stderr

@@ -10,36 +10,52 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = {"asymspec_vl": ROOT / "asymspec_vl", "asymspec_vl.captioners": ROOT / "captioners",
-           "asymspec_vl.evals": ROOT / "evals", "asymspec_vl.demo": ROOT / "demo", "vllm_patches": ROOT / "vllm_patches"}
+PACKAGE = {
+    "asymspec_vl": ROOT / "asymspec_vl",
+    "asymspec_vl.captioners": ROOT / "captioners",
+    "asymspec_vl.evals": ROOT / "evals",
+    "asymspec_vl.demo": ROOT / "demo",
+    "vllm_patches": ROOT / "vllm_patches",
+}
 
 # Lowest first; each entry a floor, each name in it a room (a dotted-name prefix).
 FLOORS = [
-    ("asymspec_vl.core",),                                  # the math, the methods, the loop, the trace, kernels
-    ("asymspec_vl.inputs",),                                # views, images, user text, vocabulary, token budget
-    ("asymspec_vl.toy",),                                   # the toy world, tiny models
-    ("asymspec_vl.pair",),                                  # model names, the embedded pair, loading models
-    ("vllm_patches.version", "vllm_patches.switches"),      # the vLLM version guard, the patch switches
-    ("vllm_patches.requests",),                             # per-request state of an asymspec engine
-    ("vllm_patches.probes",),                               # looking inside a running engine
-    ("vllm_patches.drafter",),                              # the proposer and its two views
-    ("vllm_patches.sampler",),                              # each request's method rule in vLLM's sampler
-    ("vllm_patches.hooks",),                                # thin adapters onto vLLM's classes
-    ("vllm_patches",),                                      # apply() / register(): installs the hooks
-    ("asymspec_vl.backends",),                              # the interface both backends implement
+    ("asymspec_vl.core",),  # the math, the methods, the loop, the trace, kernels
+    ("asymspec_vl.inputs",),  # views, images, user text, vocabulary, token budget
+    ("asymspec_vl.toy",),  # the toy world, tiny models
+    ("asymspec_vl.pair",),  # model names, the embedded pair, loading models
+    (
+        "vllm_patches.version",
+        "vllm_patches.switches",
+    ),  # the vLLM version guard, the patch switches
+    ("vllm_patches.requests",),  # per-request state of an asymspec engine
+    ("vllm_patches.probes",),  # looking inside a running engine
+    ("vllm_patches.drafter",),  # the proposer and its two views
+    ("vllm_patches.sampler",),  # each request's method rule in vLLM's sampler
+    ("vllm_patches.hooks",),  # thin adapters onto vLLM's classes
+    ("vllm_patches",),  # apply() / register(): installs the hooks
+    ("asymspec_vl.backends",),  # the interface both backends implement
     ("asymspec_vl.backends.hf", "asymspec_vl.backends.vllm"),
-    ("asymspec_vl",),                                       # the app: the Python API, its stream, the commands
-    ("asymspec_vl.captioners",),                            # the verifier's view: OCR, captions
-    ("asymspec_vl.serve",),                                 # `asymspec-vl serve`
-    ("asymspec_vl.doctor",),                                # `asymspec-vl doctor`
+    ("asymspec_vl",),  # the app: the Python API, its stream, the commands
+    ("asymspec_vl.captioners",),  # the verifier's view: OCR, captions
+    ("asymspec_vl.serve",),  # `asymspec-vl serve`
+    ("asymspec_vl.doctor",),  # `asymspec-vl doctor`
     ("asymspec_vl.evals", "asymspec_vl.demo"),
 ]
 # Captioners read the image alone: never the views, the loop, a backend or the pipeline (the command line's checks
 # of a model name they may use).
-NOT_BELOW = {"asymspec_vl.captioners": ("asymspec_vl.inputs.prompts", "asymspec_vl.core.loop", "asymspec_vl.backends",
-                                        "asymspec_vl.api")}
+NOT_BELOW = {
+    "asymspec_vl.captioners": (
+        "asymspec_vl.inputs.prompts",
+        "asymspec_vl.core.loop",
+        "asymspec_vl.backends",
+        "asymspec_vl.api",
+    )
+}
 # Circles of today, each to be broken by the helper named; the test fails when one is gone (drop its line then).
-KNOWN_CIRCLES: list[set[str]] = []  # none: the three the floors' first drawing found are broken (issue 24)
+KNOWN_CIRCLES: list[
+    set[str]
+] = []  # none: the three the floors' first drawing found are broken (issue 24)
 
 
 def modules():
@@ -64,7 +80,10 @@ def statements(name: str, path: Path):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(
+                    parts[: len(parts) - node.level + 1]
+                    + ([node.module] if node.module else [])
+                )
             yield node.lineno, base, [alias.name for alias in node.names]
 
 
@@ -81,7 +100,12 @@ def under(module: str, prefixes) -> bool:
 
 def room_of(module: str) -> tuple[int, str] | None:
     """(floor index, room) of a dotted name of the tree: its longest prefix in FLOORS."""
-    found = [(len(room), i, room) for i, floor in enumerate(FLOORS) for room in floor if under(module, (room,))]
+    found = [
+        (len(room), i, room)
+        for i, floor in enumerate(FLOORS)
+        for room in floor
+        if under(module, (room,))
+    ]
     return max(found)[1:] if found else None
 
 
@@ -107,7 +131,9 @@ def violations(mods=None):
                 continue  # another distribution (torch, vllm, ...)
             upward = target[0] > floor or target[0] == floor and target[1] != room
             if upward or under(module, NOT_BELOW.get(room, ())):
-                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+                where = (
+                    path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+                )
                 yield f"{where}:{line} ({name}) imports {module}"
 
 
@@ -135,12 +161,18 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
         if start in index:
             continue
         work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = counter[0]; counter[0] += 1; stack.append(start); on.add(start)
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
         while work:
             v, children = work[-1]
             for w in children:
                 if w not in index:
-                    index[w] = low[w] = counter[0]; counter[0] += 1; stack.append(w); on.add(w)
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
                     work.append((w, iter(sorted(graph[w]))))
                     break
                 if w in on:
@@ -152,7 +184,9 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
                 if low[v] == index[v]:
                     comp = set()
                     while True:
-                        w = stack.pop(); on.discard(w); comp.add(w)
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.add(w)
                         if w == v:
                             break
                     if len(comp) > 1:
@@ -171,7 +205,9 @@ def test_no_module_imports_a_floor_above_it():
 def test_no_modules_import_each_other():
     found = circles(import_graph(list(modules())))
     assert [sorted(c) for c in found if c not in KNOWN_CIRCLES] == []
-    assert [sorted(c) for c in KNOWN_CIRCLES if c not in found] == [], "a known circle is gone: drop its line"
+    assert [sorted(c) for c in KNOWN_CIRCLES if c not in found] == [], (
+        "a known circle is gone: drop its line"
+    )
 
 
 def test_the_scan_sees_relative_and_lazy_imports(tmp_path):
@@ -184,16 +220,21 @@ def test_the_scan_sees_relative_and_lazy_imports(tmp_path):
 
 def test_the_check_fails_an_upward_import_and_a_sibling_room(tmp_path):
     """The check itself: the core naming the app, the demo naming the evals, a captioner reading the views."""
-    cases = {"asymspec_vl.core.mod": "def f():\n    from ..api import AsymSpecVL\n",
-             "asymspec_vl.demo.mod": "from asymspec_vl.evals.jobs import Job\n",
-             "asymspec_vl.captioners.mod": "from asymspec_vl.inputs.prompts import Request\n",
-             "asymspec_vl.serve.mod": "from ..core.gate import fuse\n"}
+    cases = {
+        "asymspec_vl.core.mod": "def f():\n    from ..api import AsymSpecVL\n",
+        "asymspec_vl.demo.mod": "from asymspec_vl.evals.jobs import Job\n",
+        "asymspec_vl.captioners.mod": "from asymspec_vl.inputs.prompts import Request\n",
+        "asymspec_vl.serve.mod": "from ..core.gate import fuse\n",
+    }
     mods = []
     for name, text in cases.items():
         (tmp_path / name).write_text(text)
         mods.append((name, tmp_path / name))
     assert [v.split(" imports ")[1] for v in violations(mods)] == [
-        "asymspec_vl.api", "asymspec_vl.evals.jobs", "asymspec_vl.inputs.prompts"]
+        "asymspec_vl.api",
+        "asymspec_vl.evals.jobs",
+        "asymspec_vl.inputs.prompts",
+    ]
 
 
 def test_the_check_finds_a_circle_through_a_lazy_import():
@@ -204,11 +245,20 @@ def test_the_check_finds_a_circle_through_a_lazy_import():
 def test_the_kernels_read_the_gate_and_the_gate_reads_no_kernel():
     """core/kernels/dispatch.py runs gate.py's reference off CUDA: gate.py (the math) imports nothing of kernels/."""
     path = ROOT / "asymspec_vl" / "core" / "gate.py"
-    assert [m for _, m in imported("asymspec_vl.core.gate", path) if under(m, ("asymspec_vl.core.kernels",))] == []
+    assert [
+        m
+        for _, m in imported("asymspec_vl.core.gate", path)
+        if under(m, ("asymspec_vl.core.kernels",))
+    ] == []
 
 
 def test_the_kernels_hold_no_command_line():
     """kernels/ is kernels and their checks; their command line is doctor_kernels.py's."""
-    found = [f"{name}:{line}" for name, path in modules() if under(name, ("asymspec_vl.core.kernels",))
-             for line, module in imported(name, path) if module == "argparse"]
+    found = [
+        f"{name}:{line}"
+        for name, path in modules()
+        if under(name, ("asymspec_vl.core.kernels",))
+        for line, module in imported(name, path)
+        if module == "argparse"
+    ]
     assert found == []

@@ -15,37 +15,62 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2TokenizerFast
 
 def removable_tokens(tok_json: dict, count: int) -> list[str]:
     """Merged tokens no other merge builds on (dropping them and their merges keeps the BPE model valid)."""
-    merges = [m.split(" ") if isinstance(m, str) else m for m in tok_json["model"]["merges"]]
+    merges = [
+        m.split(" ") if isinstance(m, str) else m for m in tok_json["model"]["merges"]
+    ]
     used = {p for m in merges for p in m}
     results = ["".join(m) for m in merges]
     return [r for r in results if r not in used and r.isalpha()][:count]
 
 
-def write_other_vocabulary(src: Path, out: Path, seed: int, remove: int = 0) -> tuple[Path, dict[int, int]]:
+def write_other_vocabulary(
+    src: Path, out: Path, seed: int, remove: int = 0
+) -> tuple[Path, dict[int, int]]:
     """The verifier at `src` with its ids permuted (and `remove` merged tokens dropped) -> (folder, {old id:
     new id} of the tokens kept)."""
     tok = AutoTokenizer.from_pretrained(src)
     data = json.loads(tok.backend_tokenizer.to_str())
     gone = set(removable_tokens(data, remove))
     vocab = data["model"]["vocab"]
-    old_ids = sorted(i for t, i in vocab.items() if t not in gone)  # the BPE model's tokens (specials included)
-    perm = torch.randperm(len(old_ids), generator=torch.Generator().manual_seed(seed)).tolist()
+    old_ids = sorted(
+        i for t, i in vocab.items() if t not in gone
+    )  # the BPE model's tokens (specials included)
+    perm = torch.randperm(
+        len(old_ids), generator=torch.Generator().manual_seed(seed)
+    ).tolist()
     new_of = {old: perm[k] for k, old in enumerate(old_ids)}
-    tail = sorted(a["id"] for a in data["added_tokens"] if a["id"] not in new_of)  # added after it (<think>):
-    new_of.update({old: len(old_ids) + k for k, old in enumerate(tail)})  # kept after it, in order
+    tail = sorted(
+        a["id"] for a in data["added_tokens"] if a["id"] not in new_of
+    )  # added after it (<think>):
+    new_of.update(
+        {old: len(old_ids) + k for k, old in enumerate(tail)}
+    )  # kept after it, in order
     data["model"]["vocab"] = {t: new_of[i] for t, i in vocab.items() if t not in gone}
-    data["model"]["merges"] = [m for m in data["model"]["merges"]
-                               if "".join(m.split(" ") if isinstance(m, str) else m) not in gone]
+    data["model"]["merges"] = [
+        m
+        for m in data["model"]["merges"]
+        if "".join(m.split(" ") if isinstance(m, str) else m) not in gone
+    ]
     for a in data["added_tokens"]:
         a["id"] = new_of[a["id"]]
     special = [a["content"] for a in data["added_tokens"] if a["special"]]
-    wrapped = Qwen2TokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)), bos_token=None,
-                                 eos_token=tok.eos_token, pad_token=tok.pad_token, unk_token=None,
-                                 additional_special_tokens=[s for s in special if s not in (tok.eos_token, tok.pad_token)])
+    wrapped = Qwen2TokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(data)),
+        bos_token=None,
+        eos_token=tok.eos_token,
+        pad_token=tok.pad_token,
+        unk_token=None,
+        additional_special_tokens=[
+            s for s in special if s not in (tok.eos_token, tok.pad_token)
+        ],
+    )
     wrapped.chat_template = tok.chat_template
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
     order = sorted(new_of, key=new_of.get)  # new id k holds old row order[k]
-    for w in {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())}.values():
+    for w in {
+        id(m.weight): m.weight
+        for m in (model.get_input_embeddings(), model.get_output_embeddings())
+    }.values():
         w.data = w.data[order].clone()  # in place: tied rows stay one tensor
     model.config.vocab_size = len(order)
     model.config.eos_token_id = new_of[model.config.eos_token_id]

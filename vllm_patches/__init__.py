@@ -21,7 +21,8 @@ The rest of the method:
   attention metadata for the drafter's own heads                   drafter_attention.py
   the x_full KV cache and its admission control                    full_view_pool.py, scheduler_patch.py (schedule)
   the drafter's logits a kept between steps                        draft_logits.py
-  the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/core/methods.py, gate.py)
+  the gate / fusion in place of the rejection sampler              sampler.py (rules: asymspec_vl/core/methods.py,
+  gate.py)
   per-request state, failures                                      rows.py, faults.py (tensor parallelism)
   the tokens emitted without a decision (prime, re-emit)           hidden_tokens.py
   per-request statistics and token labels                          stats.py
@@ -41,13 +42,32 @@ from __future__ import annotations
 
 import logging
 
-from .hooks.config_patch import METHOD
+from .hooks.config_patch import METHOD, patch_speculative_config
+from .hooks.cpu_generators import patch_cpu_generators
+from .hooks.cpu_patch import patch_cpu_runner
+from .hooks.engine_gauges import patch_engine_core
+from .hooks.runner_patch import patch_model_runner
+from .hooks.scheduler_patch import patch_scheduler
 from .requests.request_args import make_extra_args
 from .switches import PATCH_SWITCHES, disabled
-from .version import SUPPORTED_VLLM_VERSIONS, UnsupportedVLLMVersionError, check_vllm_version, is_cpu_build
+from .version import (
+    SUPPORTED_VLLM_VERSIONS,
+    UnsupportedVLLMVersionError,
+    check_vllm_version,
+    is_cpu_build,
+)
 
-__all__ = ["METHOD", "SUPPORTED_VLLM_VERSIONS", "UnsupportedVLLMVersionError", "apply", "register",
-           "make_extra_args", "disabled", "PATCH_SWITCHES", "is_applied"]
+__all__ = [
+    "METHOD",
+    "SUPPORTED_VLLM_VERSIONS",
+    "UnsupportedVLLMVersionError",
+    "apply",
+    "register",
+    "make_extra_args",
+    "disabled",
+    "PATCH_SWITCHES",
+    "is_applied",
+]
 
 logger = logging.getLogger(__name__)
 _applied = False
@@ -59,12 +79,6 @@ def apply() -> None:
     check_vllm_version()
     if _applied:
         return
-    from .hooks.config_patch import patch_speculative_config
-    from .hooks.cpu_generators import patch_cpu_generators
-    from .hooks.cpu_patch import patch_cpu_runner
-    from .hooks.engine_gauges import patch_engine_core
-    from .hooks.runner_patch import patch_model_runner
-    from .hooks.scheduler_patch import patch_scheduler
 
     patch_speculative_config()
     patch_model_runner()

@@ -24,7 +24,8 @@ logprobs_mode, raw_logprobs; raw_logits returns the scores themselves) of the ra
 from, by asymspec_vl/core/logprobs.py's rule (AsymSpec: a for an accepted draft, t + beta * delta for the fused
 token, t for the bonus; SCD: its contrastive target; SD, Floor and plain requests: t), so vLLM's server never
 reads an empty list. A hidden token (hidden_tokens.py) is emitted instead of a decision. Rows are decided in groups of
-equal (method, config but its seed, number of drafts, banned set, stop set). The drafts vLLM hands back for verification are
+equal (method, config but its seed, number of drafts, banned set, stop set). The drafts vLLM hands back for
+verification are
 always a prefix of the request's last proposal: the scheduler only trims them (to the step's token budget, to
 max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them; a step with no
 drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw from filtered(t)).
@@ -53,7 +54,9 @@ class StepBatch:
     """What the sampler reads of this step's batch (vLLM's InputBatch and the runner's CachedRequestStates)."""
 
     req_ids: list[str]  # [B] in batch order
-    outputs: list[list[int]]  # [B] each request's output_token_ids (vLLM's lists: y, and a prime token)
+    outputs: list[
+        list[int]
+    ]  # [B] each request's output_token_ids (vLLM's lists: y, and a prime token)
     params: list  # [B] each request's SamplingParams
     num_logprobs: dict  # req_id -> logprobs asked for (rows asking for none are absent)
     max_num_logprobs: int | None  # None: no row asks for logprobs
@@ -63,92 +66,156 @@ class StepBatch:
         return len(self.req_ids)
 
     @classmethod
-    def of(cls, input_batch, requests: dict) -> "StepBatch":
+    def of(cls, input_batch, requests: dict) -> StepBatch:
         """input_batch: vLLM's InputBatch; requests: the runner's req_id -> CachedRequestState."""
         req_ids = list(input_batch.req_ids)
-        return cls(req_ids, [requests[r].output_token_ids for r in req_ids],
-                   [requests[r].sampling_params for r in req_ids], input_batch.num_logprobs,
-                   input_batch.max_num_logprobs)
+        return cls(
+            req_ids,
+            [requests[r].output_token_ids for r in req_ids],
+            [requests[r].sampling_params for r in req_ids],
+            input_batch.num_logprobs,
+            input_batch.max_num_logprobs,
+        )
 
 
-def sample(proposer, batch: StepBatch, logits: torch.Tensor, spec_meta, logits_indices: torch.Tensor,
-           stock_sample, vllm_sampler):
+def sample(
+    proposer,
+    batch: StepBatch,
+    logits: torch.Tensor,
+    spec_meta,
+    logits_indices: torch.Tensor,
+    stock_sample,
+    vllm_sampler,
+):
     """logits: [num_tokens, V] the verifier's at the verified positions (n_i + 1 rows per request);
     logits_indices: [num_tokens] their token indices in this step's inputs; spec_meta: vLLM's
     SpecDecodeMetadata (None: no drafts); stock_sample(logits, spec_meta): vLLM's own sampling; vllm_sampler:
     vLLM's Sampler (its logprobs). -> vLLM's SamplerOutput."""
-    from vllm.v1.outputs import SamplerOutput
+    from vllm.v1.outputs import SamplerOutput  # lazy: loads vLLM
 
-    num_drafts = list(spec_meta.num_draft_tokens) if spec_meta is not None else [0] * batch.num_reqs
+    num_drafts = (
+        list(spec_meta.num_draft_tokens)
+        if spec_meta is not None
+        else [0] * batch.num_reqs
+    )
     first = [0]  # first logits row of each request
     for n in num_drafts:
         first.append(first[-1] + n + 1)
     draft_ids = spec_meta.draft_token_ids.tolist() if spec_meta is not None else []
-    out = torch.full((batch.num_reqs, max(num_drafts) + 1), PLACEHOLDER, dtype=torch.int32)
+    out = torch.full(
+        (batch.num_reqs, max(num_drafts) + 1), PLACEHOLDER, dtype=torch.int32
+    )
     groups, stock_rows, offset, decided = defaultdict(list), [], 0, []
     for i, req_id in enumerate(batch.req_ids):
         n, state = num_drafts[i], proposer.row(req_id)
-        drafts, offset = draft_ids[offset:offset + n], offset + n
+        drafts, offset = draft_ids[offset : offset + n], offset + n
         hidden = hidden_tokens.token_instead_of_sample(state, batch.outputs[i])
         if hidden is not None:
             out[i, 0] = hidden
         elif state.request is None or state.failed:
-            if not (state.failed or decodes_greedily(batch.params[i]) or _refuse_sampling(proposer, req_id, state)):
+            if not (
+                state.failed
+                or decodes_greedily(batch.params[i])
+                or _refuse_sampling(proposer, req_id, state)
+            ):
                 stock_rows.append(i)
                 continue
-            groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids, ())].append((i, drafts))
+            groups[(PLAIN_SPECULATIVE, n, None, state.banned_ids, ())].append(
+                (i, drafts)
+            )
         else:  # with no drafts (Floor; drafts trimmed near max_model_len) SD's rule at K = 0: t's token
             method = state.method if n else PLAIN_SPECULATIVE
-            groups[(method, n, state.rule_cfg, state.banned_ids, state.request.stop_ids)].append((i, drafts))
+            groups[
+                (method, n, state.rule_cfg, state.banned_ids, state.request.stop_ids)
+            ].append((i, drafts))
     for (method, n, cfg, _, stop_ids), rows in groups.items():
         index = [i for i, _ in rows]
-        drafts = torch.tensor([d for _, d in rows], dtype=torch.long, device=logits.device).view(len(index), n)
+        drafts = torch.tensor(
+            [d for _, d in rows], dtype=torch.long, device=logits.device
+        ).view(len(index), n)
         states = [proposer.row(batch.req_ids[i]) for i in index]
-        step_logits = _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
-        if cfg is not None and cfg.min_tokens:  # every logits of the step, from output position len(y) on
-            produced = [s.num_committed(batch.outputs[i]) for s, i in zip(states, index)]
-            step_logits = {k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids) for k, x in step_logits.items()}
+        step_logits = _logits(
+            method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
+        )
+        if (
+            cfg is not None and cfg.min_tokens
+        ):  # every logits of the step, from output position len(y) on
+            produced = [
+                s.num_committed(batch.outputs[i]) for s, i in zip(states, index)
+            ]
+            step_logits = {
+                k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids)
+                for k, x in step_logits.items()
+            }
         if cfg is not None and cfg.samples:
-            outcome = method.sample(cfg, step_logits, drafts, states[0].banned, [s.generator for s in states])
+            outcome = method.sample(
+                cfg,
+                step_logits,
+                drafts,
+                states[0].banned,
+                [s.generator for s in states],
+            )
         else:
             outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
         decided.append((method, cfg, index, step_logits, outcome, n))
         _put_rows(out, index, outcome.committed(drafts))
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
-    return SamplerOutput(sampled_token_ids=out.to(logits.device),
-                         logprobs_tensors=_logprobs(batch, vllm_sampler, out, logits, first, decided))
+    return SamplerOutput(
+        sampled_token_ids=out.to(logits.device),
+        logprobs_tensors=_logprobs(batch, vllm_sampler, out, logits, first, decided),
+    )
 
 
 def _put_rows(out: torch.Tensor, index: list[int], committed: list[list[int]]) -> None:
     """out[index[j], :len(committed[j])] = committed[j] for a group's rows, in one host tensor and one copy
     (rows shorter than the group's longest keep PLACEHOLDER past their tokens)."""
     width = max(len(c) for c in committed)
-    block = torch.tensor([c + [PLACEHOLDER] * (width - len(c)) for c in committed], dtype=torch.int32)  # [G, w]
+    block = torch.tensor(
+        [c + [PLACEHOLDER] * (width - len(c)) for c in committed], dtype=torch.int32
+    )  # [G, w]
     out[torch.tensor(index), :width] = block
 
 
-def _logits(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg) -> dict[str, torch.Tensor]:
+def _logits(
+    method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
+) -> dict[str, torch.Tensor]:
     """The logits the method's rule reads, for the rows `index` with their drafts [G, n]: t, b [G, n+1, V];
     a [G, n or n+1, V]; for sampled sd and scd the x_comp drafting logits the drafts were drawn from
     ("sd", DRAFTED: [G, n, V], draft_pick.py keeps them), read from the proposer by name (step_logits). A test
     recording wraps this function while it is on."""
     n, req_ids = drafts.shape[1], [batch.req_ids[i] for i in index]
-    out = {"t": torch.stack([logits[first[i]:first[i] + n + 1] for i in index])}
+    out = {"t": torch.stack([logits[first[i] : first[i] + n + 1] for i in index])}
     if "b" in method.reads:
-        token_index = torch.cat([logits_indices[first[i]:first[i] + n + 1] for i in index])
+        token_index = torch.cat(
+            [logits_indices[first[i] : first[i] + n + 1] for i in index]
+        )
         out["b"] = proposer.step_logits("b", req_ids, n + 1, token_index)
     if "a" in method.reads:
-        stored = proposer.row(req_ids[0]).request.num_draft_logits  # a_1..a_K (and a_{K+1})
+        stored = proposer.row(
+            req_ids[0]
+        ).request.num_draft_logits  # a_1..a_K (and a_{K+1})
         out["a"] = proposer.step_logits("a", req_ids, min(n + 1, stored))
-    if cfg is not None and cfg.samples and n and method.draft_view == "x_comp":  # q: what the drafts were drawn from
-        name = method.drafting.logits if method.drafting.logits not in method.reads else DRAFTED
+    if (
+        cfg is not None and cfg.samples and n and method.draft_view == "x_comp"
+    ):  # q: what the drafts were drawn from
+        name = (
+            method.drafting.logits
+            if method.drafting.logits not in method.reads
+            else DRAFTED
+        )
         out[name] = proposer.step_logits(name, req_ids, n)  # [G, n, V]
     return out
 
 
-def _logprobs(batch: StepBatch, vllm_sampler, out: torch.Tensor, logits: torch.Tensor, first: list[int],
-              decided: list):
+def _logprobs(
+    batch: StepBatch,
+    vllm_sampler,
+    out: torch.Tensor,
+    logits: torch.Tensor,
+    first: list[int],
+    decided: list,
+):
     """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
     asks for them: position j of row i reads the raw scores its token was chosen from (core/logprobs.py's
     step_scores: t, or for a decided row of a method with a config a, the fused scores or SCD's contrastive target),
@@ -160,17 +227,33 @@ def _logprobs(batch: StepBatch, vllm_sampler, out: torch.Tensor, logits: torch.T
         return None
     width = out.shape[1]
     last = torch.tensor(first[1:]) - 1  # [B] each row's last logits row
-    index = torch.minimum(torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]).flatten()
-    tokens = out.flatten().long().clamp(min=0).to(logits.device)  # [B * W] placeholders read token 0, as vLLM's
+    index = torch.minimum(
+        torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]
+    ).flatten()
+    tokens = (
+        out.flatten().long().clamp(min=0).to(logits.device)
+    )  # [B * W] placeholders read token 0, as vLLM's
     raw = logits[index.to(logits.device)].float()  # [B * W, V] t
     for method, cfg, rows, step_logits, outcome, n in decided:
-        asking = [g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs]  # the others' are dropped
-        if cfg is None or not asking:  # plain speculative decoding (SD's rule, the verifier's greedy token): t
+        asking = [
+            g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs
+        ]  # the others' are dropped
+        if (
+            cfg is None or not asking
+        ):  # plain speculative decoding (SD's rule, the verifier's greedy token): t
             continue
         sel = torch.tensor(asking, device=logits.device)
-        chosen, _ = step_scores(method.name, cfg, {name: x[sel] for name, x in step_logits.items()},
-                                outcome.num_accepted[sel.to(outcome.num_accepted.device)], n)  # [G', n + 1, V]
-        at = torch.tensor([rows[g] * width + j for g in asking for j in range(n + 1)], device=logits.device)
+        chosen, _ = step_scores(
+            method.name,
+            cfg,
+            {name: x[sel] for name, x in step_logits.items()},
+            outcome.num_accepted[sel.to(outcome.num_accepted.device)],
+            n,
+        )  # [G', n + 1, V]
+        at = torch.tensor(
+            [rows[g] * width + j for g in asking for j in range(n + 1)],
+            device=logits.device,
+        )
         raw[at] = chosen.reshape(len(asking) * (n + 1), -1).to(raw.device)
     mode = getattr(vllm_sampler, "logprobs_mode", "raw_logprobs")
     scores = raw if mode == "raw_logits" else vllm_sampler.compute_logprobs(raw)
@@ -182,9 +265,14 @@ def _refuse_sampling(proposer, req_id, state) -> bool:
     build the request fails alone (and this step decodes it greedily)."""
     if not is_cpu_build():
         return False
-    proposer.fail(req_id, state, RequestArgsError(
-        "speculative decoding on the CPU build decodes greedily only: use temperature=0 and no penalties, "
-        "logit_bias, bad_words, allowed_token_ids or min_tokens (logprobs are served)"))
+    proposer.fail(
+        req_id,
+        state,
+        RequestArgsError(
+            "speculative decoding on the CPU build decodes greedily only: use temperature=0 and no penalties, "
+            "logit_bias, bad_words, allowed_token_ids or min_tokens (logprobs are served)"
+        ),
+    )
     return True
 
 
@@ -195,4 +283,4 @@ def _stock(rows, out, logits, spec_meta, stock_sample) -> None:
     given = logits.clone() if logits.dtype == torch.float32 else logits
     sampled = stock_sample(given, spec_meta).sampled_token_ids.to("cpu", torch.int32)
     for i in rows:
-        out[i, :sampled.shape[1]] = sampled[i]
+        out[i, : sampled.shape[1]] = sampled[i]

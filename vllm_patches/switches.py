@@ -24,7 +24,9 @@ def _from_env() -> set[str]:
     names = {n.strip() for n in os.environ.get(_ENV, "").split(",") if n.strip()}
     unknown = names - set(PATCH_SWITCHES)
     if unknown:
-        raise ValueError(f"{_ENV} names unknown patches {sorted(unknown)}; known: {PATCH_SWITCHES}")
+        raise ValueError(
+            f"{_ENV} names unknown patches {sorted(unknown)}; known: {PATCH_SWITCHES}"
+        )
     return names
 
 

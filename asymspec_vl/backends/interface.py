@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..core.config import AsymSpecConfig
 from ..core.loop import RowOutput
@@ -16,8 +17,13 @@ class Backend(Protocol):
     def context_length(self, model: str, method: Method, cfg: AsymSpecConfig) -> int:
         """The context window `model` ("drafter", "sd_drafter", "verifier") has in a run of `method`."""
 
-    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
-            on_step: Callable[[list[RowOutput]], None] | None = None) -> list[RowOutput]:
+    def run(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        on_step: Callable[[list[RowOutput]], None] | None = None,
+    ) -> list[RowOutput]:
         """Decode validated requests together; one the run fails comes back with finish_reason "error" beside
         the others' results. on_step(rows so far) after every decoding step; an exception it raises stops
         the decoding and propagates."""

@@ -65,9 +65,15 @@ class AsymSpecConfig:
     stop: tuple[str, ...] = ()  # stop strings (a str is normalised to a 1-tuple)
     include_stop_str_in_output: bool = False
     min_tokens: int = 0
-    structured_output: StructuredOutput | None = None  # a dict of one kind is read as StructuredOutput
-    logprobs: int | None = None  # per emitted token its logprob and this many top alternatives (None: none)
-    prompt_logprobs: int | None = None  # per x_comp token the verifier's logprob and this many top alternatives
+    structured_output: StructuredOutput | None = (
+        None  # a dict of one kind is read as StructuredOutput
+    )
+    logprobs: int | None = (
+        None  # per emitted token its logprob and this many top alternatives (None: none)
+    )
+    prompt_logprobs: int | None = (
+        None  # per x_comp token the verifier's logprob and this many top alternatives
+    )
 
     def __new__(cls, *args, **kwargs):
         """An unknown field is a ConfigError (not dataclass __init__'s TypeError), like a dict's."""
@@ -75,61 +81,167 @@ class AsymSpecConfig:
         unknown = sorted(k for k in kwargs if k not in fields)
         if unknown or len(args) > len(fields):
             extra = unknown or [f"{len(args)} positional arguments"]
-            raise ConfigError(f"unknown AsymSpecConfig field(s) {extra}: the fields are {', '.join(fields)}")
+            raise ConfigError(
+                f"unknown AsymSpecConfig field(s) {extra}: the fields are {', '.join(fields)}"
+            )
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # numpy scalars (np.int64(3), np.float32(0.7)) are numbers to a user
+        for f in dataclasses.fields(
+            self
+        ):  # numpy scalars (np.int64(3), np.float32(0.7)) are numbers to a user
             object.__setattr__(self, f.name, _plain_number(getattr(self, f.name)))
         if _int(self.top_k) and self.top_k == -1:
             object.__setattr__(self, "top_k", 0)  # vLLM's (and many clients') "off"
-        _check(isinstance(self.K, int) and not isinstance(self.K, bool) and 1 <= self.K <= 16,
-               "K", self.K, "an integer in [1, 16]")
-        _check(_real(self.beta) and 0.0 <= self.beta <= 10.0, "beta", self.beta, "a number in [0, 10]")
-        _check(_real(self.gamma) and 0.0 < self.gamma <= 1.0, "gamma", self.gamma, "a number in (0, 1]")
+        _check(
+            isinstance(self.K, int)
+            and not isinstance(self.K, bool)
+            and 1 <= self.K <= 16,
+            "K",
+            self.K,
+            "an integer in [1, 16]",
+        )
+        _check(
+            _real(self.beta) and 0.0 <= self.beta <= 10.0,
+            "beta",
+            self.beta,
+            "a number in [0, 10]",
+        )
+        _check(
+            _real(self.gamma) and 0.0 < self.gamma <= 1.0,
+            "gamma",
+            self.gamma,
+            "a number in (0, 1]",
+        )
         _check(is_one_of(self.gate, GATES), "gate", self.gate, f"one of {GATES}")
-        _check(_real(self.lam) and 0.0 <= self.lam <= 100.0, "lam", self.lam, "a number in [0, 100]")
-        _check(is_one_of(self.delta_source, DELTA_SOURCES), "delta_source", self.delta_source,
-               f"one of {DELTA_SOURCES}")
-        _check(is_one_of(self.bonus, BONUS_RULES), "bonus", self.bonus, f"one of {BONUS_RULES}")
-        _check(isinstance(self.max_new_tokens, int) and not isinstance(self.max_new_tokens, bool)
-               and 1 <= self.max_new_tokens <= 1_000_000,
-               "max_new_tokens", self.max_new_tokens, "an integer in [1, 1000000]")
-        _check(_real(self.scd_alpha) and 0.0 < self.scd_alpha <= 1.0, "scd_alpha", self.scd_alpha,
-               "a number in (0, 1]")
+        _check(
+            _real(self.lam) and 0.0 <= self.lam <= 100.0,
+            "lam",
+            self.lam,
+            "a number in [0, 100]",
+        )
+        _check(
+            is_one_of(self.delta_source, DELTA_SOURCES),
+            "delta_source",
+            self.delta_source,
+            f"one of {DELTA_SOURCES}",
+        )
+        _check(
+            is_one_of(self.bonus, BONUS_RULES),
+            "bonus",
+            self.bonus,
+            f"one of {BONUS_RULES}",
+        )
+        _check(
+            isinstance(self.max_new_tokens, int)
+            and not isinstance(self.max_new_tokens, bool)
+            and 1 <= self.max_new_tokens <= 1_000_000,
+            "max_new_tokens",
+            self.max_new_tokens,
+            "an integer in [1, 1000000]",
+        )
+        _check(
+            _real(self.scd_alpha) and 0.0 < self.scd_alpha <= 1.0,
+            "scd_alpha",
+            self.scd_alpha,
+            "a number in (0, 1]",
+        )
         if self.stop_token_ids is not None:
             ids = self.stop_token_ids
-            _check(isinstance(ids, (list, tuple, set, frozenset, range))
-                   and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids),
-                   "stop_token_ids", ids, "a list or tuple of non-negative token ids, or None")
-            _check(len(ids) > 0, "stop_token_ids", ids, "at least one token id, or None (the verifier's EOS "
-                   "tokens); to run every answer to max_new_tokens, set ignore_eos=True")
+            _check(
+                isinstance(ids, (list, tuple, set, frozenset, range))
+                and all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                    for i in ids
+                ),
+                "stop_token_ids",
+                ids,
+                "a list or tuple of non-negative token ids, or None",
+            )
+            _check(
+                len(ids) > 0,
+                "stop_token_ids",
+                ids,
+                "at least one token id, or None (the verifier's EOS "
+                "tokens); to run every answer to max_new_tokens, set ignore_eos=True",
+            )
             object.__setattr__(self, "stop_token_ids", tuple(ids))
-        _check(isinstance(self.ignore_eos, bool), "ignore_eos", self.ignore_eos, "True or False")
+        _check(
+            isinstance(self.ignore_eos, bool),
+            "ignore_eos",
+            self.ignore_eos,
+            "True or False",
+        )
         self._check_sampling()
-        object.__setattr__(self, "structured_output", structured_output_of(self.structured_output))
+        object.__setattr__(
+            self, "structured_output", structured_output_of(self.structured_output)
+        )
 
     def _check_sampling(self) -> None:
-        _check(_real(self.temperature) and 0.0 <= self.temperature <= 100.0, "temperature", self.temperature,
-               "a number in [0, 100] (0: greedy)")
-        _check(_real(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", self.top_p, "a number in (0, 1]")
-        _check(_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "a non-negative integer (0 or -1: off)")
-        _check(_real(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", self.min_p, "a number in [0, 1]")
-        _check(self.seed is None or (_int(self.seed) and -(2 ** 63) <= self.seed < 2 ** 64), "seed", self.seed,
-               "an integer in [-2**63, 2**64) or None")
+        _check(
+            _real(self.temperature) and 0.0 <= self.temperature <= 100.0,
+            "temperature",
+            self.temperature,
+            "a number in [0, 100] (0: greedy)",
+        )
+        _check(
+            _real(self.top_p) and 0.0 < self.top_p <= 1.0,
+            "top_p",
+            self.top_p,
+            "a number in (0, 1]",
+        )
+        _check(
+            _int(self.top_k) and self.top_k >= 0,
+            "top_k",
+            self.top_k,
+            "a non-negative integer (0 or -1: off)",
+        )
+        _check(
+            _real(self.min_p) and 0.0 <= self.min_p <= 1.0,
+            "min_p",
+            self.min_p,
+            "a number in [0, 1]",
+        )
+        _check(
+            self.seed is None or (_int(self.seed) and -(2**63) <= self.seed < 2**64),
+            "seed",
+            self.seed,
+            "an integer in [-2**63, 2**64) or None",
+        )
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop
-        _check(isinstance(stop, (list, tuple)) and all(isinstance(s, str) and s for s in stop), "stop",
-               self.stop, "a non-empty string or a list of non-empty strings")
+        _check(
+            isinstance(stop, (list, tuple))
+            and all(isinstance(s, str) and s for s in stop),
+            "stop",
+            self.stop,
+            "a non-empty string or a list of non-empty strings",
+        )
         object.__setattr__(self, "stop", tuple(stop))
-        _check(isinstance(self.include_stop_str_in_output, bool), "include_stop_str_in_output",
-               self.include_stop_str_in_output, "True or False")
-        _check(self.logprobs is None or (_int(self.logprobs) and self.logprobs >= 0), "logprobs", self.logprobs,
-               "None or a non-negative integer (the top alternatives returned per token)")
-        _check(self.prompt_logprobs is None or (_int(self.prompt_logprobs) and self.prompt_logprobs >= 0),
-               "prompt_logprobs", self.prompt_logprobs,
-               "None or a non-negative integer (the top alternatives returned per prompt token)")
-        _check(_int(self.min_tokens) and 0 <= self.min_tokens <= self.max_new_tokens, "min_tokens",
-               self.min_tokens, f"an integer in [0, max_new_tokens={self.max_new_tokens}]")
+        _check(
+            isinstance(self.include_stop_str_in_output, bool),
+            "include_stop_str_in_output",
+            self.include_stop_str_in_output,
+            "True or False",
+        )
+        _check(
+            self.logprobs is None or (_int(self.logprobs) and self.logprobs >= 0),
+            "logprobs",
+            self.logprobs,
+            "None or a non-negative integer (the top alternatives returned per token)",
+        )
+        _check(
+            self.prompt_logprobs is None
+            or (_int(self.prompt_logprobs) and self.prompt_logprobs >= 0),
+            "prompt_logprobs",
+            self.prompt_logprobs,
+            "None or a non-negative integer (the top alternatives returned per prompt token)",
+        )
+        _check(
+            _int(self.min_tokens) and 0 <= self.min_tokens <= self.max_new_tokens,
+            "min_tokens",
+            self.min_tokens,
+            f"an integer in [0, max_new_tokens={self.max_new_tokens}]",
+        )
 
     @property
     def samples(self) -> bool:
@@ -137,9 +249,11 @@ class AsymSpecConfig:
         it vLLM decodes greedily, and x / tau would overflow)."""
         return self.temperature >= SAMPLING_EPS
 
-    def replace(self, **changes) -> "AsymSpecConfig":
+    def replace(self, **changes) -> AsymSpecConfig:
         """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **changes)  # an unknown field: ConfigError from __new__
+        return dataclasses.replace(
+            self, **changes
+        )  # an unknown field: ConfigError from __new__
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -153,10 +267,22 @@ class AsymSpecConfig:
         return out
 
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "include_stop_str_in_output",
-                   "min_tokens", "logprobs", "prompt_logprobs")
-_DEFAULTS = {f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
-             for f in dataclasses.fields(AsymSpecConfig)}
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "include_stop_str_in_output",
+    "min_tokens",
+    "logprobs",
+    "prompt_logprobs",
+)
+_DEFAULTS = {
+    f.name: (list(f.default) if isinstance(f.default, tuple) else f.default)
+    for f in dataclasses.fields(AsymSpecConfig)
+}
 
 
 def as_config(config) -> AsymSpecConfig:
@@ -168,9 +294,13 @@ def as_config(config) -> AsymSpecConfig:
         return config
     if isinstance(config, dict):
         if not all(isinstance(k, str) for k in config):
-            raise ConfigError(f"config keys must be AsymSpecConfig field names, got {sorted(map(repr, config))}")
+            raise ConfigError(
+                f"config keys must be AsymSpecConfig field names, got {sorted(map(repr, config))}"
+            )
         return AsymSpecConfig().replace(**config)
-    raise ConfigError(f"config must be an AsymSpecConfig, a dict of its fields or None, got {type(config).__name__}")
+    raise ConfigError(
+        f"config must be an AsymSpecConfig, a dict of its fields or None, got {type(config).__name__}"
+    )
 
 
 SAMPLING_EPS = 1e-5  # vllm/sampling_params.py _SAMPLING_EPS: a temperature below it is greedy decoding
@@ -201,7 +331,9 @@ def _plain_number(x):
 def _real(x) -> bool:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return False
-    return isinstance(x, int) or math.isfinite(x)  # isfinite() cannot take ints beyond the float range
+    return isinstance(x, int) or math.isfinite(
+        x
+    )  # isfinite() cannot take ints beyond the float range
 
 
 def _int(x) -> bool:
@@ -210,4 +342,6 @@ def _int(x) -> bool:
 
 def _check(ok: bool, name: str, value, allowed: str) -> None:
     if not ok:
-        raise ConfigError(f"AsymSpecConfig.{name}={value!r} is invalid: expected {allowed}")
+        raise ConfigError(
+            f"AsymSpecConfig.{name}={value!r} is invalid: expected {allowed}"
+        )

@@ -48,8 +48,12 @@ class BatchInputError(InputError):
 
     def __init__(self, errors: dict[int, InputError], total: int):
         self.errors = dict(sorted(errors.items()))
-        listed = "; ".join(f"request {i}: {type(e).__name__}: {e}" for i, e in self.errors.items())
-        super().__init__(f"{len(self.errors)} of {total} requests are invalid (nothing was run): {listed}")
+        listed = "; ".join(
+            f"request {i}: {type(e).__name__}: {e}" for i, e in self.errors.items()
+        )
+        super().__init__(
+            f"{len(self.errors)} of {total} requests are invalid (nothing was run): {listed}"
+        )
 
 
 class RequestFailedError(AsymSpecError, RuntimeError):

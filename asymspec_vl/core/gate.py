@@ -32,9 +32,13 @@ class StepOutcome:
     """What one speculation step commits, per request."""
 
     num_accepted: torch.Tensor  # [B] int64: leading drafts accepted (0..num_drafts)
-    token: torch.Tensor  # [B] int64: the token emitted after them (fused at a rejection, else bonus)
+    token: (
+        torch.Tensor
+    )  # [B] int64: the token emitted after them (fused at a rejection, else bonus)
     is_bonus: torch.Tensor  # [B] bool: True when every draft passed
-    divergence: torch.Tensor | None = None  # [B, K+1] float32: D_i of the gate (None for SD/SCD)
+    divergence: torch.Tensor | None = (
+        None  # [B, K+1] float32: D_i of the gate (None for SD/SCD)
+    )
 
     def committed(self, drafts: torch.Tensor) -> list[list[int]]:
         """Per request: the accepted drafts followed by the emitted token."""
@@ -64,7 +68,9 @@ def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
     return torch.where(p > 0, p * (log_p - log_q), 0.0).sum(-1).clamp_min(0.0)
 
 
-def context_delta(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, source: str) -> torch.Tensor:
+def context_delta(
+    a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, source: str
+) -> torch.Tensor:
     """delta by source: "contrastive" a - b (Eq. 1), "raw" a, "scd" t - b. Float32, NaN (-inf - -inf) -> 0."""
     if source == "contrastive":
         delta = a - b
@@ -81,25 +87,38 @@ def fuse(t: torch.Tensor, delta: torch.Tensor, beta: float) -> torch.Tensor:
     """Fused scores t + beta * delta (Eq. 2); beta = 0 gives t exactly; undefined sums (inf - inf) -> -inf."""
     if beta == 0.0:
         return t
-    return torch.nan_to_num(t + beta * delta, nan=float("-inf"), posinf=float("inf"), neginf=float("-inf"))
+    return torch.nan_to_num(
+        t + beta * delta, nan=float("-inf"), posinf=float("inf"), neginf=float("-inf")
+    )
 
 
-def log_gamma_eff(cfg: AsymSpecConfig, la: torch.Tensor, lb: torch.Tensor, drafts: torch.Tensor,
-                  divergence: torch.Tensor) -> torch.Tensor:
+def log_gamma_eff(
+    cfg: AsymSpecConfig,
+    la: torch.Tensor,
+    lb: torch.Tensor,
+    drafts: torch.Tensor,
+    divergence: torch.Tensor,
+) -> torch.Tensor:
     """log gamma_eff at the K draft positions. la, lb: [B, K+1, V] log-probs; drafts [B, K] -> [B, K]."""
     K = drafts.shape[1]
-    log_gamma = torch.full(drafts.shape, math.log(cfg.gamma), dtype=torch.float32, device=la.device)
+    log_gamma = torch.full(
+        drafts.shape, math.log(cfg.gamma), dtype=torch.float32, device=la.device
+    )
     if cfg.gate == "fixed":
         return log_gamma
     if cfg.gate in ("cda", "kl"):
         return log_gamma - divergence[:, :K]
     # "lambda": Delta = log p_a(d) - log p_b(d) at the draft token
     idx = drafts.unsqueeze(-1)
-    d_logp = la[:, :K].gather(-1, idx).squeeze(-1) - lb[:, :K].gather(-1, idx).squeeze(-1)
+    d_logp = la[:, :K].gather(-1, idx).squeeze(-1) - lb[:, :K].gather(-1, idx).squeeze(
+        -1
+    )
     return log_gamma - cfg.lam * torch.nan_to_num(d_logp, nan=0.0)
 
 
-def leading_accepts(accept: torch.Tensor, num_drafts: torch.Tensor | None) -> torch.Tensor:
+def leading_accepts(
+    accept: torch.Tensor, num_drafts: torch.Tensor | None
+) -> torch.Tensor:
     """Number of leading True per row, counting only the first num_drafts positions. [B, K] -> [B]."""
     if num_drafts is not None:
         pos = torch.arange(accept.shape[1], device=accept.device)
@@ -112,8 +131,14 @@ def select(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return x[torch.arange(x.shape[0], device=x.device), pos]
 
 
-def gate_accepts(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-                 num_drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gate_accepts(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    num_drafts: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The CDA gate (Algorithm 1, lines 8-12) on float32 logits a, b, t [B, K+1, V] and drafts [B, K]:
     (leading drafts accepted [B], every draft passed [B], D_i [B, K+1]). Probabilities at temperature 1."""
     K = drafts.shape[1]
@@ -128,9 +153,15 @@ def gate_accepts(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torc
     return n_acc, n_acc == n_drafts, divergence
 
 
-def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor,
-                  cfg: AsymSpecConfig, banned: torch.Tensor | None = None,
-                  num_drafts: torch.Tensor | None = None) -> StepOutcome:
+def asymspec_step(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    banned: torch.Tensor | None = None,
+    num_drafts: torch.Tensor | None = None,
+) -> StepOutcome:
     """Gate the drafts and choose the emitted token (Algorithm 1, lines 8-24).
 
     a, b, t: [B, K+1, V] logits; drafts: [B, K] int64; banned: [V] bool;
@@ -139,14 +170,20 @@ def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: tor
     a, b, t = a.float(), b.float(), t.float()
     n_acc, is_bonus, divergence = gate_accepts(a, b, t, drafts, cfg, num_drafts)
     t_p, a_p, b_p = select(t, n_acc), select(a, n_acc), select(b, n_acc)  # [B, V] each
-    fused = greedy(fuse(t_p, context_delta(a_p, b_p, t_p, cfg.delta_source), cfg.beta), banned)
+    fused = greedy(
+        fuse(t_p, context_delta(a_p, b_p, t_p, cfg.delta_source), cfg.beta), banned
+    )
     bonus = fused if cfg.bonus == "fused" else greedy(t_p, banned)
     token = torch.where(is_bonus, bonus, fused)
     return StepOutcome(n_acc, token, is_bonus, divergence)
 
 
-def greedy_verify(scores: torch.Tensor, drafts: torch.Tensor, banned: torch.Tensor | None = None,
-                  num_drafts: torch.Tensor | None = None) -> StepOutcome:
+def greedy_verify(
+    scores: torch.Tensor,
+    drafts: torch.Tensor,
+    banned: torch.Tensor | None = None,
+    num_drafts: torch.Tensor | None = None,
+) -> StepOutcome:
     """Greedy speculative verification against target scores [B, K+1, V]: accept d_i iff it is the
     target's argmax; emit the target's argmax at the first mismatch (or the bonus position).
     Lossless: the committed tokens equal greedy decoding of the target scores."""
@@ -158,25 +195,36 @@ def greedy_verify(scores: torch.Tensor, drafts: torch.Tensor, banned: torch.Tens
     return StepOutcome(n_acc, token, n_acc == n_drafts)
 
 
-def scd_scores(t: torch.Tensor, b: torch.Tensor, beta: float, alpha: float) -> torch.Tensor:
+def scd_scores(
+    t: torch.Tensor, b: torch.Tensor, beta: float, alpha: float
+) -> torch.Tensor:
     """Speculative contrastive decoding target (Yuan et al. 2023, as in the paper's Appendix B):
     (1 + beta) * log p_t - beta * log p_b on the plausible set {log p_t >= log alpha + max log p_t},
     -inf elsewhere. t is the expert (verifier), b the amateur (drafter), both on x_comp. [.., V] -> [.., V]."""
     lt, lb = t.float().log_softmax(-1), b.float().log_softmax(-1)
     plausible = lt >= math.log(alpha) + lt.max(dim=-1, keepdim=True).values
-    score = torch.nan_to_num((1.0 + beta) * lt - beta * lb, nan=float("-inf"), posinf=float("inf"))
+    score = torch.nan_to_num(
+        (1.0 + beta) * lt - beta * lb, nan=float("-inf"), posinf=float("inf")
+    )
     return score.masked_fill(~plausible, float("-inf"))
 
 
 # -- the decision rules, by method (methods.py says which method uses which) --------------------------
-def decide_sd(t: torch.Tensor, drafts: torch.Tensor, banned: torch.Tensor | None = None) -> StepOutcome:
+def decide_sd(
+    t: torch.Tensor, drafts: torch.Tensor, banned: torch.Tensor | None = None
+) -> StepOutcome:
     """Symmetric speculative decoding (and, with no drafts, plain greedy decoding): greedy verification of
     the drafts against the verifier's logits t [B, K+1, V]."""
     return greedy_verify(t, drafts, banned)
 
 
-def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-               banned: torch.Tensor | None = None) -> StepOutcome:
+def decide_scd(
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    banned: torch.Tensor | None = None,
+) -> StepOutcome:
     """Speculative contrastive decoding (Appendix B): greedy verification against the contrastive target
     of the verifier t and the drafter b on x_comp, both [B, K+1, V]."""
     return greedy_verify(scd_scores(t, b, cfg.beta, cfg.scd_alpha), drafts, banned)

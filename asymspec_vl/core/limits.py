@@ -17,12 +17,20 @@ class Limits:
     reduce_pixels: int = 4_000_000  # larger images are brought near the processor's size before it (image_fit.py)
     server_pixels: int = 128_000_000  # the images all of a server's requests may hold at once (two at the cap)
     body_bytes: int = 64 * MIB  # the largest request body the server reads
-    images_per_request: int = 4  # images in one conversation (the drafter engine's limit_mm_per_prompt)
-    answer_tokens: int = 1024  # the largest max_tokens a server request may ask for (and its default)
+    images_per_request: int = (
+        4  # images in one conversation (the drafter engine's limit_mm_per_prompt)
+    )
+    answer_tokens: int = (
+        1024  # the largest max_tokens a server request may ask for (and its default)
+    )
     speculative_tokens: int = 4  # a speculative engine's num_speculative_tokens: the most K a request may ask for
-    demo_image_bytes: int = 10 * MIB  # the demo page's upload (a public page: tighter than the library's)
+    demo_image_bytes: int = (
+        10 * MIB
+    )  # the demo page's upload (a public page: tighter than the library's)
     demo_image_pixels: int = 16_000_000
-    demo_answer_tokens: int = 64  # the demo's max_new_tokens (answers on the page stay short)
+    demo_answer_tokens: int = (
+        64  # the demo's max_new_tokens (answers on the page stay short)
+    )
 
 
 LIMITS = Limits()

@@ -21,16 +21,16 @@ vocab_align.py decide.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from . import sampling, vocab_align
 from . import trace as T
 from .config import AsymSpecConfig
-from .gate import StepOutcome, greedy
 from .errors import ConfigError
+from .gate import StepOutcome, greedy
 from .logprobs import PromptLogprob, TokenLogprob, step_logprobs
 from .mapped_source import MappedSource
 from .methods import Method, Source
@@ -46,10 +46,16 @@ class Plan:
     method: Method
     cfg: AsymSpecConfig
     drafter: LogitSource | None  # drafts greedily; None for a method without drafts
-    scorers: list[LogitSource]  # each scores pending + drafts in one forward, in method.scoring's order
+    scorers: list[
+        LogitSource
+    ]  # each scores pending + drafts in one forward, in method.scoring's order
     banned: torch.Tensor | None  # [V] bool: tokens no rule may emit
-    gens: list[torch.Generator] | None = None  # one per row at temperature > 0 (run() makes them)
-    vmap: vocab_align.VocabMap | None = None  # a cross-family pair's map (None: one vocabulary)
+    gens: list[torch.Generator] | None = (
+        None  # one per row at temperature > 0 (run() makes them)
+    )
+    vmap: vocab_align.VocabMap | None = (
+        None  # a cross-family pair's map (None: one vocabulary)
+    )
 
     @property
     def K(self) -> int:
@@ -60,7 +66,9 @@ class Plan:
         """The drafter also reads d_K: its logits at position K+1 are part of the rule."""
         return self.method.drafts_last(self.cfg)
 
-    def logits(self, drafted: torch.Tensor | None, scores: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def logits(
+        self, drafted: torch.Tensor | None, scores: list[torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         """The step's logits by name (methods.py): drafted, the drafting source's [B, K or K+1, V]; scores, each
         scorer's [B, K+1, V]."""
         logits = {source.logits: x for source, x in zip(self.method.scoring, scores)}
@@ -68,10 +76,14 @@ class Plan:
             logits[self.method.drafting.logits] = drafted
         return logits
 
-    def decide(self, logits: dict[str, torch.Tensor], drafts: torch.Tensor) -> StepOutcome:
+    def decide(
+        self, logits: dict[str, torch.Tensor], drafts: torch.Tensor
+    ) -> StepOutcome:
         """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K]."""
         if self.vmap is not None:
-            return vocab_align.decide(self.method.name, self.cfg, logits, drafts, self.banned, self.vmap)
+            return vocab_align.decide(
+                self.method.name, self.cfg, logits, drafts, self.banned, self.vmap
+            )
         if self.cfg.samples:
             return self.method.sample(self.cfg, logits, drafts, self.banned, self.gens)
         return self.method.decide(self.cfg, logits, drafts, self.banned)
@@ -80,10 +92,14 @@ class Plan:
         """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution. Across a
         map: greedy over the drafter's shared tokens [B, Vd], returned in verifier ids."""
         if self.vmap is not None:
-            picked = greedy(logits, self.vmap.drafter_banned(self.banned, logits.device))
+            picked = greedy(
+                logits, self.vmap.drafter_banned(self.banned, logits.device)
+            )
             return self.vmap.to_verifier_ids(picked)
         if self.cfg.samples:
-            return sampling.draw(sampling.filtered_logprobs(logits, self.cfg, self.banned), self.gens)
+            return sampling.draw(
+                sampling.filtered_logprobs(logits, self.cfg, self.banned), self.gens
+            )
         return greedy(logits, self.banned)
 
 
@@ -92,18 +108,31 @@ class RowOutput:
     """What the loop produced for one row."""
 
     token_ids: list[int] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)  # one of trace.TOKEN_SOURCES per token
+    sources: list[str] = field(
+        default_factory=list
+    )  # one of trace.TOKEN_SOURCES per token
     stats: T.Stats = field(default_factory=T.Stats)
-    finish_reason: str = "length"  # "stop" | "length" | "error" (a backend could not decode this row)
+    finish_reason: str = (
+        "length"  # "stop" | "length" | "error" (a backend could not decode this row)
+    )
     error: str = ""  # why, when finish_reason is "error"
-    text: str | None = None  # the answer's text when a stop string cut it (None: the decoded token_ids)
-    logprobs: list[TokenLogprob] | None = None  # one per token when cfg.logprobs is set (core/logprobs.py)
+    text: str | None = (
+        None  # the answer's text when a stop string cut it (None: the decoded token_ids)
+    )
+    logprobs: list[TokenLogprob] | None = (
+        None  # one per token when cfg.logprobs is set (core/logprobs.py)
+    )
     # one per x_comp token when cfg.prompt_logprobs is set, None first (core/logprobs.py, prompt_logprobs)
     prompt_logprobs: list[PromptLogprob | None] | None = None
 
 
-def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSource],
-         banned: torch.Tensor | None, vmap: vocab_align.VocabMap | None = None) -> Plan:
+def plan(
+    method: Method,
+    cfg: AsymSpecConfig,
+    source: Callable[[Source], LogitSource],
+    banned: torch.Tensor | None,
+    vmap: vocab_align.VocabMap | None = None,
+) -> Plan:
     """The plan of `method`: source(s) makes the logit source of each model + view the method reads. vmap: the
     pair's map; across one that is not the identity, the drafter's sources read verifier ids through it."""
     if vmap is not None and vmap.identity:
@@ -112,35 +141,66 @@ def plan(method: Method, cfg: AsymSpecConfig, source: Callable[[Source], LogitSo
         refuse_across_map(cfg)
         inner = source
 
-        def source(s: Source) -> LogitSource:  # the drafter's sources read verifier ids through the map
+        def source(
+            s: Source,
+        ) -> LogitSource:  # the drafter's sources read verifier ids through the map
             return inner(s) if s.model == "verifier" else MappedSource(inner(s), vmap)
+
     drafter = source(method.drafting) if method.drafting is not None else None
-    return Plan(method, cfg, drafter, [source(s) for s in method.scoring], banned, vmap=vmap)
+    return Plan(
+        method, cfg, drafter, [source(s) for s in method.scoring], banned, vmap=vmap
+    )
 
 
 def refuse_across_map(cfg: AsymSpecConfig) -> None:
     """ConfigError for what a cross-family pair does not run yet: sampling."""
     if cfg.samples:
-        raise ConfigError("temperature > 0: not run for a cross-family pair (two vocabularies) yet; the greedy "
-                          "rules of every method are, with logprobs and min_tokens (docs/cross-family.md)")
+        raise ConfigError(
+            "temperature > 0: not run for a cross-family pair (two vocabularies) yet; the greedy "
+            "rules of every method are, with logprobs and min_tokens (docs/cross-family.md)"
+        )
 
 
-def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
-        on_step: Callable[[list[RowOutput]], None] | None = None,
-        decode: Callable[[list[int]], str] | None = None) -> list[RowOutput]:
+def run(
+    plan: Plan,
+    batch: int,
+    max_new: list[int],
+    stop_ids: set[int],
+    on_step: Callable[[list[RowOutput]], None] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+) -> list[RowOutput]:
     """Decode until every row hits a stop token, a stop string (cfg.stop, found in decode(token_ids)) or its
     token budget max_new[r]. The prompts are read before the clock starts (tokens/s measures decoding)."""
     cfg = plan.cfg
-    out = [RowOutput(stats=T.Stats(accepted_at=[0] * plan.K), logprobs=[] if cfg.logprobs is not None else None)
-           for _ in range(batch)]
+    out = [
+        RowOutput(
+            stats=T.Stats(accepted_at=[0] * plan.K),
+            logprobs=[] if cfg.logprobs is not None else None,
+        )
+        for _ in range(batch)
+    ]
     y: list[list[int]] = [[] for _ in range(batch)]
     active = [m > 0 for m in max_new]
-    texts = [StopStrings(decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens) for _ in range(batch)] \
-        if cfg.stop else None
+    texts = (
+        [
+            StopStrings(
+                decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens
+            )
+            for _ in range(batch)
+        ]
+        if cfg.stop
+        else None
+    )
     if cfg.samples:
-        plan.gens = sampling.generators(cfg, batch, plan.banned.device if plan.banned is not None else "cpu")
-    hold = MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
-    hold_own = hold.mapped(plan.vmap) if hold is not None and plan.vmap is not None else hold  # drafter ids
+        plan.gens = sampling.generators(
+            cfg, batch, plan.banned.device if plan.banned is not None else "cpu"
+        )
+    hold = (
+        MinTokens(cfg.min_tokens, stop_ids, y) if cfg.min_tokens and stop_ids else None
+    )
+    hold_own = (
+        hold.mapped(plan.vmap) if hold is not None and plan.vmap is not None else hold
+    )  # drafter ids
     for src in _sources(plan):
         src.prefill()
     start = time.perf_counter()
@@ -148,24 +208,46 @@ def run(plan: Plan, batch: int, max_new: list[int], stop_ids: set[int],
         drafts, draft_logits = _draft(plan, y, active, hold_own)
         scores = []
         for src in plan.scorers:
-            feed = [p + _own(src, d) if on else [] for p, d, on in zip(src.pending(y), drafts.tolist(), active)]
-            x = src.forward(feed)[:, -(plan.K + 1):]  # [B, K+1, V]
+            feed = [
+                p + _own(src, d) if on else []
+                for p, d, on in zip(src.pending(y), drafts.tolist(), active)
+            ]
+            x = src.forward(feed)[:, -(plan.K + 1) :]  # [B, K+1, V]
             held = hold_own if isinstance(src, MappedSource) else hold
             scores.append(held.mask(x, 0) if held else x)
         drafts = drafts.to(scores[0].device)
         logits = plan.logits(draft_logits, scores)
         outcome = plan.decide(logits, drafts)
         accepted = outcome.num_accepted.tolist()
-        lps = step_logprobs(plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs, plan.vmap) \
-            if cfg.logprobs is not None else None
+        lps = (
+            step_logprobs(
+                plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs, plan.vmap
+            )
+            if cfg.logprobs is not None
+            else None
+        )
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:
                 labels = T.step_sources(plan.method.labels, plan.K, accepted[r])
                 before = len(y[r])
-                active[r] = _append(out[r], y[r], new, labels, plan.K, accepted[r], max_new[r], stop_ids,
-                                    cfg.min_tokens, lps[r] if lps else None)
+                active[r] = _append(
+                    out[r],
+                    y[r],
+                    new,
+                    labels,
+                    plan.K,
+                    accepted[r],
+                    max_new[r],
+                    stop_ids,
+                    cfg.min_tokens,
+                    lps[r] if lps else None,
+                )
                 if texts is not None and texts[r].after_step(y[r], before):
-                    out[r].finish_reason, out[r].text, active[r] = "stop", texts[r].text, False
+                    out[r].finish_reason, out[r].text, active[r] = (
+                        "stop",
+                        texts[r].text,
+                        False,
+                    )
         for src in _sources(plan):
             src.commit(y)
         if on_step:
@@ -185,11 +267,15 @@ def _sources(plan: Plan) -> list[LogitSource]:
     return ([plan.drafter] if plan.drafter else []) + plan.scorers
 
 
-def _draft(plan: Plan, y, active, hold: MinTokens | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _draft(
+    plan: Plan, y, active, hold: MinTokens | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """K drafts per row [B, K] (greedy, or drawn at temperature > 0) and the drafter's logits at those
     positions [B, K(+1), V]."""
     if plan.K == 0:
-        return torch.zeros(len(y), 0, dtype=torch.long), None  # moved to the scorers' device by run()
+        return torch.zeros(
+            len(y), 0, dtype=torch.long
+        ), None  # moved to the scorers' device by run()
     src = plan.drafter
     feed = [p if on else [] for p, on in zip(src.pending(y), active)]
     logits = [src.forward(feed)[:, -1]]  # [B, V]
@@ -200,14 +286,28 @@ def _draft(plan: Plan, y, active, hold: MinTokens | None) -> tuple[torch.Tensor,
         d = plan.pick(logits[-1])  # [B]
         drafts.append(d)
         if i < plan.K - 1 or plan.draft_last:
-            logits.append(src.forward([_own(src, [x]) if on else [] for x, on in zip(d.tolist(), active)])[:, -1])
+            logits.append(
+                src.forward(
+                    [_own(src, [x]) if on else [] for x, on in zip(d.tolist(), active)]
+                )[:, -1]
+            )
     if hold and len(logits) > plan.K:
         logits[-1] = hold.mask(logits[-1][:, None], plan.K)[:, 0]
     return torch.stack(drafts, 1), torch.stack(logits, 1)
 
 
-def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_drafts: int, num_accepted: int,
-            max_new: int, stop_ids: set[int], min_tokens: int = 0, logprobs: list | None = None) -> bool:
+def _append(
+    o: RowOutput,
+    yr: list[int],
+    new: list[int],
+    labels: list[str],
+    num_drafts: int,
+    num_accepted: int,
+    max_new: int,
+    stop_ids: set[int],
+    min_tokens: int = 0,
+    logprobs: list | None = None,
+) -> bool:
     """Commit one row's new tokens (cut after a stop token, then at the budget); return whether it goes on.
     A stop token before min_tokens tokens does not stop (vLLM's check_stop)."""
     kept, going = [], True
@@ -221,8 +321,8 @@ def _append(o: RowOutput, yr: list[int], new: list[int], labels: list[str], num_
             break
     yr.extend(kept)
     o.token_ids.extend(kept)
-    o.sources.extend(labels[:len(kept)])
+    o.sources.extend(labels[: len(kept)])
     if logprobs is not None:
-        o.logprobs.extend(logprobs[:len(kept)])
+        o.logprobs.extend(logprobs[: len(kept)])
     o.stats.record(num_drafts, num_accepted, len(kept))
     return going

@@ -15,7 +15,9 @@ class MappedSource:
 
     def __init__(self, inner: LogitSource, vmap: VocabMap):
         self.inner, self.vmap = inner, vmap
-        self.y_own: list[list[int]] = []  # per row: y in drafter ids (y only grows: translated once per token)
+        self.y_own: list[
+            list[int]
+        ] = []  # per row: y in drafter ids (y only grows: translated once per token)
         self._v2d = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
 
     def own(self, ids: list[int]) -> list[int]:
@@ -26,7 +28,7 @@ class MappedSource:
         if not self.y_own:
             self.y_own = [[] for _ in y]
         for mine, row in zip(self.y_own, y):
-            mine.extend(self.own(row[len(mine):]))
+            mine.extend(self.own(row[len(mine) :]))
         return self.y_own
 
     def prefill(self) -> None:

@@ -2,4 +2,7 @@
 its METHODS are these, in this order)."""
 
 NAMES = ("asymspec", "sd", "scd", "floor", "drafter")
-IMAGE_METHODS = ("asymspec", "drafter")  # the methods whose drafter reads the image (x_full, x_question)
+IMAGE_METHODS = (
+    "asymspec",
+    "drafter",
+)  # the methods whose drafter reads the image (x_full, x_question)

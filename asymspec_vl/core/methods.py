@@ -16,25 +16,30 @@ sampling needs the exact distribution the drafts were drawn from).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from . import gate, sampling
-from .kernels import dispatch
-from . import method_names, trace as T
+from . import gate, method_names, sampling
+from . import trace as T
 from .config import AsymSpecConfig, is_one_of
 from .errors import ConfigError
+from .kernels import dispatch
 
 DRAFTED = "drafted"  # the vLLM sampler's x_comp drafting logits where they are not the scored b (module docstring)
 
 # decide(cfg, logits by name, drafts [B, K], banned [V] | None) -> StepOutcome
-Rule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None], gate.StepOutcome]
+Rule = Callable[
+    [AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None],
+    gate.StepOutcome,
+]
 # sample(cfg, logits by name, drafts [B, K], banned, one torch.Generator per row) -> StepOutcome (temperature > 0,
 # sampling.py; the drafts were drawn from the drafting source's filtered distribution)
-SampledRule = Callable[[AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, list],
-                       gate.StepOutcome]
+SampledRule = Callable[
+    [AsymSpecConfig, dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None, list],
+    gate.StepOutcome,
+]
 
 
 @dataclass(frozen=True)
@@ -49,14 +54,22 @@ class Source:
 @dataclass(frozen=True)
 class Method:
     name: str
-    drafting: Source | None  # drafts greedily; None: no drafts, each step emits the scorer's greedy token
-    scoring: tuple[Source, ...]  # read pending + drafts in one forward, logits at the K+1 positions
+    drafting: (
+        Source | None
+    )  # drafts greedily; None: no drafts, each step emits the scorer's greedy token
+    scoring: tuple[
+        Source, ...
+    ]  # read pending + drafts in one forward, logits at the K+1 positions
     decide: Rule
     reads: tuple[str, ...]  # the logits the rule reads
     engine: str  # the vLLM engine that runs it: "verifier", "drafter" (VL model alone) or "speculative"
     sample: SampledRule  # the rule at temperature > 0
-    fused_bonus_reads_last: bool = False  # the drafting source also reads d_K when cfg.bonus == "fused"
-    always_reads_last: bool = False  # ... always (its logits at position K+1 are part of the rule)
+    fused_bonus_reads_last: bool = (
+        False  # the drafting source also reads d_K when cfg.bonus == "fused"
+    )
+    always_reads_last: bool = (
+        False  # ... always (its logits at position K+1 are part of the rule)
+    )
 
     @property
     def labels(self) -> T.Labels:
@@ -86,7 +99,9 @@ class Method:
 
     def drafts_last(self, cfg: AsymSpecConfig) -> bool:
         """Whether the drafting source also reads d_K (its logits at position K+1 are needed)."""
-        return self.always_reads_last or (self.fused_bonus_reads_last and cfg.bonus == "fused")
+        return self.always_reads_last or (
+            self.fused_bonus_reads_last and cfg.bonus == "fused"
+        )
 
     def __reduce__(self):
         """Pickled by name (its rule is a lambda): vLLM sends a parsed request to its worker processes."""
@@ -99,32 +114,83 @@ SD_DRAFTER = Source("sd_drafter", "x_comp", "sd")
 VERIFIER = Source("verifier", "x_comp", "t")
 DRAFTER_QUESTION = Source("drafter", "x_question", "q")
 
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("asymspec", DRAFTER_FULL, (DRAFTER_COMP, VERIFIER),
-           lambda cfg, x, d, banned: dispatch.decide_asymspec(x["a"], x["b"], x["t"], d, cfg, banned), ("a", "b", "t"),
-           "speculative",
-           lambda cfg, x, d, banned, g: sampling.sample_asymspec(x["a"], x["b"], x["t"], d, cfg, g, banned),
-           fused_bonus_reads_last=True),
-    Method("sd", SD_DRAFTER, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
-           "speculative", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], x.get("sd"), d, cfg, g, banned)),
-    Method("scd", DRAFTER_COMP, (VERIFIER,),
-           lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned), ("b", "t"), "speculative",
-           lambda cfg, x, d, banned, g: sampling.sample_scd(x["b"], x["t"], d, cfg, g, banned, x.get(DRAFTED)),
-           always_reads_last=True),
-    Method("floor", None, (VERIFIER,), lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned), ("t",),
-           "verifier", lambda cfg, x, d, banned, g: sampling.sample_sd(x["t"], None, d, cfg, g, banned)),
-    Method("drafter", None, (DRAFTER_QUESTION,), lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
-           ("q",), "drafter", lambda cfg, x, d, banned, g: sampling.sample_sd(x["q"], None, d, cfg, g, banned)),
-)}
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "asymspec",
+            DRAFTER_FULL,
+            (DRAFTER_COMP, VERIFIER),
+            lambda cfg, x, d, banned: dispatch.decide_asymspec(
+                x["a"], x["b"], x["t"], d, cfg, banned
+            ),
+            ("a", "b", "t"),
+            "speculative",
+            lambda cfg, x, d, banned, g: sampling.sample_asymspec(
+                x["a"], x["b"], x["t"], d, cfg, g, banned
+            ),
+            fused_bonus_reads_last=True,
+        ),
+        Method(
+            "sd",
+            SD_DRAFTER,
+            (VERIFIER,),
+            lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned),
+            ("t",),
+            "speculative",
+            lambda cfg, x, d, banned, g: sampling.sample_sd(
+                x["t"], x.get("sd"), d, cfg, g, banned
+            ),
+        ),
+        Method(
+            "scd",
+            DRAFTER_COMP,
+            (VERIFIER,),
+            lambda cfg, x, d, banned: gate.decide_scd(x["b"], x["t"], d, cfg, banned),
+            ("b", "t"),
+            "speculative",
+            lambda cfg, x, d, banned, g: sampling.sample_scd(
+                x["b"], x["t"], d, cfg, g, banned, x.get(DRAFTED)
+            ),
+            always_reads_last=True,
+        ),
+        Method(
+            "floor",
+            None,
+            (VERIFIER,),
+            lambda cfg, x, d, banned: gate.decide_sd(x["t"], d, banned),
+            ("t",),
+            "verifier",
+            lambda cfg, x, d, banned, g: sampling.sample_sd(
+                x["t"], None, d, cfg, g, banned
+            ),
+        ),
+        Method(
+            "drafter",
+            None,
+            (DRAFTER_QUESTION,),
+            lambda cfg, x, d, banned: gate.decide_sd(x["q"], d, banned),
+            ("q",),
+            "drafter",
+            lambda cfg, x, d, banned, g: sampling.sample_sd(
+                x["q"], None, d, cfg, g, banned
+            ),
+        ),
+    )
+}
 NAMES = tuple(METHODS)
-assert NAMES == method_names.NAMES, NAMES  # the command line's help lists method_names.NAMES
+assert NAMES == method_names.NAMES, (
+    NAMES
+)  # the command line's help lists method_names.NAMES
 SPECULATIVE = tuple(name for name, m in METHODS.items() if m.speculative)
 # the method of a speculative engine's request that names none (no extra_args["asymspec"]): SD's rule on the
 # x_comp view, vLLM's stock speculative decoding
 PLAIN_SPECULATIVE = METHODS["sd"]
 # what a speculative engine (the verifier as target, the drafter as draft model) can run per request: every
 # method whose models read x_full or x_comp (Floor: no drafts, the verifier's greedy tokens)
-SPECULATIVE_ENGINE_MODES = tuple(name for name, m in METHODS.items() if "x_question" not in m.views)
+SPECULATIVE_ENGINE_MODES = tuple(
+    name for name, m in METHODS.items() if "x_question" not in m.views
+)
 IMAGE_METHODS = tuple(name for name, m in METHODS.items() if m.reads_image)
 assert IMAGE_METHODS == method_names.IMAGE_METHODS, IMAGE_METHODS
 

@@ -4,17 +4,23 @@ proposer's drafts and sampler)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 
-def hold_stops(x: torch.Tensor, produced: Sequence[int], first: int, min_tokens: int,
-               stop_ids: Sequence[int]) -> torch.Tensor:
+def hold_stops(
+    x: torch.Tensor,
+    produced: Sequence[int],
+    first: int,
+    min_tokens: int,
+    stop_ids: Sequence[int],
+) -> torch.Tensor:
     """x [B, n, V]: the logits of output positions produced[r] + first + j (j < n) of row r. -> x with the stop
     tokens -inf at the positions below min_tokens (x itself when none is held)."""
-    out = torch.tensor([p + first for p in produced], device=x.device)[:, None] + \
-        torch.arange(x.shape[1], device=x.device)  # [B, n]
+    out = torch.tensor([p + first for p in produced], device=x.device)[
+        :, None
+    ] + torch.arange(x.shape[1], device=x.device)  # [B, n]
     held = out < min_tokens
     if not stop_ids or not held.any():
         return x
@@ -30,12 +36,16 @@ class MinTokens:
     def __init__(self, min_tokens: int, stop_ids: set[int], y: list[list[int]]):
         self.min_tokens, self.stop_ids, self.y = min_tokens, sorted(stop_ids), y
 
-    def mapped(self, vmap) -> "MinTokens":
+    def mapped(self, vmap) -> MinTokens:
         """The same hold over the drafter's logits of a cross-family pair: its stop tokens in drafter ids (those
         the map pairs; an unpaired one is never drafted, the drafts being restricted to the shared set)."""
         v2d = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
-        return MinTokens(self.min_tokens, {v2d[i] for i in self.stop_ids if i in v2d}, self.y)
+        return MinTokens(
+            self.min_tokens, {v2d[i] for i in self.stop_ids if i in v2d}, self.y
+        )
 
     def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
         """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""
-        return hold_stops(x, [len(r) for r in self.y], first, self.min_tokens, self.stop_ids)
+        return hold_stops(
+            x, [len(r) for r in self.y], first, self.min_tokens, self.stop_ids
+        )

@@ -27,7 +27,9 @@ from .config import AsymSpecConfig
 from .gate import StepOutcome, context_delta, fuse, gate_accepts, scd_scores, select
 
 
-def filtered_logprobs(logits: torch.Tensor, cfg: AsymSpecConfig, banned: torch.Tensor | None = None) -> torch.Tensor:
+def filtered_logprobs(
+    logits: torch.Tensor, cfg: AsymSpecConfig, banned: torch.Tensor | None = None
+) -> torch.Tensor:
     """log filtered(logits) at cfg.temperature (> 0), in vLLM's order. [..., V] -> [..., V] float32."""
     x = logits.float()
     if banned is not None:
@@ -55,7 +57,7 @@ def generators(cfg: AsymSpecConfig, rows: int, device) -> list[torch.Generator]:
         if cfg.seed is None:
             g.seed()
         else:
-            g.manual_seed(cfg.seed % 2 ** 64)
+            g.manual_seed(cfg.seed % 2**64)
         out.append(g)
     return out
 
@@ -70,13 +72,21 @@ def draw(logprobs: torch.Tensor, gens: list[torch.Generator]) -> torch.Tensor:
 
 def uniforms(n: int, gens: list[torch.Generator], device) -> torch.Tensor:
     """n uniforms in [0, 1) per row. -> [B, n] float32."""
-    return torch.stack([torch.rand(n, generator=g, device=device) for g in gens]) if gens else \
-        torch.zeros(0, n, device=device)
+    return (
+        torch.stack([torch.rand(n, generator=g, device=device) for g in gens])
+        if gens
+        else torch.zeros(0, n, device=device)
+    )
 
 
-def speculative_sampling(target: torch.Tensor, draft_logprobs: torch.Tensor | None, drafts: torch.Tensor,
-                         cfg: AsymSpecConfig, gens: list[torch.Generator],
-                         banned: torch.Tensor | None = None) -> StepOutcome:
+def speculative_sampling(
+    target: torch.Tensor,
+    draft_logprobs: torch.Tensor | None,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    gens: list[torch.Generator],
+    banned: torch.Tensor | None = None,
+) -> StepOutcome:
     """Lossless speculative sampling against target scores [B, K+1, V]; draft_logprobs [B, K(+1), V] are the
     log filtered distributions the drafts [B, K] were drawn from (None when K = 0)."""
     lp = filtered_logprobs(target, cfg, banned)  # [B, K+1, V]
@@ -87,21 +97,36 @@ def speculative_sampling(target: torch.Tensor, draft_logprobs: torch.Tensor | No
         log_p = lp[:, :K].gather(-1, idx).squeeze(-1)  # [B, K]
         log_q = draft_logprobs[:, :K].float().gather(-1, idx).squeeze(-1)
         u = uniforms(K, gens, lp.device)
-        accept = (log_q > float("-inf")) & (u < (log_p - log_q).exp())  # u < min(1, p / q)
+        accept = (log_q > float("-inf")) & (
+            u < (log_p - log_q).exp()
+        )  # u < min(1, p / q)
         n_acc = accept.long().cumprod(1).sum(1)
     is_bonus = n_acc == K
     p = select(lp, n_acc).exp()  # [B, V]
     if K:
-        q = select(torch.cat([draft_logprobs[:, :K].float(), lp[:, -1:]], 1), n_acc).exp()
+        q = select(
+            torch.cat([draft_logprobs[:, :K].float(), lp[:, -1:]], 1), n_acc
+        ).exp()
         residual = torch.where(is_bonus[:, None], p, (p - q).clamp_min(0.0))
-        empty = residual.sum(-1, keepdim=True) <= 0  # p == q: rejection cannot happen; p keeps it defined
-        p = torch.where(empty, p, residual / residual.sum(-1, keepdim=True).clamp_min(1e-30))
+        empty = (
+            residual.sum(-1, keepdim=True) <= 0
+        )  # p == q: rejection cannot happen; p keeps it defined
+        p = torch.where(
+            empty, p, residual / residual.sum(-1, keepdim=True).clamp_min(1e-30)
+        )
     token = draw(p.clamp_min(1e-38).log().masked_fill(p <= 0, float("-inf")), gens)
     return StepOutcome(n_acc, token, is_bonus)
 
 
-def sample_asymspec(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-                    gens: list[torch.Generator], banned: torch.Tensor | None = None) -> StepOutcome:
+def sample_asymspec(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    gens: list[torch.Generator],
+    banned: torch.Tensor | None = None,
+) -> StepOutcome:
     """AsymSpec at temperature > 0 (our extension, module docstring): Algorithm 1's gate on the drafts drawn
     from filtered(a); the emitted token drawn from filtered(t + beta * delta) at the first rejection, from
     filtered(t) for the bonus. a: [B, K or K+1, V] (as gate.decide_asymspec); b, t: [B, K+1, V]."""
@@ -117,19 +142,43 @@ def sample_asymspec(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: t
     return StepOutcome(n_acc, token, is_bonus, divergence)
 
 
-def sample_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-               gens: list[torch.Generator], banned: torch.Tensor | None = None,
-               q: torch.Tensor | None = None) -> StepOutcome:
+def sample_scd(
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    gens: list[torch.Generator],
+    banned: torch.Tensor | None = None,
+    q: torch.Tensor | None = None,
+) -> StepOutcome:
     """SCD at temperature > 0: speculative sampling against its contrastive target (from b, t [B, K+1, V]), the
     drafts drawn from filtered(q); q [B, K, V] the drafting pass's logits where they are not b's (the vLLM
     sampler's: b comes from its x_comp scoring pass there), b itself by default."""
-    return speculative_sampling(scd_scores(t, b, cfg.beta, cfg.scd_alpha),
-                                filtered_logprobs(b if q is None else q, cfg, banned), drafts, cfg, gens, banned)
+    return speculative_sampling(
+        scd_scores(t, b, cfg.beta, cfg.scd_alpha),
+        filtered_logprobs(b if q is None else q, cfg, banned),
+        drafts,
+        cfg,
+        gens,
+        banned,
+    )
 
 
-def sample_sd(t: torch.Tensor, q: torch.Tensor | None, drafts: torch.Tensor, cfg: AsymSpecConfig,
-              gens: list[torch.Generator], banned: torch.Tensor | None = None) -> StepOutcome:
+def sample_sd(
+    t: torch.Tensor,
+    q: torch.Tensor | None,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    gens: list[torch.Generator],
+    banned: torch.Tensor | None = None,
+) -> StepOutcome:
     """SD at temperature > 0 (and, with no drafts, Floor and the drafter alone): speculative sampling against
     the verifier's t [B, K+1, V]; q [B, K(+1), V] the drafter's logits the drafts were drawn from."""
-    return speculative_sampling(t, filtered_logprobs(q, cfg, banned) if q is not None else None, drafts, cfg,
-                                gens, banned)
+    return speculative_sampling(
+        t,
+        filtered_logprobs(q, cfg, banned) if q is not None else None,
+        drafts,
+        cfg,
+        gens,
+        banned,
+    )

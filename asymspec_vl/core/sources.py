@@ -43,8 +43,8 @@ class RowLedger:
     def pending(self, y: list[int]) -> list[int]:
         P = len(self.prompt)
         if self.n_cached < P:
-            return self.prompt[self.n_cached:] + y
-        return y[self.n_cached - P:]
+            return self.prompt[self.n_cached :] + y
+        return y[self.n_cached - P :]
 
     def token_at(self, j: int, y: list[int]) -> int:
         return self.prompt[j] if j < len(self.prompt) else y[j - len(self.prompt)]

@@ -12,12 +12,16 @@ out (vLLM's incremental detokenizer emits nothing before).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-INCOMPLETE = "\ufffd"  # what decode() shows for a character whose last byte is not out yet
+INCOMPLETE = (
+    "\ufffd"  # what decode() shows for a character whose last byte is not out yet
+)
 
 
-def check(text: str, new_chars: int, stop: tuple[str, ...], include: bool) -> tuple[str, int] | None:
+def check(
+    text: str, new_chars: int, stop: tuple[str, ...], include: bool
+) -> tuple[str, int] | None:
     """(the stop string found, the length to cut text to, -1 for none) in the last new_chars characters."""
     if not new_chars or not stop:
         return None
@@ -38,8 +42,19 @@ def complete(text: str) -> str:
 class StopStrings:
     """One row's stop-string watch: decode(ids) -> the answer's text (special tokens skipped)."""
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...], include: bool, min_tokens: int):
-        self.decode, self.stop, self.include, self.min_tokens = decode, tuple(stop), include, min_tokens
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        stop: tuple[str, ...],
+        include: bool,
+        min_tokens: int,
+    ):
+        self.decode, self.stop, self.include, self.min_tokens = (
+            decode,
+            tuple(stop),
+            include,
+            min_tokens,
+        )
         self.text: str | None = None  # the cut text once a stop string was found
         self.found: str | None = None  # the stop string that ended the answer
 
@@ -50,11 +65,13 @@ class StopStrings:
         if not self.stop or len(ids) <= self.min_tokens or len(ids) == num_before:
             return False
         text = complete(self.decode(ids))
-        searched_from = len(complete(self.decode(ids[:max(num_before, self.min_tokens)])))
+        searched_from = len(
+            complete(self.decode(ids[: max(num_before, self.min_tokens)]))
+        )
         found = check(text, len(text) - searched_from, self.stop, self.include)
         if found is None:
             return False
-        self.found, self.text = found[0], (text if found[1] == -1 else text[:found[1]])
+        self.found, self.text = found[0], (text if found[1] == -1 else text[: found[1]])
         return True
 
 
@@ -65,11 +82,18 @@ class StreamedText:
     character waits for its last byte, and once a stop string is seen nothing more is sent before the end. Steps
     that arrive merged (a slow consumer) change nothing sent, so the pieces always join to the final text."""
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: tuple[str, ...] = (), include: bool = False,
-                 min_tokens: int = 0):
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        stop: tuple[str, ...] = (),
+        include: bool = False,
+        min_tokens: int = 0,
+    ):
         self.decode, self.sent, self.num_tokens = decode, "", 0
         self.watch = StopStrings(decode, stop, include, min_tokens)
-        self.hold = max((len(s) for s in stop), default=1) - 1 if stop and not include else 0
+        self.hold = (
+            max((len(s) for s in stop), default=1) - 1 if stop and not include else 0
+        )
 
     def push(self, ids: list[int]) -> str:
         """What the step that made the answer's tokens `ids` adds to the text sent."""
@@ -77,7 +101,7 @@ class StreamedText:
         if self.watch.after_step(ids, before):
             return ""  # the end's text (end()) says where the answer stops
         text = complete(self.decode(ids))
-        return self._send(text[:max(0, len(text) - self.hold)])
+        return self._send(text[: max(0, len(text) - self.hold)])
 
     def end(self, text: str) -> str:
         """The final text's part not sent yet."""
@@ -86,5 +110,5 @@ class StreamedText:
     def _send(self, text: str) -> str:
         if len(text) <= len(self.sent) or not text.startswith(self.sent):
             return ""
-        delta, self.sent = text[len(self.sent):], text
+        delta, self.sent = text[len(self.sent) :], text
         return delta

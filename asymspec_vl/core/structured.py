@@ -32,14 +32,18 @@ class StructuredOutput:
     @property
     def value(self):
         """The constraint's value as vLLM takes it (a schema dict, True, a list of choices, a string)."""
-        return json.loads(self.spec) if self.kind in ("json", "json_object", "choice") else self.spec
+        return (
+            json.loads(self.spec)
+            if self.kind in ("json", "json_object", "choice")
+            else self.spec
+        )
 
     def to_dict(self) -> dict:
         return {self.kind: self.value}
 
     def sampling_params(self):
         """vLLM's StructuredOutputsParams of this constraint."""
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.sampling_params import StructuredOutputsParams  # lazy: loads vLLM
 
         return StructuredOutputsParams(**self.to_dict())
 
@@ -51,8 +55,10 @@ def structured_output_of(value) -> StructuredOutput | None:
     if value is None or isinstance(value, StructuredOutput):
         return value
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in KINDS:
-        raise ConfigError(f"{FIELD}={value!r} is invalid: expected a dict of exactly one of {KINDS}, e.g. "
-                          '{"json": {"type": "object", ...}}')
+        raise ConfigError(
+            f"{FIELD}={value!r} is invalid: expected a dict of exactly one of {KINDS}, e.g. "
+            '{"json": {"type": "object", ...}}'
+        )
     kind, spec = next(iter(value.items()))
     if kind == "json":
         if isinstance(spec, str):
@@ -61,15 +67,23 @@ def structured_output_of(value) -> StructuredOutput | None:
             except ValueError as e:
                 raise ConfigError(f"{FIELD} json is not JSON text: {e}") from e
         if not isinstance(spec, dict):
-            raise ConfigError(f"{FIELD} json must be a JSON schema (an object), got {type(spec).__name__}")
+            raise ConfigError(
+                f"{FIELD} json must be a JSON schema (an object), got {type(spec).__name__}"
+            )
         return StructuredOutput(kind, json.dumps(spec, sort_keys=True))
     if kind == "json_object":
         if spec is not True:
             raise ConfigError(f"{FIELD} json_object must be True, got {spec!r}")
         return StructuredOutput(kind, "true")
     if kind == "choice":
-        if not (isinstance(spec, (list, tuple)) and spec and all(isinstance(c, str) for c in spec)):
-            raise ConfigError(f"{FIELD} choice must be a non-empty list of strings, got {spec!r}")
+        if not (
+            isinstance(spec, (list, tuple))
+            and spec
+            and all(isinstance(c, str) for c in spec)
+        ):
+            raise ConfigError(
+                f"{FIELD} choice must be a non-empty list of strings, got {spec!r}"
+            )
         return StructuredOutput(kind, json.dumps(list(spec)))
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"{FIELD} {kind} must be a non-empty string, got {spec!r}")
@@ -79,6 +93,8 @@ def structured_output_of(value) -> StructuredOutput | None:
 def refuse_on_backend(cfg, backend: str) -> None:
     """ConfigError when a structured output is asked of a backend that does not build it (transformers)."""
     if cfg.structured_output is not None and backend != "vllm":
-        raise ConfigError(f"{FIELD} ({cfg.structured_output.kind}) is served by the vLLM backend only: the "
-                          f"{backend!r} backend cannot constrain its answers to a grammar; load with "
-                          'backend="vllm", or leave structured_output unset')
+        raise ConfigError(
+            f"{FIELD} ({cfg.structured_output.kind}) is served by the vLLM backend only: the "
+            f"{backend!r} backend cannot constrain its answers to a grammar; load with "
+            'backend="vllm", or leave structured_output unset'
+        )

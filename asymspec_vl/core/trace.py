@@ -24,14 +24,20 @@ class Labels:
 
 
 # method -> its labels (methods.py names the methods)
-LABELS = {"asymspec": Labels(DRAFT, FUSED, BONUS), "sd": Labels(DRAFT, VERIFIER, BONUS),
-          "scd": Labels(DRAFT, CONTRASTIVE, CONTRASTIVE), "floor": Labels(VERIFIER, VERIFIER, VERIFIER),
-          "drafter": Labels(DRAFTER, DRAFTER, DRAFTER)}
+LABELS = {
+    "asymspec": Labels(DRAFT, FUSED, BONUS),
+    "sd": Labels(DRAFT, VERIFIER, BONUS),
+    "scd": Labels(DRAFT, CONTRASTIVE, CONTRASTIVE),
+    "floor": Labels(VERIFIER, VERIFIER, VERIFIER),
+    "drafter": Labels(DRAFTER, DRAFTER, DRAFTER),
+}
 
 
 def step_sources(labels: Labels, num_drafts: int, num_accepted: int) -> list[str]:
     """The labels of one step's committed tokens: the accepted drafts, then the token after them."""
-    return [labels.accepted] * num_accepted + [labels.all_passed if num_accepted == num_drafts else labels.rejected]
+    return [labels.accepted] * num_accepted + [
+        labels.all_passed if num_accepted == num_drafts else labels.rejected
+    ]
 
 
 @dataclass
@@ -42,7 +48,9 @@ class Stats:
     drafted: int = 0
     accepted: int = 0
     emitted: int = 0
-    accepted_at: list[int] = field(default_factory=list)  # [K]: steps whose i-th draft was accepted
+    accepted_at: list[int] = field(
+        default_factory=list
+    )  # [K]: steps whose i-th draft was accepted
     elapsed_s: float = 0.0
 
     def record(self, num_drafts: int, num_accepted: int, num_emitted: int) -> None:
@@ -74,9 +82,11 @@ class Stats:
         def shown(x, digits):
             return "None" if x is None else f"{x:.{digits}f}"
 
-        return (f"Stats(emitted={self.emitted}, steps={self.steps}, acceptance_rate="
-                f"{shown(self.acceptance_rate, 2)}, mean_accepted_length={shown(self.mean_accepted_length, 2)}, "
-                f"tokens_per_s={shown(self.tokens_per_s, 1)}, elapsed_s={self.elapsed_s:.3f})")
+        return (
+            f"Stats(emitted={self.emitted}, steps={self.steps}, acceptance_rate="
+            f"{shown(self.acceptance_rate, 2)}, mean_accepted_length={shown(self.mean_accepted_length, 2)}, "
+            f"tokens_per_s={shown(self.tokens_per_s, 1)}, elapsed_s={self.elapsed_s:.3f})"
+        )
 
     @property
     def acceptance_per_position(self) -> list[float]:
@@ -84,6 +94,10 @@ class Stats:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, mean_accepted_length=self.mean_accepted_length,
-                 tokens_per_s=self.tokens_per_s, acceptance_per_position=self.acceptance_per_position)
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            tokens_per_s=self.tokens_per_s,
+            acceptance_per_position=self.acceptance_per_position,
+        )
         return d

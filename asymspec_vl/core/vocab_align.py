@@ -52,11 +52,13 @@ class VocabMap:
     drafter_size: int  # Vd
     verifier_size: int  # Vv
     identity: bool = False
-    specials: dict[str, tuple[int, int]] = field(default_factory=dict)  # role -> (drafter id, verifier id)
+    specials: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # role -> (drafter id, verifier id)
     _cache: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def same_vocabulary(cls, size: int) -> "VocabMap":
+    def same_vocabulary(cls, size: int) -> VocabMap:
         ids = torch.arange(size)
         return cls(ids, ids.clone(), size, size, identity=True)
 
@@ -68,7 +70,7 @@ class VocabMap:
         """(share of the drafter's vocabulary, share of the verifier's) the shared set covers."""
         return self.size / self.drafter_size, self.size / self.verifier_size
 
-    def to(self, device) -> "VocabMap":
+    def to(self, device) -> VocabMap:
         """This map's index tensors on `device` (cached: moved once per device)."""
         key = str(device)
         if key not in self._cache:
@@ -83,14 +85,18 @@ class VocabMap:
         """Verifier ids (all in the shared set) -> drafter ids, same shape."""
         out = self.to(ids.device)[3][ids]
         if (out < 0).any():
-            raise ConfigError(f"verifier ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set")
+            raise ConfigError(
+                f"verifier ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set"
+            )
         return out
 
     def to_verifier_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Drafter ids (all in the shared set) -> verifier ids, same shape."""
         out = self.to(ids.device)[2][ids]
         if (out < 0).any():
-            raise ConfigError(f"drafter ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set")
+            raise ConfigError(
+                f"drafter ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set"
+            )
         return out
 
     def drafter_banned(self, banned_v: torch.Tensor | None, device) -> torch.Tensor:
@@ -107,31 +113,57 @@ class VocabMap:
         outside[v] = False
         return outside if banned_v is None else outside | banned_v.to(device)
 
-    def to_verifier_space(self, x_d: torch.Tensor, fill: float = float("-inf")) -> torch.Tensor:
+    def to_verifier_space(
+        self, x_d: torch.Tensor, fill: float = float("-inf")
+    ) -> torch.Tensor:
         """Drafter-space values [.., Vd] moved to verifier space [.., Vv]: x_v[v(j)] = x_d[j], `fill` elsewhere."""
         d, v, _, _ = self.to(x_d.device)
-        out = torch.full((*x_d.shape[:-1], self.verifier_size), fill, dtype=x_d.dtype, device=x_d.device)
+        out = torch.full(
+            (*x_d.shape[:-1], self.verifier_size),
+            fill,
+            dtype=x_d.dtype,
+            device=x_d.device,
+        )
         out[..., v] = x_d[..., d]
         return out
 
 
-def aligned_gate(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-                 vmap: VocabMap) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def aligned_gate(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    vmap: VocabMap,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The CDA gate across the map: a, b [B, K+1, Vd], t [B, K+1, Vv], drafts [B, K] verifier ids ->
     (leading accepted [B], every draft passed [B], D_i [B, K+1]); each softmax over its model's full vocabulary."""
     K = drafts.shape[1]
     la, lb, lt = a.log_softmax(-1), b.log_softmax(-1), t.log_softmax(-1)
-    divergence = gate.kl(la, lb) if cfg.gate == "kl" else gate.jsd(la, lb)  # [B, K+1], drafter space
+    divergence = (
+        gate.kl(la, lb) if cfg.gate == "kl" else gate.jsd(la, lb)
+    )  # [B, K+1], drafter space
     drafts_d = vmap.to_drafter_ids(drafts)  # [B, K]
-    lt_d = lt[:, :K].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)  # [B, K] log p_t(v(d_i))
-    lb_d = lb[:, :K].gather(-1, drafts_d.unsqueeze(-1)).squeeze(-1)  # [B, K] log p_b(d_i)
+    lt_d = (
+        lt[:, :K].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    )  # [B, K] log p_t(v(d_i))
+    lb_d = (
+        lb[:, :K].gather(-1, drafts_d.unsqueeze(-1)).squeeze(-1)
+    )  # [B, K] log p_b(d_i)
     accept = lt_d > gate.log_gamma_eff(cfg, la, lb, drafts_d, divergence) + lb_d
     n_acc = gate.leading_accepts(accept, None)
     return n_acc, n_acc == K, divergence
 
 
-def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig,
-                  vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:
+def asymspec_step(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    vmap: VocabMap,
+    banned: torch.Tensor | None = None,
+) -> gate.StepOutcome:
     """Algorithm 1, lines 8-24, across the map. a [B, K or K+1, Vd] (a_{K+1} only for a fused bonus: b_{K+1}
     stands in, as in dispatch.decide_asymspec), b [B, K+1, Vd]; t [B, K+1, Vv]; drafts [B, K] verifier ids;
     banned [Vv] bool. The emitted token is a verifier id in the shared set."""
@@ -139,26 +171,48 @@ def asymspec_step(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, drafts: tor
         a = torch.cat([a, b[:, -1:]], dim=1)
     a, b, t = a.float(), b.float(), t.float()
     n_acc, is_bonus, divergence = aligned_gate(a, b, t, drafts, cfg, vmap)
-    t_p, a_p, b_p = gate.select(t, n_acc), gate.select(a, n_acc), gate.select(b, n_acc)  # [B, Vv], [B, Vd] x2
+    t_p, a_p, b_p = (
+        gate.select(t, n_acc),
+        gate.select(a, n_acc),
+        gate.select(b, n_acc),
+    )  # [B, Vv], [B, Vd] x2
     shared_out = vmap.verifier_banned(banned, t.device)  # [Vv]
     fused = gate.greedy(fused_scores(a_p, b_p, t_p, cfg, vmap), shared_out)
     bonus = fused if cfg.bonus == "fused" else gate.greedy(t_p, shared_out)
-    return gate.StepOutcome(n_acc, torch.where(is_bonus, bonus, fused), is_bonus, divergence)
+    return gate.StepOutcome(
+        n_acc, torch.where(is_bonus, bonus, fused), is_bonus, divergence
+    )
 
 
-def fused_scores(a: torch.Tensor, b: torch.Tensor, t: torch.Tensor, cfg: AsymSpecConfig,
-                 vmap: VocabMap) -> torch.Tensor:
+def fused_scores(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    t: torch.Tensor,
+    cfg: AsymSpecConfig,
+    vmap: VocabMap,
+) -> torch.Tensor:
     """t + beta * delta_v across the map, [.., Vv]: delta = a - b (a, b [.., Vd]) moved to verifier space (no
     delta at unshared ids, which are never emitted); t [.., Vv]."""
-    if cfg.delta_source == "scd":  # t - b: b moved to verifier space first (its unshared ids are never emitted)
-        delta_v = gate.context_delta(vmap.to_verifier_space(a), vmap.to_verifier_space(b, 0.0), t, "scd")
+    if (
+        cfg.delta_source == "scd"
+    ):  # t - b: b moved to verifier space first (its unshared ids are never emitted)
+        delta_v = gate.context_delta(
+            vmap.to_verifier_space(a), vmap.to_verifier_space(b, 0.0), t, "scd"
+        )
     else:
-        delta_v = vmap.to_verifier_space(gate.context_delta(a, b, t, cfg.delta_source), 0.0)
+        delta_v = vmap.to_verifier_space(
+            gate.context_delta(a, b, t, cfg.delta_source), 0.0
+        )
     return gate.fuse(t, delta_v, cfg.beta)
 
 
-def shared_scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], width: int,
-                  vmap: VocabMap) -> torch.Tensor:
+def shared_scores(
+    name: str,
+    cfg: AsymSpecConfig,
+    logits: dict[str, torch.Tensor],
+    width: int,
+    vmap: VocabMap,
+) -> torch.Tensor:
     """The raw scores of distribution `name` (core/logprobs.py's names) at a step's first `width` positions
     across the map, [B, width, Vv] float32, -inf off the shared set: a token's logprob across a map is under
     its distribution restricted to the tokens the pair can commit (for a one-vocabulary pair, every token)."""
@@ -173,53 +227,95 @@ def shared_scores(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor
             x = contrastive_scores(b, t, cfg, vmap)
         else:
             a = logits["a"][:, :width].float()
-            if a.shape[1] < width:  # the bonus position without a_{K+1}: b stands in (as logprobs.scores)
-                a = torch.cat([a, b[:, a.shape[1]:]], dim=1)
-            x = vmap.to_verifier_space(a) if name == "a" else fused_scores(a, b, t, cfg, vmap)
+            if (
+                a.shape[1] < width
+            ):  # the bonus position without a_{K+1}: b stands in (as logprobs.scores)
+                a = torch.cat([a, b[:, a.shape[1] :]], dim=1)
+            x = (
+                vmap.to_verifier_space(a)
+                if name == "a"
+                else fused_scores(a, b, t, cfg, vmap)
+            )
     return x.masked_fill(vmap.verifier_banned(None, x.device), float("-inf"))
 
 
-def decide_sd(t: torch.Tensor, drafts: torch.Tensor, vmap: VocabMap,
-              banned: torch.Tensor | None = None) -> gate.StepOutcome:
+def decide_sd(
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    vmap: VocabMap,
+    banned: torch.Tensor | None = None,
+) -> gate.StepOutcome:
     """SD (and Floor, with no drafts) across the map: greedy verification against t [B, K+1, Vv] restricted to
     the shared set (token-level intersection); drafts [B, K] verifier ids."""
     return gate.greedy_verify(t, drafts, vmap.verifier_banned(banned, t.device))
 
 
-def contrastive_scores(b: torch.Tensor, t: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap) -> torch.Tensor:
+def contrastive_scores(
+    b: torch.Tensor, t: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap
+) -> torch.Tensor:
     """SCD's target across the map, [B, n, Vv]: (1+beta) log p_t - beta log p_b on the plausible shared tokens,
     -inf elsewhere; log p_b the drafter's own full-vocabulary log-softmax moved to verifier space."""
-    lb_v = vmap.to_verifier_space(b.float().log_softmax(-1))  # [B, n, Vv], -inf off the shared set
+    lb_v = vmap.to_verifier_space(
+        b.float().log_softmax(-1)
+    )  # [B, n, Vv], -inf off the shared set
     lt = t.float().log_softmax(-1)
     # gate.scd_scores would re-normalise the moved log p_b over the shared set: the same score, computed here
     # the plausibility cut is relative to the best shared token (the best token overall may be unshared: a cut
     # relative to it could leave no shared token plausible, and the pick would fall to the lowest id)
     # (banned shared tokens count for the cut, as gate.scd_scores counts them: a full map is scd_scores exactly)
-    top = lt.masked_fill(vmap.verifier_banned(None, t.device), float("-inf")).max(dim=-1, keepdim=True).values
+    top = (
+        lt.masked_fill(vmap.verifier_banned(None, t.device), float("-inf"))
+        .max(dim=-1, keepdim=True)
+        .values
+    )
     plausible = lt >= math.log(cfg.scd_alpha) + top
-    score = torch.nan_to_num((1.0 + cfg.beta) * lt - cfg.beta * lb_v, nan=float("-inf"), posinf=float("inf"))
+    score = torch.nan_to_num(
+        (1.0 + cfg.beta) * lt - cfg.beta * lb_v, nan=float("-inf"), posinf=float("inf")
+    )
     return score.masked_fill(~plausible, float("-inf"))
 
 
-def decide_scd(b: torch.Tensor, t: torch.Tensor, drafts: torch.Tensor, cfg: AsymSpecConfig, vmap: VocabMap,
-               banned: torch.Tensor | None = None) -> gate.StepOutcome:
+def decide_scd(
+    b: torch.Tensor,
+    t: torch.Tensor,
+    drafts: torch.Tensor,
+    cfg: AsymSpecConfig,
+    vmap: VocabMap,
+    banned: torch.Tensor | None = None,
+) -> gate.StepOutcome:
     """SCD across the map: greedy verification against contrastive_scores. b [B, K+1, Vd], t [B, K+1, Vv]."""
-    return gate.greedy_verify(contrastive_scores(b, t, cfg, vmap), drafts, vmap.verifier_banned(banned, t.device))
+    return gate.greedy_verify(
+        contrastive_scores(b, t, cfg, vmap),
+        drafts,
+        vmap.verifier_banned(banned, t.device),
+    )
 
 
-def decide_drafter(q: torch.Tensor, vmap: VocabMap, banned: torch.Tensor | None = None) -> gate.StepOutcome:
+def decide_drafter(
+    q: torch.Tensor, vmap: VocabMap, banned: torch.Tensor | None = None
+) -> gate.StepOutcome:
     """Drafter alone across the map: its greedy token over the shared set, as a verifier id. q [B, 1, Vd]."""
     token_d = gate.greedy(q[:, 0].float(), vmap.drafter_banned(banned, q.device))  # [B]
     zero = torch.zeros_like(token_d)
-    return gate.StepOutcome(zero, vmap.to_verifier_ids(token_d), torch.ones_like(token_d, dtype=torch.bool))
+    return gate.StepOutcome(
+        zero, vmap.to_verifier_ids(token_d), torch.ones_like(token_d, dtype=torch.bool)
+    )
 
 
-def decide(name: str, cfg: AsymSpecConfig, logits: dict[str, torch.Tensor], drafts: torch.Tensor,
-           banned: torch.Tensor | None, vmap: VocabMap) -> gate.StepOutcome:
+def decide(
+    name: str,
+    cfg: AsymSpecConfig,
+    logits: dict[str, torch.Tensor],
+    drafts: torch.Tensor,
+    banned: torch.Tensor | None,
+    vmap: VocabMap,
+) -> gate.StepOutcome:
     """The greedy rule of method `name` across the map (logits by name as in methods.py: a, b, q in drafter
     space, t in verifier space; drafts [B, K] verifier ids)."""
     if name == "asymspec":
-        return asymspec_step(logits["a"], logits["b"], logits["t"], drafts, cfg, vmap, banned)
+        return asymspec_step(
+            logits["a"], logits["b"], logits["t"], drafts, cfg, vmap, banned
+        )
     if name in ("sd", "floor"):
         return decide_sd(logits["t"], drafts, vmap, banned)
     if name == "scd":

@@ -56,7 +56,9 @@ RUNS = (
     AttentionRun("FLASH_ATTN (FA3)", "FLASH_ATTN", "bfloat16", flash_attn_version=3),
     AttentionRun("FLASH_ATTN (FA2)", "FLASH_ATTN", "bfloat16", flash_attn_version=2),
     AttentionRun("FLASHINFER", "FLASHINFER", "bfloat16"),
-    AttentionRun("FLASHINFER, block size 128", "FLASHINFER", "bfloat16", block_size=128),  # kernel pages of 64
+    AttentionRun(
+        "FLASHINFER, block size 128", "FLASHINFER", "bfloat16", block_size=128
+    ),  # kernel pages of 64
 )
 
 
@@ -72,42 +74,73 @@ def head_sizes(*sizes: TinySizes) -> list[int]:
 
 def verdict(run: AttentionRun, heads: list[int], platform) -> Verdict:
     """Can `run` start on `platform` (vLLM's current_platform, or a stand-in) with a pair of these head sizes?"""
-    import torch
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.v1.attention.backend import AttentionType
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    import torch  # lazy: loads torch
+    from vllm.config import VllmConfig, set_current_vllm_config  # lazy: loads vLLM
+    from vllm.v1.attention.backend import AttentionType  # lazy: loads vLLM
+    from vllm.v1.attention.backends.registry import (
+        AttentionBackendEnum,
+    )  # lazy: loads vLLM
 
     if run.on_gpu != bool(platform.is_cuda()):
-        return Verdict("skipped", f"needs {'a CUDA GPU' if run.on_gpu else 'the CPU build'} "
-                                  f"(vLLM platform here: {platform.device_name})")
+        return Verdict(
+            "skipped",
+            f"needs {'a CUDA GPU' if run.on_gpu else 'the CPU build'} "
+            f"(vLLM platform here: {platform.device_name})",
+        )
     try:
         backend = AttentionBackendEnum[run.backend].get_class()
     except ImportError as e:
         return Verdict("skipped", f"{run.backend} cannot be imported here: {e}")
     capability = platform.get_device_capability()
     if capability is not None and not backend.supports_compute_capability(capability):
-        return Verdict("skipped", f"{run.backend} does not run on compute capability "
-                                  f"{capability.major}.{capability.minor}")
+        return Verdict(
+            "skipped",
+            f"{run.backend} does not run on compute capability "
+            f"{capability.major}.{capability.minor}",
+        )
     if run.flash_attn_version is not None:
         reason = flash_attn_unsupported(run.flash_attn_version)
         if reason:
             return Verdict("skipped", reason)
     dtype = getattr(torch, run.dtype)
-    with set_current_vllm_config(VllmConfig()):  # some classes read it (FA's block sizes: hybrid models' only)
-        problems = sorted({reason for head_size in heads for reason in backend.validate_configuration(
-            head_size=head_size, dtype=dtype, kv_cache_dtype="auto", block_size=run.block_size, use_mla=False,
-            has_sink=False, use_sparse=False, use_mm_prefix=False, use_per_head_quant_scales=False,
-            device_capability=capability, attn_type=AttentionType.DECODER)})
+    with set_current_vllm_config(
+        VllmConfig()
+    ):  # some classes read it (FA's block sizes: hybrid models' only)
+        problems = sorted(
+            {
+                reason
+                for head_size in heads
+                for reason in backend.validate_configuration(
+                    head_size=head_size,
+                    dtype=dtype,
+                    kv_cache_dtype="auto",
+                    block_size=run.block_size,
+                    use_mla=False,
+                    has_sink=False,
+                    use_sparse=False,
+                    use_mm_prefix=False,
+                    use_per_head_quant_scales=False,
+                    device_capability=capability,
+                    attn_type=AttentionType.DECODER,
+                )
+            }
+        )
     if problems:
-        return Verdict("failed", f"the doctor's tiny pair (head sizes {heads}, {run.dtype}, block size "
-                                 f"{run.block_size}) is invalid for {run.backend}: {', '.join(problems)}")
+        return Verdict(
+            "failed",
+            f"the doctor's tiny pair (head sizes {heads}, {run.dtype}, block size "
+            f"{run.block_size}) is invalid for {run.backend}: {', '.join(problems)}",
+        )
     return Verdict("run")
 
 
 def flash_attn_unsupported(version: int) -> str | None:
     """vLLM's flash-attn build's reason why FA `version` cannot run here, or None."""
     try:
-        from vllm.vllm_flash_attn.flash_attn_interface import fa_version_unsupported_reason
+        # lazy: optional: the except branch handles its absence
+        from vllm.vllm_flash_attn.flash_attn_interface import (
+            fa_version_unsupported_reason,
+        )
     except ImportError as e:
         return f"vllm_flash_attn cannot be imported here: {e}"
     return fa_version_unsupported_reason(version)
@@ -116,7 +149,10 @@ def flash_attn_unsupported(version: int) -> str | None:
 def tensor_parallel_verdict(platform) -> Verdict:
     """TP=2 needs two CUDA GPUs (the CPU build's TP runs in the test suite, not here)."""
     if not platform.is_cuda():
-        return Verdict("skipped", f"needs two CUDA GPUs (vLLM platform here: {platform.device_name})")
+        return Verdict(
+            "skipped",
+            f"needs two CUDA GPUs (vLLM platform here: {platform.device_name})",
+        )
     count = platform.device_count()
     if count < 2:
         return Verdict("skipped", f"needs two CUDA GPUs; this machine has {count}")

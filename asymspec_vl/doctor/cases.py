@@ -7,6 +7,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
+from PIL import Image
+
+from ..inputs.prompts import Request
 from .backends import AttentionRun
 
 
@@ -14,11 +18,13 @@ from .backends import AttentionRun
 class Check:
     name: str
     backend: str
-    result: str  # "ok", "failed" or "skipped" (this machine cannot run it; detail says why)
+    result: (
+        str  # "ok", "failed" or "skipped" (this machine cannot run it; detail says why)
+    )
     detail: str
 
     @classmethod
-    def of(cls, name: str, backend: str, passed: bool, detail: str) -> "Check":
+    def of(cls, name: str, backend: str, passed: bool, detail: str) -> Check:
         return cls(name, backend, "ok" if passed else "failed", detail)
 
     @property
@@ -40,27 +46,41 @@ def say(line: str) -> None:
 
 def requests():
     """Image requests of different sizes and one text-only request (x_full without an image)."""
-    import numpy as np
-    from PIL import Image
-
-    from ..inputs.prompts import Request
 
     out = []
     for seed in range(5):
         rs = np.random.RandomState(seed)
         h, w = rs.randint(32, 160, 2)
         image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
-        out.append(Request(image, f"What is shown in figure {seed}?", caption="a chart with bars " * (1 + seed % 3),
-                           ocr=" ".join(str(x) for x in rs.randint(0, 99, seed))))
-    out.append(Request(question="What is the answer?", full_context="The answer is 42, said the table.",
-                       compressed_context="a table"))
+        out.append(
+            Request(
+                image,
+                f"What is shown in figure {seed}?",
+                caption="a chart with bars " * (1 + seed % 3),
+                ocr=" ".join(str(x) for x in rs.randint(0, 99, seed)),
+            )
+        )
+    out.append(
+        Request(
+            question="What is the answer?",
+            full_context="The answer is 42, said the table.",
+            compressed_context="a table",
+        )
+    )
     return out
 
 
 def summary(results) -> list[tuple]:
     """(tokens, sources, steps, accepted) of each GenerationResult or backend RowOutput."""
-    return [(list(r.token_ids), [t.source for t in r.trace] if hasattr(r, "trace") else list(r.sources),
-             r.stats.steps, r.stats.accepted) for r in results]
+    return [
+        (
+            list(r.token_ids),
+            [t.source for t in r.trace] if hasattr(r, "trace") else list(r.sources),
+            r.stats.steps,
+            r.stats.accepted,
+        )
+        for r in results
+    ]
 
 
 def compare(name: str, run: AttentionRun, got, expected) -> Check:
@@ -69,7 +89,14 @@ def compare(name: str, run: AttentionRun, got, expected) -> Check:
     detail = f"{same}/{len(expected)} requests equal (tokens, sources, steps)"
     errors = [r for r in got if r.finish_reason == "error"]
     if errors:
-        return Check.of(name, run.label, False, f"{len(errors)} request(s) failed: {errors[0].error}"[:300])
+        return Check.of(
+            name,
+            run.label,
+            False,
+            f"{len(errors)} request(s) failed: {errors[0].error}"[:300],
+        )
     if not run.exact:
-        return Check.of(name, run.label, True, detail + " (bf16: reported, not required)")
+        return Check.of(
+            name, run.label, True, detail + " (bf16: reported, not required)"
+        )
     return Check.of(name, run.label, same == len(expected), detail)

@@ -4,7 +4,8 @@ against the same engine with them switched off, on one attention backend: tokens
 
 The two runs share one engine (the verifier compiled, with its graphs, in both), so they differ in the drafter's
 passes alone; its prefix cache is reset before each run, so neither reads prompt KV the other wrote (the eager run
-reusing the compiled run's KV would hide damage there); the eager one takes the path the speculative config's enforce_eager selects
+reusing the compiled run's KV would hide damage there); the eager one takes the path the speculative config's
+enforce_eager selects
 (vllm_patches/hooks/graph_switch.py). Tolerances, max |graphs - eager| / max |eager| over each proposal's logits:
 float32 1e-4 (the same kernels, only inductor's fusions reorder float32 sums: ~1e-6); bf16 0.05, the bound the
 logits checks hold vLLM to against transformers (logits.py): a graph and an eager pass run the same attention
@@ -16,6 +17,7 @@ logits' own size, ~1.
 
 from __future__ import annotations
 
+from ..core.config import AsymSpecConfig
 from .backends import AttentionRun
 from .cases import Check, compare, requests
 from .logits import BF16_LOGIT_TOLERANCE, FP32_LOGIT_TOLERANCE, relative_difference
@@ -30,27 +32,35 @@ MAX_NEW_TOKENS = 24
 def graphs_checks(vl, run: AttentionRun, compiled_vl=None) -> list[Check]:
     """Both rows on vl's asymspec engine where its drafter is compiled; else on compiled_vl() (a backend built
     with enforce_eager=False, closed here), as on the CPU build, whose engines default to eager."""
-    from vllm_patches.probes import probe
+    from vllm_patches.probes import probe  # lazy: loads torch
 
     llm = vl.backend.engine(vl.backend.engine_for("asymspec", K)[0])
     if probe.drafter_graphs(llm)["compiled"] or compiled_vl is None:
         return _graphs_checks(vl, llm, run)
     own = compiled_vl()
     try:
-        return _graphs_checks(own, own.backend.engine(own.backend.engine_for("asymspec", K)[0]), run)
+        return _graphs_checks(
+            own, own.backend.engine(own.backend.engine_for("asymspec", K)[0]), run
+        )
     finally:
         own.backend.close()
 
 
 def _graphs_checks(vl, llm, run: AttentionRun) -> list[Check]:
-    from vllm_patches.probes import probe
-
-    from ..core.config import AsymSpecConfig
+    from vllm_patches.probes import probe  # lazy: loads torch
 
     state = probe.drafter_graphs(llm)
     if not state["compiled"]:
-        return [Check.of(name, run.label, False, "the engine's drafter runs eagerly (engine or speculative config "
-                                                 "enforce_eager): nothing to compare") for name in NAMES]
+        return [
+            Check.of(
+                name,
+                run.label,
+                False,
+                "the engine's drafter runs eagerly (engine or speculative config "
+                "enforce_eager): nothing to compare",
+            )
+            for name in NAMES
+        ]
     reqs, cfg, runs = requests(), AsymSpecConfig(K=K, max_new_tokens=MAX_NEW_TOKENS), {}
     try:
         for on in (True, False):
@@ -60,18 +70,32 @@ def _graphs_checks(vl, llm, run: AttentionRun) -> list[Check]:
             probe.drafter_graphs(llm, on)
             probe.capture_full_view_logits(llm)
             results = vl.generate_batch(reqs, "asymspec", cfg)
-            runs[on] = (results, probe.captured_proposals(llm), probe.drafter_graphs(llm)["passes"])
+            runs[on] = (
+                results,
+                probe.captured_proposals(llm),
+                probe.drafter_graphs(llm)["passes"],
+            )
     finally:
         probe.capture_full_view_logits(llm, on=False)
         probe.drafter_graphs(llm, True)
-    (got, got_logits, passes), (eager, eager_logits, eager_passes) = runs[True], runs[False]
-    where = (f"drafter mode {state['cudagraph_mode']}, graphs at {_sizes(state['capture_sizes'])}"
-             if state["graphs"] else "compiled, no CUDA graphs (drafter mode NONE)")
+    (got, got_logits, passes), (eager, eager_logits, eager_passes) = (
+        runs[True],
+        runs[False],
+    )
+    where = (
+        f"drafter mode {state['cudagraph_mode']}, graphs at {_sizes(state['capture_sizes'])}"
+        if state["graphs"]
+        else "compiled, no CUDA graphs (drafter mode NONE)"
+    )
     passes_detail = f"{passes['compiled']} passes compiled, {passes['replayed']} replayed a graph; {where}"
     tokens = compare(TOKENS, run, got, eager)
     problem = passes_problem(passes, eager_passes, state["graphs"])
-    tokens = Check(tokens.name, tokens.backend, "failed" if problem else tokens.result,
-                   f"{problem or passes_detail}; {tokens.detail}")
+    tokens = Check(
+        tokens.name,
+        tokens.backend,
+        "failed" if problem else tokens.result,
+        f"{problem or passes_detail}; {tokens.detail}",
+    )
     return [tokens, logits_check(got_logits, eager_logits, run)]
 
 
@@ -104,14 +128,20 @@ def logits_check(got: dict, eager: dict, run: AttentionRun) -> Check:
                     continue
                 worst[kind] = max(worst[kind], relative_difference(p[kind], r.float()))
                 compared[kind] += 1
-    detail = (f"max relative difference a {worst['a']:.2e}, b {worst['b']:.2e} (tolerance {tolerance:g}) over "
-              f"{compared['a']} + {compared['b']} proposals of {len(got)} requests")
+    detail = (
+        f"max relative difference a {worst['a']:.2e}, b {worst['b']:.2e} (tolerance {tolerance:g}) over "
+        f"{compared['a']} + {compared['b']} proposals of {len(got)} requests"
+    )
     if unmatched:
-        detail += f"; {unmatched} of {total} drafted on other tokens than the eager run's"
+        detail += (
+            f"; {unmatched} of {total} drafted on other tokens than the eager run's"
+        )
     if not compared["a"] or not compared["b"]:
         return Check.of(LOGITS, run.label, False, "no a or no b to compare; " + detail)
     exact_miss = run.exact and unmatched
-    return Check.of(LOGITS, run.label, not exact_miss and max(worst.values()) <= tolerance, detail)
+    return Check.of(
+        LOGITS, run.label, not exact_miss and max(worst.values()) <= tolerance, detail
+    )
 
 
 def _read(kind: str, proposal: dict) -> tuple:
@@ -122,4 +152,6 @@ def _read(kind: str, proposal: dict) -> tuple:
 
 
 def _sizes(sizes: list[int]) -> str:
-    return f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]}" if len(sizes) > 3 else str(sizes)
+    return (
+        f"{len(sizes)} sizes {sizes[0]}..{sizes[-1]}" if len(sizes) > 3 else str(sizes)
+    )

@@ -13,30 +13,52 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..core.kernels.compile_check import compile_all
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="check", required=True)
-    p = sub.add_parser("self-check", help="the kernel against the torch reference on this machine's device")
-    p.add_argument("--vocab", type=int, default=151_936, help="V (Qwen3's 151,936 by default)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    p.add_argument("--json", action="store_true", help="print the result as one JSON line")
-    p = sub.add_parser("compile", help="compile every kernel variant for a CUDA target (run without TRITON_INTERPRET)")
-    p.add_argument("--arch", type=int, default=90, help="CUDA compute capability x10 (90: H100 / H200)")
+    p = sub.add_parser(
+        "self-check",
+        help="the kernel against the torch reference on this machine's device",
+    )
+    p.add_argument(
+        "--vocab", type=int, default=151_936, help="V (Qwen3's 151,936 by default)"
+    )
+    p.add_argument(
+        "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32")
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the result as one JSON line"
+    )
+    p = sub.add_parser(
+        "compile",
+        help="compile every kernel variant for a CUDA target (run without TRITON_INTERPRET)",
+    )
+    p.add_argument(
+        "--arch",
+        type=int,
+        default=90,
+        help="CUDA compute capability x10 (90: H100 / H200)",
+    )
     args = ap.parse_args(argv)
     if args.check == "compile":
-        from ..core.kernels.compile_check import compile_all
-
         print(f"compiled {compile_all(args.arch)} kernel variants for sm_{args.arch}")
         return 0
-    from ..core.kernels.self_check import self_check
+    from ..core.kernels.self_check import self_check  # lazy: loads torch
 
     result = self_check(dtype=args.dtype, vocab=args.vocab)
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases equal on {result['device']} "
-              f"({args.dtype}, V={args.vocab})" + "".join(f"\n  differs: {m}" for m in result["mismatches"]))
+        print(
+            f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases equal on {result['device']} "
+            f"({args.dtype}, V={args.vocab})"
+            + "".join(f"\n  differs: {m}" for m in result["mismatches"])
+        )
     return 1 if result["mismatches"] else 0
 
 

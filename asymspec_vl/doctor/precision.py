@@ -21,14 +21,17 @@ TORCH_PRECISION = "highest"  # torch.set_float32_matmul_precision in this proces
 
 def describe() -> str:
     """The pin as the report states it."""
-    return ", ".join(f"{k}={v}" for k, v in PINNED.items()) + " (float32 rows: IEEE float32, no TF32)"
+    return (
+        ", ".join(f"{k}={v}" for k, v in PINNED.items())
+        + " (float32 rows: IEEE float32, no TF32)"
+    )
 
 
 @contextmanager
 def exact_float32():
     """PINNED in os.environ (a user's own values replaced) and torch's matmul precision at TORCH_PRECISION while
     the block runs; both restored after."""
-    import torch
+    import torch  # lazy: loads torch
 
     saved_env = {k: os.environ.get(k) for k in PINNED}
     saved_torch = torch.get_float32_matmul_precision()

@@ -5,7 +5,11 @@ samples and asks for logprobs."""
 from __future__ import annotations
 
 import itertools
+import math
 
+from ..backends.vllm.engine import generate
+from ..core.config import AsymSpecConfig
+from ..inputs.prompts import encode_request
 from .backends import AttentionRun
 from .cases import Check, compare, requests
 
@@ -18,27 +22,45 @@ def mixed_jobs():
     4 (the engine's) and answers of different lengths, so rows finish at different steps."""
     methods, jobs = ("asymspec", "scd", "sd"), []
     for wave, row in itertools.product(range(3), range(len(requests()))):
-        jobs.append((row, methods[(wave + row) % 3], 2 + 2 * ((wave + row) % 2), 8 + 8 * ((row + 2 * wave) % 3)))
+        jobs.append(
+            (
+                row,
+                methods[(wave + row) % 3],
+                2 + 2 * ((wave + row) % 2),
+                8 + 8 * ((row + 2 * wave) % 3),
+            )
+        )
     return jobs
 
 
 def mixed_waves_check(vl, hf, run: AttentionRun) -> Check:
-    from ..core.config import AsymSpecConfig
-    from ..core.methods import method as method_named
-    from ..inputs.prompts import encode_request
+    from ..core.methods import method as method_named  # lazy: loads torch
 
     reqs, jobs = requests(), mixed_jobs()
     encoded = [encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs]
     backend = vl.backend
     llm = backend.engine(backend.engine_for("asymspec", 4)[0])
     configs = [AsymSpecConfig(K=K, max_new_tokens=n) for _, _, K, n in jobs]
-    engine_jobs = [backend.engine_request(encoded[row], method, cfg) for (row, method, _, _), cfg in zip(jobs, configs)]
+    engine_jobs = [
+        backend.engine_request(encoded[row], method, cfg)
+        for (row, method, _, _), cfg in zip(jobs, configs)
+    ]
     finals = run_in_waves(llm, engine_jobs, IN_FLIGHT)
-    got = [backend.row(o, method_named(method), method, 0.0) for (_, method, _, _), o in zip(jobs, finals)]
-    expected = [hf.generate_batch([reqs[row]], method, cfg)[0] for (row, method, _, _), cfg in zip(jobs, configs)]
+    got = [
+        backend.row(o, method_named(method), method, 0.0)
+        for (_, method, _, _), o in zip(jobs, finals)
+    ]
+    expected = [
+        hf.generate_batch([reqs[row]], method, cfg)[0]
+        for (row, method, _, _), cfg in zip(jobs, configs)
+    ]
     check = compare("mixed sd/scd/asymspec waves (rows reused)", run, got, expected)
-    return Check(check.name, check.backend, check.result,
-                 f"{len(jobs)} requests, {IN_FLIGHT} at a time; {check.detail}")
+    return Check(
+        check.name,
+        check.backend,
+        check.result,
+        f"{len(jobs)} requests, {IN_FLIGHT} at a time; {check.detail}",
+    )
 
 
 def run_in_waves(llm, jobs: list[tuple[dict, object]], in_flight: int) -> list:
@@ -66,21 +88,25 @@ def run_in_waves(llm, jobs: list[tuple[dict, object]], in_flight: int) -> list:
 def plain_sampling_check(vl, run: AttentionRun) -> Check:
     """A request without extra_args that samples (temperature 0.8) and asks for 2 logprobs per token, on the
     asymspec engine: vLLM's own sampler decides it, and its logprobs must come back (a server indexes them)."""
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: loads vLLM
 
-    from vllm_patches.version import is_cpu_build
-
-    from ..backends.vllm.engine import generate
-    from ..inputs.prompts import encode_request
+    from vllm_patches.version import is_cpu_build  # lazy: loads torch
 
     name = "plain request: sampling + logprobs"
     if is_cpu_build():
-        return Check(name, run.label, "skipped", "the CPU build decodes speculative rows greedily and fails a "
-                                                 "sampling request (the stock rejection sampler needs a GPU)")
+        return Check(
+            name,
+            run.label,
+            "skipped",
+            "the CPU build decodes speculative rows greedily and fails a "
+            "sampling request (the stock rejection sampler needs a GPU)",
+        )
     backend = vl.backend
     llm = backend.engine(backend.engine_for("asymspec", 4)[0])
     enc = encode_request(requests()[0], vl.pair.processor, vl.pair.tokenizer)
-    params = SamplingParams(temperature=0.8, top_p=0.95, seed=0, max_tokens=16, ignore_eos=True, logprobs=2)
+    params = SamplingParams(
+        temperature=0.8, top_p=0.95, seed=0, max_tokens=16, ignore_eos=True, logprobs=2
+    )
     (output,) = generate(llm, [{"prompt_token_ids": list(enc.comp.ids)}], [params])
     return logprobs_verdict(output, name, run.label)
 
@@ -88,21 +114,42 @@ def plain_sampling_check(vl, run: AttentionRun) -> Check:
 def logprobs_verdict(output, name: str, backend: str) -> Check:
     """Every sampled token of a vLLM RequestOutput has its logprobs entry, holding that token with a finite,
     non-positive logprob."""
-    import math
 
     completion = output.outputs[0]
     tokens, logprobs = list(completion.token_ids), completion.logprobs
     if completion.finish_reason not in ("stop", "length"):
-        return Check.of(name, backend, False, f"the request finished with {completion.finish_reason!r}")
+        return Check.of(
+            name,
+            backend,
+            False,
+            f"the request finished with {completion.finish_reason!r}",
+        )
     if not tokens:
         return Check.of(name, backend, False, "no token was sampled")
     if not logprobs:
-        return Check.of(name, backend, False, f"no logprobs came back for {len(tokens)} sampled tokens: the asymspec "
-                                              f"sampler dropped them (vLLM's chat server then answers HTTP 500)")
+        return Check.of(
+            name,
+            backend,
+            False,
+            f"no logprobs came back for {len(tokens)} sampled tokens: the asymspec "
+            f"sampler dropped them (vLLM's chat server then answers HTTP 500)",
+        )
     if len(logprobs) != len(tokens):
-        return Check.of(name, backend, False, f"{len(logprobs)} logprobs entries for {len(tokens)} sampled tokens")
+        return Check.of(
+            name,
+            backend,
+            False,
+            f"{len(logprobs)} logprobs entries for {len(tokens)} sampled tokens",
+        )
     for j, (token, entry) in enumerate(zip(tokens, logprobs)):
         value = entry[token].logprob if token in entry else None
         if value is None or not math.isfinite(value) or value > 0:
-            return Check.of(name, backend, False, f"token {j} ({token}): its logprob is missing or invalid: {entry}")
-    return Check.of(name, backend, True, f"{len(tokens)} sampled tokens, each with its logprob")
+            return Check.of(
+                name,
+                backend,
+                False,
+                f"token {j} ({token}): its logprob is missing or invalid: {entry}",
+            )
+    return Check.of(
+        name, backend, True, f"{len(tokens)} sampled tokens, each with its logprob"
+    )

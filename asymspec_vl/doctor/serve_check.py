@@ -17,29 +17,45 @@ import time
 import urllib.error
 import urllib.request
 
+from ..core.config import AsymSpecConfig
+from ..serve.settings import ServeSettings
 from .backends import AttentionRun, Verdict
 from .cases import Check, compare, requests
 
 SERVE_START_TIMEOUT_S = 600
 
 
-def tensor_parallel_check(paths: dict, run: AttentionRun | None, verdict: Verdict, device: str) -> Check:
+def tensor_parallel_check(
+    paths: dict, run: AttentionRun | None, verdict: Verdict, device: str
+) -> Check:
     """asymspec K=2 with tensor_parallel_size=2 (drafter and verifier sharded alike) equal to transformers."""
-    from ..api import AsymSpecVL
-    from ..core.config import AsymSpecConfig
+    from ..api import AsymSpecVL  # lazy: loads torch
 
     name, label = "tensor parallel (TP=2) asymspec K=2", run.label if run else "-"
     if verdict.result != "run" or run is None:
-        return Check(name, label, "skipped" if run is None else verdict.result,
-                     verdict.reason or "no attention backend runs here")
+        return Check(
+            name,
+            label,
+            "skipped" if run is None else verdict.result,
+            verdict.reason or "no attention backend runs here",
+        )
     names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
     hf = AsymSpecVL.from_pretrained(**names, device=device, dtype=run.dtype)
-    vl = AsymSpecVL.from_pretrained(**names, backend="vllm", dtype=run.dtype, tensor_parallel_size=2,
-                                    **run.engine_kwargs())
+    vl = AsymSpecVL.from_pretrained(
+        **names,
+        backend="vllm",
+        dtype=run.dtype,
+        tensor_parallel_size=2,
+        **run.engine_kwargs(),
+    )
     cfg = AsymSpecConfig(K=2, max_new_tokens=24)
     try:
-        return compare(name, run, vl.generate_batch(requests(), "asymspec", cfg),
-                       hf.generate_batch(requests(), "asymspec", cfg))
+        return compare(
+            name,
+            run,
+            vl.generate_batch(requests(), "asymspec", cfg),
+            hf.generate_batch(requests(), "asymspec", cfg),
+        )
     finally:
         vl.backend.close()
 
@@ -48,21 +64,49 @@ def serve_check(paths: dict, on_gpu: bool) -> Check:
     """`asymspec-vl serve` with the tiny pair answers one chat request with an image, and stops on SIGTERM."""
     name = "asymspec-vl serve: one chat request"
     port = _free_port()
-    cmd = [sys.executable, "-m", "asymspec_vl.cli", "serve", "--drafter", str(paths["vl_drafter"]),
-           "--verifier", str(paths["verifier"]), "--host", "127.0.0.1", "--port", str(port), "--ocr", "none",
-           "--no-caption-cache", "--max-tokens", "16"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asymspec_vl.cli",
+        "serve",
+        "--drafter",
+        str(paths["vl_drafter"]),
+        "--verifier",
+        str(paths["verifier"]),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ocr",
+        "none",
+        "--no-caption-cache",
+        "--max-tokens",
+        "16",
+    ]
     if on_gpu:
-        cmd += ["--gpu-memory-utilization", "0.5"]  # this process keeps the transformers models on the GPU
+        cmd += [
+            "--gpu-memory-utilization",
+            "0.5",
+        ]  # this process keeps the transformers models on the GPU
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         try:
             detail = _wait_ready(proc, url)
             if detail is None:
                 answer = _post(url + "/v1/chat/completions", _chat_body())
                 text = answer["choices"][0]["message"]["content"]
                 tokens = answer["usage"]["completion_tokens"]
-                detail = None if tokens > 0 and isinstance(text, str) else f"an empty answer: {answer}"
+                detail = (
+                    None
+                    if tokens > 0 and isinstance(text, str)
+                    else f"an empty answer: {answer}"
+                )
         except (OSError, KeyError, IndexError, ValueError) as e:
             detail = f"{type(e).__name__}: {e}"
         finally:
@@ -71,19 +115,29 @@ def serve_check(paths: dict, on_gpu: bool) -> Check:
             detail = f"the server exited with {code} after SIGTERM"
         if detail is not None:
             log.seek(0)
-            return Check.of(name, "vllm", False, f"{detail}; server log: ...{log.read()[-300:]}")
-    return Check.of(name, "vllm", True, f"HTTP 200, an answer of {tokens} tokens; exit 0 on SIGTERM")
+            return Check.of(
+                name, "vllm", False, f"{detail}; server log: ...{log.read()[-300:]}"
+            )
+    return Check.of(
+        name, "vllm", True, f"HTTP 200, an answer of {tokens} tokens; exit 0 on SIGTERM"
+    )
 
 
 def _chat_body() -> dict:
-    from ..serve.settings import ServeSettings
 
     buffer = io.BytesIO()
     requests()[1].image.save(buffer, format="PNG")
     image = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-    content = [{"type": "image_url", "image_url": {"url": image}}, {"type": "text", "text": "What is shown?"}]
-    return {"model": ServeSettings("", "").served_model_name, "messages": [{"role": "user", "content": content}],
-            "max_tokens": 8, "temperature": 0}
+    content = [
+        {"type": "image_url", "image_url": {"url": image}},
+        {"type": "text", "text": "What is shown?"},
+    ]
+    return {
+        "model": ServeSettings("", "").served_model_name,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
 
 
 def _wait_ready(proc: subprocess.Popen, url: str) -> str | None:
@@ -103,8 +157,12 @@ def _wait_ready(proc: subprocess.Popen, url: str) -> str | None:
 
 
 def _post(url: str, body: dict) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
             return json.loads(response.read())

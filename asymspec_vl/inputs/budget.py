@@ -5,7 +5,7 @@ request gets the same budget on either; `context_of(model)` is the backend's con
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..core.config import AsymSpecConfig
 from ..core.errors import PromptTooLongError
@@ -13,15 +13,31 @@ from ..core.methods import Method
 from .prompts import EncodedRequest
 
 
-def room(r: EncodedRequest, method: Method, cfg: AsymSpecConfig, context_of: Callable[[str], int]) -> int:
+def room(
+    r: EncodedRequest,
+    method: Method,
+    cfg: AsymSpecConfig,
+    context_of: Callable[[str], int],
+) -> int:
     """Tokens the request may generate: every source's context minus its view, K drafts and one token."""
-    return min(context_of(s.model) - len(r.view(s.view).ids) for s in method.sources) - cfg.K - 1
+    return (
+        min(context_of(s.model) - len(r.view(s.view).ids) for s in method.sources)
+        - cfg.K
+        - 1
+    )
 
 
-def check_fits(r: EncodedRequest, method: Method, cfg: AsymSpecConfig, context_of: Callable[[str], int]) -> None:
+def check_fits(
+    r: EncodedRequest,
+    method: Method,
+    cfg: AsymSpecConfig,
+    context_of: Callable[[str], int],
+) -> None:
     """PromptTooLongError naming the model and view when the request has no room for one step."""
     for s in method.sources:
         length, limit = len(r.view(s.view).ids), context_of(s.model)
         if length + cfg.K + 2 > limit:
-            raise PromptTooLongError(f"the {s.model.replace('_', ' ')}'s prompt ({s.view}) has {length} tokens; "
-                                     f"its context is {limit} tokens (with K={cfg.K} look-ahead)")
+            raise PromptTooLongError(
+                f"the {s.model.replace('_', ' ')}'s prompt ({s.view}) has {length} tokens; "
+                f"its context is {limit} tokens (with K={cfg.K} look-ahead)"
+            )

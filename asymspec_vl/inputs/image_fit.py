@@ -10,7 +10,7 @@ The library and the server load images through this same rule, so their answers 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from PIL import Image
 
@@ -18,8 +18,13 @@ from ..core.limits import LIMITS
 
 Size = tuple[int, int]  # (width, height), PIL's order
 Fit = Callable[[Size], Size]  # an image's size -> the size the processor resizes it to
-REDUCE_PIXELS = LIMITS.reduce_pixels  # images up to this many pixels reach the processor untouched
-REDUCIBLE_MODES = ("L", "RGB")  # modes box-averaged as decoded; others are reduced after their RGB conversion
+REDUCE_PIXELS = (
+    LIMITS.reduce_pixels
+)  # images up to this many pixels reach the processor untouched
+REDUCIBLE_MODES = (
+    "L",
+    "RGB",
+)  # modes box-averaged as decoded; others are reduced after their RGB conversion
 ORIGINAL_SIZE = "asymspec_original_size"  # a loaded image's info key: its size upright, before any reduction
 
 
@@ -32,7 +37,9 @@ def processor_fit(processor) -> Fit | None:
     """The size rule of a Qwen-VL image processor (smart_resize over patch_size x merge_size, its size's
     shortest_edge / longest_edge as min / max pixels); None for a processor without that rule (then no image is
     reduced)."""
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
+        smart_resize,
+    )  # lazy: loads transformers
 
     ip = getattr(processor, "image_processor", None)
     size = getattr(ip, "size", None)
@@ -44,7 +51,9 @@ def processor_fit(processor) -> Fit | None:
 
     def fit(wh: Size) -> Size:
         try:
-            h, w = smart_resize(wh[1], wh[0], factor=factor, min_pixels=low, max_pixels=high)
+            h, w = smart_resize(
+                wh[1], wh[0], factor=factor, min_pixels=low, max_pixels=high
+            )
         except ValueError:  # an aspect ratio the processor refuses: it says so itself (prompts.vision_inputs)
             return wh
         return w, h
@@ -73,4 +82,8 @@ def reduced(img: Image.Image, fit: Fit | None) -> Image.Image:
     """`img` box-averaged by reduction(img.size) when its mode allows it (L or RGB without a transparent colour),
     else `img` itself."""
     k = reduction(img.size, fit)
-    return img.reduce(k) if k >= 2 and img.mode in REDUCIBLE_MODES and "transparency" not in img.info else img
+    return (
+        img.reduce(k)
+        if k >= 2 and img.mode in REDUCIBLE_MODES and "transparency" not in img.info
+        else img
+    )

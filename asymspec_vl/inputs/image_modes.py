@@ -24,7 +24,11 @@ ALPHA_BACKGROUND = (255, 255, 255, 255)
 EIGHT_BIT_MODES = ("1", "L", "P", "RGB", "RGBX", "CMYK", "YCbCr", "LAB", "HSV")
 ALPHA_MODES = ("LA", "PA", "RGBA", "RGBa")
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
-CHANNELS = (2, 3, 4)  # of an [H, W, C] array: gray + alpha, RGB, RGBA (C = 1 is read as [H, W])
+CHANNELS = (
+    2,
+    3,
+    4,
+)  # of an [H, W, C] array: gray + alpha, RGB, RGBA (C = 1 is read as [H, W])
 UINT16_MAX = 65535
 
 
@@ -34,23 +38,35 @@ def image_to_rgb(img: Image.Image, name: str) -> Image.Image:
     if mode in SIXTEEN_BIT_MODES or mode in ("I", "F"):
         return array_to_rgb(_wide_pixels(img, name), name)
     if mode in ALPHA_MODES or (mode in EIGHT_BIT_MODES and "transparency" in img.info):
-        return Image.alpha_composite(Image.new("RGBA", img.size, ALPHA_BACKGROUND), img.convert("RGBA")).convert("RGB")
+        return Image.alpha_composite(
+            Image.new("RGBA", img.size, ALPHA_BACKGROUND), img.convert("RGBA")
+        ).convert("RGB")
     if mode in EIGHT_BIT_MODES:
         return img.convert("RGB")
-    raise InvalidImageError(f"{name} has pixel mode {mode!r}, which cannot be read faithfully: convert it to "
-                            f"one of {EIGHT_BIT_MODES + ALPHA_MODES + SIXTEEN_BIT_MODES + ('I', 'F')}")
+    raise InvalidImageError(
+        f"{name} has pixel mode {mode!r}, which cannot be read faithfully: convert it to "
+        f"one of {EIGHT_BIT_MODES + ALPHA_MODES + SIXTEEN_BIT_MODES + ('I', 'F')}"
+    )
 
 
 def array_to_rgb(pixels: np.ndarray, name: str) -> Image.Image:
     """An RGB image from an [H, W] or [H, W, C] array of bool, uint8, uint16 or float in [0, 1]."""
     if pixels.ndim == 3 and pixels.shape[2] == 1:
         pixels = pixels[..., 0]
-    if pixels.ndim not in (2, 3) or (pixels.ndim == 3 and pixels.shape[2] not in CHANNELS):
-        raise InvalidImageError(f"{name} has shape {pixels.shape}: expected [H, W] or [H, W, C] with C in 1..4 "
-                                "(channels last)")
+    if pixels.ndim not in (2, 3) or (
+        pixels.ndim == 3 and pixels.shape[2] not in CHANNELS
+    ):
+        raise InvalidImageError(
+            f"{name} has shape {pixels.shape}: expected [H, W] or [H, W, C] with C in 1..4 "
+            "(channels last)"
+        )
     if pixels.shape[0] == 0 or pixels.shape[1] == 0:
-        raise InvalidImageError(f"{name} has no pixels ({pixels.shape[1]}x{pixels.shape[0]})")
-    eight_bit = np.ascontiguousarray(_to_uint8(pixels, name))  # [H, W] or [H, W, C]: L, LA, RGB or RGBA
+        raise InvalidImageError(
+            f"{name} has no pixels ({pixels.shape[1]}x{pixels.shape[0]})"
+        )
+    eight_bit = np.ascontiguousarray(
+        _to_uint8(pixels, name)
+    )  # [H, W] or [H, W, C]: L, LA, RGB or RGBA
     return image_to_rgb(Image.fromarray(eight_bit), name)
 
 
@@ -60,8 +76,10 @@ def _wide_pixels(img: Image.Image, name: str) -> np.ndarray:
     if img.mode != "I":
         return pixels
     if pixels.min() < 0 or pixels.max() > UINT16_MAX:
-        raise InvalidImageError(f"{name} is a 32-bit integer image with values in [{pixels.min()}, {pixels.max()}]; "
-                                f"only 0..{UINT16_MAX} (16-bit data) can be read: rescale it to 8 or 16 bits")
+        raise InvalidImageError(
+            f"{name} is a 32-bit integer image with values in [{pixels.min()}, {pixels.max()}]; "
+            f"only 0..{UINT16_MAX} (16-bit data) can be read: rescale it to 8 or 16 bits"
+        )
     return pixels.astype(np.uint16)
 
 
@@ -72,14 +90,20 @@ def _to_uint8(pixels: np.ndarray, name: str) -> np.ndarray:
     if kind == np.uint8:
         return pixels
     if kind.kind == "u" and kind.itemsize == 2:  # uint16 in either byte order
-        return ((pixels.astype(np.uint32) * 255 + UINT16_MAX // 2) // UINT16_MAX).astype(np.uint8)
+        return (
+            (pixels.astype(np.uint32) * 255 + UINT16_MAX // 2) // UINT16_MAX
+        ).astype(np.uint8)
     if kind.kind == "f":
         if not np.isfinite(pixels).all():
             raise InvalidImageError(f"{name} holds NaN or infinite pixel values")
         low, high = float(pixels.min()), float(pixels.max())
         if low < 0.0 or high > 1.0:
-            raise InvalidImageError(f"{name} has float pixels in [{low:g}, {high:g}]; float images must lie in "
-                                    "[0, 1] (divide 8-bit data by 255, or give uint8)")
+            raise InvalidImageError(
+                f"{name} has float pixels in [{low:g}, {high:g}]; float images must lie in "
+                "[0, 1] (divide 8-bit data by 255, or give uint8)"
+            )
         return np.rint(pixels.astype(np.float64) * 255).astype(np.uint8)
-    raise InvalidImageError(f"{name} has dtype {kind}, whose pixel range is ambiguous: give bool, uint8 (0-255), "
-                            "uint16 (0-65535) or float in [0, 1]")
+    raise InvalidImageError(
+        f"{name} has dtype {kind}, whose pixel range is ambiguous: give bool, uint8 (0-255), "
+        "uint16 (0-65535) or float in [0, 1]"
+    )

@@ -33,34 +33,51 @@ def check_text(name: str, value, optional: bool = False) -> str | None:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InvalidTextError(f"{name} holds {value[e.start]!r} at position {e.start}: a lone surrogate is "
-                               "not valid Unicode text (decode the source bytes as UTF-8)") from None
+        raise InvalidTextError(
+            f"{name} holds {value[e.start]!r} at position {e.start}: a lone surrogate is "
+            "not valid Unicode text (decode the source bytes as UTF-8)"
+        ) from None
     return value
 
 
-def template_pieces(template_owner, content, thinking_off: bool = True) -> tuple[str, str]:
+def template_pieces(
+    template_owner, content, thinking_off: bool = True
+) -> tuple[str, str]:
     """The chat-template text before and after the user message (`content` holds SENTINEL where it goes)."""
     messages = [{"role": "user", "content": content}]
     kwargs = {"enable_thinking": False} if thinking_off else {}
-    rendered = template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    rendered = template_owner.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **kwargs
+    )
     if rendered.count(SENTINEL) != 1:
-        raise ChatTemplateError(f"the chat template of {type(template_owner).__name__} does not place the user "
-                                "message verbatim exactly once; AsymSpec needs a ChatML-style template")
+        raise ChatTemplateError(
+            f"the chat template of {type(template_owner).__name__} does not place the user "
+            "message verbatim exactly once; AsymSpec needs a ChatML-style template"
+        )
     before, after = rendered.split(SENTINEL)
     return before, after
 
 
-def template_segments(template_owner, messages: list[dict], n: int, thinking_off: bool = True) -> list:
+def template_segments(
+    template_owner, messages: list[dict], n: int, thinking_off: bool = True
+) -> list:
     """A whole conversation rendered by the chat template, split at its n texts: [template, None, template, None,
     ..., template] (None where text i goes). Text i is marked `sentinel(i)` in `messages`, in order."""
     kwargs = {"enable_thinking": False} if thinking_off else {}
-    rendered = template_owner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+    rendered = template_owner.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **kwargs
+    )
     marks = [sentinel(i) for i in range(n)]
     positions = [rendered.find(m) for m in marks]
-    if any(rendered.count(m) != 1 for m in marks) or positions != sorted(positions) \
-            or rendered.count("\x00asymspec-user-text") != n:
-        raise ChatTemplateError(f"the chat template of {type(template_owner).__name__} does not place each "
-                                "message's text verbatim once, in order; AsymSpec needs a ChatML-style template")
+    if (
+        any(rendered.count(m) != 1 for m in marks)
+        or positions != sorted(positions)
+        or rendered.count("\x00asymspec-user-text") != n
+    ):
+        raise ChatTemplateError(
+            f"the chat template of {type(template_owner).__name__} does not place each "
+            "message's text verbatim once, in order; AsymSpec needs a ChatML-style template"
+        )
     segments, rest = [], rendered
     for m in marks:
         before, rest = rest.split(m)
@@ -84,7 +101,11 @@ def encode_segments(tokenizer, segments) -> list[int]:
     """Ids of [template, text, template, text, ..., template]: special tokens read in the template pieces only."""
     ids = []
     for i, piece in enumerate(segments):
-        ids += text_ids(tokenizer, piece) if i % 2 else tokenizer(piece, add_special_tokens=False)["input_ids"]
+        ids += (
+            text_ids(tokenizer, piece)
+            if i % 2
+            else tokenizer(piece, add_special_tokens=False)["input_ids"]
+        )
     return ids
 
 
@@ -96,7 +117,7 @@ def text_ids(tokenizer, text: str) -> list[int]:
 @lru_cache(maxsize=8)
 def _plain_tokenizer(tokenizer):
     """The fast tokenizer's backend without its added vocabulary (same normalizer, pre-tokenizer, BPE)."""
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: loads tokenizers
 
     spec = json.loads(tokenizer.backend_tokenizer.to_str())
     spec["added_tokens"] = []

@@ -8,7 +8,13 @@ import torch
 from ..core.errors import VocabularyMismatchError
 
 # Tokens that only mark or pad vision inputs: emitting one would corrupt the next forward.
-STRUCTURAL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
+STRUCTURAL_TOKENS = (
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
 # Qwen3's thinking markers: every prompt here is built with thinking disabled, so x_comp holds a closed empty
 # think block and x_full none; delta = a - b is then large on these tokens, and a fused argmax emitted them.
 THINK_MARKERS = ("<think>", "</think>")
@@ -21,7 +27,9 @@ def token_mask(ids, vocab_size: int, device) -> torch.Tensor:
     return mask
 
 
-def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str) -> None:
+def check_same_vocabulary(
+    drafter_tok, verifier_tok, drafter: str, verifier: str
+) -> None:
     """Two models that must read and write one set of ids (the drafter and SD's text drafter): the two
     tokenizers must map tokens to the same ids. (Drafter and verifier may differ: vocab_map.py.)"""
     dv, vv = drafter_tok.get_vocab(), verifier_tok.get_vocab()
@@ -31,4 +39,5 @@ def check_same_vocabulary(drafter_tok, verifier_tok, drafter: str, verifier: str
         raise VocabularyMismatchError(
             f"the drafter ({drafter}) and verifier ({verifier}) tokenizers differ: {len(dv)} vs {len(vv)} "
             f"tokens, {only_d} drafter and {only_v} verifier (token, id) pairs without a match. AsymSpec "
-            "fuses logits token by token, so these two models must share one vocabulary (e.g. the Qwen3 family).")
+            "fuses logits token by token, so these two models must share one vocabulary (e.g. the Qwen3 family)."
+        )

@@ -17,9 +17,22 @@ from ..core.errors import VocabularyMismatchError
 from ..core.vocab_align import VocabMap
 
 # Chat-template markers by role, across families (the first one a tokenizer has is its marker of that role).
-TURN_START = ("<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "<|start|>", "[INST]",
-              "<｜User｜>")
-TURN_END = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "[/INST]", "<｜end▁of▁sentence｜>")
+TURN_START = (
+    "<|im_start|>",
+    "<|start_header_id|>",
+    "<start_of_turn>",
+    "<|start|>",
+    "[INST]",
+    "<｜User｜>",
+)
+TURN_END = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "[/INST]",
+    "<｜end▁of▁sentence｜>",
+)
 # The shared set must hold at least this share of the verifier's most frequent tokens (the lowest ordinary
 # ids: BPE numbers its merges by frequency), else answers in the verifier's words cannot be committed.
 MIN_FREQUENT_SHARE = 0.5
@@ -32,7 +45,11 @@ def frequent_count(verifier_size: int) -> int:
 
 def _byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level symbol -> byte (the inverse of bytes_to_unicode)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs, n = bs[:], 0
     for b in range(256):
         if b not in bs:
@@ -49,7 +66,9 @@ def _is_byte_level(tok) -> bool:
 
 def token_bytes(tok) -> dict[int, bytes]:
     """Every ordinary (non-special) token id -> its decoded byte string."""
-    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    special = set(tok.all_special_ids) | {
+        i for i, t in tok.added_tokens_decoder.items() if t.special
+    }
     out: dict[int, bytes] = {}
     if _is_byte_level(tok):
         table = _byte_decoder()
@@ -73,7 +92,9 @@ def token_bytes(tok) -> dict[int, bytes]:
 
 def special_names(tok) -> dict[str, int]:
     """Special token content -> id."""
-    special = set(tok.all_special_ids) | {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    special = set(tok.all_special_ids) | {
+        i for i, t in tok.added_tokens_decoder.items() if t.special
+    }
     return {tok.convert_ids_to_tokens(i): i for i in special}
 
 
@@ -94,9 +115,16 @@ def special_roles(tok, eos_ids: set[int] | None = None) -> dict[str, int]:
     return roles
 
 
-def build_vocab_map(drafter_tok, verifier_tok, drafter: str = "drafter", verifier: str = "verifier",
-                    drafter_size: int | None = None, verifier_size: int | None = None,
-                    drafter_eos: set[int] | None = None, verifier_eos: set[int] | None = None) -> VocabMap:
+def build_vocab_map(
+    drafter_tok,
+    verifier_tok,
+    drafter: str = "drafter",
+    verifier: str = "verifier",
+    drafter_size: int | None = None,
+    verifier_size: int | None = None,
+    drafter_eos: set[int] | None = None,
+    verifier_eos: set[int] | None = None,
+) -> VocabMap:
     """The pair's map (sizes: the models' logit rows, default the tokenizers' lengths). One vocabulary ->
     VocabMap.same_vocabulary. VocabularyMismatchError naming the numbers when the shared set holds under
     MIN_FREQUENT_SHARE of the verifier's most frequent tokens or the EOS tokens cannot be paired."""
@@ -110,18 +138,39 @@ def build_vocab_map(drafter_tok, verifier_tok, drafter: str = "drafter", verifie
         by_bytes.setdefault(s, i)  # duplicates (rare): the lowest id
     pairs: dict[int, int] = {}  # verifier id -> drafter id
     for j, s in sorted(v_bytes.items()):
-        if s in by_bytes and by_bytes[s] not in pairs.values() and j < Vv and by_bytes[s] < Vd:
+        if (
+            s in by_bytes
+            and by_bytes[s] not in pairs.values()
+            and j < Vv
+            and by_bytes[s] < Vd
+        ):
             pairs[j] = by_bytes[s]
-    d_roles, v_roles = special_roles(drafter_tok, drafter_eos), special_roles(verifier_tok, verifier_eos)
+    d_roles, v_roles = (
+        special_roles(drafter_tok, drafter_eos),
+        special_roles(verifier_tok, verifier_eos),
+    )
     specials: dict[str, tuple[int, int]] = {}
     used_d = set(pairs.values())
     d_special, v_special = special_names(drafter_tok), special_names(verifier_tok)
-    for name, vi in sorted(v_special.items(), key=lambda kv: kv[1]):  # the same special in both (one family's)
+    for name, vi in sorted(
+        v_special.items(), key=lambda kv: kv[1]
+    ):  # the same special in both (one family's)
         di = d_special.get(name)
-        if di is not None and di not in used_d and vi not in pairs and vi < Vv and di < Vd:
+        if (
+            di is not None
+            and di not in used_d
+            and vi not in pairs
+            and vi < Vv
+            and di < Vd
+        ):
             pairs[vi] = di
             used_d.add(di)
-    for role in ("turn_end", "eos", "turn_start", "pad"):  # the chat answer's end first: it is what stops
+    for role in (
+        "turn_end",
+        "eos",
+        "turn_start",
+        "pad",
+    ):  # the chat answer's end first: it is what stops
         if role in d_roles and role in v_roles:
             di, vi = d_roles[role], v_roles[role]
             if pairs.get(vi) == di:
@@ -134,23 +183,37 @@ def build_vocab_map(drafter_tok, verifier_tok, drafter: str = "drafter", verifie
         raise VocabularyMismatchError(
             f"the special tokens of {drafter} and {verifier} cannot be paired: end of turn / EOS are "
             f"{d_roles.get('turn_end')} / {d_roles.get('eos')} in the drafter and {v_roles.get('turn_end')} / "
-            f"{v_roles.get('eos')} in the verifier; one of them must exist in both to end an answer")
+            f"{v_roles.get('eos')} in the verifier; one of them must exist in both to end an answer"
+        )
     _check_frequent(pairs, v_bytes, Vv, Vd, drafter, verifier)
     vids = sorted(pairs)
-    return VocabMap(torch.tensor([pairs[j] for j in vids], dtype=torch.long), torch.tensor(vids, dtype=torch.long),
-                    Vd, Vv, identity=False, specials=specials)
+    return VocabMap(
+        torch.tensor([pairs[j] for j in vids], dtype=torch.long),
+        torch.tensor(vids, dtype=torch.long),
+        Vd,
+        Vv,
+        identity=False,
+        specials=specials,
+    )
 
 
-def _check_frequent(pairs: dict[int, int], v_bytes: dict[int, bytes], Vv: int, Vd: int, drafter: str,
-                    verifier: str) -> None:
+def _check_frequent(
+    pairs: dict[int, int],
+    v_bytes: dict[int, bytes],
+    Vv: int,
+    Vd: int,
+    drafter: str,
+    verifier: str,
+) -> None:
     ordinary = sorted(v_bytes)
-    frequent = ordinary[:frequent_count(len(ordinary))]
+    frequent = ordinary[: frequent_count(len(ordinary))]
     covered = sum(1 for j in frequent if j in pairs)
     if covered < MIN_FREQUENT_SHARE * len(frequent):
         raise VocabularyMismatchError(
             f"the shared vocabulary of {drafter} ({Vd} tokens) and {verifier} ({Vv} tokens) is too small: "
             f"{len(pairs)} shared tokens, {covered} of the verifier's {len(frequent)} most frequent tokens "
-            f"({covered / max(len(frequent), 1):.0%}, under the {MIN_FREQUENT_SHARE:.0%} needed)")
+            f"({covered / max(len(frequent), 1):.0%}, under the {MIN_FREQUENT_SHARE:.0%} needed)"
+        )
 
 
 def describe(vmap: VocabMap) -> str:
@@ -159,5 +222,7 @@ def describe(vmap: VocabMap) -> str:
         return f"one vocabulary ({vmap.verifier_size} tokens)"
     sd, sv = vmap.share()
     roles = ", ".join(f"{r} {d}->{v}" for r, (d, v) in vmap.specials.items())
-    return (f"{vmap.size} shared tokens: {sd:.1%} of the drafter's {vmap.drafter_size}, {sv:.1%} of the "
-            f"verifier's {vmap.verifier_size}; specials paired by role: {roles or 'none beyond strings'}")
+    return (
+        f"{vmap.size} shared tokens: {sd:.1%} of the drafter's {vmap.drafter_size}, {sv:.1%} of the "
+        f"verifier's {vmap.verifier_size}; specials paired by role: {roles or 'none beyond strings'}"
+    )

@@ -20,13 +20,17 @@ def is_embedded(name: str | None, role: str = "drafter") -> bool:
         folders = [embedded_models(pair)[role] for pair in EMBEDDED_NAMES]
     except ModelPairError:  # the pairs are not installed: nothing can be them
         return False
-    return any(f is not None and Path(name).resolve() == Path(f).resolve() for f in folders)
+    return any(
+        f is not None and Path(name).resolve() == Path(f).resolve() for f in folders
+    )
 
 
 def check_captioning_model(name: str | None, flag: str, otherwise: str) -> None:
     """The embedded toy drafter is no captioner (it writes toy-world answers): refuse it by name, before any
     model loads. `flag` names the option, `otherwise` what the user can do instead."""
     if is_embedded(name):
-        raise ConfigError(f"the embedded toy drafter cannot caption images (it only answers questions about its "
-                          f"toy scenes): pass {flag} with a vision-language model (a hub id such as "
-                          f"Qwen/Qwen3-VL-2B-Instruct, or a local folder), or {otherwise}")
+        raise ConfigError(
+            f"the embedded toy drafter cannot caption images (it only answers questions about its "
+            f"toy scenes): pass {flag} with a vision-language model (a hub id such as "
+            f"Qwen/Qwen3-VL-2B-Instruct, or a local folder), or {otherwise}"
+        )

@@ -8,14 +8,21 @@ import torch
 from ..core.config import AsymSpecConfig
 from ..core.errors import ConfigError, ModelPairError, VocabularyMismatchError
 from ..core.vocab_align import VocabMap
-from ..inputs.vocab import STRUCTURAL_TOKENS, THINK_MARKERS, check_same_vocabulary, token_mask
+from ..inputs.vocab import (
+    STRUCTURAL_TOKENS,
+    THINK_MARKERS,
+    check_same_vocabulary,
+    token_mask,
+)
 from ..inputs.vocab_map import build_vocab_map
 
 
 def _read_config(path: str, trust_remote_code: bool) -> dict:
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: loads transformers
 
-    return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code).to_dict()
+    return AutoConfig.from_pretrained(
+        path, trust_remote_code=trust_remote_code
+    ).to_dict()
 
 
 def output_dim(config: dict) -> int:
@@ -26,44 +33,97 @@ def output_dim(config: dict) -> int:
 class ModelPair:
     """Tokenizers and vocabulary facts of a drafter + verifier pair (no weights loaded)."""
 
-    def __init__(self, drafter_processor, verifier_tokenizer, vocab_size: int, eos_ids: set[int],
-                 vmap: VocabMap | None = None):
+    def __init__(
+        self,
+        drafter_processor,
+        verifier_tokenizer,
+        vocab_size: int,
+        eos_ids: set[int],
+        vmap: VocabMap | None = None,
+    ):
         self.processor = drafter_processor
         self.tokenizer = verifier_tokenizer
         self.vocab_size = vocab_size  # the verifier's logit rows: the ids of y, stop tokens and answers
         self.eos_ids = eos_ids
         # the drafter -> verifier map; identity for one vocabulary (core/vocab_align.py for the rules across it)
         self.vmap = vmap if vmap is not None else VocabMap.same_vocabulary(vocab_size)
-        self.pad_id = verifier_tokenizer.pad_token_id if verifier_tokenizer.pad_token_id is not None else 0
+        self.pad_id = (
+            verifier_tokenizer.pad_token_id
+            if verifier_tokenizer.pad_token_id is not None
+            else 0
+        )
 
     @classmethod
-    def load(cls, drafter: str, verifier: str, text_drafter: str | None = None,
-             trust_remote_code: bool = False) -> "ModelPair":
-        from transformers import AutoProcessor, AutoTokenizer
+    def load(
+        cls,
+        drafter: str,
+        verifier: str,
+        text_drafter: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> ModelPair:
+        from transformers import (
+            AutoProcessor,
+            AutoTokenizer,
+        )  # lazy: loads transformers
 
-        d_cfg, v_cfg = _read_config(drafter, trust_remote_code), _read_config(verifier, trust_remote_code)
+        d_cfg, v_cfg = (
+            _read_config(drafter, trust_remote_code),
+            _read_config(verifier, trust_remote_code),
+        )
         is_vl = "vision_config" in d_cfg
-        proc = (AutoProcessor if is_vl else AutoTokenizer).from_pretrained(drafter, trust_remote_code=trust_remote_code)
-        tok = AutoTokenizer.from_pretrained(verifier, trust_remote_code=trust_remote_code)
+        proc = (AutoProcessor if is_vl else AutoTokenizer).from_pretrained(
+            drafter, trust_remote_code=trust_remote_code
+        )
+        tok = AutoTokenizer.from_pretrained(
+            verifier, trust_remote_code=trust_remote_code
+        )
         for name, t in ((drafter, getattr(proc, "tokenizer", proc)), (verifier, tok)):
             if not t.is_fast:
-                raise ModelPairError(f"{name} has no fast tokenizer (tokenizer.json): it is needed to read user "
-                                     "text as ordinary text")
+                raise ModelPairError(
+                    f"{name} has no fast tokenizer (tokenizer.json): it is needed to read user "
+                    "text as ordinary text"
+                )
         d_tok = getattr(proc, "tokenizer", proc)
         dims = {drafter: output_dim(d_cfg), verifier: output_dim(v_cfg)}
-        eos_of = {path: _generation_eos(path) or _as_set(cfg.get("eos_token_id") or
-                                                          (cfg.get("text_config") or {}).get("eos_token_id"))
-                  for path, cfg in ((drafter, d_cfg), (verifier, v_cfg))}
-        vmap = build_vocab_map(d_tok, tok, drafter, verifier, dims[drafter], dims[verifier],
-                               eos_of[drafter], eos_of[verifier])
+        eos_of = {
+            path: _generation_eos(path)
+            or _as_set(
+                cfg.get("eos_token_id")
+                or (cfg.get("text_config") or {}).get("eos_token_id")
+            )
+            for path, cfg in ((drafter, d_cfg), (verifier, v_cfg))
+        }
+        vmap = build_vocab_map(
+            d_tok,
+            tok,
+            drafter,
+            verifier,
+            dims[drafter],
+            dims[verifier],
+            eos_of[drafter],
+            eos_of[verifier],
+        )
         if text_drafter:  # SD's text drafter drafts in the drafter's ids: one vocabulary with the drafter
-            check_same_vocabulary(AutoTokenizer.from_pretrained(text_drafter), d_tok, text_drafter, drafter)
-            dims[text_drafter] = output_dim(_read_config(text_drafter, trust_remote_code))
+            check_same_vocabulary(
+                AutoTokenizer.from_pretrained(text_drafter),
+                d_tok,
+                text_drafter,
+                drafter,
+            )
+            dims[text_drafter] = output_dim(
+                _read_config(text_drafter, trust_remote_code)
+            )
             if dims[text_drafter] != dims[drafter]:
-                raise VocabularyMismatchError(f"drafter and text drafter logits differ in size: {dims}")
+                raise VocabularyMismatchError(
+                    f"drafter and text drafter logits differ in size: {dims}"
+                )
         if vmap.identity and len(set(dims.values())) != 1:
-            raise VocabularyMismatchError(f"drafter and verifier logits differ in size: {dims}")
-        if vmap.identity:  # one vocabulary: either model's end tokens stop (today's path)
+            raise VocabularyMismatchError(
+                f"drafter and verifier logits differ in size: {dims}"
+            )
+        if (
+            vmap.identity
+        ):  # one vocabulary: either model's end tokens stop (today's path)
             eos = eos_of[drafter] | eos_of[verifier]
         else:  # y is in verifier ids: the verifier's end tokens, and the drafter's that the map pairs
             d2v = dict(zip(vmap.drafter_ids.tolist(), vmap.verifier_ids.tolist()))
@@ -77,12 +137,16 @@ class ModelPair:
         return None if self.vmap.identity else self.vmap
 
     def check_output_dims(self, drafter, verifier, text_drafter=None) -> None:
-        for m, want in ((drafter, self.vmap.drafter_size), (verifier, self.vocab_size),
-                        (text_drafter, self.vmap.drafter_size)):
+        for m, want in (
+            (drafter, self.vmap.drafter_size),
+            (verifier, self.vocab_size),
+            (text_drafter, self.vmap.drafter_size),
+        ):
             if m is not None and m.get_output_embeddings().weight.shape[0] != want:
                 raise VocabularyMismatchError(
                     f"{type(m).__name__} has {m.get_output_embeddings().weight.shape[0]} output logits, "
-                    f"its vocabulary has {want}")
+                    f"its vocabulary has {want}"
+                )
 
     def check_stop_ids(self, cfg: AsymSpecConfig) -> None:
         """Refuse stop tokens decoding can never emit (generation would silently run to its budget): ids
@@ -90,13 +154,17 @@ class ModelPair:
         ids = cfg.stop_token_ids or ()
         outside = sorted(i for i in ids if i >= self.vocab_size)
         if outside:
-            raise ConfigError(f"AsymSpecConfig.stop_token_ids holds {outside}, outside the vocabulary of "
-                              f"{self.vocab_size} tokens (ids 0..{self.vocab_size - 1})")
+            raise ConfigError(
+                f"AsymSpecConfig.stop_token_ids holds {outside}, outside the vocabulary of "
+                f"{self.vocab_size} tokens (ids 0..{self.vocab_size - 1})"
+            )
         never = sorted(set(ids) & set(self.banned_ids()))
         if never:
             names = [self.tokenizer.convert_ids_to_tokens(i) for i in never]
-            raise ConfigError(f"AsymSpecConfig.stop_token_ids holds {never} ({names}): tokens decoding never emits "
-                              "(vision placeholders, thinking markers, padding rows)")
+            raise ConfigError(
+                f"AsymSpecConfig.stop_token_ids holds {never} ({names}): tokens decoding never emits "
+                "(vision placeholders, thinking markers, padding rows)"
+            )
 
     def stop_ids(self, cfg: AsymSpecConfig) -> set[int]:
         if cfg.stop_token_ids is not None:
@@ -119,7 +187,7 @@ class ModelPair:
 
 
 def _generation_eos(path: str) -> set[int]:
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig  # lazy: loads transformers
 
     try:
         return _as_set(GenerationConfig.from_pretrained(path).eos_token_id)

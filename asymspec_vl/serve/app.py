@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
-from typing import Callable
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -23,9 +25,18 @@ from . import choices
 from .captioning import ViewMaker
 from .chat import ChatService
 from .engine_watch import AnswerUnexpected, EngineWatch, is_engine_dead
-from .http_errors import (AuthenticationError, BodyTooLargeError, MalformedRequestError, MethodNotAllowedError,
-                     RouteNotFoundError, ServerNotReadyError, UnsupportedRequestError, error_body, status_of,
-                     validation_problems)
+from .http_errors import (
+    AuthenticationError,
+    BodyTooLargeError,
+    MalformedRequestError,
+    MethodNotAllowedError,
+    RouteNotFoundError,
+    ServerNotReadyError,
+    UnsupportedRequestError,
+    error_body,
+    status_of,
+    validation_problems,
+)
 from .metrics import ServeMetrics
 from .settings import ServeSettings
 from .translate import translate
@@ -37,7 +48,10 @@ class ServerState:
     """What the routes share: settings, metrics, and once loaded the chat service (runner + captioners)."""
 
     def __init__(self, settings: ServeSettings):
-        self.settings, self.metrics = settings, ServeMetrics(settings.served_model_name, settings.K)
+        self.settings, self.metrics = (
+            settings,
+            ServeMetrics(settings.served_model_name, settings.K),
+        )
         self.service: ChatService | None = None
         self.load_error: BaseException | None = None
         self.on_load_failure: Callable[[BaseException], None] = lambda e: None
@@ -45,22 +59,38 @@ class ServerState:
 
     def ready(self) -> ChatService:
         if self.watch.dead is not None:
-            raise ServerNotReadyError(f"the vLLM engine died ({type(self.watch.dead).__name__}: {self.watch.dead}); "
-                                      "this server is exiting and must be restarted")
+            raise ServerNotReadyError(
+                f"the vLLM engine died ({type(self.watch.dead).__name__}: {self.watch.dead}); "
+                "this server is exiting and must be restarted"
+            )
         if self.service is not None:
             return self.service
         if self.load_error is not None:
-            raise ServerNotReadyError(f"the models failed to load: {type(self.load_error).__name__}: {self.load_error}")
+            raise ServerNotReadyError(
+                f"the models failed to load: {type(self.load_error).__name__}: {self.load_error}"
+            )
         raise ServerNotReadyError("the models are loading; try again in a moment")
 
     async def load(self, load_runner, build_captioner) -> None:
         """load_runner(settings, loop) -> Runner and build_captioner(vl) -> captioner or None, off the event loop."""
         try:
-            runner = await asyncio.to_thread(load_runner, self.settings, asyncio.get_running_loop())
-            views = ViewMaker(await asyncio.to_thread(build_captioner, runner.vl) if build_captioner else None)
-            self.metrics.cache = {k: c for k, c in views.captioners.items() if c is not None}
+            runner = await asyncio.to_thread(
+                load_runner, self.settings, asyncio.get_running_loop()
+            )
+            views = ViewMaker(
+                await asyncio.to_thread(build_captioner, runner.vl)
+                if build_captioner
+                else None
+            )
+            self.metrics.cache = {
+                k: c for k, c in views.captioners.items() if c is not None
+            }
             self.service = ChatService(self.settings, runner, views, self.metrics)
-            logger.info("asymspec-vl serve: ready (%s backend, methods %s)", self.settings.backend, runner.methods)
+            logger.info(
+                "asymspec-vl serve: ready (%s backend, methods %s)",
+                self.settings.backend,
+                runner.methods,
+            )
         except Exception as e:
             logger.exception("asymspec-vl serve: loading the models failed")
             self.load_error = e
@@ -90,20 +120,32 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         state.close()
 
     # no /docs, /redoc or /openapi.json: they would answer without the key (and load Swagger from a CDN)
-    app = FastAPI(title="asymspec-vl", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="asymspec-vl",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     app.state.serve = state
 
     @app.exception_handler(StarletteHTTPException)
     async def route_error(request: Request, e: StarletteHTTPException):
         """Starlette's own 404 / 405 (no such route or method) as OpenAI error objects."""
         if e.status_code == 405:
-            error = MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path} (allowed: "
-                                          f"{(e.headers or {}).get('Allow', 'none')})")
+            error = MethodNotAllowedError(
+                f"{request.method} is not allowed on {request.url.path} (allowed: "
+                f"{(e.headers or {}).get('Allow', 'none')})"
+            )
         else:
-            error = RouteNotFoundError(f"no route {request.method} {request.url.path}: this server answers POST "
-                                       "/v1/chat/completions (or /invocations), GET /v1/models, GET /health (or "
-                                       "/ping) and GET /metrics")
-        return JSONResponse(error_body(error), status_code=status_of(error), headers=e.headers)
+            error = RouteNotFoundError(
+                f"no route {request.method} {request.url.path}: this server answers POST "
+                "/v1/chat/completions (or /invocations), GET /v1/models, GET /health (or "
+                "/ping) and GET /metrics"
+            )
+        return JSONResponse(
+            error_body(error), status_code=status_of(error), headers=e.headers
+        )
 
     @app.exception_handler(AsymSpecError)
     async def known_error(request: Request, e: AsymSpecError):
@@ -113,7 +155,9 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
     @app.exception_handler(ClientDisconnect)
     async def client_gone(request: Request, e: ClientDisconnect):
         """The client left before its whole body arrived: nobody is there to answer, and nothing went wrong here."""
-        logger.info("asymspec-vl serve: a client left before sending its whole request body")
+        logger.info(
+            "asymspec-vl serve: a client left before sending its whole request body"
+        )
         return Response(status_code=400)
 
     def unexpected(e: BaseException) -> Response:
@@ -136,7 +180,9 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
             return
         sent = request.headers.get("authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {key}".encode()):
-            raise AuthenticationError("a missing or wrong API key: send 'Authorization: Bearer <key>'")
+            raise AuthenticationError(
+                "a missing or wrong API key: send 'Authorization: Bearer <key>'"
+            )
 
     @app.get("/health")
     @app.get("/ping")
@@ -155,15 +201,25 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
 
     @app.get("/v1/models", dependencies=[Depends(authorized)])
     async def models():
-        from vllm.entrypoints.openai.engine.protocol import ModelCard, ModelList
+        from vllm.entrypoints.openai.engine.protocol import (
+            ModelCard,
+            ModelList,
+        )  # lazy: loads vLLM
 
-        card = ModelCard(id=settings.served_model_name, owned_by="asymspec-vl", root=settings.verifier)
+        card = ModelCard(
+            id=settings.served_model_name,
+            owned_by="asymspec-vl",
+            root=settings.verifier,
+        )
         return JSONResponse(ModelList(data=[card]).model_dump())
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat_completions(raw_request: Request):
         service = state.ready()
-        job = translate(parse_chat_request(await read_body(raw_request, settings.max_body_bytes)), settings)
+        job = translate(
+            parse_chat_request(await read_body(raw_request, settings.max_body_bytes)),
+            settings,
+        )
         return await _respond(service, job, raw_request=raw_request)
 
     @app.post("/invocations", dependencies=[Depends(authorized)])
@@ -173,10 +229,16 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
         service = state.ready()
         body = await read_body(raw_request, settings.max_body_bytes)
         if not _is_chat_body(body):
-            raise UnsupportedRequestError("/invocations serves chat completion requests only (a body with "
-                                          "'messages'); completions, embeddings and pooling are not served here",
-                                          param="messages")
-        return await _respond(service, translate(parse_chat_request(body), settings), raw_request=raw_request)
+            raise UnsupportedRequestError(
+                "/invocations serves chat completion requests only (a body with "
+                "'messages'); completions, embeddings and pooling are not served here",
+                param="messages",
+            )
+        return await _respond(
+            service,
+            translate(parse_chat_request(body), settings),
+            raw_request=raw_request,
+        )
 
     return app
 
@@ -190,14 +252,16 @@ async def _watch(state: ServerState, loading: asyncio.Task) -> None:
 
 async def _respond(service: ChatService, job, raw_request: Request):
     """Answer a checked job; a client that disconnects cancels this (and so aborts its request in the engine)."""
-    from vllm.entrypoints.utils import with_cancellation
+    from vllm.entrypoints.utils import with_cancellation  # lazy: loads vLLM
 
     @with_cancellation
     async def respond(raw_request: Request):
         prepared = await service.prepare(job)
         model = service.settings.served_model_name
         if job.stream:
-            return StreamingResponse(choices.events(service, prepared, model), media_type="text/event-stream")
+            return StreamingResponse(
+                choices.events(service, prepared, model), media_type="text/event-stream"
+            )
         response = await choices.answer(service, prepared, model)
         return JSONResponse(response.model_dump(exclude_none=True))
 
@@ -209,7 +273,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     smaller one is read to its end first (discarding past the limit) so that its client gets the 413 cleanly."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > 2 * limit:
-        raise BodyTooLargeError(f"the request body is {declared} bytes; the limit is {limit}")
+        raise BodyTooLargeError(
+            f"the request body is {declared} bytes; the limit is {limit}"
+        )
     body, size = bytearray(), 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -224,7 +290,6 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def _is_chat_body(body: bytes) -> bool:
     """Whether a body is a JSON object with 'messages' (a chat completion request; /invocations routes by it)."""
-    import json
 
     try:
         parsed = json.loads(body)
@@ -237,15 +302,26 @@ def parse_chat_request(body: bytes):
     """vLLM's ChatCompletionRequest of the body; MalformedRequestError listing what is wrong. The body must be one
     JSON object: vLLM's before-validators assume one (and some fields of the wrong type), and raise TypeError /
     AttributeError where pydantic would have listed the problem."""
-    from pydantic import ValidationError
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionRequest,
+    )  # lazy: loads vLLM
 
     if not body.lstrip(b" \t\r\n").startswith(b"{"):
-        raise MalformedRequestError("the body must be a JSON object (a chat completion request)")
+        raise MalformedRequestError(
+            "the body must be a JSON object (a chat completion request)"
+        )
     try:
         return ChatCompletionRequest.model_validate_json(body)
     except ValidationError as e:
-        raise MalformedRequestError(f"the body is not a chat completion request: {validation_problems(e)}") from e
-    except (TypeError, AttributeError, ValueError) as e:  # a vLLM validator met a field of the wrong type
-        raise MalformedRequestError(f"the body is not a chat completion request: a field has the wrong type "
-                                    f"({type(e).__name__}: {e})") from e
+        raise MalformedRequestError(
+            f"the body is not a chat completion request: {validation_problems(e)}"
+        ) from e
+    except (
+        TypeError,
+        AttributeError,
+        ValueError,
+    ) as e:  # a vLLM validator met a field of the wrong type
+        raise MalformedRequestError(
+            f"the body is not a chat completion request: a field has the wrong type "
+            f"({type(e).__name__}: {e})"
+        ) from e

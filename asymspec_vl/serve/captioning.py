@@ -18,7 +18,9 @@ class View:
 
     caption: str = ""
     ocr: str = ""
-    sources: dict = field(default_factory=dict)  # field -> {"from": "request" | captioner name | "none", "cache_hit"}
+    sources: dict = field(
+        default_factory=dict
+    )  # field -> {"from": "request" | captioner name | "none", "cache_hit"}
 
 
 class ViewMaker:
@@ -26,15 +28,22 @@ class ViewMaker:
     `ocr` captioners, either None) or None (what the client leaves out stays empty)."""
 
     def __init__(self, captioner=None):
-        self.captioners = {"caption": getattr(captioner, "caption", None), "ocr": getattr(captioner, "ocr", None)}
+        self.captioners = {
+            "caption": getattr(captioner, "caption", None),
+            "ocr": getattr(captioner, "ocr", None),
+        }
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="asymspec-captioner")
 
     async def view(self, image, caption: str | None, ocr: str | None) -> View:
         sent = {"caption": caption, "ocr": ocr}
-        missing = [k for k in FIELDS if sent[k] is None and self.captioners[k] is not None]
+        missing = [
+            k for k in FIELDS if sent[k] is None and self.captioners[k] is not None
+        ]
         made = {}
         if missing:
-            made = await asyncio.get_running_loop().run_in_executor(self._thread, self._describe, image, missing)
+            made = await asyncio.get_running_loop().run_in_executor(
+                self._thread, self._describe, image, missing
+            )
         view = View()
         for k in FIELDS:
             if sent[k] is not None:
@@ -42,7 +51,10 @@ class ViewMaker:
                 view.sources[k] = {"from": "request"}
             elif k in made:
                 setattr(view, k, made[k][0])
-                view.sources[k] = {"from": self.captioners[k].name, "cache_hit": made[k][1]}
+                view.sources[k] = {
+                    "from": self.captioners[k].name,
+                    "cache_hit": made[k][1],
+                }
             else:
                 view.sources[k] = {"from": "none"}
         return view

@@ -12,21 +12,28 @@ import json
 import logging
 import sys
 import time
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import AsyncIterator
 
-from ..inputs import budget
 from ..core.errors import AsymSpecError, ConfigError
 from ..core.methods import METHODS, Method
+from ..inputs import budget
 from ..inputs.conversation import Conversation, encode
 from ..inputs.image_fit import processor_fit
 from ..inputs.prompts import EncodedRequest
 from . import responses as R
 from .captioning import View, ViewMaker
 from .http_errors import RequestTimeoutError, ServerShuttingDownError, error_body
-from .media import TRIM_PIXELS, PixelBudget, ServerPixels, decode_image, fetch_image_bytes, release_memory
+from .media import (
+    TRIM_PIXELS,
+    PixelBudget,
+    ServerPixels,
+    decode_image,
+    fetch_image_bytes,
+    release_memory,
+)
 from .metrics import ServeMetrics
 from .notes import answer_warnings, serves_toy_pair
 from .runner import Progress, Runner
@@ -50,18 +57,35 @@ class Prepared:
 
 
 class ChatService:
-    def __init__(self, settings: ServeSettings, runner: Runner, views: ViewMaker, metrics: ServeMetrics):
-        self.settings, self.runner, self.views, self.metrics = settings, runner, views, metrics
-        self._drained: asyncio.Future | None = None  # done when the drain timeout expired (made in the event loop)
+    def __init__(
+        self,
+        settings: ServeSettings,
+        runner: Runner,
+        views: ViewMaker,
+        metrics: ServeMetrics,
+    ):
+        self.settings, self.runner, self.views, self.metrics = (
+            settings,
+            runner,
+            views,
+            metrics,
+        )
+        self._drained: asyncio.Future | None = (
+            None  # done when the drain timeout expired (made in the event loop)
+        )
         self.toy = serves_toy_pair(settings)
-        self.pixels = ServerPixels(settings.max_server_pixels)  # shared by all requests' images (media.py)
+        self.pixels = ServerPixels(
+            settings.max_server_pixels
+        )  # shared by all requests' images (media.py)
 
     def begin_drain(self) -> None:
         """The server stopped accepting requests (SIGTERM): those still running after --drain-timeout seconds end
         with ServerShuttingDownError (an error object, or a last error event and [DONE] when streamed)."""
         drained = self._drain_signal()
-        asyncio.get_running_loop().call_later(self.settings.drain_timeout_s,
-                                              lambda: drained.done() or drained.set_result(None))
+        asyncio.get_running_loop().call_later(
+            self.settings.drain_timeout_s,
+            lambda: drained.done() or drained.set_result(None),
+        )
 
     def _drain_signal(self) -> asyncio.Future:
         if self._drained is None:
@@ -74,57 +98,88 @@ class ChatService:
         task = asyncio.ensure_future(awaitable)
         drained = self._drain_signal()
         try:
-            await asyncio.wait({task, drained}, timeout=max(0.0, deadline - asyncio.get_running_loop().time()),
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {task, drained},
+                timeout=max(0.0, deadline - asyncio.get_running_loop().time()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         finally:
-            if not task.done():  # the deadline, the drain, or this request cancelled (its client left)
+            if (
+                not task.done()
+            ):  # the deadline, the drain, or this request cancelled (its client left)
                 task.cancel()
                 await asyncio.wait({task})
         if not task.cancelled():
             return task.result()
         if drained.done():
-            raise ServerShuttingDownError(f"the server is shutting down: this request was still running when its "
-                                          f"drain timeout of {self.settings.drain_timeout_s} s expired; retry it")
+            raise ServerShuttingDownError(
+                f"the server is shutting down: this request was still running when its "
+                f"drain timeout of {self.settings.drain_timeout_s} s expired; retry it"
+            )
         raise RequestTimeoutError(timeout_message)
 
     async def prepare(self, job: ChatJob) -> Prepared:
         """Every check of the request, then its encoded views (the whole request counts against the timeout)."""
-        started, deadline = time.monotonic(), asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        started, deadline = (
+            time.monotonic(),
+            asyncio.get_running_loop().time() + self.settings.request_timeout_s,
+        )
         if job.method not in self.runner.methods:
-            raise ConfigError(f"method {job.method!r} is not served here: this server runs {list(self.runner.methods)}"
-                              " (the drafter alone needs a server started with --drafter-engine)")
+            raise ConfigError(
+                f"method {job.method!r} is not served here: this server runs {list(self.runner.methods)}"
+                " (the drafter alone needs a server started with --drafter-engine)"
+            )
         job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
         method = METHODS[job.method]
         late = f"preparing the request took over {self.settings.request_timeout_s} s"
-        enc, views, warnings = await self._within(self._views(job, method), deadline, late)
+        enc, views, warnings = await self._within(
+            self._views(job, method), deadline, late
+        )
         for warning in warnings:
             logger.warning("asymspec-vl serve: %s: %s", job.response_id, warning)
         return Prepared(job, method, enc, views, started, deadline, warnings)
 
-    async def _views(self, job: ChatJob, method: Method) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
+    async def _views(
+        self, job: ChatJob, method: Method
+    ) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
         """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
         then the conversation encoded and checked to fit; and the warnings about the images (notes.py). The
         images are charged to the request's pixel budget before any is decoded (media.PixelBudget), then held in
         the server's (media.ServerPixels: waited for) until the conversation is encoded; each decodes near the
         drafter processor's size (inputs/image_fit.py)."""
         budget = PixelBudget(self.settings.max_request_pixels)
-        fetched = [await fetch_image_bytes(url, self.settings) for url in job.image_urls]
-        for data in fetched:  # every image charged from its header before any is decoded
+        fetched = [
+            await fetch_image_bytes(url, self.settings) for url in job.image_urls
+        ]
+        for (
+            data
+        ) in fetched:  # every image charged from its header before any is decoded
             budget.charge(data)
         fit = processor_fit(self.runner.vl.pair.processor)
         async with self.pixels.hold(budget.used):
             try:
-                images = [await decode_image(data, self.settings, fit) for data in fetched]
-                views = [await self.views.view(im, c, o) for im, c, o in zip(images, job.captions, job.ocrs)]
-                enc = await asyncio.to_thread(self._encode, conversation_request(job, images, views), method, job)
+                images = [
+                    await decode_image(data, self.settings, fit) for data in fetched
+                ]
+                views = [
+                    await self.views.view(im, c, o)
+                    for im, c, o in zip(images, job.captions, job.ocrs)
+                ]
+                enc = await asyncio.to_thread(
+                    self._encode, conversation_request(job, images, views), method, job
+                )
                 return enc, views, answer_warnings(self.toy, images)
             finally:
-                if budget.used >= TRIM_PIXELS:  # the decoded images and the processor's buffers are garbage now
+                if (
+                    budget.used >= TRIM_PIXELS
+                ):  # the decoded images and the processor's buffers are garbage now
                     images = None
                     await asyncio.to_thread(release_memory)
 
-    def _encode(self, request: Conversation, method: Method, job: ChatJob) -> EncodedRequest:
+    def _encode(
+        self, request: Conversation, method: Method, job: ChatJob
+    ) -> EncodedRequest:
         pair = self.runner.vl.pair
         enc = encode(request, pair.processor, pair.tokenizer, pair.cross_map)
         budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
@@ -164,8 +219,16 @@ class ChatService:
                 pass
             row, usage, asymspec = self.finish(p, last)
         logprobs = self.logprobs_content(p.job).push(R.checked_logprobs(p.job, row))
-        return R.completion(p.job, model, R.answer_text(self.decode(p.job), row), row, usage,
-                            asymspec, logprobs, R.prompt_logprobs(self.runner.vl.pair.tokenizer, row))
+        return R.completion(
+            p.job,
+            model,
+            R.answer_text(self.decode(p.job), row),
+            row,
+            usage,
+            asymspec,
+            logprobs,
+            R.prompt_logprobs(self.runner.vl.pair.tokenizer, row),
+        )
 
     def logprobs_content(self, job: ChatJob) -> R.LogprobsContent:
         return R.LogprobsContent(self.runner.vl.pair.tokenizer, job.skip_special_tokens)
@@ -180,24 +243,49 @@ class ChatService:
         """Server-sent events: the role, then the text each step committed, then the finish reason with the
         asymspec object, the usage if asked, and [DONE]; an error after the first event ends the stream with
         an error event."""
-        created, deltas, sent = R.now(), R.streamed_text(self.decode(p.job), p.job.cfg), 0
+        created, deltas, sent = (
+            R.now(),
+            R.streamed_text(self.decode(p.job), p.job.cfg),
+            0,
+        )
         logprobs = self.logprobs_content(p.job)
-        so_far = (lambda n: R.usage(p.job, p.enc, n)) if p.job.continuous_usage else (lambda n: None)
-        yield R.chunk(p.job, model, created, content="", role="assistant", usage_so_far=so_far(0))
+        so_far = (
+            (lambda n: R.usage(p.job, p.enc, n))
+            if p.job.continuous_usage
+            else (lambda n: None)
+        )
+        yield R.chunk(
+            p.job, model, created, content="", role="assistant", usage_so_far=so_far(0)
+        )
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
                 async for step in steps:
                     if step.row is None:
                         text = deltas.push(step.token_ids)
-                        yield R.chunk(p.job, model, created, content=text, token_ids=step.token_ids[sent:],
-                                      logprobs=logprobs.push(step.logprobs), usage_so_far=so_far(len(step.token_ids)))
+                        yield R.chunk(
+                            p.job,
+                            model,
+                            created,
+                            content=text,
+                            token_ids=step.token_ids[sent:],
+                            logprobs=logprobs.push(step.logprobs),
+                            usage_so_far=so_far(len(step.token_ids)),
+                        )
                         sent = len(step.token_ids)
                         continue
                     row, usage, asymspec = self.finish(p, step)
-                    yield R.chunk(p.job, model, created, content=deltas.end(R.answer_text(self.decode(p.job), row)),
-                                  token_ids=row.token_ids[sent:], finish_reason=row.finish_reason, asymspec=asymspec,
-                                  metrics=R.extra_metrics(row), logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
-                                  usage_so_far=usage if p.job.continuous_usage else None)
+                    yield R.chunk(
+                        p.job,
+                        model,
+                        created,
+                        content=deltas.end(R.answer_text(self.decode(p.job), row)),
+                        token_ids=row.token_ids[sent:],
+                        finish_reason=row.finish_reason,
+                        asymspec=asymspec,
+                        metrics=R.extra_metrics(row),
+                        logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
+                        usage_so_far=usage if p.job.continuous_usage else None,
+                    )
                     if p.job.include_usage:
                         yield R.chunk(p.job, model, created, usage_info=usage)
         except Exception as e:  # the status line is sent: the error travels as an event
@@ -217,7 +305,11 @@ class ChatService:
             finished = True
         finally:
             self.metrics.in_flight.dec()
-            if not finished and sys.exc_info()[0] in (None, asyncio.CancelledError, GeneratorExit):
+            if not finished and sys.exc_info()[0] in (
+                None,
+                asyncio.CancelledError,
+                GeneratorExit,
+            ):
                 self.metrics.ended(p.job.method, "disconnected")
 
 
@@ -229,6 +321,18 @@ def conversation_request(job: ChatJob, images: list, views: list[View]) -> Conve
         parts = []
         for _ in turn.image_urls:
             image, view = next(described)
-            parts.append({"type": "image", "image": image, "caption": view.caption, "ocr": view.ocr})
-        messages.append({"role": turn.role, "content": parts + [{"type": "text", "text": turn.text}]})
+            parts.append(
+                {
+                    "type": "image",
+                    "image": image,
+                    "caption": view.caption,
+                    "ocr": view.ocr,
+                }
+            )
+        messages.append(
+            {
+                "role": turn.role,
+                "content": parts + [{"type": "text", "text": turn.text}],
+            }
+        )
     return Conversation(messages)

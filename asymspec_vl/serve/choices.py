@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from . import responses as R
 from .chat import ChatService, Prepared
@@ -25,10 +25,18 @@ def choices_of(p: Prepared) -> list[Prepared]:
         return [p]
     out = []
     for i in range(job.n):
-        cfg = job.cfg if job.cfg.seed is None else job.cfg.replace(seed=job.cfg.seed + i)
+        cfg = (
+            job.cfg if job.cfg.seed is None else job.cfg.replace(seed=job.cfg.seed + i)
+        )
         # each choice streams its usage chunk: events() reads it and sends one with the sum instead
-        out.append(dataclasses.replace(p, job=dataclasses.replace(job, cfg=cfg, choice=i,
-                                                                  include_usage=job.stream)))
+        out.append(
+            dataclasses.replace(
+                p,
+                job=dataclasses.replace(
+                    job, cfg=cfg, choice=i, include_usage=job.stream
+                ),
+            )
+        )
     return out
 
 
@@ -40,7 +48,10 @@ async def answer(service: ChatService, p: Prepared, model: str):
         return responses[0]
     first = responses[0]
     completion = sum(r.usage.completion_tokens for r in responses)
-    first.usage.completion_tokens, first.usage.total_tokens = completion, first.usage.prompt_tokens + completion
+    first.usage.completion_tokens, first.usage.total_tokens = (
+        completion,
+        first.usage.prompt_tokens + completion,
+    )
     first.choices = [r.choices[0] for r in responses]
     first.asymspec = {**first.asymspec, "choices": [r.asymspec for r in responses]}
     return first
@@ -91,5 +102,5 @@ def _usage_of(event: str) -> dict | None:
     """The usage of a choice's usage chunk (no choices); None for any other event."""
     if not event.startswith("data: {") or '"choices":[]' not in event:
         return None
-    body = json.loads(event[len("data: "):])
+    body = json.loads(event[len("data: ") :])
     return body.get("usage") if body.get("choices") == [] else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
@@ -41,8 +41,12 @@ class EngineWatch:
         if self.dead is not None:
             return
         self.dead = error
-        logger.error("asymspec-vl serve: the vLLM engine died (%s: %s); every request is answered 503 and the "
-                     "server exits with status 1", type(error).__name__, error)
+        logger.error(
+            "asymspec-vl serve: the vLLM engine died (%s: %s); every request is answered 503 and the "
+            "server exits with status 1",
+            type(error).__name__,
+            error,
+        )
         self.on_death(error)
 
     async def run(self, check_health: Callable[[], Awaitable[None]]) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 from ..api import AsymSpecVL
 from ..core.config import AsymSpecConfig
@@ -45,19 +45,28 @@ class HFRunner:
         self.vl, self.max_batch = vl, max_batch
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.running: list[_Job] = []
-        self._thread = threading.Thread(target=self._serve, name="asymspec-hf-runner", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, name="asymspec-hf-runner", daemon=True
+        )
         self._thread.start()
 
     @classmethod
-    def load(cls, settings: ServeSettings, loop=None) -> "HFRunner":
-        vl = AsymSpecVL.from_pretrained(drafter=settings.drafter, verifier=settings.verifier, backend="hf",
-                                        device=settings.device, dtype=settings.dtype)
+    def load(cls, settings: ServeSettings, loop=None) -> HFRunner:
+        vl = AsymSpecVL.from_pretrained(
+            drafter=settings.drafter,
+            verifier=settings.verifier,
+            backend="hf",
+            device=settings.device,
+            dtype=settings.dtype,
+        )
         return cls(vl, settings.engine_kwargs.get("max_num_seqs", 16))
 
     def context_of(self, method: Method, cfg: AsymSpecConfig):
         return lambda model: self.vl.backend.context_length(model, method, cfg)
 
-    async def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
+    async def stream(
+        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> AsyncIterator[Progress]:
         job = _Job(enc, method, cfg, asyncio.get_running_loop())
         self.jobs.put(job)
         try:
@@ -86,9 +95,16 @@ class HFRunner:
                 waiting.append(job)
             waiting = [j for j in waiting if not j.abandoned]
             if waiting:
-                batch = [j for j in waiting if (j.method.name, j.cfg) == (waiting[0].method.name, waiting[0].cfg)]
-                batch = batch[:self.max_batch]
-                waiting = [j for j in waiting if j not in batch]  # by identity (eq=False)
+                batch = [
+                    j
+                    for j in waiting
+                    if (j.method.name, j.cfg)
+                    == (waiting[0].method.name, waiting[0].cfg)
+                ]
+                batch = batch[: self.max_batch]
+                waiting = [
+                    j for j in waiting if j not in batch
+                ]  # by identity (eq=False)
                 self._run(batch)
 
     def _run(self, batch: list[_Job]) -> None:
@@ -100,7 +116,9 @@ class HFRunner:
 
         self.running = batch
         try:
-            rows = self.vl.backend.run([j.enc for j in batch], batch[0].method, batch[0].cfg, on_step=on_step)
+            rows = self.vl.backend.run(
+                [j.enc for j in batch], batch[0].method, batch[0].cfg, on_step=on_step
+            )
         except _BatchLeft:
             return
         except Exception as e:  # not about one request (the backend marks those): every request of the batch gets it

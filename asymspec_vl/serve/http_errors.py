@@ -75,17 +75,29 @@ class GenerationFailedError(AsymSpecError):
     """The model run failed on a request that passed validation (the engine's message says why)."""
 
 
-STATUS: dict[type, int] = {UnknownModelError: 404, BodyTooLargeError: 413, InputError: 400, ConfigError: 400,
-                           RouteNotFoundError: 404, MethodNotAllowedError: 405, AuthenticationError: 401,
-                           ServerNotReadyError: 503, ServerShuttingDownError: 503, ServerBusyError: 503,
-                           RequestReadTimeoutError: 408, RequestTimeoutError: 504}
+STATUS: dict[type, int] = {
+    UnknownModelError: 404,
+    BodyTooLargeError: 413,
+    InputError: 400,
+    ConfigError: 400,
+    RouteNotFoundError: 404,
+    MethodNotAllowedError: 405,
+    AuthenticationError: 401,
+    ServerNotReadyError: 503,
+    ServerShuttingDownError: 503,
+    ServerBusyError: 503,
+    RequestReadTimeoutError: 408,
+    RequestTimeoutError: 504,
+}
 
 
 def validation_problems(error) -> str:
     """A pydantic ValidationError's first problems, one line: "where: what (pydantic's kind); ..." (the kind, e.g.
     less_than_equal, as vLLM's server shows it)."""
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']} ({e['type']})"
-                     for e in error.errors()[:5])
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']} ({e['type']})"
+        for e in error.errors()[:5]
+    )
 
 
 def status_of(error: BaseException) -> int:
@@ -98,8 +110,15 @@ def status_of(error: BaseException) -> int:
 
 def error_body(error: BaseException) -> dict:
     """The OpenAI error object of `error` (vLLM's ErrorResponse schema)."""
-    from vllm.entrypoints.openai.engine.protocol import ErrorInfo, ErrorResponse
+    from vllm.entrypoints.openai.engine.protocol import (
+        ErrorInfo,
+        ErrorResponse,
+    )  # lazy: loads vLLM
 
-    info = ErrorInfo(message=str(error) or type(error).__name__, type=type(error).__name__,
-                     param=getattr(error, "param", None), code=status_of(error))
+    info = ErrorInfo(
+        message=str(error) or type(error).__name__,
+        type=type(error).__name__,
+        param=getattr(error, "param", None),
+        code=status_of(error),
+    )
     return ErrorResponse(error=info).model_dump()

@@ -17,7 +17,13 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from ..core.limits import LIMITS
@@ -30,33 +36,82 @@ PREFIX = "asymspec_"
 
 
 class ServeMetrics:
-    def __init__(self, model_name: str = "asymspec-vl", K: int = LIMITS.speculative_tokens):
+    def __init__(
+        self, model_name: str = "asymspec-vl", K: int = LIMITS.speculative_tokens
+    ):
         self.registry = CollectorRegistry()
         r, p = self.registry, PREFIX
         self.vllm = VLLMSpecDecodeCounters(r, model_name, K)
-        self.model_name, self.vllm_requests = model_name, VLLMRequestCounter(r, model_name)
-        self.scheduler: dict[str, float] = {}  # vLLM's scheduler gauges the runner read at this scrape (vllm_gauges)
-        self.in_flight = Gauge(p + "requests_in_flight", "chat completions being answered", registry=r)
-        self.requests = Counter(p + "requests", "chat completions answered", ["method", "finish_reason"], registry=r)
-        self.errors = Counter(p + "errors", "requests answered with an error, by error type", ["type"], registry=r)
-        self.tokens = Counter(p + "generated_tokens", "tokens emitted", ["method"], registry=r)
+        self.model_name, self.vllm_requests = (
+            model_name,
+            VLLMRequestCounter(r, model_name),
+        )
+        self.scheduler: dict[
+            str, float
+        ] = {}  # vLLM's scheduler gauges the runner read at this scrape (vllm_gauges)
+        self.in_flight = Gauge(
+            p + "requests_in_flight", "chat completions being answered", registry=r
+        )
+        self.requests = Counter(
+            p + "requests",
+            "chat completions answered",
+            ["method", "finish_reason"],
+            registry=r,
+        )
+        self.errors = Counter(
+            p + "errors",
+            "requests answered with an error, by error type",
+            ["type"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            p + "generated_tokens", "tokens emitted", ["method"], registry=r
+        )
         self.steps = Counter(p + "steps", "decoding steps", ["method"], registry=r)
-        self.drafted = Counter(p + "drafted_tokens", "draft tokens verified", ["method"], registry=r)
-        self.accepted = Counter(p + "accepted_tokens", "draft tokens accepted", ["method"], registry=r)
-        self.fused = Counter(p + "fused_tokens", "tokens chosen by delta-fusion at a rejection", ["method"], registry=r)
-        self.first_token = Histogram(p + "time_to_first_token_seconds", "request start to its first token", registry=r)
-        self.latency = Histogram(p + "request_latency_seconds", "request start to its last token", registry=r)
-        self.recent: deque[tuple[float, int]] = deque()  # (time, tokens) of requests finished in the last WINDOW_S
-        self.totals: dict[str, list[int]] = {}  # method -> [drafted, accepted, emitted, steps]
-        self.cache: dict[str, object] = {}  # captioner field -> its CachedCaptioner (hits, misses)
-        self.engine: dict[str, float] = {}  # figures the runner read from its engines at this scrape
+        self.drafted = Counter(
+            p + "drafted_tokens", "draft tokens verified", ["method"], registry=r
+        )
+        self.accepted = Counter(
+            p + "accepted_tokens", "draft tokens accepted", ["method"], registry=r
+        )
+        self.fused = Counter(
+            p + "fused_tokens",
+            "tokens chosen by delta-fusion at a rejection",
+            ["method"],
+            registry=r,
+        )
+        self.first_token = Histogram(
+            p + "time_to_first_token_seconds",
+            "request start to its first token",
+            registry=r,
+        )
+        self.latency = Histogram(
+            p + "request_latency_seconds", "request start to its last token", registry=r
+        )
+        self.recent: deque[tuple[float, int]] = (
+            deque()
+        )  # (time, tokens) of requests finished in the last WINDOW_S
+        self.totals: dict[
+            str, list[int]
+        ] = {}  # method -> [drafted, accepted, emitted, steps]
+        self.cache: dict[
+            str, object
+        ] = {}  # captioner field -> its CachedCaptioner (hits, misses)
+        self.engine: dict[
+            str, float
+        ] = {}  # figures the runner read from its engines at this scrape
         self.registry.register(_Derived(self))
 
     def finished(self, method: str, row: RowOutput) -> None:
         s = row.stats
         self.requests.labels(method, row.finish_reason).inc()
-        for counter, n in ((self.tokens, s.emitted), (self.steps, s.steps), (self.drafted, s.drafted),
-                           (self.accepted, s.accepted), (self.fused, row.sources.count(FUSED))):
+        for counter, n in (
+            (self.tokens, s.emitted),
+            (self.steps, s.steps),
+            (self.drafted, s.drafted),
+            (self.accepted, s.accepted),
+            (self.fused, row.sources.count(FUSED)),
+        ):
             counter.labels(method).inc(n)
         totals = self.totals.setdefault(method, [0, 0, 0, 0])
         for i, n in enumerate((s.drafted, s.accepted, s.emitted, s.steps)):
@@ -87,18 +142,32 @@ class VLLMSpecDecodeCounters:
 
     def __init__(self, registry, model_name: str, K: int):
         labels, values = ["model_name", "engine"], [model_name, "0"]
+
         def counter(name: str, doc: str):
             return Counter(name, doc, labels, registry=registry).labels(*values)
-        self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
-        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
-        self.accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
-                          labels + ["position"], registry=registry)
+
+        self.drafts = counter(
+            "vllm:spec_decode_num_drafts", "Number of spec decoding drafts."
+        )
+        self.draft_tokens = counter(
+            "vllm:spec_decode_num_draft_tokens", "Number of draft tokens."
+        )
+        self.accepted = counter(
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."
+        )
+        per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels + ["position"],
+            registry=registry,
+        )
         self.per_pos = [per_pos.labels(*values, str(i)) for i in range(K)]
 
     def observe(self, row: RowOutput) -> None:
         s = row.stats
-        if not s.drafted:  # floor and the drafter alone draft nothing (vLLM counts no drafts then)
+        if (
+            not s.drafted
+        ):  # floor and the drafter alone draft nothing (vLLM counts no drafts then)
             return
         self.drafts.inc(s.steps)
         self.draft_tokens.inc(s.drafted)
@@ -115,22 +184,39 @@ class _Derived:
 
     def collect(self):
         m, p = self.m, PREFIX
-        yield GaugeMetricFamily(p + "tokens_per_second", f"tokens emitted per second over the last {WINDOW_S:.0f} s",
-                                value=m.tokens_per_s())
-        rate = GaugeMetricFamily(p + "acceptance_rate", "accepted / drafted since the start", labels=["method"])
-        length = GaugeMetricFamily(p + "mean_accepted_length", "emitted / steps since the start", labels=["method"])
+        yield GaugeMetricFamily(
+            p + "tokens_per_second",
+            f"tokens emitted per second over the last {WINDOW_S:.0f} s",
+            value=m.tokens_per_s(),
+        )
+        rate = GaugeMetricFamily(
+            p + "acceptance_rate",
+            "accepted / drafted since the start",
+            labels=["method"],
+        )
+        length = GaugeMetricFamily(
+            p + "mean_accepted_length",
+            "emitted / steps since the start",
+            labels=["method"],
+        )
         for method, (drafted, accepted, emitted, steps) in sorted(m.totals.items()):
             rate.add_metric([method], accepted / drafted if drafted else 0.0)
             length.add_metric([method], emitted / steps if steps else 0.0)
         yield rate
         yield length
-        cache = GaugeMetricFamily(p + "captioner_cache", "captioner cache lookups", labels=["field", "result"])
+        cache = GaugeMetricFamily(
+            p + "captioner_cache", "captioner cache lookups", labels=["field", "result"]
+        )
         for field, captioner in sorted(m.cache.items()):
             cache.add_metric([field, "hit"], getattr(captioner, "hits", 0))
             cache.add_metric([field, "miss"], getattr(captioner, "misses", 0))
         yield cache
-        engine = GaugeMetricFamily(p + "engine_requests", "requests the engines hold: unfinished in an engine's "
-                                   "front end, or rows of the asymspec drafter", labels=["what", "engine"])
+        engine = GaugeMetricFamily(
+            p + "engine_requests",
+            "requests the engines hold: unfinished in an engine's "
+            "front end, or rows of the asymspec drafter",
+            labels=["what", "engine"],
+        )
         for key, value in sorted(m.engine.items()):
             engine.add_metric(key.split(":", 1), value)
         yield engine

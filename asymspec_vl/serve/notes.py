@@ -20,8 +20,13 @@ def answer_warnings(toy: bool, images: list) -> tuple[str, ...]:
     scene."""
     if not toy:
         return ()
-    sizes = [original_size(im) for im in images]  # as sent, before any reduction to the processor's size
-    return tuple(f"image {i + 1} is no toy scene ({sizes[i][0]}x{sizes[i][1]}): the embedded toy pair only reads its "
-                 "96x32 scenes of coloured shapes carrying digits, so this answer means nothing. Start the server "
-                 "with --drafter and --verifier (real models) to ask about other images."
-                 for i, im in enumerate(images) if not looks_like_scene(im))
+    sizes = [
+        original_size(im) for im in images
+    ]  # as sent, before any reduction to the processor's size
+    return tuple(
+        f"image {i + 1} is no toy scene ({sizes[i][0]}x{sizes[i][1]}): the embedded toy pair only reads its "
+        "96x32 scenes of coloured shapes carrying digits, so this answer means nothing. Start the server "
+        "with --drafter and --verifier (real models) to ask about other images."
+        for i, im in enumerate(images)
+        if not looks_like_scene(im)
+    )

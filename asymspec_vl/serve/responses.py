@@ -10,8 +10,8 @@ from ..api import TokenPieces, trace_pieces
 from ..core.loop import RowOutput
 from ..core.methods import method as method_named
 from ..core.stop_strings import StreamedText
-from ..inputs.prompts import EncodedRequest
 from ..core.trace import FUSED
+from ..inputs.prompts import EncodedRequest
 from .captioning import View
 from .http_errors import GenerationFailedError
 from .translate import ChatJob
@@ -20,7 +20,9 @@ from .translate import ChatJob
 def streamed_text(decode, cfg) -> StreamedText:
     """The answer's text as its tokens arrive (core/stop_strings.py, vLLM's stop buffer): push(token_ids) per
     step, end(final text); the deltas join to the final text and never carry text a stop string cuts."""
-    return StreamedText(decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens)
+    return StreamedText(
+        decode, cfg.stop, cfg.include_stop_str_in_output, cfg.min_tokens
+    )
 
 
 def answer_text(decode, row: RowOutput) -> str:
@@ -31,29 +33,48 @@ def answer_text(decode, row: RowOutput) -> str:
 def finished_row(row: RowOutput) -> RowOutput:
     """The row of a finished request; GenerationFailedError (500) with the engine's message when the run failed."""
     if row.finish_reason == "error":
-        raise GenerationFailedError(f"the model run failed on this request: {row.error}")
+        raise GenerationFailedError(
+            f"the model run failed on this request: {row.error}"
+        )
     return row
 
 
 def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
     """Prompt tokens: the view the method's engine reads (x_comp; x_question for the drafter alone)."""
-    from vllm.entrypoints.openai.engine.protocol import UsageInfo
+    from vllm.entrypoints.openai.engine.protocol import UsageInfo  # lazy: loads vLLM
 
     prompt = len(enc.view(method_named(job.method).scoring[0].view).ids)
-    return UsageInfo(prompt_tokens=prompt, completion_tokens=num_tokens, total_tokens=prompt + num_tokens)
+    return UsageInfo(
+        prompt_tokens=prompt,
+        completion_tokens=num_tokens,
+        total_tokens=prompt + num_tokens,
+    )
 
 
-def asymspec_object(vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, views: list[View]) -> dict:
+def asymspec_object(
+    vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, views: list[View]
+) -> dict:
     """The statistics beside the answer; `view` is the one image's sources, `views` every image's in order."""
-    config = {k: v for k, v in job.cfg.to_dict().items() if k not in ("max_new_tokens", "stop_token_ids",
-                                                                                 "structured_output")}
-    out = {"method": job.method, **row.stats.to_dict(), "fused": row.sources.count(FUSED), "config": config,
-           "views": [v.sources for v in views]}
+    config = {
+        k: v
+        for k, v in job.cfg.to_dict().items()
+        if k not in ("max_new_tokens", "stop_token_ids", "structured_output")
+    }
+    out = {
+        "method": job.method,
+        **row.stats.to_dict(),
+        "fused": row.sources.count(FUSED),
+        "config": config,
+        "views": [v.sources for v in views],
+    }
     if len(views) == 1:
         out["view"] = views[0].sources
     if job.return_trace:
         pieces = trace_pieces(vl.pair.tokenizer, row.token_ids)
-        out["trace"] = [{"token_id": i, "text": p, "source": s} for i, p, s in zip(row.token_ids, pieces, row.sources)]
+        out["trace"] = [
+            {"token_id": i, "text": p, "source": s}
+            for i, p, s in zip(row.token_ids, pieces, row.sources)
+        ]
     if job.return_prompts:
         out["prompts"] = dict(vars(enc.prompts))
     return out
@@ -67,11 +88,19 @@ def speculative_decoding(row: RowOutput) -> dict | None:
     if not s.drafted:
         return None
     drafts, at = s.steps, list(s.accepted_at)
-    histogram = [drafts - (at[0] if at else 0)] + [a - b for a, b in zip(at, at[1:] + [0])]
-    return {"num_spec_steps": drafts, "num_draft_tokens": s.drafted, "num_accepted_draft_tokens": s.accepted,
-            "mean_acceptance_length": 1 + s.accepted / drafts, "draft_acceptance_rate": s.accepted / s.drafted,
-            "acceptance_histogram": histogram, "num_accepted_tokens_per_pos": at,
-            "num_fused_tokens": row.sources.count(FUSED)}
+    histogram = [drafts - (at[0] if at else 0)] + [
+        a - b for a, b in zip(at, at[1:] + [0])
+    ]
+    return {
+        "num_spec_steps": drafts,
+        "num_draft_tokens": s.drafted,
+        "num_accepted_draft_tokens": s.accepted,
+        "mean_acceptance_length": 1 + s.accepted / drafts,
+        "draft_acceptance_rate": s.accepted / s.drafted,
+        "acceptance_histogram": histogram,
+        "num_accepted_tokens_per_pos": at,
+        "num_fused_tokens": row.sources.count(FUSED),
+    }
 
 
 def extra_metrics(row: RowOutput) -> dict:
@@ -91,31 +120,57 @@ class LogprobsContent:
     the token and its alternatives are under (t, q, a, fused, contrastive: asymspec_vl/core/logprobs.py)."""
 
     def __init__(self, tokenizer, skip_special_tokens: bool = True):
-        self.tokenizer, self.skip_special_tokens, self.pieces, self.sent = tokenizer, skip_special_tokens, None, 0
+        self.tokenizer, self.skip_special_tokens, self.pieces, self.sent = (
+            tokenizer,
+            skip_special_tokens,
+            None,
+            0,
+        )
 
     def push(self, logprobs: list | None):
         """The logprobs object of the tokens after those already pushed (None when none were asked)."""
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionLogProbs
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionLogProbs,
+        )  # lazy: loads vLLM
 
-        if logprobs is None or len(logprobs) <= self.sent:  # none asked, or no new token: no object (never [])
+        if (
+            logprobs is None or len(logprobs) <= self.sent
+        ):  # none asked, or no new token: no object (never [])
             return None
-        new, self.sent = logprobs[self.sent:], len(logprobs)
-        if self.pieces is None:  # made on the first logprobs: a request that asks none reads no tokenizer
+        new, self.sent = logprobs[self.sent :], len(logprobs)
+        if (
+            self.pieces is None
+        ):  # made on the first logprobs: a request that asks none reads no tokenizer
             self.pieces = TokenPieces(self.tokenizer, self.skip_special_tokens)
         pieces = self.pieces.push([x.token_id for x in new])
-        return ChatCompletionLogProbs(content=[self._entry(x, p) for x, p in zip(new, pieces)])
+        return ChatCompletionLogProbs(
+            content=[self._entry(x, p) for x, p in zip(new, pieces)]
+        )
 
     def _entry(self, x, piece: str):
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionLogProb, ChatCompletionLogProbsContent
+        # lazy: loads vLLM
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionLogProb,
+            ChatCompletionLogProbsContent,
+        )
 
         top = []
         for i, lp in x.top:
             text = self.tokenizer.decode([i])
-            top.append(ChatCompletionLogProb(token=text, logprob=max(lp, LOWEST_LOGPROB),
-                                             bytes=list(text.encode("utf-8", errors="replace"))))
-        return ChatCompletionLogProbsContent(token=piece, logprob=max(x.logprob, LOWEST_LOGPROB),
-                                             bytes=list(piece.encode("utf-8")), top_logprobs=top,
-                                             asymspec_distribution=x.distribution)
+            top.append(
+                ChatCompletionLogProb(
+                    token=text,
+                    logprob=max(lp, LOWEST_LOGPROB),
+                    bytes=list(text.encode("utf-8", errors="replace")),
+                )
+            )
+        return ChatCompletionLogProbsContent(
+            token=piece,
+            logprob=max(x.logprob, LOWEST_LOGPROB),
+            bytes=list(piece.encode("utf-8")),
+            top_logprobs=top,
+            asymspec_distribution=x.distribution,
+        )
 
 
 def checked_logprobs(job: ChatJob, row: RowOutput) -> list | None:
@@ -124,8 +179,10 @@ def checked_logprobs(job: ChatJob, row: RowOutput) -> list | None:
     if job.cfg.logprobs is None:
         return None
     if row.logprobs is None or len(row.logprobs) != len(row.token_ids):
-        raise GenerationFailedError(f"the decoding returned {len(row.logprobs or [])} logprobs for "
-                                    f"{len(row.token_ids)} tokens")
+        raise GenerationFailedError(
+            f"the decoding returned {len(row.logprobs or [])} logprobs for "
+            f"{len(row.token_ids)} tokens"
+        )
     return row.logprobs
 
 
@@ -134,49 +191,110 @@ def prompt_logprobs(tokenizer, row: RowOutput) -> list | None:
     decoded_token)} of the token and its top alternatives (None when not asked)."""
     if row.prompt_logprobs is None:
         return None
-    from vllm.logprobs import Logprob
-    from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
+    from vllm.logprobs import Logprob  # lazy: loads vLLM
+    from vllm.tokenizers.detokenizer_utils import (
+        convert_ids_list_to_tokens,
+    )  # lazy: loads vLLM
 
     def entry(x) -> dict:
         ids = [x.token_id] + [i for i, _ in x.top]
         ranks = {x.token_id: x.rank, **{i: r for r, (i, _) in enumerate(x.top, 1)}}
         values = {x.token_id: x.logprob, **dict(x.top)}
-        return {i: Logprob(values[i], ranks[i], piece) for i, piece in zip(ids, convert_ids_list_to_tokens(
-            tokenizer, ids))}
+        return {
+            i: Logprob(values[i], ranks[i], piece)
+            for i, piece in zip(ids, convert_ids_list_to_tokens(tokenizer, ids))
+        }
 
     return [None if x is None else entry(x) for x in row.prompt_logprobs]
 
 
-def completion(job: ChatJob, model: str, text: str, row: RowOutput, usage_info, asymspec: dict, logprobs=None,
-               prompt_logprobs=None):
-    from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponse,
-                                                                  ChatCompletionResponseChoice, ChatMessage)
+def completion(
+    job: ChatJob,
+    model: str,
+    text: str,
+    row: RowOutput,
+    usage_info,
+    asymspec: dict,
+    logprobs=None,
+    prompt_logprobs=None,
+):
+    # lazy: loads vLLM
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionResponse,
+        ChatCompletionResponseChoice,
+        ChatMessage,
+    )
 
-    choice = ChatCompletionResponseChoice(index=job.choice, message=ChatMessage(role="assistant", content=text),
-                                          finish_reason=row.finish_reason, logprobs=logprobs,
-                                          token_ids=row.token_ids if job.return_token_ids else None)
-    return ChatCompletionResponse(id=job.response_id, model=model, choices=[choice], usage=usage_info,
-                                  asymspec=asymspec, prompt_logprobs=prompt_logprobs, **extra_metrics(row))
+    choice = ChatCompletionResponseChoice(
+        index=job.choice,
+        message=ChatMessage(role="assistant", content=text),
+        finish_reason=row.finish_reason,
+        logprobs=logprobs,
+        token_ids=row.token_ids if job.return_token_ids else None,
+    )
+    return ChatCompletionResponse(
+        id=job.response_id,
+        model=model,
+        choices=[choice],
+        usage=usage_info,
+        asymspec=asymspec,
+        prompt_logprobs=prompt_logprobs,
+        **extra_metrics(row),
+    )
 
 
-def chunk(job: ChatJob, model: str, created: int, content: str | None = None, role: str | None = None,
-          token_ids: list[int] | None = None, finish_reason: str | None = None, asymspec: dict | None = None,
-          usage_info=None, metrics: dict | None = None, logprobs=None, usage_so_far=None) -> str:
+def chunk(
+    job: ChatJob,
+    model: str,
+    created: int,
+    content: str | None = None,
+    role: str | None = None,
+    token_ids: list[int] | None = None,
+    finish_reason: str | None = None,
+    asymspec: dict | None = None,
+    usage_info=None,
+    metrics: dict | None = None,
+    logprobs=None,
+    usage_so_far=None,
+) -> str:
     """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
     choices, as OpenAI sends it; usage_so_far (continuous_usage_stats) rides on a chunk with its choice."""
-    from vllm.entrypoints.openai.chat_completion.protocol import (ChatCompletionResponseStreamChoice,
-                                                                  ChatCompletionStreamResponse)
-    from vllm.entrypoints.openai.engine.protocol import DeltaMessage
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionResponseStreamChoice,
+        ChatCompletionStreamResponse,
+    )  # lazy: loads vLLM
+    from vllm.entrypoints.openai.engine.protocol import DeltaMessage  # lazy: loads vLLM
 
-    ids = {"token_ids": token_ids} if job.return_token_ids and token_ids is not None else {}
+    ids = (
+        {"token_ids": token_ids}
+        if job.return_token_ids and token_ids is not None
+        else {}
+    )
     if logprobs is not None:
         ids["logprobs"] = logprobs
-    choices = [] if usage_info is not None else [ChatCompletionResponseStreamChoice(
-        index=job.choice, delta=DeltaMessage(role=role, content=content), finish_reason=finish_reason, **ids)]
+    choices = (
+        []
+        if usage_info is not None
+        else [
+            ChatCompletionResponseStreamChoice(
+                index=job.choice,
+                delta=DeltaMessage(role=role, content=content),
+                finish_reason=finish_reason,
+                **ids,
+            )
+        ]
+    )
     extra = {"asymspec": asymspec} if asymspec is not None else {}
     extra.update(metrics or {})
-    event = ChatCompletionStreamResponse(id=job.response_id, object="chat.completion.chunk", created=created,
-                                         model=model, choices=choices, usage=usage_info or usage_so_far, **extra)
+    event = ChatCompletionStreamResponse(
+        id=job.response_id,
+        object="chat.completion.chunk",
+        created=created,
+        model=model,
+        choices=choices,
+        usage=usage_info or usage_so_far,
+        **extra,
+    )
     return f"data: {event.model_dump_json(exclude_unset=True)}\n\n"
 
 

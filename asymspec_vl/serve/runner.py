@@ -3,8 +3,9 @@ transformers, one batch at a time): validated requests in, the tokens of each st
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Protocol
+from typing import Protocol
 
 from ..api import AsymSpecVL
 from ..core.config import AsymSpecConfig
@@ -21,7 +22,9 @@ class Progress:
 
     token_ids: list[int]
     row: RowOutput | None = None
-    logprobs: list[TokenLogprob] | None = None  # one per token so far when cfg.logprobs is set
+    logprobs: list[TokenLogprob] | None = (
+        None  # one per token so far when cfg.logprobs is set
+    )
 
 
 class Runner(Protocol):
@@ -31,7 +34,9 @@ class Runner(Protocol):
     def context_of(self, method: Method, cfg: AsymSpecConfig) -> Callable[[str], int]:
         """The context window of each model ("drafter", "sd_drafter", "verifier") in a run of `method`."""
 
-    def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
+    def stream(
+        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> AsyncIterator[Progress]:
         """Decode one request; a Progress after every step it took, the last one with `row`. Closing the iterator
         early (a client gone, a timeout) aborts the request in the engine."""
 

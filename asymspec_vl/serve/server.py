@@ -17,7 +17,8 @@ those last answers to go out before it cancels what is left."""
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
+from http import HTTPStatus
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -31,12 +32,13 @@ LINGER_S = 2.0  # after a refusal: input still arriving is read and dropped this
 
 def raw_error(error: Exception) -> bytes:
     """A whole HTTP/1.1 response carrying error's OpenAI error object, that closes the connection."""
-    from http import HTTPStatus
 
     status = status_of(error)
     body = json.dumps(error_body(error)).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
     return head.encode("ascii") + body
 
 
@@ -49,8 +51,12 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._timer = None
         if len(self.connections) > self.limits.max_connections:
-            self._refuse(ServerBusyError(f"the server holds its limit of {self.limits.max_connections} connections; "
-                                         "try again in a moment"))
+            self._refuse(
+                ServerBusyError(
+                    f"the server holds its limit of {self.limits.max_connections} connections; "
+                    "try again in a moment"
+                )
+            )
             return
         self._arm(self.limits.header_timeout_s, "headers")
 
@@ -59,7 +65,9 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if getattr(self, "_refused", False):  # lingering after a refusal: dropped, never parsed
+        if getattr(
+            self, "_refused", False
+        ):  # lingering after a refusal: dropped, never parsed
             return
         super().data_received(data)
 
@@ -95,10 +103,18 @@ class LimitedProtocol(HttpToolsProtocol):
         self._timer = None
         if self.transport.is_closing():
             return
-        self.logger.info("asymspec-vl serve: closed a connection from %s whose request %s took over %s s",
-                         self.client, part, seconds)
-        error = RequestReadTimeoutError(f"the request's {part} did not arrive within {seconds} s")
-        started = self.cycle is not None and self.cycle.response_started and part == "body"
+        self.logger.info(
+            "asymspec-vl serve: closed a connection from %s whose request %s took over %s s",
+            self.client,
+            part,
+            seconds,
+        )
+        error = RequestReadTimeoutError(
+            f"the request's {part} did not arrive within {seconds} s"
+        )
+        started = (
+            self.cycle is not None and self.cycle.response_started and part == "body"
+        )
         if started:  # the app answered already (e.g. 413 before the end of the body): stop reading
             self.transport.close()
         else:
@@ -133,6 +149,12 @@ class DrainingServer(uvicorn.Server):
 def build_server(app, settings: ServeSettings, host: str, port: int) -> DrainingServer:
     """The uvicorn server of `app` with the settings' limits; SIGTERM drains it for settings.drain_timeout_s."""
     protocol = type("LimitedProtocol", (LimitedProtocol,), {"limits": settings})
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", http=protocol,
-                            timeout_graceful_shutdown=settings.drain_timeout_s + DRAIN_GRACE_S)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        http=protocol,
+        timeout_graceful_shutdown=settings.drain_timeout_s + DRAIN_GRACE_S,
+    )
     return DrainingServer(config, app.state.serve.begin_drain)

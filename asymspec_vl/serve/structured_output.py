@@ -4,17 +4,24 @@ as vLLM's own server maps them (ChatCompletionRequest.to_sampling_params). The t
 
 from __future__ import annotations
 
+from ..backends.vllm.grammar import check_compiles
 from ..core.errors import ConfigError
 from ..core.structured import KINDS, StructuredOutput, structured_output_of
 from .http_errors import UnsupportedRequestError
 from .settings import ServeSettings
 
 FIELDS = ("response_format", "structured_outputs")
-_OPTIONS = {"disable_any_whitespace": False, "disable_additional_properties": False, "whitespace_pattern": None,
-            "structural_tag": None}  # StructuredOutputsParams fields beside the constraint: served at their defaults
+_OPTIONS = {
+    "disable_any_whitespace": False,
+    "disable_additional_properties": False,
+    "whitespace_pattern": None,
+    "structural_tag": None,
+}  # StructuredOutputsParams fields beside the constraint: served at their defaults
 
 
-def structured_output_of_request(request, settings: ServeSettings) -> StructuredOutput | None:
+def structured_output_of_request(
+    request, settings: ServeSettings
+) -> StructuredOutput | None:
     """The StructuredOutput a ChatCompletionRequest asks for (None: none, or response_format "text");
     UnsupportedRequestError naming the field for what is not served."""
     sent = {}
@@ -26,17 +33,20 @@ def structured_output_of_request(request, settings: ServeSettings) -> Structured
     if not sent:
         return None
     if len(sent) > 1:
-        raise UnsupportedRequestError("send one of response_format and structured_outputs, not both")
-    (field, value), = sent.items()
+        raise UnsupportedRequestError(
+            "send one of response_format and structured_outputs, not both"
+        )
+    ((field, value),) = sent.items()
     if settings.backend != "vllm":
-        raise UnsupportedRequestError(f"{field} is not supported on the {settings.backend!r} backend: constrained "
-                                      "output (JSON, a schema, a regex) is served by the vLLM backend only "
-                                      "(start the server with --backend vllm)")
+        raise UnsupportedRequestError(
+            f"{field} is not supported on the {settings.backend!r} backend: constrained "
+            "output (JSON, a schema, a regex) is served by the vLLM backend only "
+            "(start the server with --backend vllm)"
+        )
     try:
         constraint = structured_output_of(value)
     except ConfigError as e:
         raise UnsupportedRequestError(f"{field}: {e}") from e
-    from ..backends.vllm.grammar import check_compiles  # vLLM only: the engine's compiler
 
     try:
         check_compiles(constraint, field)
@@ -53,21 +63,33 @@ def from_response_format(response_format) -> dict:
     if kind == "json_schema":
         schema = getattr(response_format.json_schema, "json_schema", None)
         if schema is None:
-            raise UnsupportedRequestError('response_format {"type": "json_schema"} needs json_schema.schema (the '
-                                          "JSON schema of the answer)")
+            raise UnsupportedRequestError(
+                'response_format {"type": "json_schema"} needs json_schema.schema (the '
+                "JSON schema of the answer)"
+            )
         return {"json": schema}
-    raise UnsupportedRequestError(f"response_format of type {kind!r} is not supported: use text, json_object or "
-                                  "json_schema")
+    raise UnsupportedRequestError(
+        f"response_format of type {kind!r} is not supported: use text, json_object or "
+        "json_schema"
+    )
 
 
 def from_structured_outputs(params) -> dict:
     """vLLM's StructuredOutputsParams -> {kind: value}: exactly one constraint, its other options at their
     defaults."""
-    options = sorted(k for k, default in _OPTIONS.items() if getattr(params, k, default) != default)
+    options = sorted(
+        k for k, default in _OPTIONS.items() if getattr(params, k, default) != default
+    )
     if options:
-        raise UnsupportedRequestError(f"structured_outputs {options} are not supported: send one of {list(KINDS)}")
-    given = {k: getattr(params, k) for k in KINDS if getattr(params, k, None) is not None}
+        raise UnsupportedRequestError(
+            f"structured_outputs {options} are not supported: send one of {list(KINDS)}"
+        )
+    given = {
+        k: getattr(params, k) for k in KINDS if getattr(params, k, None) is not None
+    }
     if len(given) != 1:
-        raise UnsupportedRequestError(f"structured_outputs must hold exactly one of {list(KINDS)}, got "
-                                      f"{sorted(given) or 'none'}")
+        raise UnsupportedRequestError(
+            f"structured_outputs must hold exactly one of {list(KINDS)}, got "
+            f"{sorted(given) or 'none'}"
+        )
     return given

@@ -15,17 +15,32 @@ from prometheus_client.core import GaugeMetricFamily
 
 ABORT = "abort"  # vLLM's FinishReason.ABORT label
 VLLM_REASONS = ("stop", "length", "error", ABORT)
-GAUGES = {"running": ("vllm:num_requests_running", "Number of requests in model execution batches."),
-          "waiting": ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-          "kv_cache_usage": ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")}
+GAUGES = {
+    "running": (
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+    ),
+    "waiting": (
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+    ),
+    "kv_cache_usage": (
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+    ),
+}
 
 
 class VLLMRequestCounter:
     """vllm:request_success_total{model_name, engine, finished_reason}, every reason present from the start."""
 
     def __init__(self, registry, model_name: str):
-        counter = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          ["model_name", "engine", "finished_reason"], registry=registry)
+        counter = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            ["model_name", "engine", "finished_reason"],
+            registry=registry,
+        )
         self.by_reason = {r: counter.labels(model_name, "0", r) for r in VLLM_REASONS}
 
     def count(self, reason: str) -> None:

@@ -15,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
+
+from vllm_patches.hooks.engine_gauges import NAME
 
 from ..api import AsymSpecVL
-from ..backends.vllm.engine_view import EngineView
-from ..backends.vllm.vllm_backend import StreamedStats, VLLMBackend
-from ..backends.vllm.sample_logprobs import from_vllm
 from ..backends.vllm.engine import EngineSpec, configure_environment
+from ..backends.vllm.engine_view import EngineView
+from ..backends.vllm.sample_logprobs import from_vllm
+from ..backends.vllm.vllm_backend import StreamedStats, VLLMBackend
 from ..core.config import AsymSpecConfig
-from ..pair.defaults import resolve
 from ..core.methods import METHODS, Method
 from ..inputs.prompts import EncodedRequest
+from ..pair.defaults import resolve
 from ..pair.model_pair import ModelPair
 from .runner import Progress
 from .settings import ServeSettings
@@ -40,64 +42,113 @@ class VLLMRunner:
         self.methods = tuple(m for m in METHODS if self._spec_of(METHODS[m]) in views)
 
     @classmethod
-    def load(cls, settings: ServeSettings, loop: asyncio.AbstractEventLoop) -> "VLLMRunner":
+    def load(
+        cls, settings: ServeSettings, loop: asyncio.AbstractEventLoop
+    ) -> VLLMRunner:
         """Start the engines (blocking: call it from a worker thread): the vLLM backend's, fixed at start."""
         configure_environment()
-        drafter, verifier = resolve("drafter", settings.drafter), resolve("verifier", settings.verifier)
+        drafter, verifier = (
+            resolve("drafter", settings.drafter),
+            resolve("verifier", settings.verifier),
+        )
         pair = ModelPair.load(drafter, verifier)
-        specs = [EngineSpec(verifier, drafter, settings.K)] + ([EngineSpec(drafter, images=True)]
-                                                               if settings.drafter_engine else [])
-        backend = VLLMBackend(pair, drafter, verifier, None, settings.dtype,
-                              settings.engine_kwargs.get("tensor_parallel_size", 1), settings.engine_kwargs,
-                              len(specs), settings.drafter_memory if settings.drafter_engine else None, loop)
+        specs = [EngineSpec(verifier, drafter, settings.K)] + (
+            [EngineSpec(drafter, images=True)] if settings.drafter_engine else []
+        )
+        backend = VLLMBackend(
+            pair,
+            drafter,
+            verifier,
+            None,
+            settings.dtype,
+            settings.engine_kwargs.get("tensor_parallel_size", 1),
+            settings.engine_kwargs,
+            len(specs),
+            settings.drafter_memory if settings.drafter_engine else None,
+            loop,
+        )
         views = dict(zip(specs, backend.start_engines(specs)))
-        names = {"drafter": drafter, "verifier": verifier, "text_drafter": None, "backend": "vllm"}
+        names = {
+            "drafter": drafter,
+            "verifier": verifier,
+            "text_drafter": None,
+            "backend": "vllm",
+        }
         return cls(AsymSpecVL(pair, backend, names), views)
 
     def _spec_of(self, method: Method) -> EngineSpec:
-        return self.vl.backend.engine_for(method, self.speculative.K, speculative=True)[0]
+        return self.vl.backend.engine_for(method, self.speculative.K, speculative=True)[
+            0
+        ]
 
     def context_of(self, method: Method, cfg: AsymSpecConfig):
         length = self.views[self._spec_of(method)].max_model_len
         return lambda model: length
 
-    def engine_request(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
+    def engine_request(
+        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode) as the vLLM backend submits them (blocking: the drafter engine's prompt
         takes a vision-tower RPC)."""
         return self.vl.backend.served_request(enc, method, cfg)
 
-    async def stream(self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> AsyncIterator[Progress]:
-        prompt, params, mode = await asyncio.to_thread(self.engine_request, enc, method, cfg)
+    async def stream(
+        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> AsyncIterator[Progress]:
+        prompt, params, mode = await asyncio.to_thread(
+            self.engine_request, enc, method, cfg
+        )
         engine = self.views[self._spec_of(method)].engine
-        start, labels, seen = time.perf_counter(), StreamedStats(method, mode, cfg.K, 1), 0
-        async for out in engine.generate(prompt, params, f"asv-serve-{next(_request_ids)}"):
+        start, labels, seen = (
+            time.perf_counter(),
+            StreamedStats(method, mode, cfg.K, 1),
+            0,
+        )
+        async for out in engine.generate(
+            prompt, params, f"asv-serve-{next(_request_ids)}"
+        ):
             tokens = list(out.outputs[0].token_ids)
             if out.finished:
-                row = VLLMBackend.row(out, method, mode, time.perf_counter() - start, cfg)
+                row = VLLMBackend.row(
+                    out, method, mode, time.perf_counter() - start, cfg
+                )
                 yield Progress(tokens, row, row.logprobs)
                 continue
             # each token's distribution from its streamed label (provisional where outputs of steps arrive merged)
             sources, seen = labels.step(0, len(tokens) - seen)[0], len(tokens)
-            yield Progress(tokens, None, from_vllm(out.outputs[0].logprobs, tokens, sources, method.name, cfg)
-                           if cfg.logprobs is not None else None)
+            yield Progress(
+                tokens,
+                None,
+                from_vllm(out.outputs[0].logprobs, tokens, sources, method.name, cfg)
+                if cfg.logprobs is not None
+                else None,
+            )
 
     async def engine_gauges(self) -> dict[str, float]:
         """Requests each engine's front end holds, and the asymspec drafter's live rows inside the engine."""
-        gauges = {f"unfinished:{_role(s)}": v.engine.output_processor.get_num_unfinished_requests()
-                  for s, v in self.views.items()}
-        counters = await self.views[self.speculative].engine.collective_rpc("asymspec_counters")
+        gauges = {
+            f"unfinished:{_role(s)}": v.engine.output_processor.get_num_unfinished_requests()
+            for s, v in self.views.items()
+        }
+        counters = await self.views[self.speculative].engine.collective_rpc(
+            "asymspec_counters"
+        )
         gauges["drafter_rows:speculative"] = counters[0]["live_requests"]
         return gauges
 
     async def scheduler_gauges(self) -> dict[str, float]:
         """vLLM's scheduler gauges (vllm_patches/hooks/engine_gauges.py): running and waiting summed over the
         engines, KV-cache usage the speculative engine's."""
-        from vllm_patches.hooks.engine_gauges import NAME
 
-        read = {s: await v.engine.engine_core.call_utility_async(NAME) for s, v in self.views.items()}
-        return {"running": sum(g["running"] for g in read.values()),
-                "waiting": sum(g["waiting"] for g in read.values()),
-                "kv_cache_usage": read[self.speculative]["kv_cache_usage"]}
+        read = {
+            s: await v.engine.engine_core.call_utility_async(NAME)
+            for s, v in self.views.items()
+        }
+        return {
+            "running": sum(g["running"] for g in read.values()),
+            "waiting": sum(g["waiting"] for g in read.values()),
+            "kv_cache_usage": read[self.speculative]["kv_cache_usage"],
+        }
 
     async def check_health(self) -> None:
         for view in self.views.values():

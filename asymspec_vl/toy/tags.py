@@ -21,15 +21,23 @@ def word_token_ids(tokenizer) -> dict[int, str]:
     for word in (*COLOURS, *SHAPES):
         ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
-            raise ValueError(f"' {word}' is {len(ids)} tokens in this tokenizer; the tag head needs one")
+            raise ValueError(
+                f"' {word}' is {len(ids)} tokens in this tokenizer; the tag head needs one"
+            )
         out[ids[0]] = word
     return out
 
 
-def tag_targets(ids: list[int], upto: int, words: dict[int, str], items, row: int) -> list[tuple[int, int, int]]:
+def tag_targets(
+    ids: list[int], upto: int, words: dict[int, str], items, row: int
+) -> list[tuple[int, int, int]]:
     """(row, position, digit) for each colour/shape word among ids[:upto] (the prompt) naming an item."""
     digit = {it.colour: it.digit for it in items} | {it.shape: it.digit for it in items}
-    return [(row, p, digit[words[t]]) for p, t in enumerate(ids[:upto]) if t in words and words[t] in digit]
+    return [
+        (row, p, digit[words[t]])
+        for p, t in enumerate(ids[:upto])
+        if t in words and words[t] in digit
+    ]
 
 
 class TagHead(nn.Module):
@@ -39,7 +47,9 @@ class TagHead(nn.Module):
         super().__init__()
         self.proj = nn.Linear(hidden, 10)
 
-    def loss(self, hidden_states: tuple[torch.Tensor, ...], tags: torch.Tensor) -> torch.Tensor:
+    def loss(
+        self, hidden_states: tuple[torch.Tensor, ...], tags: torch.Tensor
+    ) -> torch.Tensor:
         """tags: [N, 3] (row, position, digit); hidden_states from a forward with output_hidden_states."""
         h = hidden_states[TAG_LAYER][tags[:, 0], tags[:, 1]]  # [N, D]
         return nn.functional.cross_entropy(self.proj(h), tags[:, 2])

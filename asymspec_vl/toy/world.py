@@ -27,11 +27,23 @@ MULTIPLIERS = tuple(range(11, 100))  # mult questions: digit x two-digit number
 # held-out examples (HELDOUT, i); the first entry keeps the two sets apart for every seed.
 TRAIN, HELDOUT, CURRICULUM = 1, 2, 3
 
-READ_Q = ("What number is on the {a}?", "Which number does the {a} carry?", "Read the number on the {a}.")
-SUM_Q = ("What is the sum of the numbers on the {a} and the {b}?", "Add the numbers on the {a} and the {b}.")
-MULT_Q = ("What is the number on the {a} times {m}?", "Multiply the number on the {a} by {m}.")
-ARITH_Q = {"sum": ("What is {x} plus {y}?", "Add {x} and {y}."),
-           "mult": ("What is {x} times {y}?", "Multiply {x} by {y}.")}
+READ_Q = (
+    "What number is on the {a}?",
+    "Which number does the {a} carry?",
+    "Read the number on the {a}.",
+)
+SUM_Q = (
+    "What is the sum of the numbers on the {a} and the {b}?",
+    "Add the numbers on the {a} and the {b}.",
+)
+MULT_Q = (
+    "What is the number on the {a} times {m}?",
+    "Multiply the number on the {a} by {m}.",
+)
+ARITH_Q = {
+    "sum": ("What is {x} plus {y}?", "Add {x} and {y}."),
+    "mult": ("What is {x} times {y}?", "Multiply {x} by {y}."),
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,9 @@ class ToyExample:
     caption: str
     answer: str  # the chain-of-thought answer text both models are trained on
     target: int  # the correct final number
-    entropy: tuple[int, ...]  # the random stream of its scene; the image is rendered from entropy + (0,)
+    entropy: tuple[
+        int, ...
+    ]  # the random stream of its scene; the image is rendered from entropy + (0,)
     meta: dict = field(default_factory=dict)
 
     def image(self):
@@ -87,10 +101,14 @@ def sample_scene(rng: np.random.Generator) -> tuple[Item, ...]:
     shapes = rng.choice(len(SHAPES), NUM_ITEMS, replace=False)
     digits = rng.integers(0, 10, NUM_ITEMS)
     names = list(COLOURS)
-    return tuple(Item(names[c], SHAPES[s], int(d)) for c, s, d in zip(colours, shapes, digits))
+    return tuple(
+        Item(names[c], SHAPES[s], int(d)) for c, s, d in zip(colours, shapes, digits)
+    )
 
 
-def ask(items: tuple[Item, ...], qtype: str, rng: np.random.Generator) -> tuple[str, str, int]:
+def ask(
+    items: tuple[Item, ...], qtype: str, rng: np.random.Generator
+) -> tuple[str, str, int]:
     """One question of type qtype about a scene: (question, chain-of-thought answer, target)."""
     i, j = (int(v) for v in rng.choice(len(items), 2, replace=False))
     a, b = items[i], items[j]
@@ -107,7 +125,9 @@ def ask(items: tuple[Item, ...], qtype: str, rng: np.random.Generator) -> tuple[
     raise ValueError(f"unknown question type {qtype!r}; expected one of {QTYPES}")
 
 
-def scene_examples(entropy: tuple[int, ...], qtypes: tuple[str | None, ...], uid: str) -> list[ToyExample]:
+def scene_examples(
+    entropy: tuple[int, ...], qtypes: tuple[str | None, ...], uid: str
+) -> list[ToyExample]:
     """Examples sharing one scene (and image), one per entry of qtypes (None: type drawn uniformly)."""
     rng = np.random.default_rng(list(entropy))
     items = sample_scene(rng)
@@ -115,26 +135,48 @@ def scene_examples(entropy: tuple[int, ...], qtypes: tuple[str | None, ...], uid
     for k, qtype in enumerate(qtypes):
         qtype = qtype or QTYPES[int(rng.integers(len(QTYPES)))]
         question, answer, target = ask(items, qtype, rng)
-        out.append(ToyExample(uid + (f"-{k}" if len(qtypes) > 1 else ""), qtype, items, question,
-                              caption_of(items), answer, target, tuple(entropy)))
+        out.append(
+            ToyExample(
+                uid + (f"-{k}" if len(qtypes) > 1 else ""),
+                qtype,
+                items,
+                question,
+                caption_of(items),
+                answer,
+                target,
+                tuple(entropy),
+            )
+        )
     return out
 
 
-def train_scene(seed: int, stream: int, index: int, qtypes: tuple[str | None, ...]) -> list[ToyExample]:
+def train_scene(
+    seed: int, stream: int, index: int, qtypes: tuple[str | None, ...]
+) -> list[ToyExample]:
     """The index-th scene of one training stream (a model's data) of the run with this seed, one question
     per qtypes entry."""
-    return scene_examples((TRAIN, seed, stream, index), qtypes, uid=f"toy-train-{seed}-{stream}-{index}")
+    return scene_examples(
+        (TRAIN, seed, stream, index), qtypes, uid=f"toy-train-{seed}-{stream}-{index}"
+    )
 
 
 def heldout(n: int, qtypes: tuple[str, ...] = QTYPES) -> list[ToyExample]:
     """The fixed held-out set: n examples, question types in turn (balanced), ids toy-heldout-<i>."""
-    return [scene_examples((HELDOUT, i), (qtypes[i % len(qtypes)],), uid=f"toy-heldout-{i}")[0] for i in range(n)]
+    return [
+        scene_examples(
+            (HELDOUT, i), (qtypes[i % len(qtypes)],), uid=f"toy-heldout-{i}"
+        )[0]
+        for i in range(n)
+    ]
 
 
 def arithmetic_example(rng: np.random.Generator) -> tuple[str, str]:
     """The verifier's text-only curriculum: (question, answer) with both operands visible."""
     if rng.random() < 0.75:
-        x, y = int(rng.integers(0, 10)), MULTIPLIERS[int(rng.integers(len(MULTIPLIERS)))]
+        x, y = (
+            int(rng.integers(0, 10)),
+            MULTIPLIERS[int(rng.integers(len(MULTIPLIERS)))],
+        )
         return ARITH_Q["mult"][int(rng.integers(2))].format(x=x, y=y), mult_answer(x, y)
     x, y = (int(v) for v in rng.integers(0, 10, 2))
     return ARITH_Q["sum"][int(rng.integers(2))].format(x=x, y=y), sum_answer(x, y)
@@ -155,15 +197,29 @@ def is_correct(text: str, example: ToyExample) -> bool:
 
 def tokenizer_corpus() -> list[str]:
     """Text the shared BPE tokenizer is trained on: every template word, colour, shape and symbol."""
-    lines = [caption_of((Item(c, s, 0), Item(c2, s2, 0), Item(c3, s3, 0)))
-             for c, c2, c3 in zip(COLOURS, list(COLOURS)[1:] + list(COLOURS)[:1], list(COLOURS)[2:] + list(COLOURS)[:2])
-             for s, s2, s3 in zip(SHAPES, SHAPES[1:] + SHAPES[:1], SHAPES[2:] + SHAPES[:2])]
+    lines = [
+        caption_of((Item(c, s, 0), Item(c2, s2, 0), Item(c3, s3, 0)))
+        for c, c2, c3 in zip(
+            COLOURS,
+            list(COLOURS)[1:] + list(COLOURS)[:1],
+            list(COLOURS)[2:] + list(COLOURS)[:2],
+        )
+        for s, s2, s3 in zip(SHAPES, SHAPES[1:] + SHAPES[:1], SHAPES[2:] + SHAPES[:2])
+    ]
     names = [f"{c} {s}" for c in COLOURS for s in SHAPES]
     for k, name in enumerate(names):
-        lines += [q.format(a=name, b=names[-k - 1], m=MULTIPLIERS[k % len(MULTIPLIERS)])
-                  for q in READ_Q + SUM_Q + MULT_Q]
-    lines += [q.format(x=k % 10, y=MULTIPLIERS[k % len(MULTIPLIERS)]) for k in range(20) for q in ARITH_Q["mult"]]
+        lines += [
+            q.format(a=name, b=names[-k - 1], m=MULTIPLIERS[k % len(MULTIPLIERS)])
+            for q in READ_Q + SUM_Q + MULT_Q
+        ]
+    lines += [
+        q.format(x=k % 10, y=MULTIPLIERS[k % len(MULTIPLIERS)])
+        for k in range(20)
+        for q in ARITH_Q["mult"]
+    ]
     lines += [q.format(x=k % 10, y=k // 10) for k in range(100) for q in ARITH_Q["sum"]]
-    lines += [sum_answer(k % 10, k // 10) for k in range(100)] + [mult_answer(k % 10, 11 + k) for k in range(89)]
+    lines += [sum_answer(k % 10, k // 10) for k in range(100)] + [
+        mult_answer(k % 10, 11 + k) for k in range(89)
+    ]
     lines += ["Image description:", "Text in the image (OCR):", "Context:"]
     return lines

@@ -25,16 +25,29 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
+from asymspec_vl.evals.report import markdown_table, write_table  # noqa: E402
 
 from asymspec_vl.core import gate  # noqa: E402
 from asymspec_vl.core.config import GATES, AsymSpecConfig  # noqa: E402
-from asymspec_vl.evals.report import markdown_table, write_table  # noqa: E402
 
 V_QWEN = 151_936
 VERIFIER_PARAMS = 32.8e9  # Qwen3-32B (model card)
-DRAFTER_TEXT_PARAMS = 1.7e9  # Qwen3-VL-2B's language model; the vision tower runs once per request
-COLUMNS = ["path", "B", "K", "dtype", "logical MB", "moved MB", "time ms", "GB/s", "% copy BW", "x floor",
-           "% decode step"]
+DRAFTER_TEXT_PARAMS = (
+    1.7e9  # Qwen3-VL-2B's language model; the vision tower runs once per request
+)
+COLUMNS = [
+    "path",
+    "B",
+    "K",
+    "dtype",
+    "logical MB",
+    "moved MB",
+    "time ms",
+    "GB/s",
+    "% copy BW",
+    "x floor",
+    "% decode step",
+]
 
 
 def timed(fn, device: torch.device, repeat: int, warmup: int = 2) -> float:
@@ -67,17 +80,26 @@ def step_floor_s(K: int, dtype: torch.dtype, bandwidth: float) -> float:
     return (VERIFIER_PARAMS + (K + 2) * DRAFTER_TEXT_PARAMS) * elt / bandwidth
 
 
-def make_inputs(B: int, K: int, V: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
+def make_inputs(
+    B: int, K: int, V: int, dtype: torch.dtype, device: torch.device, seed: int = 0
+):
     g = torch.Generator(device=device).manual_seed(seed)
-    a, b, t = (torch.randn(B, K + 1, V, generator=g, device=device).to(dtype) for _ in range(3))
+    a, b, t = (
+        torch.randn(B, K + 1, V, generator=g, device=device).to(dtype) for _ in range(3)
+    )
     drafts = torch.randint(0, V, (B, K), generator=g, device=device)
     banned = torch.zeros(V, dtype=torch.bool, device=device)
-    banned[-300:] = True  # lm_head padding rows and structural tokens, as ModelPair.banned_mask
+    banned[-300:] = (
+        True  # lm_head padding rows and structural tokens, as ModelPair.banned_mask
+    )
     return a, b, t, drafts, banned
 
 
 def bench_shape(B, K, args, device, copy_bw) -> list[dict]:
-    from asymspec_vl.core.kernels.triton_gate import run_gate  # after TRITON_INTERPRET is settled
+    # lazy: loads triton
+    from asymspec_vl.core.kernels.triton_gate import (
+        run_gate,
+    )  # after TRITON_INTERPRET is settled
 
     dtype = getattr(torch, args.dtype)
     cfg = AsymSpecConfig(K=K, gate=args.gate)
@@ -85,53 +107,101 @@ def bench_shape(B, K, args, device, copy_bw) -> list[dict]:
     elt, rows = a.element_size(), B * (K + 1)
     logical = 3 * rows * args.vocab * elt
     two_pass = cfg.gate in ("cda", "kl")
-    paths = {"torch": (lambda: gate.asymspec_step(a, b, t, drafts, cfg, banned), logical)}
+    paths = {
+        "torch": (lambda: gate.asymspec_step(a, b, t, drafts, cfg, banned), logical)
+    }
     if device.type == "cuda" or rows <= args.interpret_max_rows:
         name = "triton" if device.type == "cuda" else "triton (interpreter)"
         moved = (5 if two_pass else 3) * rows * args.vocab * elt
-        paths[name] = (lambda: run_gate(a, b, t, drafts, None, cfg, banned, with_divergence=False), moved)
+        paths[name] = (
+            lambda: run_gate(a, b, t, drafts, None, cfg, banned, with_divergence=False),
+            moved,
+        )
     out = []
     for name, (fn, moved) in paths.items():
         s = timed(fn, device, args.repeat if "interpreter" not in name else 1, warmup=1)
         bw = moved / s
-        out.append({"path": name, "B": B, "K": K, "dtype": args.dtype, "logical MB": logical / 1e6,
-                    "moved MB": moved / 1e6, "time ms": s * 1e3, "GB/s": bw / 1e9,
-                    "% copy BW": 100 * bw / copy_bw, "x floor": s / (logical / copy_bw),
-                    "% decode step": 100 * s / step_floor_s(K, dtype, copy_bw)})
+        out.append(
+            {
+                "path": name,
+                "B": B,
+                "K": K,
+                "dtype": args.dtype,
+                "logical MB": logical / 1e6,
+                "moved MB": moved / 1e6,
+                "time ms": s * 1e3,
+                "GB/s": bw / 1e9,
+                "% copy BW": 100 * bw / copy_bw,
+                "x floor": s / (logical / copy_bw),
+                "% decode step": 100 * s / step_floor_s(K, dtype, copy_bw),
+            }
+        )
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--shapes", help="BxK list (default: 1x2,1x4,8x4,64x8 on CUDA; 1x2,1x4,8x4 on CPU)")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument(
+        "--shapes",
+        help="BxK list (default: 1x2,1x4,8x4,64x8 on CUDA; 1x2,1x4,8x4 on CPU)",
+    )
+    ap.add_argument(
+        "--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"]
+    )
     ap.add_argument("--vocab", type=int, default=V_QWEN)
     ap.add_argument("--gate", default="cda", choices=GATES)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--interpret-max-rows", type=int, default=5,
-                    help="on CPU, run the interpreted kernel only when B*(K+1) is at most this")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument(
+        "--interpret-max-rows",
+        type=int,
+        default=5,
+        help="on CPU, run the interpreted kernel only when B*(K+1) is at most this",
+    )
+    ap.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's choice)"
+    )
     ap.add_argument("--out", help="also write bench_gate.md/.csv/.json here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    shapes = args.shapes or ("1x2,1x4,8x4,64x8" if device.type == "cuda" else "1x2,1x4,8x4")
+    shapes = args.shapes or (
+        "1x2,1x4,8x4,64x8" if device.type == "cuda" else "1x2,1x4,8x4"
+    )
     pairs = [tuple(int(x) for x in s.lower().split("x")) for s in shapes.split(",")]
-    largest = max(3 * B * (K + 1) * args.vocab * torch.finfo(getattr(torch, args.dtype)).bits // 8 for B, K in pairs)
+    largest = max(
+        3 * B * (K + 1) * args.vocab * torch.finfo(getattr(torch, args.dtype)).bits // 8
+        for B, K in pairs
+    )
     copy_bw = copy_bandwidth(largest, device, args.repeat)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"CPU ({os.cpu_count()} cores)"
+    )
     name += f", {torch.get_num_threads()} torch threads" if device.type == "cpu" else ""
-    print(f"device: {name}; copy bandwidth (read + write) {copy_bw / 1e9:.1f} GB/s over {largest / 1e6:.0f} MB; "
-          f"gate={args.gate}, V={args.vocab}")
+    print(
+        f"device: {name}; copy bandwidth (read + write) {copy_bw / 1e9:.1f} GB/s over {largest / 1e6:.0f} MB; "
+        f"gate={args.gate}, V={args.vocab}"
+    )
     rows = [r for B, K in pairs for r in bench_shape(B, K, args, device, copy_bw)]
     print(markdown_table(rows, COLUMNS))
-    print("moved MB: bytes read by that path's design (torch: counted as the floor; its temporaries are "
-          "extra); x floor: time / (logical bytes at copy bandwidth); % decode step: against the weight-"
-          "read floor of Qwen3-32B + (K+2) Qwen3-VL-2B text passes at the copy bandwidth.")
+    print(
+        "moved MB: bytes read by that path's design (torch: counted as the floor; its temporaries are "
+        "extra); x floor: time / (logical bytes at copy bandwidth); % decode step: against the weight-"
+        "read floor of Qwen3-32B + (K+2) Qwen3-VL-2B text passes at the copy bandwidth."
+    )
     if args.out:
-        write_table(rows, COLUMNS, args.out, "bench_gate", "Gate/fusion step against a plain copy")
+        write_table(
+            rows,
+            COLUMNS,
+            args.out,
+            "bench_gate",
+            "Gate/fusion step against a plain copy",
+        )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,12 @@ from serve_support import ServerProcess, chat_body  # noqa: E402
 
 def bomb(side: int, fmt: str = "PNG") -> str:
     buf = io.BytesIO()
-    Image.new("RGB", (side, side)).save(buf, fmt, **({"optimize": True} if fmt == "PNG" else {"quality": 50}))
-    return f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+    Image.new("RGB", (side, side)).save(
+        buf, fmt, **({"optimize": True} if fmt == "PNG" else {"quality": 50})
+    )
+    return (
+        f"data:image/{fmt.lower()};base64,{base64.b64encode(buf.getvalue()).decode()}"
+    )
 
 
 def rss(pid: int) -> int:
@@ -61,18 +65,32 @@ def measured(server: ServerProcess, body: dict, copies: int = 1) -> dict:
     sampler.start()
     start = time.perf_counter()
     with ThreadPoolExecutor(copies) as pool:
-        replies = list(pool.map(lambda _: httpx.post(server.url + "/v1/chat/completions", json=body, timeout=600),
-                                range(copies)))
+        replies = list(
+            pool.map(
+                lambda _: httpx.post(
+                    server.url + "/v1/chat/completions", json=body, timeout=600
+                ),
+                range(copies),
+            )
+        )
     elapsed = time.perf_counter() - start
     time.sleep(2)
     done.set()
     sampler.join()
     gb = 1e9
-    errors = [r.json().get("error", {}).get("type") for r in replies if r.status_code != 200]
-    return {"status": [r.status_code for r in replies] if copies > 1 else replies[0].status_code,
-            "baseline_gb": round(base / gb, 2), "peak_gb": round(peak[0] / gb, 2),
-            "after_gb": round(rss(server.proc.pid) / gb, 2), "seconds": round(elapsed, 1),
-            "error": (errors if copies > 1 else errors[0]) if errors else None}
+    errors = [
+        r.json().get("error", {}).get("type") for r in replies if r.status_code != 200
+    ]
+    return {
+        "status": [r.status_code for r in replies]
+        if copies > 1
+        else replies[0].status_code,
+        "baseline_gb": round(base / gb, 2),
+        "peak_gb": round(peak[0] / gb, 2),
+        "after_gb": round(rss(server.proc.pid) / gb, 2),
+        "seconds": round(elapsed, 1),
+        "error": (errors if copies > 1 else errors[0]) if errors else None,
+    }
 
 
 def main() -> None:
@@ -80,20 +98,52 @@ def main() -> None:
     ap.add_argument("--side", type=int, default=7900)
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("server_args", nargs="*", help="after --: more `asymspec-vl serve` options (--max-server-pixels N)")
+    ap.add_argument(
+        "server_args",
+        nargs="*",
+        help="after --: more `asymspec-vl serve` options (--max-server-pixels N)",
+    )
     args = ap.parse_args()
     url = bomb(args.side)
-    server = ServerProcess(["--backend", args.backend, "--device", "cpu", "--ocr", "none", "--no-caption-cache",
-                            "--max-tokens", "4", *args.server_args], Path("/tmp/bench_image_memory.log"))
+    server = ServerProcess(
+        [
+            "--backend",
+            args.backend,
+            "--device",
+            "cpu",
+            "--ocr",
+            "none",
+            "--no-caption-cache",
+            "--max-tokens",
+            "4",
+            *args.server_args,
+        ],
+        Path("/tmp/bench_image_memory.log"),
+    )
     try:
         server.wait_ready()
         extras = {"max_tokens": 4, "caption": "", "ocr": ""}
-        result = {"side": args.side, "payload_kb": round(len(url) * 3 / 4 / 1024),
-                  "one": measured(server, chat_body("What is shown?", url, **extras)),
-                  "two": measured(server, chat_body("What is shown?", [url, url], caption=["", ""], ocr=["", ""],
-                                                    max_tokens=4)),
-                  "four_at_once": measured(server, chat_body("What is shown?", url, **extras), copies=4),
-                  "jpeg": measured(server, chat_body("What is shown?", bomb(args.side, "JPEG"), **extras))}
+        result = {
+            "side": args.side,
+            "payload_kb": round(len(url) * 3 / 4 / 1024),
+            "one": measured(server, chat_body("What is shown?", url, **extras)),
+            "two": measured(
+                server,
+                chat_body(
+                    "What is shown?",
+                    [url, url],
+                    caption=["", ""],
+                    ocr=["", ""],
+                    max_tokens=4,
+                ),
+            ),
+            "four_at_once": measured(
+                server, chat_body("What is shown?", url, **extras), copies=4
+            ),
+            "jpeg": measured(
+                server, chat_body("What is shown?", bomb(args.side, "JPEG"), **extras)
+            ),
+        }
     finally:
         server.terminate()
     print(json.dumps(result))

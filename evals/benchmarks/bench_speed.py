@@ -11,7 +11,8 @@ One torch thread (the process's only compute thread: the vLLM CPU engine runs in
 in `eval toy` (answers end by themselves; --tokens caps them), decoding speed after the first token in CPU
 seconds of this process (wall clock beside it), the fastest of --repeats per batch (the machine may be shared:
 the load average and each row's CPU share, CPU over wall seconds, tell how much a wall figure was disturbed).
-Prints one table; writes bench_speed.{md,csv,json} (settings, load, versions beside the rows) and bench_speed.png (speedup over the
+Prints one table; writes bench_speed.{md,csv,json} (settings, load, versions beside the rows) and bench_speed.png
+(speedup over the
 Floor against R, bounds dotted) under --out.
 """
 
@@ -24,20 +25,39 @@ import platform
 import tempfile
 from pathlib import Path
 
-from asymspec_vl.commands import comma_list, positive_int
+import torch
 from asymspec_vl.evals.report import markdown_table, write_table
+from asymspec_vl.evals.toy.eval import request_of
+
+from asymspec_vl import AsymSpecVL
+from asymspec_vl.commands import comma_list, positive_int
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.toy import world
+from asymspec_vl.toy.heavy import layer_count, write_heavy_verifier
 
 from .speed_measure import REFERENCES, VARIANTS, decode_batches, summarize
 
-COLUMNS = ["backend", "R", "batch", "variant", "tokens_per_s", "wall_tokens_per_s", "speedup", "mean_accepted_length", "c_d_ms", "c_v_ms",
-           "bound", "of_bound", "cpu_share", "load"]
+COLUMNS = [
+    "backend",
+    "R",
+    "batch",
+    "variant",
+    "tokens_per_s",
+    "wall_tokens_per_s",
+    "speedup",
+    "mean_accepted_length",
+    "c_d_ms",
+    "c_v_ms",
+    "bound",
+    "of_bound",
+    "cpu_share",
+    "load",
+]
 SPECULATIVE = [k for k in VARIANTS if k not in REFERENCES]
 
 
 def _ratios(text: str) -> list[float]:
     """argparse type: a comma list of cost ratios toy heavy accepts for the embedded verifier."""
-    from asymspec_vl.core.errors import ConfigError
-    from asymspec_vl.toy.heavy import layer_count
 
     try:
         return [float(r) for r in comma_list(text) if layer_count(r)]
@@ -46,38 +66,67 @@ def _ratios(text: str) -> list[float]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backends", type=lambda s: comma_list(s, ("hf", "vllm"), "backend"), default=["hf", "vllm"])
-    ap.add_argument("--ratios", type=_ratios, default=[1.0, 4.0, 16.0],
-                    help="verifier cost ratios R (toy heavy --cost-ratio)")
-    ap.add_argument("--batches", type=lambda s: [positive_int(x) for x in comma_list(s)], default=[1, 8],
-                    help="requests decoded together")
-    ap.add_argument("--variants", type=lambda s: comma_list(s, SPECULATIVE, "variant"), default=SPECULATIVE,
-                    help="speculative rows (Floor and drafter alone always run: they give c_v and c_d)")
-    ap.add_argument("--questions", type=positive_int, default=16,
-                    help="held-out toy questions (read / sum / mult in turn)")
-    ap.add_argument("--tokens", type=positive_int, default=48, help="most new tokens per answer")
-    ap.add_argument("--repeats", type=positive_int, default=3, help="runs of every batch; the fastest counts")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--backends",
+        type=lambda s: comma_list(s, ("hf", "vllm"), "backend"),
+        default=["hf", "vllm"],
+    )
+    ap.add_argument(
+        "--ratios",
+        type=_ratios,
+        default=[1.0, 4.0, 16.0],
+        help="verifier cost ratios R (toy heavy --cost-ratio)",
+    )
+    ap.add_argument(
+        "--batches",
+        type=lambda s: [positive_int(x) for x in comma_list(s)],
+        default=[1, 8],
+        help="requests decoded together",
+    )
+    ap.add_argument(
+        "--variants",
+        type=lambda s: comma_list(s, SPECULATIVE, "variant"),
+        default=SPECULATIVE,
+        help="speculative rows (Floor and drafter alone always run: they give c_v and c_d)",
+    )
+    ap.add_argument(
+        "--questions",
+        type=positive_int,
+        default=16,
+        help="held-out toy questions (read / sum / mult in turn)",
+    )
+    ap.add_argument(
+        "--tokens", type=positive_int, default=48, help="most new tokens per answer"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=3,
+        help="runs of every batch; the fastest counts",
+    )
     ap.add_argument("--out", default="runs/bench_speed")
     return ap.parse_args(argv)
 
 
 def load_pipeline(backend: str, verifier: Path):
-    from asymspec_vl import AsymSpecVL
 
     kwargs = {"dtype": "float32"}
     if backend == "vllm":
-        kwargs["max_engines"] = 3  # verifier, speculative and drafter engines stay up across repeats
+        kwargs["max_engines"] = (
+            3  # verifier, speculative and drafter engines stay up across repeats
+        )
     else:
         kwargs["device"] = "cpu"
-    return AsymSpecVL.from_pretrained(drafter="embedded", verifier=str(verifier), backend=backend, **kwargs)
+    return AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier=str(verifier), backend=backend, **kwargs
+    )
 
 
 def measure(args) -> list[dict]:
     """Every (backend, R, batch): the variants' summarized rows, in that order."""
-    from asymspec_vl.evals.toy.eval import request_of
-    from asymspec_vl.toy import world
-    from asymspec_vl.toy.heavy import write_heavy_verifier
 
     requests = [request_of(e) for e in world.heldout(args.questions)]
     variants = [VARIANTS[k] for k in (*REFERENCES, *args.variants)]
@@ -89,10 +138,19 @@ def measure(args) -> list[dict]:
                 vl = load_pipeline(backend, verifier)
                 for batch in args.batches:
                     load = os.getloadavg()[0]
-                    done = decode_batches(vl, variants, requests, batch, args.tokens, args.repeats)
+                    done = decode_batches(
+                        vl, variants, requests, batch, args.tokens, args.repeats
+                    )
                     for row in summarize(done).values():
-                        rows.append({"backend": backend, "R": R, "batch": batch, **row,
-                                     "load": max(load, os.getloadavg()[0])})
+                        rows.append(
+                            {
+                                "backend": backend,
+                                "R": R,
+                                "batch": batch,
+                                **row,
+                                "load": max(load, os.getloadavg()[0]),
+                            }
+                        )
                         print(_line(rows[-1]), flush=True)
                 if backend == "vllm":
                     vl.backend.close()
@@ -100,24 +158,40 @@ def measure(args) -> list[dict]:
 
 
 def _line(row: dict) -> str:
-    bound = f", {100 * row['of_bound']:.0f}% of bound {row['bound']:.2f}" if "bound" in row else ""
-    return (f"{row['backend']} R={row['R']:g} batch {row['batch']} {row['variant']}: {row['tokens_per_s']:.1f} tok/s, "
-            f"{row['speedup']:.2f}x Floor{bound} (cpu share {row['cpu_share']:.2f}, load {row['load']:.1f})")
+    bound = (
+        f", {100 * row['of_bound']:.0f}% of bound {row['bound']:.2f}"
+        if "bound" in row
+        else ""
+    )
+    return (
+        f"{row['backend']} R={row['R']:g} batch {row['batch']} {row['variant']}: {row['tokens_per_s']:.1f} tok/s, "
+        f"{row['speedup']:.2f}x Floor{bound} (cpu share {row['cpu_share']:.2f}, load {row['load']:.1f})"
+    )
 
 
 def plot(rows: list[dict], path: Path) -> Path:
     """Speedup over the Floor against R, one panel per backend and batch; each variant's bound dotted."""
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
     panels = sorted({(r["backend"], r["batch"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.2 * len(panels), 3.4), dpi=100, squeeze=False
+    )
     for ax, (backend, batch) in zip(axes[0], panels):
-        mine = [r for r in rows if (r["backend"], r["batch"]) == (backend, batch) and "bound" in r]
+        mine = [
+            r
+            for r in rows
+            if (r["backend"], r["batch"]) == (backend, batch) and "bound" in r
+        ]
         for n, variant in enumerate(dict.fromkeys(r["variant"] for r in mine)):
-            line = sorted((r["R"], r["speedup"], r["bound"]) for r in mine if r["variant"] == variant)
+            line = sorted(
+                (r["R"], r["speedup"], r["bound"])
+                for r in mine
+                if r["variant"] == variant
+            )
             Rs, speedups, bounds = zip(*line)
             ax.plot(Rs, speedups, marker="o", color=f"C{n}", label=variant)
             ax.plot(Rs, bounds, linestyle=":", color=f"C{n}")
@@ -134,13 +208,17 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 
 def versions() -> dict:
-    import torch
-    import transformers
+    import transformers  # lazy: loads transformers
 
-    found = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-             "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    found = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     try:
-        import vllm
+        import vllm  # lazy: optional: the except branch handles its absence
 
         found["vllm"] = vllm.__version__
     except ImportError:
@@ -149,21 +227,26 @@ def versions() -> dict:
 
 
 def main(argv=None) -> None:
-    import torch
 
     args = parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(1)
     settings = {k: v for k, v in vars(args).items()}
     rows = measure(args)
-    title = (f"Speed with the heavy verifier ({args.questions} held-out toy questions, at most {args.tokens} tokens, "
-             f"1 torch thread, fastest of {args.repeats})")
+    title = (
+        f"Speed with the heavy verifier ({args.questions} held-out toy questions, at most {args.tokens} tokens, "
+        f"1 torch thread, fastest of {args.repeats})"
+    )
     print(f"\n# {title}\n\n" + markdown_table(rows, COLUMNS))
     out = Path(args.out)
     paths = write_table(rows, COLUMNS, out, "bench_speed", title)
     report = json.loads(paths["json"].read_text())
-    paths["json"].write_text(json.dumps({**report, "settings": settings, "versions": versions()}, indent=2))
-    print(f"\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\nplot: {plot(rows, out / 'bench_speed.png')}")
+    paths["json"].write_text(
+        json.dumps({**report, "settings": settings, "versions": versions()}, indent=2)
+    )
+    print(
+        f"\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\nplot: {plot(rows, out / 'bench_speed.png')}"
+    )
 
 
 if __name__ == "__main__":

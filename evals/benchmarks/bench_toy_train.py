@@ -18,30 +18,48 @@ import tempfile
 import time
 from pathlib import Path
 
+from asymspec_vl.evals.jobs import ResultsLog
+from asymspec_vl.evals.toy.eval import evaluate, table
+
+from asymspec_vl.toy import PAIR_DIR, world
+
 KEYS = ["drafter", "floor", "asymspec-K2-b1", "asymspec-K4-b1", "asymspec-K2-b1-fused"]
 
 
 def table_of(drafter: Path, verifier: Path, n: int, out: Path) -> dict[str, dict]:
-    from asymspec_vl import AsymSpecVL
-    from asymspec_vl.evals.jobs import ResultsLog
-    from asymspec_vl.toy import world
-    from asymspec_vl.evals.toy.eval import evaluate, table
+    from asymspec_vl import AsymSpecVL  # lazy: loads torch
 
-    vl = AsymSpecVL.from_pretrained(drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32")
-    records = evaluate(vl, world.heldout(n), KEYS, ResultsLog(out / "results.jsonl"), progress=False)
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32"
+    )
+    records = evaluate(
+        vl, world.heldout(n), KEYS, ResultsLog(out / "results.jsonl"), progress=False
+    )
     rows, _ = table(records, KEYS)
-    return {k: {c: row[c] for c in (*world.QTYPES, "Overall")} for k, row in zip(KEYS, rows)}
+    return {
+        k: {c: row[c] for c in (*world.QTYPES, "Overall")} for k, row in zip(KEYS, rows)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    from asymspec_vl.toy import PAIR_DIR, world
-    from asymspec_vl.toy.train import ToyTrainConfig, train_pair
+    from asymspec_vl.toy.train import ToyTrainConfig, train_pair  # lazy: loads torch
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="where to train (default: a temporary folder)")
-    ap.add_argument("--n", type=int, default=300, help="held-out questions for the comparison")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--out", default=None, help="where to train (default: a temporary folder)"
+    )
+    ap.add_argument(
+        "--n", type=int, default=300, help="held-out questions for the comparison"
+    )
     ap.add_argument("--workers", type=int, default=2, choices=(1, 2))
-    ap.add_argument("--scale", type=float, default=1.0, help="step-count multiplier (1: the shipped recipe)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="step-count multiplier (1: the shipped recipe)",
+    )
     args = ap.parse_args(argv)
 
     shipped = PAIR_DIR
@@ -53,21 +71,29 @@ def main(argv: list[str] | None = None) -> int:
     manifest = train_pair(out, cfg, workers=args.workers)
     wall = time.perf_counter() - t0
     times = manifest["times"]
-    print(f"\ntrained in {wall:.0f} s wall ({times['train_cpu_s']:.0f} CPU s in all; drafter "
-          f"{times['drafter']['wall_s']:.0f} s wall / {times['drafter']['cpu_s']:.0f} CPU s, verifier "
-          f"{times['verifier']['wall_s']:.0f} s wall / {times['verifier']['cpu_s']:.0f} CPU s); shipped pair: "
-          f"{recipe['times']['train_wall_s']:.0f} s wall / {recipe['times']['train_cpu_s']:.0f} CPU s")
+    print(
+        f"\ntrained in {wall:.0f} s wall ({times['train_cpu_s']:.0f} CPU s in all; drafter "
+        f"{times['drafter']['wall_s']:.0f} s wall / {times['drafter']['cpu_s']:.0f} CPU s, verifier "
+        f"{times['verifier']['wall_s']:.0f} s wall / {times['verifier']['cpu_s']:.0f} CPU s); shipped pair: "
+        f"{recipe['times']['train_wall_s']:.0f} s wall / {recipe['times']['train_cpu_s']:.0f} CPU s"
+    )
     for name, digest in manifest["sha256"].items():
-        print(f"{name}: {'bit-identical to' if digest == recipe['sha256'][name] else 'differs from'} the shipped one")
+        print(
+            f"{name}: {'bit-identical to' if digest == recipe['sha256'][name] else 'differs from'} the shipped one"
+        )
     print(f"final losses: {manifest['final_loss']} (shipped {recipe['final_loss']})")
     mine = table_of(out / "drafter", out / "verifier", args.n, out / "eval-new")
-    ref = table_of(shipped / "drafter", shipped / "verifier", args.n, out / "eval-shipped")
+    ref = table_of(
+        shipped / "drafter", shipped / "verifier", args.n, out / "eval-shipped"
+    )
     cols = (*world.QTYPES, "Overall")
     print(f"\nheld-out accuracy (%), n={args.n}: reproduced / shipped")
     print(f"{'method':24s}" + "".join(f"{c:>16s}" for c in cols))
     worst = 0.0
     for k in KEYS:
-        print(f"{k:24s}" + "".join(f"{mine[k][c]:8.1f}/{ref[k][c]:<7.1f}" for c in cols))
+        print(
+            f"{k:24s}" + "".join(f"{mine[k][c]:8.1f}/{ref[k][c]:<7.1f}" for c in cols)
+        )
         worst = max(worst, *(abs(mine[k][c] - ref[k][c]) for c in cols))
     print(f"largest difference: {worst:.1f} points")
     return 0

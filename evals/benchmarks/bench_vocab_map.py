@@ -18,14 +18,28 @@ import statistics
 import time
 
 import torch
+from asymspec_vl.evals.report import markdown_table
 
 from asymspec_vl.core import gate, vocab_align
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.vocab_align import VocabMap
-from asymspec_vl.evals.report import markdown_table
+from asymspec_vl.inputs.vocab_map import build_vocab_map
+from asymspec_vl.pair.defaults import embedded_models
 
-V_QWEN3, V_LLAMA3, SHARED = 151_936, 128_256, 109_566  # Timor et al. (2025): Qwen3 <-> Llama-3
-COLUMNS = ["pair", "B", "K", "move K+1 ms", "mapped step ms", "one-vocabulary step ms", "map overhead ms"]
+V_QWEN3, V_LLAMA3, SHARED = (
+    151_936,
+    128_256,
+    109_566,
+)  # Timor et al. (2025): Qwen3 <-> Llama-3
+COLUMNS = [
+    "pair",
+    "B",
+    "K",
+    "move K+1 ms",
+    "mapped step ms",
+    "one-vocabulary step ms",
+    "map overhead ms",
+]
 
 
 def timed(fn, repeat: int, warmup: int = 2) -> float:
@@ -50,47 +64,72 @@ def random_map(Vd: int, Vv: int, shared: int, seed: int = 0) -> VocabMap:
 
 def toy_map() -> VocabMap:
     """The embedded cross-family pair's map (its shipped tokenizers)."""
-    from transformers import AutoTokenizer
-
-    from asymspec_vl.inputs.vocab_map import build_vocab_map
-    from asymspec_vl.pair.defaults import embedded_models
+    from transformers import AutoTokenizer  # lazy: loads transformers
 
     paths = embedded_models("embedded-llama")
-    return build_vocab_map(AutoTokenizer.from_pretrained(paths["drafter"]),
-                           AutoTokenizer.from_pretrained(paths["verifier"]))
+    return build_vocab_map(
+        AutoTokenizer.from_pretrained(paths["drafter"]),
+        AutoTokenizer.from_pretrained(paths["verifier"]),
+    )
 
 
-def bench(name: str, vmap: VocabMap, B: int, K: int, repeat: int, seed: int = 0) -> dict:
+def bench(
+    name: str, vmap: VocabMap, B: int, K: int, repeat: int, seed: int = 0
+) -> dict:
     g = torch.Generator().manual_seed(seed)
     Vd, Vv = vmap.drafter_size, vmap.verifier_size
     a, b = (torch.randn(B, K + 1, Vd, generator=g) for _ in range(2))  # drafter space
     t = torch.randn(B, K + 1, Vv, generator=g)  # verifier space
     shared = vmap.verifier_ids
-    drafts = shared[torch.randint(0, shared.numel(), (B, K), generator=g)]  # verifier ids in the shared set
-    a_v, b_v = (torch.randn(B, K + 1, Vv, generator=g) for _ in range(2))  # the same-family step's inputs
+    drafts = shared[
+        torch.randint(0, shared.numel(), (B, K), generator=g)
+    ]  # verifier ids in the shared set
+    a_v, b_v = (
+        torch.randn(B, K + 1, Vv, generator=g) for _ in range(2)
+    )  # the same-family step's inputs
     cfg = AsymSpecConfig(K=K, beta=1.0)
     vmap.to("cpu")  # the map's device tensors, built once per pair
     move = timed(lambda: vmap.to_verifier_space(a), repeat)
-    mapped = timed(lambda: vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap), repeat)
+    mapped = timed(
+        lambda: vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap), repeat
+    )
     one = timed(lambda: gate.asymspec_step(a_v, b_v, t, drafts, cfg), repeat)
     ms = lambda s: round(1e3 * s, 3)  # noqa: E731
-    return {"pair": name, "B": B, "K": K, "move K+1 ms": ms(move), "mapped step ms": ms(mapped),
-            "one-vocabulary step ms": ms(one), "map overhead ms": ms(mapped - one)}
+    return {
+        "pair": name,
+        "B": B,
+        "K": K,
+        "move K+1 ms": ms(move),
+        "mapped step ms": ms(mapped),
+        "one-vocabulary step ms": ms(one),
+        "map overhead ms": ms(mapped - one),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--shapes", default="1x2,1x4,8x4", help="comma list of BxK")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
-    maps = {f"Qwen3 {V_QWEN3:,} -> Llama-3 {V_LLAMA3:,} ({SHARED:,} shared, random)": random_map(V_QWEN3, V_LLAMA3,
-                                                                                                   SHARED)}
+    maps = {
+        f"Qwen3 {V_QWEN3:,} -> Llama-3 {V_LLAMA3:,} ({SHARED:,} shared, random)": random_map(
+            V_QWEN3, V_LLAMA3, SHARED
+        )
+    }
     toy = toy_map()
-    maps[f"toy embedded-llama ({toy.drafter_size} -> {toy.verifier_size}, {toy.size} shared)"] = toy
-    rows = [bench(name, vmap, B, K, args.repeat) for name, vmap in maps.items() for B, K in shapes]
+    maps[
+        f"toy embedded-llama ({toy.drafter_size} -> {toy.verifier_size}, {toy.size} shared)"
+    ] = toy
+    rows = [
+        bench(name, vmap, B, K, args.repeat)
+        for name, vmap in maps.items()
+        for B, K in shapes
+    ]
     print(markdown_table(rows, COLUMNS))
     print(f"CPU, {args.threads} thread(s), float32, median of {args.repeat}")
 

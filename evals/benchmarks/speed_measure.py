@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.core.methods import METHODS
 
-BASE = AsymSpecConfig(max_new_tokens=48)  # the toy eval's settings (evals/toy/eval.py BASE)
+BASE = AsymSpecConfig(
+    max_new_tokens=48
+)  # the toy eval's settings (evals/toy/eval.py BASE)
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,17 @@ class Variant:
         return self.K + int(m.drafts_last(self.config(1))) + scoring
 
 
-VARIANTS = {v.key: v for v in (Variant("floor", "floor"), Variant("drafter", "drafter"), Variant("sd-K2", "sd", 2),
-                               Variant("sd-K4", "sd", 4), Variant("asymspec-K2", "asymspec", 2),
-                               Variant("asymspec-K4", "asymspec", 4))}
+VARIANTS = {
+    v.key: v
+    for v in (
+        Variant("floor", "floor"),
+        Variant("drafter", "drafter"),
+        Variant("sd-K2", "sd", 2),
+        Variant("sd-K4", "sd", 4),
+        Variant("asymspec-K2", "asymspec", 2),
+        Variant("asymspec-K4", "asymspec", 4),
+    )
+}
 REFERENCES = ("floor", "drafter")  # always measured: they give c_v and c_d
 
 
@@ -70,8 +80,14 @@ class Timing:
     def add(self, results, cpu_s: float, wall_s: float) -> None:
         ids = [r.token_ids for r in results]
         if self.token_ids and ids != self.token_ids:
-            raise RuntimeError("a repeat decoded other tokens than the first: the decoding is not deterministic")
-        self.cpu_s, self.wall_s, self.token_ids = min(self.cpu_s, cpu_s), min(self.wall_s, wall_s), ids
+            raise RuntimeError(
+                "a repeat decoded other tokens than the first: the decoding is not deterministic"
+            )
+        self.cpu_s, self.wall_s, self.token_ids = (
+            min(self.cpu_s, cpu_s),
+            min(self.wall_s, wall_s),
+            ids,
+        )
         self.emitted = sum(r.stats.emitted for r in results)
         self.steps = sum(r.stats.steps for r in results)
         self.iterations = max(r.stats.steps for r in results)
@@ -85,17 +101,27 @@ class Batch:
     first: Timing = field(default_factory=Timing)
 
 
-def timed(timing: Timing, vl, requests: list, variant: Variant, max_new_tokens: int) -> None:
+def timed(
+    timing: Timing, vl, requests: list, variant: Variant, max_new_tokens: int
+) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
-    results = vl.generate_batch(requests, variant.method, variant.config(max_new_tokens), on_error="raise")
+    results = vl.generate_batch(
+        requests, variant.method, variant.config(max_new_tokens), on_error="raise"
+    )
     timing.add(results, time.process_time() - cpu, time.perf_counter() - wall)
 
 
-def decode_batches(vl, variants: list[Variant], requests: list, batch: int, max_new_tokens: int,
-                   repeats: int) -> dict[str, list[Batch]]:
+def decode_batches(
+    vl,
+    variants: list[Variant],
+    requests: list,
+    batch: int,
+    max_new_tokens: int,
+    repeats: int,
+) -> dict[str, list[Batch]]:
     """Every variant on every batch, `repeats` times, repeats outermost (a burst of load on the machine hits
     one repeat of every variant, not every repeat of one); each variant is run once untimed first (engines start)."""
-    chunks = [requests[i:i + batch] for i in range(0, len(requests), batch)]
+    chunks = [requests[i : i + batch] for i in range(0, len(requests), batch)]
     for v in variants:
         vl.generate_batch(chunks[0], v.method, v.config(2), on_error="raise")
     best = {v.key: [Batch() for _ in chunks] for v in variants}
@@ -112,18 +138,35 @@ def summarize(batches: dict[str, list[Batch]]) -> dict[str, dict]:
     speedup, c_d, c_v, the bound and the fraction of it reached."""
     rows = {}
     for key, parts in batches.items():
+
         def decoded(field_name: str, parts: list[Batch] = parts) -> float:
-            return sum(getattr(b.full, field_name) - getattr(b.first, field_name) for b in parts)
+            return sum(
+                getattr(b.full, field_name) - getattr(b.first, field_name)
+                for b in parts
+            )
 
         tokens, iterations = decoded("emitted"), decoded("iterations")
-        rows[key] = {"variant": key, "tokens": tokens, "tokens_per_s": tokens / decoded("cpu_s"),
-                     "wall_tokens_per_s": tokens / decoded("wall_s"),
-                     "mean_accepted_length": sum(b.full.emitted for b in parts) / sum(b.full.steps for b in parts),
-                     "tokens_per_iteration": tokens / iterations, "seconds_per_iteration": decoded("cpu_s") / iterations,
-                     "cpu_share": decoded("cpu_s") / decoded("wall_s")}
-    c_v, c_d = rows["floor"]["seconds_per_iteration"], rows["drafter"]["seconds_per_iteration"]
+        rows[key] = {
+            "variant": key,
+            "tokens": tokens,
+            "tokens_per_s": tokens / decoded("cpu_s"),
+            "wall_tokens_per_s": tokens / decoded("wall_s"),
+            "mean_accepted_length": sum(b.full.emitted for b in parts)
+            / sum(b.full.steps for b in parts),
+            "tokens_per_iteration": tokens / iterations,
+            "seconds_per_iteration": decoded("cpu_s") / iterations,
+            "cpu_share": decoded("cpu_s") / decoded("wall_s"),
+        }
+    c_v, c_d = (
+        rows["floor"]["seconds_per_iteration"],
+        rows["drafter"]["seconds_per_iteration"],
+    )
     for key, row in rows.items():
-        row.update(c_v_ms=1e3 * c_v, c_d_ms=1e3 * c_d, speedup=row["tokens_per_s"] / rows["floor"]["tokens_per_s"])
+        row.update(
+            c_v_ms=1e3 * c_v,
+            c_d_ms=1e3 * c_d,
+            speedup=row["tokens_per_s"] / rows["floor"]["tokens_per_s"],
+        )
         n_d = VARIANTS[key].drafter_forwards
         if n_d:
             gain = row["tokens_per_iteration"] / rows["floor"]["tokens_per_iteration"]

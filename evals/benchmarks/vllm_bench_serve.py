@@ -13,8 +13,8 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as bench
+    from vllm.benchmarks.serve import add_cli_args  # lazy: loads vLLM
+    from vllm.benchmarks.serve import main as bench  # lazy: loads vLLM
 
     parser = argparse.ArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)

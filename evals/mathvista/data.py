@@ -10,8 +10,12 @@ from pathlib import Path
 from asymspec_vl.core.errors import AsymSpecError
 
 DATA_DIR = Path(__file__).parent / "data"
-FILES = {"annotations": "testmini.json", "queries": "query.json",
-         "captions": "captions_bard.json", "ocrs": "ocrs_easyocr.json"}
+FILES = {
+    "annotations": "testmini.json",
+    "queries": "query.json",
+    "captions": "captions_bard.json",
+    "ocrs": "ocrs_easyocr.json",
+}
 HUB_ID = "AI4Math/MathVista"
 SPLIT = "testmini"
 
@@ -34,7 +38,9 @@ class Problem:
     unit: str | None = None
     precision: int | None = None
     image: str = ""  # relative path in the annotations, e.g. "images/1.jpg"
-    metadata: dict = field(default_factory=dict)  # task, category, context, grade, skills, source, language
+    metadata: dict = field(
+        default_factory=dict
+    )  # task, category, context, grade, skills, source, language
 
     @property
     def task(self) -> str:
@@ -42,9 +48,16 @@ class Problem:
 
     def facts(self) -> dict:
         """What scoring needs, as stored in each result line."""
-        return {"question": self.question, "answer": self.answer, "question_type": self.question_type,
-                "answer_type": self.answer_type, "choices": self.choices, "precision": self.precision,
-                "unit": self.unit, "metadata": self.metadata}
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "question_type": self.question_type,
+            "answer_type": self.answer_type,
+            "choices": self.choices,
+            "precision": self.precision,
+            "unit": self.unit,
+            "metadata": self.metadata,
+        }
 
 
 def data_files() -> dict[str, Path]:
@@ -76,8 +89,10 @@ def read_json(path: Path):
 def problem_from_record(rec: dict, queries: dict[str, str] | None = None) -> Problem:
     """A Problem from a testmini record (the JSON's or the hub / parquet row's fields; the image is ignored)."""
     if not isinstance(rec, dict):
-        raise MathVistaDataError(f"a testmini record must be a JSON object of a problem's fields, not "
-                                 f"{type(rec).__name__} {str(rec)[:40]}")
+        raise MathVistaDataError(
+            f"a testmini record must be a JSON object of a problem's fields, not "
+            f"{type(rec).__name__} {str(rec)[:40]}"
+        )
     try:
         pid = str(rec["pid"])
         precision = rec.get("precision")
@@ -85,14 +100,24 @@ def problem_from_record(rec: dict, queries: dict[str, str] | None = None) -> Pro
         if not query:
             raise KeyError("query")
         return Problem(
-            pid=pid, question=str(rec["question"]), query=str(query), answer=str(rec["answer"]),
-            question_type=str(rec["question_type"]), answer_type=str(rec["answer_type"]),
+            pid=pid,
+            question=str(rec["question"]),
+            query=str(query),
+            answer=str(rec["answer"]),
+            question_type=str(rec["question_type"]),
+            answer_type=str(rec["answer_type"]),
             choices=[str(c) for c in rec["choices"]] if rec.get("choices") else None,
             unit=rec.get("unit") or None,
-            precision=int(float(precision)) if precision is not None and precision == precision else None,
-            image=str(rec.get("image") or ""), metadata=dict(rec.get("metadata") or {}))
+            precision=int(float(precision))
+            if precision is not None and precision == precision
+            else None,
+            image=str(rec.get("image") or ""),
+            metadata=dict(rec.get("metadata") or {}),
+        )
     except (KeyError, TypeError, ValueError) as e:
-        raise MathVistaDataError(f"testmini record {rec.get('pid', '?')!r} lacks or mangles field {e}") from e
+        raise MathVistaDataError(
+            f"testmini record {rec.get('pid', '?')!r} lacks or mangles field {e}"
+        ) from e
 
 
 def load_problems(records: list[dict] | None = None) -> dict[str, Problem]:
@@ -111,20 +136,30 @@ def read_annotation_file(path: Path) -> list[dict]:
     to make a Problem (an error names the file)."""
     if path.suffix == ".jsonl":
         try:
-            data = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            data = [
+                json.loads(line)
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise MathVistaDataError(f"{path} is not valid JSON lines: {e}") from e
     else:
         data = read_json(path)
     if isinstance(data, dict):
-        bad = next((pid for pid, rec in data.items() if not isinstance(rec, dict)), None)
+        bad = next(
+            (pid for pid, rec in data.items() if not isinstance(rec, dict)), None
+        )
         if bad is not None:
-            raise MathVistaDataError(f"{path}: pid {bad!r} maps to {type(data[bad]).__name__} "
-                                     f"{str(data[bad])[:40]}; expected a pid -> problem object")
+            raise MathVistaDataError(
+                f"{path}: pid {bad!r} maps to {type(data[bad]).__name__} "
+                f"{str(data[bad])[:40]}; expected a pid -> problem object"
+            )
         data = [{"pid": pid, **rec} for pid, rec in data.items()]
     elif not isinstance(data, list):
-        raise MathVistaDataError(f"{path} must hold a pid -> problem object or a list of problems, not "
-                                 f"{type(data).__name__}")
+        raise MathVistaDataError(
+            f"{path} must hold a pid -> problem object or a list of problems, not "
+            f"{type(data).__name__}"
+        )
     queries = read_json(data_files()["queries"])
     for rec in data:
         try:

@@ -32,7 +32,9 @@ def quick_extract(response: str, facts: dict) -> str | None:
     """MathVista's official cheap rules; None when none applies (the caller goes on)."""
     if response == "":
         return ""
-    if facts["question_type"] == "multi_choice" and response in (facts.get("choices") or []):
+    if facts["question_type"] == "multi_choice" and response in (
+        facts.get("choices") or []
+    ):
         return response
     if facts["answer_type"] == "integer":
         try:
@@ -57,7 +59,7 @@ def last_boxed(text: str) -> str | None:
     for j in range(i, len(text)):
         depth += {"{": 1, "}": -1}.get(text[j], 0)
         if depth == 0:
-            return text[i + 1:j]
+            return text[i + 1 : j]
     return None
 
 
@@ -69,7 +71,7 @@ def final_span(response: str) -> str | None:
         return clean(boxed)
     for pattern in (r"final answer\s*(?:is\b|:|=)?\s*:?", r"answer\s*(?:is\b|:)\s*:?"):
         for m in reversed(list(re.finditer(pattern, response, flags=re.IGNORECASE))):
-            rest = clean(response[m.end():].split("\n", 1)[0])
+            rest = clean(response[m.end() :].split("\n", 1)[0])
             if rest:
                 return rest
     return None
@@ -89,8 +91,14 @@ def option_letter(text: str, n_choices: int, strict: bool = False) -> str | None
     valid = "".join(chr(ord("A") + i) for i in range(n_choices))
     if not valid:
         return None
-    head = rf"^\(?([{valid}])\)?[.:)]?$" if strict else rf"^\(?([{valid}])\)?(?:[.:)\s]|$)"
-    for pattern in (head, rf"\(([{valid}])\)", rf"\b(?:option|choice)\s*(?:is\s+)?\(?([{valid}])\)?(?!\w)"):
+    head = (
+        rf"^\(?([{valid}])\)?[.:)]?$" if strict else rf"^\(?([{valid}])\)?(?:[.:)\s]|$)"
+    )
+    for pattern in (
+        head,
+        rf"\(([{valid}])\)",
+        rf"\b(?:option|choice)\s*(?:is\s+)?\(?([{valid}])\)?(?!\w)",
+    ):
         found = re.findall(pattern, text.strip())
         if found:
             return found[-1]
@@ -100,8 +108,12 @@ def option_letter(text: str, n_choices: int, strict: bool = False) -> str | None
 def choice_in(text: str, choices: list[str]) -> str | None:
     """The longest choice that the text equals or contains as a whole word / number (case-insensitive)."""
     low = text.lower()
-    hits = [c for c in choices if c.strip()
-            and re.search(rf"(?<![\w.]){re.escape(c.strip().lower())}(?!\w)(?!\.\d)", low)]
+    hits = [
+        c
+        for c in choices
+        if c.strip()
+        and re.search(rf"(?<![\w.]){re.escape(c.strip().lower())}(?!\w)(?!\.\d)", low)
+    ]
     return max(hits, key=len) if hits else None
 
 
@@ -111,7 +123,9 @@ def number_in(span: str, last: bool = False) -> str | None:
     frac = _FRAC.search(s)
     if frac:
         sign, a, b = frac.groups()
-        value = _ratio(a, b, negate=bool(sign))  # -\frac{-1}{2} = 0.5: the signs multiply
+        value = _ratio(
+            a, b, negate=bool(sign)
+        )  # -\frac{-1}{2} = 0.5: the signs multiply
         if value is not None:
             return value
     slash = _SLASH.match(s)
@@ -158,13 +172,20 @@ def extract(response: str, facts: dict) -> str:
     if facts["question_type"] == "multi_choice":
         choices = facts.get("choices") or []
         for text, strict in ((span, False), (last_line, True)):
-            found = text and (option_letter(text, len(choices), strict) or choice_in(text, choices))
+            found = text and (
+                option_letter(text, len(choices), strict) or choice_in(text, choices)
+            )
             if found:
                 return found
         return span or option_letter(response, len(choices), strict=True) or ""
     if facts["answer_type"] in ("integer", "float"):
         found = number_in(span) if span else None
-        return found or number_in(last_line, last=True) or number_in(response, last=True) or ""
+        return (
+            found
+            or number_in(last_line, last=True)
+            or number_in(response, last=True)
+            or ""
+        )
     if facts["answer_type"] == "list":
         return list_in(span or "") or list_in(response) or ""
     return span or last_line

@@ -7,10 +7,25 @@ import hashlib
 import os
 from pathlib import Path
 
-from .data import HUB_ID, SPLIT, MathVistaDataError, Problem, read_annotation_file, sha256_file
+from asymspec_vl.pair.defaults import cache_dir
+
+from .data import (
+    HUB_ID,
+    SPLIT,
+    MathVistaDataError,
+    Problem,
+    read_annotation_file,
+    sha256_file,
+)
 
 IMAGE_EXTS = (".jpg", ".png", ".jpeg", ".webp", ".gif", ".bmp")
-ANNOTATION_FILES = ("testmini.json", "data/testmini.json", "annotations.json", "testmini.jsonl", "annotations.jsonl")
+ANNOTATION_FILES = (
+    "testmini.json",
+    "data/testmini.json",
+    "annotations.json",
+    "testmini.jsonl",
+    "annotations.jsonl",
+)
 
 
 class MissingImagesError(MathVistaDataError):
@@ -18,19 +33,20 @@ class MissingImagesError(MathVistaDataError):
 
 
 def default_image_dir() -> Path:
-    from asymspec_vl.pair.defaults import cache_dir
 
     return cache_dir() / "mathvista"
 
 
 def where_to_put(folder: Path) -> str:
     """Where the testmini images can come from, in short lines (the first starts a new line)."""
-    return (f"\nThe MathVista text data ships with asymspec-vl; only the testmini images must come from elsewhere."
-            f"\nPut them in {folder}, then pass --images {folder}:"
-            f"\n  - as images/<pid>.png (the images/ folder of MathVista's data release), or flat as <pid>.png"
-            f"\n    (.jpg works too; the `decoded_image` field of the {HUB_ID} {SPLIT} split holds them),"
-            f"\n  - or as a parquet copy of that split anywhere under the folder."
-            f"\nOr, with access to the Hugging Face hub, pass --images hub.")
+    return (
+        f"\nThe MathVista text data ships with asymspec-vl; only the testmini images must come from elsewhere."
+        f"\nPut them in {folder}, then pass --images {folder}:"
+        f"\n  - as images/<pid>.png (the images/ folder of MathVista's data release), or flat as <pid>.png"
+        f"\n    (.jpg works too; the `decoded_image` field of the {HUB_ID} {SPLIT} split holds them),"
+        f"\n  - or as a parquet copy of that split anywhere under the folder."
+        f"\nOr, with access to the Hugging Face hub, pass --images hub."
+    )
 
 
 class FolderImages:
@@ -50,7 +66,9 @@ class FolderImages:
     def get(self, p: Problem):
         path = self.locate(p)
         if path is None:
-            raise MissingImagesError(f"no image for pid {p.pid} under {self.root}." + where_to_put(self.root))
+            raise MissingImagesError(
+                f"no image for pid {p.pid} under {self.root}." + where_to_put(self.root)
+            )
         return path
 
     def missing(self, problems: list[Problem]) -> list[str]:
@@ -76,7 +94,9 @@ class TableImages:
             raise MissingImagesError(f"pid {p.pid} is not in the {self.kind} table")
         image = self.dataset[self.index[p.pid]]["decoded_image"]
         if image is None:
-            raise MissingImagesError(f"pid {p.pid} has no decoded_image in the {self.kind} table")
+            raise MissingImagesError(
+                f"pid {p.pid} has no decoded_image in the {self.kind} table"
+            )
         return image
 
     def missing(self, problems: list[Problem]) -> list[str]:
@@ -94,45 +114,67 @@ def _table_records(dataset) -> list[dict]:
 def load_local(root: Path) -> tuple[list[dict] | None, FolderImages | TableImages]:
     """Annotations (None: use the vendored ones) and images from a local folder."""
     if not root.is_dir():
-        raise MissingImagesError(f"image folder not found: {root}." + where_to_put(root))
+        raise MissingImagesError(
+            f"image folder not found: {root}." + where_to_put(root)
+        )
     parquet = sorted(root.rglob("*.parquet"))
     if parquet:
-        import datasets
+        import datasets  # lazy: loads datasets
 
         try:
-            ds = datasets.load_dataset("parquet", data_files=[str(p) for p in parquet], split="train")
+            ds = datasets.load_dataset(
+                "parquet", data_files=[str(p) for p in parquet], split="train"
+            )
         except (ValueError, OSError) as e:
-            raise MathVistaDataError(f"cannot read the parquet files under {root}: {e}") from e
+            raise MathVistaDataError(
+                f"cannot read the parquet files under {root}: {e}"
+            ) from e
         if "pid" not in ds.column_names or "decoded_image" not in ds.column_names:
-            raise MathVistaDataError(f"the parquet files under {root} need pid and decoded_image columns "
-                                     f"(found {ds.column_names})")
+            raise MathVistaDataError(
+                f"the parquet files under {root} need pid and decoded_image columns "
+                f"(found {ds.column_names})"
+            )
         info = {"path": str(root), "sha256": {p.name: sha256_file(p) for p in parquet}}
         return _table_records(ds), TableImages(ds, "parquet", info)
     for name in ANNOTATION_FILES:
         if (root / name).is_file():
-            return read_annotation_file(root / name), FolderImages(root, (root / name).parent)
+            return read_annotation_file(root / name), FolderImages(
+                root, (root / name).parent
+            )
     return None, FolderImages(root)
 
 
 def load_hub() -> tuple[list[dict], TableImages]:
     """The testmini split from the hub (refused up front in offline mode, where it cannot work)."""
     folder = default_image_dir()
-    if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-           for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
-        raise MissingImagesError(f"cannot load {HUB_ID} from the hub in offline mode (HF_HUB_OFFLINE / "
-                                 f"HF_DATASETS_OFFLINE is set)." + where_to_put(folder))
-    import datasets
+    if any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    ):
+        raise MissingImagesError(
+            f"cannot load {HUB_ID} from the hub in offline mode (HF_HUB_OFFLINE / "
+            f"HF_DATASETS_OFFLINE is set)." + where_to_put(folder)
+        )
+    import datasets  # lazy: loads datasets
 
     try:
         ds = datasets.load_dataset(HUB_ID, split=SPLIT)
     except Exception as e:  # noqa: BLE001 - connection, auth and cache errors all mean: no hub images
-        raise MissingImagesError(f"could not load {HUB_ID} ({SPLIT}) from the hub: {type(e).__name__}: {e}."
-                                 + where_to_put(folder)) from e
-    info = {"dataset": HUB_ID, "split": SPLIT, "fingerprint": getattr(ds, "_fingerprint", None)}
+        raise MissingImagesError(
+            f"could not load {HUB_ID} ({SPLIT}) from the hub: {type(e).__name__}: {e}."
+            + where_to_put(folder)
+        ) from e
+    info = {
+        "dataset": HUB_ID,
+        "split": SPLIT,
+        "fingerprint": getattr(ds, "_fingerprint", None),
+    }
     return _table_records(ds), TableImages(ds, "hub", info)
 
 
-def open_images(spec: str | Path | None) -> tuple[list[dict] | None, FolderImages | TableImages]:
+def open_images(
+    spec: str | Path | None,
+) -> tuple[list[dict] | None, FolderImages | TableImages]:
     """spec: a folder, "hub", or None (the default folder ~/.cache/asymspec-vl/mathvista when it exists,
     else the hub). Returns (local annotation records or None, the image store)."""
     if spec is None:
@@ -148,6 +190,8 @@ def check_images(store, problems: list[Problem]) -> None:
     missing = store.missing(problems)
     if missing:
         where = getattr(store, "root", default_image_dir())
-        raise MissingImagesError(f"images are missing for {len(missing)} of {len(problems)} selected problems "
-                                 f"(pids {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})."
-                                 + where_to_put(Path(where)))
+        raise MissingImagesError(
+            f"images are missing for {len(missing)} of {len(problems)} selected problems "
+            f"(pids {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})."
+            + where_to_put(Path(where))
+        )

@@ -34,7 +34,9 @@ EXTRACTOR = "release-rules"
 
 _BOXED = re.compile(r"\\boxed\{([^{}]+)\}")
 _FINAL = re.compile(r"final\s*answer\s*[:\-]?\s*\*{0,2}([^\n*]+)", re.IGNORECASE)
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)\s*\*{0,2}([^\n*]+?)\*{0,2}\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_IS = re.compile(
+    r"answer\s*(?:is|:)\s*\*{0,2}([^\n*]+?)\*{0,2}\s*$", re.IGNORECASE | re.MULTILINE
+)
 _LETTER = re.compile(r"\b([A-F])\b")
 _NUMBER = re.compile(r"-?\d+\.?\d*")
 
@@ -91,7 +93,11 @@ def extract(response: str, facts: dict) -> str:
                 return _letter(i)
         letters = _LETTER.findall(text)
         return letters[-1] if letters else span[:20]
-    numbers = _NUMBER.findall(span) or _NUMBER.findall(text.split("\n")[-1]) or _NUMBER.findall(text)
+    numbers = (
+        _NUMBER.findall(span)
+        or _NUMBER.findall(text.split("\n")[-1])
+        or _NUMBER.findall(text)
+    )
     if not numbers:
         return span[:30]
     value = float(numbers[-1])

@@ -19,15 +19,26 @@ from __future__ import annotations
 
 import re
 
-BREAKDOWN_KEYS = ("question_type", "answer_type", "language", "source", "category", "task", "context", "grade",
-                  "skills")
+BREAKDOWN_KEYS = (
+    "question_type",
+    "answer_type",
+    "language",
+    "source",
+    "category",
+    "task",
+    "context",
+    "grade",
+    "skills",
+)
 
 
 def levenshtein(a: str, b: str) -> int:
     """Edit distance (insertions, deletions, substitutions of one character, each costing 1)."""
     if len(a) < len(b):
         a, b = b, a
-    prev = list(range(len(b) + 1))  # [len(b) + 1]: distances from a[:i] to every prefix of b
+    prev = list(
+        range(len(b) + 1)
+    )  # [len(b) + 1]: distances from a[:i] to every prefix of b
     for i, ca in enumerate(a, 1):
         cur = [i]
         for j, cb in enumerate(b, 1):
@@ -42,8 +53,13 @@ def most_similar(prediction: str, choices: list[str]) -> str:
     return choices[distances.index(min(distances))]
 
 
-def normalize_extraction(extraction, choices: list[str] | None, question_type: str, answer_type: str,
-                         precision: int | None):
+def normalize_extraction(
+    extraction,
+    choices: list[str] | None,
+    question_type: str,
+    answer_type: str,
+    precision: int | None,
+):
     """The official normalization (rules in the module docstring); returns a string, or None (wrong)."""
     if question_type == "multi_choice":
         text = extraction.strip() if isinstance(extraction, str) else str(extraction)
@@ -60,7 +76,9 @@ def normalize_extraction(extraction, choices: list[str] | None, question_type: s
         if answer_type == "integer":
             return str(int(float(extraction)))
         if answer_type == "float":
-            return str(round(float(extraction), None if precision is None else int(precision)))
+            return str(
+                round(float(extraction), None if precision is None else int(precision))
+            )
         if answer_type == "list":
             return str(extraction)
     except (TypeError, ValueError, OverflowError):
@@ -70,27 +88,41 @@ def normalize_extraction(extraction, choices: list[str] | None, question_type: s
 
 def score(extraction, facts: dict) -> tuple[str | None, bool]:
     """(prediction, correct) of one extraction against a problem's facts (Problem.facts())."""
-    prediction = normalize_extraction(extraction, facts.get("choices"), facts["question_type"],
-                                      facts["answer_type"], facts.get("precision"))
+    prediction = normalize_extraction(
+        extraction,
+        facts.get("choices"),
+        facts["question_type"],
+        facts["answer_type"],
+        facts.get("precision"),
+    )
     return prediction, prediction is not None and prediction == facts["answer"]
 
 
 def breakdown(records: list[dict]) -> dict:
     """Accuracy per value of each official breakdown key (skills are multi-label), as the official
     scores file lays it out: {"average": {...}, key: {value: {"accuracy", "correct", "total"}}}."""
+
     def cell(rs: list[dict]) -> dict:
         correct = sum(1 for r in rs if r.get("correct") is True)
-        return {"accuracy": correct / len(rs) if rs else 0.0, "correct": correct, "total": len(rs)}
+        return {
+            "accuracy": correct / len(rs) if rs else 0.0,
+            "correct": correct,
+            "total": len(rs),
+        }
 
     def field(r: dict, key: str):
-        return r.get(key) if key in ("question_type", "answer_type") else (r.get("metadata") or {}).get(key)
+        return (
+            r.get(key)
+            if key in ("question_type", "answer_type")
+            else (r.get("metadata") or {}).get(key)
+        )
 
     out = {"average": cell(records)}
     for key in BREAKDOWN_KEYS:
         groups: dict[str, list[dict]] = {}
         for r in records:
             values = field(r, key)
-            for v in (values if isinstance(values, list) else [values]):
+            for v in values if isinstance(values, list) else [values]:
                 groups.setdefault(str(v), []).append(r)
         cells = {v: cell(rs) for v, rs in groups.items()}
         out[key] = dict(sorted(cells.items(), key=lambda kv: -kv[1]["accuracy"]))

@@ -16,15 +16,24 @@ DEFAULT = "official"  # records written before protocols existed were made and s
 
 
 def verdict(extraction: str, extractor: str, prediction, correct: bool) -> dict:
-    return {"extraction": extraction, "extractor": extractor, "prediction": prediction, "correct": correct}
+    return {
+        "extraction": extraction,
+        "extractor": extractor,
+        "prediction": prediction,
+        "correct": correct,
+    }
 
 
 def verdicts(response: str, facts: dict, query: str, extractor) -> dict[str, dict]:
     """Both verdicts on one response; `extractor` (rule or LLM) makes the official extraction."""
     official = extractor.extract(response, facts, query)
     released = release.extract(response, facts)
-    return {"official": verdict(official, extractor.name, *score(official, facts)),
-            "release": verdict(released, release.EXTRACTOR, *release.score(released, facts))}
+    return {
+        "official": verdict(official, extractor.name, *score(official, facts)),
+        "release": verdict(
+            released, release.EXTRACTOR, *release.score(released, facts)
+        ),
+    }
 
 
 def headline(both: dict[str, dict], protocol: str) -> dict:
@@ -36,16 +45,30 @@ def kept(rec: dict) -> dict[str, dict]:
     """Both verdicts re-normalised from a record's stored extractions (no new extraction, except the release's
     rules where a record from before protocols existed has none stored)."""
     stored = dict(rec.get("verdicts") or {})
-    if "official" not in stored:  # an older record: its top-level extraction is the official one
-        stored["official"] = {"extraction": rec.get("extraction", ""), "extractor": rec.get("extractor", "rule")}
+    if (
+        "official" not in stored
+    ):  # an older record: its top-level extraction is the official one
+        stored["official"] = {
+            "extraction": rec.get("extraction", ""),
+            "extractor": rec.get("extractor", "rule"),
+        }
     official = stored["official"]["extraction"]
-    released = stored["release"]["extraction"] if "release" in stored else release.extract(rec["response"], rec)
-    return {"official": verdict(official, stored["official"].get("extractor", "rule"), *score(official, rec)),
-            "release": verdict(released, release.EXTRACTOR, *release.score(released, rec))}
+    released = (
+        stored["release"]["extraction"]
+        if "release" in stored
+        else release.extract(rec["response"], rec)
+    )
+    return {
+        "official": verdict(
+            official, stored["official"].get("extractor", "rule"), *score(official, rec)
+        ),
+        "release": verdict(released, release.EXTRACTOR, *release.score(released, rec)),
+    }
 
 
 def label(records: list[dict]) -> str:
     """Which protocols made a table: "prompts: official, scoring: release"."""
+
     def joined(key: str) -> str:
         return " + ".join(sorted({r.get(key) or DEFAULT for r in records})) or DEFAULT
 

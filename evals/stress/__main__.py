@@ -5,7 +5,8 @@
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
 --cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
-seeded sampled rows; see workload.py), prints one line per case and at the end the cases run, requests compared and every mismatch with
+seeded sampled rows; see workload.py), prints one line per case and at the end the cases run, requests compared and
+every mismatch with
 the workload that reproduces it (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
@@ -17,96 +18,176 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from asymspec_vl.cli import HelpFormatter
+from asymspec_vl.toy.tiny import write_tiny_models
 
 from .case import RESULT_PREFIX, CaseReport, run_case
+from .hf_side import Reference
+from .shrink import shrink
 from .workload import Workload, draw
 
 
 def model_paths(root: Path) -> dict:
     """The tiny verifier / VL drafter under root (written there first if missing)."""
-    from asymspec_vl.toy.tiny import write_tiny_models
 
     if not (root / "verifier" / "config.json").exists():
         write_tiny_models(root, seed=0)
-    return {"root": root, "verifier": root / "verifier", "vl_drafter": root / "vl_drafter"}
+    return {
+        "root": root,
+        "verifier": root / "verifier",
+        "vl_drafter": root / "vl_drafter",
+    }
 
 
 def describe(w: Workload) -> str:
     e = w.engine
     modes = "/".join(sorted({r.mode for r in w.rows}))
-    return (f"seed={w.seed} block={e.block_size} K={e.K} seqs={e.max_num_seqs} budget={e.max_num_batched_tokens} "
-            f"prefix_cache={e.prefix_caching} preempt={e.preempt} small_pool={e.small_pool} tp={e.tp} "
-            f"processes={e.processes} compiled={e.compiled} rows={len(w.rows)} ({modes})")
+    return (
+        f"seed={w.seed} block={e.block_size} K={e.K} seqs={e.max_num_seqs} budget={e.max_num_batched_tokens} "
+        f"prefix_cache={e.prefix_caching} preempt={e.preempt} small_pool={e.small_pool} tp={e.tp} "
+        f"processes={e.processes} compiled={e.compiled} rows={len(w.rows)} ({modes})"
+    )
 
 
 def line(report: CaseReport) -> str:
     status = "OK" if not report.mismatches else f"{len(report.mismatches)} MISMATCH(ES)"
-    return (f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
-            f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
-            f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}")
+    return (
+        f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
+        f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
+        f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}"
+    )
 
 
 def draw_case(seed: int, args) -> Workload:
-    gpu_shaped = args.gpu_shaped == "only" or (args.gpu_shaped == "mix" and seed % 2 == 1)
+    gpu_shaped = args.gpu_shaped == "only" or (
+        args.gpu_shaped == "mix" and seed % 2 == 1
+    )
     return draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m asymspec_vl.evals.stress", description=__doc__,
-                                 formatter_class=HelpFormatter)
-    ap.add_argument("--seconds", type=float, default=600, help="stop starting cases after this many seconds")
+    ap = argparse.ArgumentParser(
+        prog="python -m asymspec_vl.evals.stress",
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=600,
+        help="stop starting cases after this many seconds",
+    )
     ap.add_argument("--seed", type=int, default=0, help="the first workload's seed")
-    ap.add_argument("--cases", type=int, default=None, help="run at most this many cases")
-    ap.add_argument("--no-tp", action="store_true", help="in-process engines only (no TP=2, no worker processes)")
-    ap.add_argument("--models", type=Path, default=None, help="tiny models folder (default: written to a temp dir)")
-    ap.add_argument("--logit-steps", type=int, default=6, help="verification steps per request whose a / b are checked")
-    ap.add_argument("--workload", default=None, help="run this one workload (JSON, as a mismatch prints it)")
-    ap.add_argument("--shrink", action="store_true",
-                    help="reduce the failing workload of --workload (or of --seed) to a smaller one that still fails")
-    ap.add_argument("--gpu-shaped", choices=("mix", "only", "off"), default="mix",
-                    help="GPU-shaped workloads: every second case (mix), every case, or none")
-    ap.add_argument("--out", type=Path, default=None, help="append each case report (JSON lines) here")
+    ap.add_argument(
+        "--cases", type=int, default=None, help="run at most this many cases"
+    )
+    ap.add_argument(
+        "--no-tp",
+        action="store_true",
+        help="in-process engines only (no TP=2, no worker processes)",
+    )
+    ap.add_argument(
+        "--models",
+        type=Path,
+        default=None,
+        help="tiny models folder (default: written to a temp dir)",
+    )
+    ap.add_argument(
+        "--logit-steps",
+        type=int,
+        default=6,
+        help="verification steps per request whose a / b are checked",
+    )
+    ap.add_argument(
+        "--workload",
+        default=None,
+        help="run this one workload (JSON, as a mismatch prints it)",
+    )
+    ap.add_argument(
+        "--shrink",
+        action="store_true",
+        help="reduce the failing workload of --workload (or of --seed) to a smaller one that still fails",
+    )
+    ap.add_argument(
+        "--gpu-shaped",
+        choices=("mix", "only", "off"),
+        default="mix",
+        help="GPU-shaped workloads: every second case (mix), every case, or none",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="append each case report (JSON lines) here",
+    )
     args = ap.parse_args(argv)
-    paths = model_paths(args.models or Path(tempfile.mkdtemp(prefix="asymspec-stress-")))
-    import torch
+    paths = model_paths(
+        args.models or Path(tempfile.mkdtemp(prefix="asymspec-stress-"))
+    )
 
-    torch.set_num_threads(1)  # tiny models: more OpenMP threads only spin against the engine (and other processes)
-    from .hf_side import Reference
+    torch.set_num_threads(
+        1
+    )  # tiny models: more OpenMP threads only spin against the engine (and other processes)
 
     reference = Reference(paths)
     if args.shrink:
-        from .shrink import shrink
-
-        w = Workload.from_json(args.workload) if args.workload else draw_case(args.seed, args)
-        best = shrink(w, lambda trial: run_case(trial, paths, reference, args.logit_steps))
-        print(f"smallest failing workload ({len(best.rows)} rows): --workload '{best.to_json()}'")
+        w = (
+            Workload.from_json(args.workload)
+            if args.workload
+            else draw_case(args.seed, args)
+        )
+        best = shrink(
+            w, lambda trial: run_case(trial, paths, reference, args.logit_steps)
+        )
+        print(
+            f"smallest failing workload ({len(best.rows)} rows): --workload '{best.to_json()}'"
+        )
         return 0
-    if args.workload:  # one case (also how engines with worker processes run: see case.py)
-        report = run_case(Workload.from_json(args.workload), paths, reference, args.logit_steps, here=True)
+    if (
+        args.workload
+    ):  # one case (also how engines with worker processes run: see case.py)
+        report = run_case(
+            Workload.from_json(args.workload),
+            paths,
+            reference,
+            args.logit_steps,
+            here=True,
+        )
         print(RESULT_PREFIX + report.to_json(), flush=True)
         return int(bool(report.mismatches))
     start, reports = time.time(), []
     seed = args.seed
-    while time.time() - start < args.seconds and (args.cases is None or len(reports) < args.cases):
+    while time.time() - start < args.seconds and (
+        args.cases is None or len(reports) < args.cases
+    ):
         w = draw_case(seed, args)
         print(f"case {len(reports) + 1}: {describe(w)}", flush=True)
         report = run_case(w, paths, reference, args.logit_steps)
         reports.append(report)
         print(f"  {line(report)}", flush=True)
         for m in report.mismatches:
-            print(f"  - {m.what} row {m.row}: {m.detail[:600]}" + (f" [{m.known}]" if m.known else ""), flush=True)
+            print(
+                f"  - {m.what} row {m.row}: {m.detail[:600]}"
+                + (f" [{m.known}]" if m.known else ""),
+                flush=True,
+            )
         if args.out:
             with args.out.open("a") as f:
                 f.write(report.to_json() + "\n")
         seed += 1
     bad = [r for r in reports if r.mismatches]
-    print(f"\ncases run: {len(reports)}, requests compared: {sum(r.compared for r in reports)}, logit checks: "
-          f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
-          f"{len(bad)} case(s), seconds: {time.time() - start:.0f}")
+    print(
+        f"\ncases run: {len(reports)}, requests compared: {sum(r.compared for r in reports)}, logit checks: "
+        f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
+        f"{len(bad)} case(s), seconds: {time.time() - start:.0f}"
+    )
     for r in bad:
-        print(f"reproduce: python -m asymspec_vl.evals.stress --seed {r.seed} --cases 1 --gpu-shaped {args.gpu_shaped}"
-              f"{' --no-tp' if args.no_tp else ''}   # or --workload '{r.workload}'")
+        print(
+            f"reproduce: python -m asymspec_vl.evals.stress --seed {r.seed} --cases 1 --gpu-shaped {args.gpu_shaped}"
+            f"{' --no-tp' if args.no_tp else ''}   # or --workload '{r.workload}'"
+        )
     return int(bool(bad))
 
 

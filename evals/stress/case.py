@@ -15,14 +15,26 @@ from dataclasses import asdict, dataclass, field
 
 from asymspec_vl.inputs.prompts import encode_request
 
+from .engine_run import run_on_engine
 from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request
 
 RESULT_PREFIX = "STRESS-RESULT "
 # Known findings of issue 23, by a piece of the error they end the engine or the request with.
-KNOWN = {"shm_all_gather_impl": "finding 1: TP int64 all-gather on the AVX-512 shared-memory communicator",
-         "KeyError": "finding 3: DraftLogits.keep_only released a skipped request's slot"}
-FIELDS = ("tokens", "sources", "finish_reason", "steps", "drafted", "accepted", "emitted", "accepted_at")
+KNOWN = {
+    "shm_all_gather_impl": "finding 1: TP int64 all-gather on the AVX-512 shared-memory communicator",
+    "KeyError": "finding 3: DraftLogits.keep_only released a skipped request's slot",
+}
+FIELDS = (
+    "tokens",
+    "sources",
+    "finish_reason",
+    "steps",
+    "drafted",
+    "accepted",
+    "emitted",
+    "accepted_at",
+)
 
 
 @dataclass
@@ -42,14 +54,16 @@ class CaseReport:
     logit_steps: int = 0  # a / b comparisons made
     max_error: dict = field(default_factory=lambda: {"a": 0.0, "b": 0.0})
     resumptions: int = 0
-    seconds: dict = field(default_factory=lambda: {"engine": 0.0, "reference": 0.0})  # vLLM start + run; transformers
+    seconds: dict = field(
+        default_factory=lambda: {"engine": 0.0, "reference": 0.0}
+    )  # vLLM start + run; transformers
     mismatches: list[Mismatch] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "CaseReport":
+    def from_json(cls, text: str) -> CaseReport:
         d = json.loads(text)
         return cls(**{**d, "mismatches": [Mismatch(**m) for m in d["mismatches"]]})
 
@@ -58,61 +72,111 @@ def known_finding(text: str) -> str | None:
     return next((name for key, name in KNOWN.items() if key in text), None)
 
 
-def run_case(workload: Workload, paths: dict, reference: Reference, logit_steps: int = 6,
-             here: bool = False) -> CaseReport:
+def run_case(
+    workload: Workload,
+    paths: dict,
+    reference: Reference,
+    logit_steps: int = 6,
+    here: bool = False,
+) -> CaseReport:
     """here: run in this process whatever the engine (the fresh interpreter of a worker-process case)."""
     if workload.engine.in_subprocess and not here:
         return _in_subprocess(workload, paths, logit_steps)
-    from .engine_run import run_on_engine
 
     pair = reference.pair
-    encs = [encode_request(make_request(r), pair.processor, pair.tokenizer) for r in workload.rows]
+    encs = [
+        encode_request(make_request(r), pair.processor, pair.tokenizer)
+        for r in workload.rows
+    ]
     t0 = time.perf_counter()
     run = run_on_engine(workload, pair, paths, encs)
     t1 = time.perf_counter()
-    report = CaseReport(workload.seed, workload.to_json(), requests=len(workload.rows), resumptions=run.resumptions)
+    report = CaseReport(
+        workload.seed,
+        workload.to_json(),
+        requests=len(workload.rows),
+        resumptions=run.resumptions,
+    )
     if run.error:
-        report.mismatches.append(Mismatch("engine", None, run.error[:2000], known_finding(run.error)))
+        report.mismatches.append(
+            Mismatch("engine", None, run.error[:2000], known_finding(run.error))
+        )
     for i, (row, enc, got) in enumerate(zip(workload.rows, encs, run.rows)):
         if got is None:
             continue
         report.compared += 1
         if got.finish_reason == "error":
-            report.mismatches.append(Mismatch("error", i, got.error[:2000], known_finding(got.error)))
+            report.mismatches.append(
+                Mismatch("error", i, got.error[:2000], known_finding(got.error))
+            )
             continue
         expected = reference.alone(row, enc)
-        fields = FIELDS[:1] if row.mode == "plain" else FIELDS  # plain rows: the verifier's greedy tokens
-        diff = [(name, e, g) for name, e, g in zip(fields, summary(expected), summary(got)) if e != g]
+        fields = (
+            FIELDS[:1] if row.mode == "plain" else FIELDS
+        )  # plain rows: the verifier's greedy tokens
+        diff = [
+            (name, e, g)
+            for name, e, g in zip(fields, summary(expected), summary(got))
+            if e != g
+        ]
         if diff:
-            report.mismatches.append(Mismatch("tokens", i, "; ".join(f"{n}: transformers {e} vllm {g}"
-                                                                     for n, e, g in diff)))
+            report.mismatches.append(
+                Mismatch(
+                    "tokens",
+                    i,
+                    "; ".join(f"{n}: transformers {e} vllm {g}" for n, e, g in diff),
+                )
+            )
         _compare_logits(report, reference, i, enc, run.steps[i], logit_steps)
-    report.seconds = {"engine": round(t1 - t0, 1), "reference": round(time.perf_counter() - t1, 1)}
+    report.seconds = {
+        "engine": round(t1 - t0, 1),
+        "reference": round(time.perf_counter() - t1, 1),
+    }
     return report
 
 
-def _compare_logits(report: CaseReport, reference: Reference, i: int, enc, steps: list[dict], k: int) -> None:
+def _compare_logits(
+    report: CaseReport, reference: Reference, i: int, enc, steps: list[dict], k: int
+) -> None:
     for s in spread(len(steps), k):
         entry = steps[s]
         for name in ("b", "a"):
             if name not in entry:
                 continue
             got = entry[name]
-            ref = (reference.b(enc, entry["y"], entry["drafts"]) if name == "b"
-                   else reference.a(enc, entry["y"], entry["drafts"], got.shape[0]))
+            ref = (
+                reference.b(enc, entry["y"], entry["drafts"])
+                if name == "b"
+                else reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+            )
             err = relative_error(got, ref)
             report.logit_steps += 1
             report.max_error[name] = max(report.max_error[name], err)
             if err > LOGIT_TOLERANCE:
-                report.mismatches.append(Mismatch(name, i, f"verification step {s} (after {len(entry['y'])} tokens, "
-                                                           f"drafts {entry['drafts']}): relative error {err:.2e} > "
-                                                           f"{LOGIT_TOLERANCE:g}"))
+                report.mismatches.append(
+                    Mismatch(
+                        name,
+                        i,
+                        f"verification step {s} (after {len(entry['y'])} tokens, "
+                        f"drafts {entry['drafts']}): relative error {err:.2e} > "
+                        f"{LOGIT_TOLERANCE:g}",
+                    )
+                )
 
 
 def _in_subprocess(workload: Workload, paths: dict, logit_steps: int) -> CaseReport:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "asymspec_vl.evals.stress", "--workload", workload.to_json(), "--models",
-           str(paths["root"]), "--logit-steps", str(logit_steps)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asymspec_vl.evals.stress",
+        "--workload",
+        workload.to_json(),
+        "--models",
+        str(paths["root"]),
+        "--logit-steps",
+        str(logit_steps),
+    ]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         out, err = proc.stdout, proc.stderr
@@ -120,14 +184,29 @@ def _in_subprocess(workload: Workload, paths: dict, logit_steps: int) -> CaseRep
         out, err = "", f"the case timed out after 900 s: {(e.stderr or b'')[-2000:]!r}"
     lines = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
     if lines:
-        report = CaseReport.from_json(lines[-1][len(RESULT_PREFIX):])
-        for m in report.mismatches:  # an engine core or worker process logs the root cause on its stderr
+        report = CaseReport.from_json(lines[-1][len(RESULT_PREFIX) :])
+        for m in (
+            report.mismatches
+        ):  # an engine core or worker process logs the root cause on its stderr
             if m.what == "engine" and m.known is None:
                 m.known = known_finding(err)
-                cause = [ln for ln in err.splitlines() if "Error" in ln and "EngineDeadError" not in ln]
-                m.detail += (" | root cause on stderr: " + cause[-1][-600:]) if cause else ""
+                cause = [
+                    ln
+                    for ln in err.splitlines()
+                    if "Error" in ln and "EngineDeadError" not in ln
+                ]
+                m.detail += (
+                    (" | root cause on stderr: " + cause[-1][-600:]) if cause else ""
+                )
         return report
     report = CaseReport(workload.seed, workload.to_json(), requests=len(workload.rows))
     tail = (out[-1500:] + "\n" + err[-3000:]).strip()
-    report.mismatches.append(Mismatch("engine", None, f"the case's process gave no result: {tail}", known_finding(tail)))
+    report.mismatches.append(
+        Mismatch(
+            "engine",
+            None,
+            f"the case's process gave no result: {tail}",
+            known_finding(tail),
+        )
+    )
     return report

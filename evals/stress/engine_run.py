@@ -7,19 +7,24 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 
-from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.backends.vllm.engine import EngineSpec
+from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.core.loop import RowOutput
 from asymspec_vl.core.methods import METHODS
 from asymspec_vl.inputs.prompts import EncodedRequest
+from vllm_patches.probes import probe
 
 from .workload import RowSpec, Workload
 
 
 @dataclass
 class EngineRun:
-    rows: list[RowOutput | None]  # per RowSpec; None when the engine failed before the request finished
-    steps: list[list[dict]] = field(default_factory=list)  # per row: probe.captured_step_logits entries
+    rows: list[
+        RowOutput | None
+    ]  # per RowSpec; None when the engine failed before the request finished
+    steps: list[list[dict]] = field(
+        default_factory=list
+    )  # per row: probe.captured_step_logits entries
     resumptions: int = 0  # preempted requests resumed during the run
     error: str | None = None  # the engine failed: "ErrorType: message"
 
@@ -28,20 +33,35 @@ def engine_kwargs(workload: Workload, encs: list[EncodedRequest]) -> dict:
     """vllm.LLM arguments of the workload's engine; a preempting engine gets the KV blocks its largest request
     needs alone and a quarter of what the next max_num_seqs - 1 need."""
     e = workload.engine
-    kwargs = {"block_size": e.block_size, "max_num_seqs": e.max_num_seqs, "enable_prefix_caching": e.prefix_caching}
+    kwargs = {
+        "block_size": e.block_size,
+        "max_num_seqs": e.max_num_seqs,
+        "enable_prefix_caching": e.prefix_caching,
+    }
     if e.max_num_batched_tokens is not None:
         kwargs["max_num_batched_tokens"] = max(e.max_num_batched_tokens, e.max_num_seqs)
     if e.preempt:
-        need = sorted((-(-(len(enc.comp.ids) + r.max_new + e.K + 3) // e.block_size)
-                       for r, enc in zip(workload.rows, encs)), reverse=True)
-        kwargs["num_gpu_blocks_override"] = need[0] + 1 + sum(need[1:e.max_num_seqs]) // 4
+        need = sorted(
+            (
+                -(-(len(enc.comp.ids) + r.max_new + e.K + 3) // e.block_size)
+                for r, enc in zip(workload.rows, encs)
+            ),
+            reverse=True,
+        )
+        kwargs["num_gpu_blocks_override"] = (
+            need[0] + 1 + sum(need[1 : e.max_num_seqs]) // 4
+        )
     return kwargs
 
 
 def full_view_tokens(workload: Workload, encs: list[EncodedRequest]) -> int | None:
     """ASYMSPEC_FULL_VIEW_TOKENS of a small x_full pool: about one and a half of the largest asymspec request."""
     e = workload.engine
-    needs = [len(enc.full.ids) + r.max_new + e.K + 3 for r, enc in zip(workload.rows, encs) if r.mode == "asymspec"]
+    needs = [
+        len(enc.full.ids) + r.max_new + e.K + 3
+        for r, enc in zip(workload.rows, encs)
+        if r.mode == "asymspec"
+    ]
     if not (e.small_pool and needs):
         return None
     blocks = -(-max(needs) // e.block_size)
@@ -63,14 +83,21 @@ def _env(name: str, value: str | None):
                 os.environ[name] = old
 
 
-def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedRequest]) -> EngineRun:
+def run_on_engine(
+    workload: Workload, pair, paths: dict, encs: list[EncodedRequest]
+) -> EngineRun:
     """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
-    from vllm_patches.probes import probe
 
     e = workload.engine
-    backend = VLLMBackend.load(pair, str(paths["vl_drafter"]), str(paths["verifier"]), dtype="float32",
-                               tensor_parallel_size=e.tp, enforce_eager=not e.compiled,
-                               **engine_kwargs(workload, encs))
+    backend = VLLMBackend.load(
+        pair,
+        str(paths["vl_drafter"]),
+        str(paths["verifier"]),
+        dtype="float32",
+        tensor_parallel_size=e.tp,
+        enforce_eager=not e.compiled,
+        **engine_kwargs(workload, encs),
+    )
     spec = EngineSpec(str(paths["verifier"]), str(paths["vl_drafter"]), e.K)
     tokens = full_view_tokens(workload, encs)
     try:
@@ -78,11 +105,19 @@ def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedReque
             llm = backend.engine(spec)
         resumed = probe.counters(llm)["resumptions"]
         probe.capture_step_logits(llm)
-        items = [(r.arrival, f"stress-{i}", *_request(backend, r, enc)) for i, (r, enc) in enumerate(zip(workload.rows,
-                                                                                                       encs))]
+        items = [
+            (r.arrival, f"stress-{i}", *_request(backend, r, enc))
+            for i, (r, enc) in enumerate(zip(workload.rows, encs))
+        ]
         run = EngineRun([None] * len(items), [[] for _ in items])
         try:
-            finals = run_arrivals(llm, [(arrival, rid, prompt, params) for arrival, rid, prompt, params, _ in items])
+            finals = run_arrivals(
+                llm,
+                [
+                    (arrival, rid, prompt, params)
+                    for arrival, rid, prompt, params, _ in items
+                ],
+            )
         except Exception as err:  # the engine died: report it with the workload, go on with the next one
             run.error = f"{type(err).__name__}: {err}"
             return run
@@ -90,7 +125,9 @@ def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedReque
             method = METHODS["sd" if row.mode == "plain" else row.mode]
             run.rows[i] = VLLMBackend.row(finals[rid], method, mode, 0.0)
         for req_id, entries in probe.captured_step_logits(llm).items():
-            rid = req_id.rsplit("-", 1)[0]  # vLLM appends a suffix to the client's request id
+            rid = req_id.rsplit("-", 1)[
+                0
+            ]  # vLLM appends a suffix to the client's request id
             run.steps[int(rid.removeprefix("stress-"))] = entries
         run.resumptions = probe.counters(llm)["resumptions"] - resumed
         probe.capture_step_logits(llm, on=False)
@@ -99,14 +136,21 @@ def run_on_engine(workload: Workload, pair, paths: dict, encs: list[EncodedReque
         backend.close()
 
 
-def _request(backend: VLLMBackend, row: RowSpec, enc: EncodedRequest) -> tuple[dict, object, str]:
+def _request(
+    backend: VLLMBackend, row: RowSpec, enc: EncodedRequest
+) -> tuple[dict, object, str]:
     """(prompt, SamplingParams, mode) of a row on the speculative engine."""
     if row.mode != "plain":
         return backend.served_request(enc, METHODS[row.mode], row.cfg())
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: loads vLLM
 
-    return ({"prompt_token_ids": list(enc.comp.ids)},
-            SamplingParams(temperature=0.0, max_tokens=row.max_new, ignore_eos=True, detokenize=False), "plain")
+    return (
+        {"prompt_token_ids": list(enc.comp.ids)},
+        SamplingParams(
+            temperature=0.0, max_tokens=row.max_new, ignore_eos=True, detokenize=False
+        ),
+        "plain",
+    )
 
 
 def run_arrivals(llm, items: list[tuple[int, str, dict, object]]) -> dict[str, object]:

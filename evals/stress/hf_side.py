@@ -28,15 +28,27 @@ LOGIT_TOLERANCE = 1e-4
 def summary(row: RowOutput) -> tuple:
     """What must agree: tokens, their sources, finish reason and the acceptance counters."""
     s = row.stats
-    return (row.token_ids, row.sources, row.finish_reason, s.steps, s.drafted, s.accepted, s.emitted,
-            list(s.accepted_at))
+    return (
+        row.token_ids,
+        row.sources,
+        row.finish_reason,
+        s.steps,
+        s.drafted,
+        s.accepted,
+        s.emitted,
+        list(s.accepted_at),
+    )
 
 
 class Reference:
     def __init__(self, paths: dict):
         # no text drafter: SD drafts with the VL drafter on x_comp, as the speculative engine does
-        self.vl = AsymSpecVL.from_pretrained(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]),
-                                             device="cpu", dtype="float32")
+        self.vl = AsymSpecVL.from_pretrained(
+            drafter=str(paths["vl_drafter"]),
+            verifier=str(paths["verifier"]),
+            device="cpu",
+            dtype="float32",
+        )
         self.drafter = self.vl.backend.drafter
         self.pair = self.vl.pair
 
@@ -46,25 +58,44 @@ class Reference:
             return self.vl.backend.run([enc], METHODS[row.mode], row.cfg())[0]
         ids = torch.tensor([enc.comp.ids])
         with torch.no_grad():
-            out = self.vl.backend.verifier.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=row.max_new,
-                                                    do_sample=False, eos_token_id=None, pad_token_id=0)
-        tokens = out[0, ids.shape[1]:].tolist()
+            out = self.vl.backend.verifier.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=row.max_new,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        tokens = out[0, ids.shape[1] :].tolist()
         return RowOutput(tokens, ["verifier"] * len(tokens), finish_reason="length")
 
     @torch.no_grad()
     def b(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
         """The drafter on x_comp + y + d_1..d_n: its logits at the n+1 verified positions. -> [n+1, V]"""
         ids = torch.tensor([enc.comp.ids + y + drafts])
-        return self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -(len(drafts) + 1):].float()
+        return (
+            self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids))
+            .logits[0, -(len(drafts) + 1) :]
+            .float()
+        )
 
     @torch.no_grad()
-    def a(self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int) -> torch.Tensor:
+    def a(
+        self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int
+    ) -> torch.Tensor:
         """The drafter on x_full + y + d_1..d_{m-1}, image included: its logits at the m draft positions. -> [m, V]"""
-        ids = torch.tensor([enc.full.ids + y + drafts[:m - 1]])
+        ids = torch.tensor([enc.full.ids + y + drafts[: m - 1]])
         images = {}
         if enc.full.pixel_values is not None:
-            images = {"pixel_values": enc.full.pixel_values, "image_grid_thw": enc.full.image_grid_thw}
-        return self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids), **images).logits[0, -m:].float()
+            images = {
+                "pixel_values": enc.full.pixel_values,
+                "image_grid_thw": enc.full.image_grid_thw,
+            }
+        return (
+            self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids), **images)
+            .logits[0, -m:]
+            .float()
+        )
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:

@@ -30,14 +30,35 @@ from serve_support import EXAMPLES, ServerProcess, data_url  # noqa: E402
 
 IMAGE = data_url(EXAMPLES / "toy-read.png")
 QUESTION = "Which number does the yellow circle carry?"
-SCHEMA = {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0, "maximum": 99}},
-          "required": ["count"], "additionalProperties": False}
-BAD = [{"response_format": {"type": "json_schema", "json_schema": {"name": "cycle", "schema": {
-           "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}}},
-       {"response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "objekt"}}}},
-       {"structured_outputs": {"json": {"$ref": "#/$defs/missing"}}},
-       {"structured_outputs": {"regex": "(abc"}},
-       {"structured_outputs": {"grammar": "root ::= ("}}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"count": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["count"],
+    "additionalProperties": False,
+}
+BAD = [
+    {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "cycle",
+                "schema": {
+                    "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                    "$ref": "#/$defs/a",
+                },
+            },
+        }
+    },
+    {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "o", "schema": {"type": "objekt"}},
+        }
+    },
+    {"structured_outputs": {"json": {"$ref": "#/$defs/missing"}}},
+    {"structured_outputs": {"regex": "(abc"}},
+    {"structured_outputs": {"grammar": "root ::= ("}},
+]
 
 
 def user(text: str, image: bool = True) -> dict:
@@ -49,29 +70,61 @@ def good_bodies(tokens: int) -> list[dict]:
     """The distinct good requests: methods x (greedy, seeded sampling, stops, logprobs, a schema, a conversation)."""
     bodies = []
     for method in ("asymspec", "sd", "floor"):
-        base = {"messages": [user(QUESTION)], "max_tokens": tokens, "method": method, "caption": "", "ocr": ""}
-        bodies += [base,
-                   {**base, "temperature": 0.9, "seed": 7},
-                   {**base, "temperature": 0.7, "top_p": 0.9, "seed": 11},
-                   {**base, "stop": ["3", "e"]},
-                   {**base, "logprobs": True, "top_logprobs": 2},
-                   {**base, "response_format": {"type": "json_schema",
-                                                "json_schema": {"name": "count", "schema": SCHEMA}}},
-                   {**base, "messages": [user(QUESTION), {"role": "assistant", "content": "It carries 4."},
-                                         user("And the red square?", image=False)]}]
+        base = {
+            "messages": [user(QUESTION)],
+            "max_tokens": tokens,
+            "method": method,
+            "caption": "",
+            "ocr": "",
+        }
+        bodies += [
+            base,
+            {**base, "temperature": 0.9, "seed": 7},
+            {**base, "temperature": 0.7, "top_p": 0.9, "seed": 11},
+            {**base, "stop": ["3", "e"]},
+            {**base, "logprobs": True, "top_logprobs": 2},
+            {
+                **base,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "count", "schema": SCHEMA},
+                },
+            },
+            {
+                **base,
+                "messages": [
+                    user(QUESTION),
+                    {"role": "assistant", "content": "It carries 4."},
+                    user("And the red square?", image=False),
+                ],
+            },
+        ]
     return [{"model": "asymspec-vl", **b} for b in bodies]
 
 
 def bad_bodies(tokens: int) -> list[dict]:
-    return [{"model": "asymspec-vl", "messages": [user(QUESTION)], "max_tokens": tokens, "caption": "", "ocr": "",
-             **b} for b in BAD]
+    return [
+        {
+            "model": "asymspec-vl",
+            "messages": [user(QUESTION)],
+            "max_tokens": tokens,
+            "caption": "",
+            "ocr": "",
+            **b,
+        }
+        for b in BAD
+    ]
 
 
 def summary(reply: httpx.Response):
     """What must not change under load: status, and for a 200 the text, finish reason and logprob tokens."""
     if reply.status_code != 200:
         error = reply.json().get("error", {})
-        return reply.status_code, error.get("type"), "response_format / structured_outputs" in error.get("message", "")
+        return (
+            reply.status_code,
+            error.get("type"),
+            "response_format / structured_outputs" in error.get("message", ""),
+        )
     choice = reply.json()["choices"][0]
     tokens = [t["token"] for t in (choice.get("logprobs") or {}).get("content") or []]
     return 200, choice["message"]["content"], choice["finish_reason"], tokens
@@ -79,30 +132,60 @@ def summary(reply: httpx.Response):
 
 def rss_gb(pid: int) -> float:
     proc = psutil.Process(pid)
-    total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+    total = proc.memory_info().rss + sum(
+        c.memory_info().rss for c in proc.children(recursive=True)
+    )
     return round(total / 1e9, 3)
 
 
 async def run(args) -> dict:
-    server = ServerProcess(["--drafter", "embedded", "--verifier", "embedded", "--ocr", "none", "--no-caption-cache",
-                            "--max-tokens", str(args.tokens)], Path(args.log))
+    server = ServerProcess(
+        [
+            "--drafter",
+            "embedded",
+            "--verifier",
+            "embedded",
+            "--ocr",
+            "none",
+            "--no-caption-cache",
+            "--max-tokens",
+            str(args.tokens),
+        ],
+        Path(args.log),
+    )
     try:
         server.wait_ready()
         good, bad = good_bodies(args.tokens), bad_bodies(args.tokens)
-        limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
-        async with httpx.AsyncClient(base_url=server.url, timeout=900, limits=limits) as client:
+        limits = httpx.Limits(
+            max_connections=args.concurrency, max_keepalive_connections=args.concurrency
+        )
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=900, limits=limits
+        ) as client:
             post = lambda body: client.post("/v1/chat/completions", json=body)  # noqa: E731
             reference = [summary(await post(b)) for b in good]  # each alone
-            start, sent, rounds, mismatches, bad_ok, bad_wrong = time.perf_counter(), 0, [], [], 0, []
+            start, sent, rounds, mismatches, bad_ok, bad_wrong = (
+                time.perf_counter(),
+                0,
+                [],
+                [],
+                0,
+                [],
+            )
             distinct = good + bad
             while sent < args.requests:
-                batch = [distinct[(sent + i) % len(distinct)] for i in range(args.concurrency)]
+                batch = [
+                    distinct[(sent + i) % len(distinct)]
+                    for i in range(args.concurrency)
+                ]
                 replies = await asyncio.gather(*(post(b) for b in batch))
                 for i, reply in enumerate(replies):
                     k, got = (sent + i) % len(distinct), summary(reply)
                     if k < len(good):
                         if got != reference[k]:
-                            mismatches.append({"body": k, "alone": reference[k], "under_load": got})
+                            mismatches.append(
+                                {"body": k, "alone": reference[k], "under_load": got}
+                            )
                     elif got == (400, "UnsupportedRequestError", True):
                         bad_ok += 1
                     else:
@@ -110,11 +193,20 @@ async def run(args) -> dict:
                 sent += len(batch)
                 rounds.append(rss_gb(server.proc.pid))
             health = (await client.get("/health")).status_code
-        result = {"requests": sent, "concurrency": args.concurrency, "good_distinct": len(good),
-                  "bad_distinct": len(bad), "good_mismatches": mismatches, "bad_400": bad_ok, "bad_wrong": bad_wrong,
-                  "reference_statuses": sorted({r[0] for r in reference}), "health_after": health,
-                  "rss_gb_per_round": rounds, "rss_growth_gb": round(rounds[-1] - rounds[0], 3),
-                  "seconds": round(time.perf_counter() - start, 1)}
+        result = {
+            "requests": sent,
+            "concurrency": args.concurrency,
+            "good_distinct": len(good),
+            "bad_distinct": len(bad),
+            "good_mismatches": mismatches,
+            "bad_400": bad_ok,
+            "bad_wrong": bad_wrong,
+            "reference_statuses": sorted({r[0] for r in reference}),
+            "health_after": health,
+            "rss_gb_per_round": rounds,
+            "rss_growth_gb": round(rounds[-1] - rounds[0], 3),
+            "seconds": round(time.perf_counter() - start, 1),
+        }
     finally:
         result_code = server.terminate()
     result["server_exit_code"] = result_code
@@ -133,8 +225,13 @@ def main() -> int:
     print(json.dumps(result))
     if args.out:
         args.out.write_text(json.dumps(result) + "\n")
-    ok = (not result["good_mismatches"] and not result["bad_wrong"] and result["health_after"] == 200
-          and result["reference_statuses"] == [200] and result["server_exit_code"] == 0)
+    ok = (
+        not result["good_mismatches"]
+        and not result["bad_wrong"]
+        and result["health_after"] == 200
+        and result["reference_statuses"] == [200]
+        and result["server_exit_code"] == 0
+    )
     return 0 if ok else 1
 
 

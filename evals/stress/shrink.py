@@ -5,7 +5,7 @@ the case still shows a mismatch of the same kind. Each try starts an engine (ten
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from .case import CaseReport
 from .workload import EngineCase, Workload
@@ -17,7 +17,11 @@ def same_failure(report: CaseReport, kinds: set[str]) -> bool:
     return any(m.what in kinds for m in report.mismatches)
 
 
-def shrink(workload: Workload, run: Callable[[Workload], CaseReport], log: Callable[[str], None] = print) -> Workload:
+def shrink(
+    workload: Workload,
+    run: Callable[[Workload], CaseReport],
+    log: Callable[[str], None] = print,
+) -> Workload:
     """The smallest workload found that still fails like `workload` (run it first to learn how it fails)."""
     first = run(workload)
     kinds = {m.what for m in first.mismatches}
@@ -25,16 +29,26 @@ def shrink(workload: Workload, run: Callable[[Workload], CaseReport], log: Calla
         return workload
     best, i = workload, 0
     while i < len(best.rows) and len(best.rows) > 1:
-        trial = dataclasses.replace(best, rows=best.rows[:i] + best.rows[i + 1:])
+        trial = dataclasses.replace(best, rows=best.rows[:i] + best.rows[i + 1 :])
         if same_failure(run(trial), kinds):
             best = trial
             log(f"shrink: without row {i}: still fails ({len(best.rows)} rows)")
         else:
             i += 1
-    for name in ("preempt", "small_pool", "max_num_batched_tokens", "prefix_caching", "processes", "tp", "compiled"):
+    for name in (
+        "preempt",
+        "small_pool",
+        "max_num_batched_tokens",
+        "prefix_caching",
+        "processes",
+        "tp",
+        "compiled",
+    ):
         plain = getattr(PLAIN_ENGINE, name)
         if getattr(best.engine, name) != plain:
-            trial = dataclasses.replace(best, engine=dataclasses.replace(best.engine, **{name: plain}))
+            trial = dataclasses.replace(
+                best, engine=dataclasses.replace(best.engine, **{name: plain})
+            )
             if same_failure(run(trial), kinds):
                 best = trial
                 log(f"shrink: {name}={plain}: still fails")

@@ -35,28 +35,53 @@ from asymspec_vl.core.limits import LIMITS
 BLOCK_SIZES = (16, 32, 48, 64, 96, 128, 256)
 ENGINE_KS = (2, 3, 4, 5)
 MAX_NUM_SEQS = (2, 3, 4, 6, 8)
-TOKEN_BUDGETS = (None, 24, 32, 48, 64, 96)  # max_num_batched_tokens; None: the engine's default (no chunking)
+TOKEN_BUDGETS = (
+    None,
+    24,
+    32,
+    48,
+    64,
+    96,
+)  # max_num_batched_tokens; None: the engine's default (no chunking)
 GPU_BUDGETS = (16, 32, 64, 128, 512, 2048)  # GPU-shaped engines' max_num_batched_tokens
 GPU_MAX_NUM_SEQS = (2, 4, 8, 16)
-MODES = ("asymspec", "sd", "scd", "floor", "plain")  # plain: no extra_args (ordinary lossless SD)
+MODES = (
+    "asymspec",
+    "sd",
+    "scd",
+    "floor",
+    "plain",
+)  # plain: no extra_args (ordinary lossless SD)
 MODE_WEIGHTS = (4, 2, 2, 1, 1)
-QUESTIONS = ("What is the value of the largest bar?", "How many circles are shown in the figure?",
-             "Which color is the triangle on the left?", "What is the sum of the two numbers in the picture?",
-             "Find the measure of angle A. Choices: (A) 30 (B) 45 (C) 60 (D) 90", "What is the title of the chart?",
-             "Is the line increasing? Answer yes or no.", "What percent of the area is shaded?")
-WORDS = ("the chart shows bars of red green blue value total sum angle circle square line table year percent "
-         "left right top bottom label axis number digit first second third").split()
+QUESTIONS = (
+    "What is the value of the largest bar?",
+    "How many circles are shown in the figure?",
+    "Which color is the triangle on the left?",
+    "What is the sum of the two numbers in the picture?",
+    "Find the measure of angle A. Choices: (A) 30 (B) 45 (C) 60 (D) 90",
+    "What is the title of the chart?",
+    "Is the line increasing? Answer yes or no.",
+    "What percent of the area is shaded?",
+)
+WORDS = (
+    "the chart shows bars of red green blue value total sum angle circle square line table year percent "
+    "left right top bottom label axis number digit first second third"
+).split()
 
 
 @dataclass(frozen=True)
 class EngineCase:
     block_size: int = 16
-    K: int = LIMITS.speculative_tokens  # num_speculative_tokens: the most drafts a request may ask for
+    K: int = (
+        LIMITS.speculative_tokens
+    )  # num_speculative_tokens: the most drafts a request may ask for
     max_num_seqs: int = 4
     max_num_batched_tokens: int | None = None
     prefix_caching: bool = True
     preempt: bool = False  # a KV cache of about half the running rows' needs (num_gpu_blocks_override)
-    small_pool: bool = False  # an x_full pool of about 1.5 requests (ASYMSPEC_FULL_VIEW_TOKENS)
+    small_pool: bool = (
+        False  # an x_full pool of about 1.5 requests (ASYMSPEC_FULL_VIEW_TOKENS)
+    )
     tp: int = 1
     processes: bool = False  # VLLM_ENABLE_V1_MULTIPROCESSING=1 (engine core and workers in their own processes)
     compiled: bool = False  # enforce_eager=False: vLLM's CPU compilation, first traced at the whole budget
@@ -75,12 +100,18 @@ class RowSpec:
     request_seed: int  # the request's text and image (equal seeds: equal prompts, prefix-cache hits)
     image: bool = True
     arrival: int = 0  # the engine step at which the request is added
-    config: dict = field(default_factory=dict)  # further AsymSpecConfig fields (gamma, beta, gate, bonus)
+    config: dict = field(
+        default_factory=dict
+    )  # further AsymSpecConfig fields (gamma, beta, gate, bonus)
     stop_token_ids: tuple[int, ...] | None = None  # None: the verifier's EOS tokens
 
     def cfg(self) -> AsymSpecConfig:
-        return AsymSpecConfig(K=self.K, max_new_tokens=self.max_new, stop_token_ids=self.stop_token_ids,
-                              **self.config)
+        return AsymSpecConfig(
+            K=self.K,
+            max_new_tokens=self.max_new,
+            stop_token_ids=self.stop_token_ids,
+            **self.config,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,57 +124,112 @@ class Workload:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Workload":
+    def from_json(cls, text: str) -> Workload:
         d = json.loads(text)
-        rows = tuple(RowSpec(**{**r, "stop_token_ids": tuple(r["stop_token_ids"])
-                                if r["stop_token_ids"] is not None else None}) for r in d["rows"])
+        rows = tuple(
+            RowSpec(
+                **{
+                    **r,
+                    "stop_token_ids": tuple(r["stop_token_ids"])
+                    if r["stop_token_ids"] is not None
+                    else None,
+                }
+            )
+            for r in d["rows"]
+        )
         return cls(d["seed"], EngineCase(**d["engine"]), rows)
 
     def axes(self) -> set[str]:
         """The stress axes this workload exercises (for coverage checks of a fixed seed set)."""
         e = self.engine
-        out = {f"block_size={e.block_size}", f"tp={e.tp}", f"prefix_caching={e.prefix_caching}"}
-        out |= {f"mode={r.mode}" for r in self.rows} | {"image" if r.image else "text" for r in self.rows}
+        out = {
+            f"block_size={e.block_size}",
+            f"tp={e.tp}",
+            f"prefix_caching={e.prefix_caching}",
+        }
+        out |= {f"mode={r.mode}" for r in self.rows} | {
+            "image" if r.image else "text" for r in self.rows
+        }
         if any(r.K < e.K for r in self.rows if r.mode in ("asymspec", "sd", "scd")):
             out.add("K_below_engine")
         if len(self.rows) > e.max_num_seqs:
             out.add("rows_reused")
         if len({r.mode for r in self.rows}) >= 3:
             out.add("mixed_methods")
-        out |= {name for name, on in (("chunked_prefill", e.max_num_batched_tokens is not None),
-                                      ("preemption", e.preempt), ("small_pool", e.small_pool),
-                                      ("processes", e.processes or e.tp > 1), ("compiled", e.compiled),
-                                      ("sampled", any("temperature" in r.config for r in self.rows))) if on}
+        out |= {
+            name
+            for name, on in (
+                ("chunked_prefill", e.max_num_batched_tokens is not None),
+                ("preemption", e.preempt),
+                ("small_pool", e.small_pool),
+                ("processes", e.processes or e.tp > 1),
+                ("compiled", e.compiled),
+                ("sampled", any("temperature" in r.config for r in self.rows)),
+            )
+            if on
+        }
         return out
 
 
-def draw(seed: int, max_rows: int = 16, tp: bool = True, engine: EngineCase | None = None,
-         max_new: int = 40, gpu_shaped: bool = False) -> Workload:
+def draw(
+    seed: int,
+    max_rows: int = 16,
+    tp: bool = True,
+    engine: EngineCase | None = None,
+    max_new: int = 40,
+    gpu_shaped: bool = False,
+) -> Workload:
     """A random workload; `tp` False keeps it in this process (TP=1, no worker processes); `engine` fixes the
     engine (the rows are still drawn); answers of at most `max_new` tokens; `gpu_shaped`: the GPU's conditions
     (see the module docstring) drawn on top, from their own generator."""
     rng = random.Random(seed)
     tp2 = tp and rng.random() < 0.15
-    drawn = EngineCase(block_size=rng.choice(BLOCK_SIZES), K=rng.choice(ENGINE_KS),
-                       max_num_seqs=rng.choice(MAX_NUM_SEQS), max_num_batched_tokens=rng.choice(TOKEN_BUDGETS),
-                       prefix_caching=rng.random() < 0.6, preempt=rng.random() < 0.3,
-                       small_pool=rng.random() < 0.2, tp=2 if tp2 else 1,
-                       processes=tp2 or (tp and rng.random() < 0.1))
+    drawn = EngineCase(
+        block_size=rng.choice(BLOCK_SIZES),
+        K=rng.choice(ENGINE_KS),
+        max_num_seqs=rng.choice(MAX_NUM_SEQS),
+        max_num_batched_tokens=rng.choice(TOKEN_BUDGETS),
+        prefix_caching=rng.random() < 0.6,
+        preempt=rng.random() < 0.3,
+        small_pool=rng.random() < 0.2,
+        tp=2 if tp2 else 1,
+        processes=tp2 or (tp and rng.random() < 0.1),
+    )
     engine = engine or drawn
-    n = rng.randint(engine.max_num_seqs + 1, max(engine.max_num_seqs + 2, min(max_rows, 3 * engine.max_num_seqs)))
+    n = rng.randint(
+        engine.max_num_seqs + 1,
+        max(engine.max_num_seqs + 2, min(max_rows, 3 * engine.max_num_seqs)),
+    )
     rows: list[RowSpec] = []
     for _ in range(n):
         mode = rng.choices(MODES, MODE_WEIGHTS)[0]
-        reuse = rows and rng.random() < 0.25  # the prompt of an earlier row: a prefix-cache hit
-        rows.append(RowSpec(
-            mode=mode, K=rng.randint(1, engine.K), max_new=rng.choice((1, 2, 3)) if rng.random() < 0.15
-            else rng.randint(4, max_new),
-            request_seed=rng.choice(rows).request_seed if reuse else rng.randrange(10**6),
-            image=rng.random() < 0.7, arrival=0 if rng.random() < 0.5 else rng.randint(1, 16),
-            config=_config(rng) if mode == "asymspec" else {},
-            stop_token_ids=None if rng.random() < 0.7 else tuple(sorted(rng.sample(range(30, 400), 3)))))
+        reuse = (
+            rows and rng.random() < 0.25
+        )  # the prompt of an earlier row: a prefix-cache hit
+        rows.append(
+            RowSpec(
+                mode=mode,
+                K=rng.randint(1, engine.K),
+                max_new=rng.choice((1, 2, 3))
+                if rng.random() < 0.15
+                else rng.randint(4, max_new),
+                request_seed=rng.choice(rows).request_seed
+                if reuse
+                else rng.randrange(10**6),
+                image=rng.random() < 0.7,
+                arrival=0 if rng.random() < 0.5 else rng.randint(1, 16),
+                config=_config(rng) if mode == "asymspec" else {},
+                stop_token_ids=None
+                if rng.random() < 0.7
+                else tuple(sorted(rng.sample(range(30, 400), 3))),
+            )
+        )
     workload = Workload(seed, engine, tuple(rows))
-    return _gpu_shaped(workload, tp, fixed_engine=engine is not drawn) if gpu_shaped else workload
+    return (
+        _gpu_shaped(workload, tp, fixed_engine=engine is not drawn)
+        if gpu_shaped
+        else workload
+    )
 
 
 def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
@@ -152,12 +238,23 @@ def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
     rng = random.Random(f"gpu-shaped-{w.seed}")
     engine = w.engine
     if not fixed_engine:
-        engine = dataclasses.replace(engine, compiled=rng.random() < 0.7, block_size=rng.choice((16, 16, 32, 128)),
-                                     max_num_batched_tokens=rng.choice(GPU_BUDGETS),
-                                     max_num_seqs=rng.choice(GPU_MAX_NUM_SEQS), prefix_caching=rng.random() < 0.5)
-    rows = tuple(dataclasses.replace(r, config={**r.config, "temperature": 0.8, "seed": rng.randrange(10**6)})
-                 if r.mode in ("asymspec", "sd", "scd") and rng.random() < 0.4 else r for r in w.rows)
-    return Workload(w.seed, engine, rows[:3 * engine.max_num_seqs])
+        engine = dataclasses.replace(
+            engine,
+            compiled=rng.random() < 0.7,
+            block_size=rng.choice((16, 16, 32, 128)),
+            max_num_batched_tokens=rng.choice(GPU_BUDGETS),
+            max_num_seqs=rng.choice(GPU_MAX_NUM_SEQS),
+            prefix_caching=rng.random() < 0.5,
+        )
+    rows = tuple(
+        dataclasses.replace(
+            r, config={**r.config, "temperature": 0.8, "seed": rng.randrange(10**6)}
+        )
+        if r.mode in ("asymspec", "sd", "scd") and rng.random() < 0.4
+        else r
+        for r in w.rows
+    )
+    return Workload(w.seed, engine, rows[: 3 * engine.max_num_seqs])
 
 
 def _config(rng: random.Random) -> dict:
@@ -179,8 +276,11 @@ def make_request(row: RowSpec) -> Request:
     question = QUESTIONS[row.request_seed % len(QUESTIONS)]
     if not row.image:
         words = lambda n: " ".join(WORDS[i] for i in rs.randint(0, len(WORDS), n))  # noqa: E731
-        return Request(question=question, full_context=words(int(rs.randint(5, 120))),
-                       compressed_context=words(int(rs.randint(0, 30))))
+        return Request(
+            question=question,
+            full_context=words(int(rs.randint(5, 120))),
+            compressed_context=words(int(rs.randint(0, 30))),
+        )
     h, w = rs.randint(32, 161, 2)
     image = Image.fromarray((rs.rand(h, w, 3) * 255).astype("uint8"))
     caption = " ".join(["a figure with shapes and a bar chart"] * int(rs.randint(1, 5)))

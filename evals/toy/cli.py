@@ -3,32 +3,62 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
-from .eval import BENCHMARK
+from asymspec_vl.commands import (
+    add_model_args,
+    add_threads_arg,
+    comma_list,
+    load_from_args,
+)
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.timing import set_threads
+from asymspec_vl.toy import world
+
+from ..jobs import ResultsLog
+from ..manifest import build_manifest, write_manifest
+from ..report import markdown_table
+from .eval import BASE, BENCHMARK, VARIANTS, evaluate, table, variants, write_outputs
 
 DEFAULT_N = 300
 
 
 def _keys(text: str) -> list[str]:
-    from asymspec_vl.commands import comma_list
-
-    from .eval import VARIANTS
 
     return comma_list(text, list(VARIANTS), "variant")
 
 
 def register(esub) -> None:
-    from asymspec_vl.commands import add_model_args, add_threads_arg
 
-    from .eval import variants
-
-    p = esub.add_parser("toy", help="the toy world (embedded pair): drafter alone, Floor, SD, SCD, AsymSpec")
-    p.add_argument("--n", type=int, default=DEFAULT_N, help="held-out questions (read / sum / mult in turn)")
-    p.add_argument("--variants", type=_keys, default=",".join(v.key for v in variants()),
-                   help="comma list of table rows")
-    p.add_argument("--out", default="runs/toy", help="output folder (rerun the same command to resume)")
-    p.add_argument("--batch", type=int, default=50, help="requests decoded together (1: one at a time)")
+    p = esub.add_parser(
+        "toy",
+        help="the toy world (embedded pair): drafter alone, Floor, SD, SCD, AsymSpec",
+    )
+    p.add_argument(
+        "--n",
+        type=int,
+        default=DEFAULT_N,
+        help="held-out questions (read / sum / mult in turn)",
+    )
+    p.add_argument(
+        "--variants",
+        type=_keys,
+        default=",".join(v.key for v in variants()),
+        help="comma list of table rows",
+    )
+    p.add_argument(
+        "--out",
+        default="runs/toy",
+        help="output folder (rerun the same command to resume)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=50,
+        help="requests decoded together (1: one at a time)",
+    )
     add_threads_arg(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_model_args(p, drafter="embedded", verifier="embedded")
@@ -36,37 +66,59 @@ def register(esub) -> None:
 
 
 def _run(args) -> int:
-    from asymspec_vl.commands import load_from_args
-    from asymspec_vl.timing import set_threads
-    from asymspec_vl.core.errors import ConfigError
-
-    from asymspec_vl.toy import world
-
-    from ..manifest import build_manifest, write_manifest
-    from ..jobs import ResultsLog
-    from .eval import BASE, VARIANTS, evaluate, write_outputs
 
     if args.n < 1 or args.batch < 1:
-        raise ConfigError(f"--n={args.n}, --batch={args.batch}: expected n >= 1, batch >= 1")
+        raise ConfigError(
+            f"--n={args.n}, --batch={args.batch}: expected n >= 1, batch >= 1"
+        )
     set_threads(args.threads, args.device)
     out = Path(args.out)
     vl = load_from_args(args)
-    fingerprint = {"benchmark": BENCHMARK, "models": {k: v for k, v in vl.names.items()},
-                   "weights": _weights(vl.names), "dtype": args.dtype, "base": BASE.to_dict(),
-                   "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()}}
+    fingerprint = {
+        "benchmark": BENCHMARK,
+        "models": {k: v for k, v in vl.names.items()},
+        "weights": _weights(vl.names),
+        "dtype": args.dtype,
+        "base": BASE.to_dict(),
+        "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()},
+    }
     log = ResultsLog(out / "results.jsonl", fingerprint)
-    records = evaluate(vl, world.heldout(args.n), args.variants, log, args.batch, progress=not args.no_progress,
-                       warm=True)
-    markdown, paths = write_outputs(out, records, args.variants, title(vl, args.n, args.batch))
-    write_manifest(out / "manifest.json", build_manifest(
-        BENCHMARK, dict(vl.names), BASE.to_dict(), {"heldout": f"world.heldout({args.n})"},
-        {"variants": args.variants, "weights": fingerprint["weights"], "batch": args.batch,
-         "threads": args.threads}))
+    records = evaluate(
+        vl,
+        world.heldout(args.n),
+        args.variants,
+        log,
+        args.batch,
+        progress=not args.no_progress,
+        warm=True,
+    )
+    markdown, paths = write_outputs(
+        out, records, args.variants, title(vl, args.n, args.batch)
+    )
+    write_manifest(
+        out / "manifest.json",
+        build_manifest(
+            BENCHMARK,
+            dict(vl.names),
+            BASE.to_dict(),
+            {"heldout": f"world.heldout({args.n})"},
+            {
+                "variants": args.variants,
+                "weights": fingerprint["weights"],
+                "batch": args.batch,
+                "threads": args.threads,
+            },
+        ),
+    )
     print(markdown)
-    print("tokens/s: one pass, timed on this machine as it was loaded then; it swings up to 2.5x from run to run "
-          "on a shared CPU, so compare methods within one table (docs/benchmarks.md: warmed, repeated timings)")
-    print(f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
-          f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}")
+    print(
+        "tokens/s: one pass, timed on this machine as it was loaded then; it swings up to 2.5x from run to run "
+        "on a shared CPU, so compare methods within one table (docs/benchmarks.md: warmed, repeated timings)"
+    )
+    print(
+        f"results: {out / 'results.jsonl'}\ntable: {paths['md']}, {paths['csv']}, {paths['json']}\n"
+        f"charts: {paths['png']}\nmanifest: {out / 'manifest.json'}"
+    )
     return 0
 
 
@@ -77,36 +129,37 @@ def title(vl, n: int, batch: int) -> str:
     if vmap.identity:
         return head
     sd, sv = vmap.share()
-    return (f"{head}; cross-family: {vmap.size} shared tokens ({sd:.1%} of the drafter's {vmap.drafter_size}, "
-            f"{sv:.1%} of the verifier's {vmap.verifier_size})")
+    return (
+        f"{head}; cross-family: {vmap.size} shared tokens ({sd:.1%} of the drafter's {vmap.drafter_size}, "
+        f"{sv:.1%} of the verifier's {vmap.verifier_size})"
+    )
 
 
 def _weights(names: dict) -> dict:
     """sha256 of the drafter's and verifier's weight files (local folders), so a resume matches the models."""
-    import hashlib
 
     out = {}
     for role in ("drafter", "verifier"):
         folder = Path(str(names.get(role)))
         files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-        out[role] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files} or None
+        out[role] = {
+            f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files
+        } or None
     return out
 
 
-def rescore(records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]) -> str:
+def rescore(
+    records: list[dict], args, methods: list[str], out: Path | None, sources: list[Path]
+) -> str:
     """Re-extract the final number of every saved response and re-score; returns the Markdown table
     (with `out`: also rescored.jsonl, the table files and the charts there)."""
-    import json
-
-    from asymspec_vl.toy import world
-
-    from ..report import markdown_table
-    from .eval import table, write_outputs
 
     fresh = []
     for r in records:
         prediction = world.extract_answer(r.get("response") or "")
-        fresh.append({**r, "prediction": prediction, "correct": prediction == r.get("target")})
+        fresh.append(
+            {**r, "prediction": prediction, "correct": prediction == r.get("target")}
+        )
     if out is None:
         return markdown_table(*table(fresh, methods))
     (out / "rescored.jsonl").parent.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,24 @@ import subprocess
 import sys
 
 import pytest
+from asymspec_vl.captioners import (
+    CachedCaptioner,
+    CaptionerError,
+    CaptionNotFoundError,
+    CombinedCaptioner,
+    EasyOCRCaptioner,
+    ImageText,
+    OCRBox,
+    PrecomputedCaptioner,
+    VLMCaptioner,
+    ocr_text,
+    parse_easyocr,
+    reading_order,
+)
+from asymspec_vl.evals.mathvista.data import data_files
 from PIL import Image, ImageDraw, ImageFont
 
-from asymspec_vl.captioners import (CachedCaptioner, CaptionerError, CaptionNotFoundError, CombinedCaptioner,
-                                    EasyOCRCaptioner, ImageText, OCRBox, PrecomputedCaptioner, VLMCaptioner,
-                                    ocr_text, parse_easyocr, reading_order)
 from asymspec_vl.core.errors import AsymSpecError
-from asymspec_vl.evals.mathvista.data import data_files
 
 KNOWN_TEXT = "Monthly rainfall 2023\nTotal 482 mm Peak July"
 
@@ -26,7 +37,9 @@ def text_image(tmp_path_factory):
     draw = ImageDraw.Draw(img)
     draw.text((20, 20), "Monthly rainfall 2023", fill="black", font=font)
     draw.text((20, 100), "Total 482 mm", fill="black", font=font)
-    draw.text((300, 104), "Peak July", fill="black", font=font)  # 4 px lower: still the same line
+    draw.text(
+        (300, 104), "Peak July", fill="black", font=font
+    )  # 4 px lower: still the same line
     path = tmp_path_factory.mktemp("ocr") / "text.png"
     img.save(path)
     return path
@@ -42,22 +55,38 @@ def box(x, y, w=40, h=20, text="t"):
 
 
 def test_reading_order_groups_lines_top_to_bottom_left_to_right():
-    boxes = [box(200, 52, text="D"), box(10, 10, text="A"), box(100, 13, text="B"), box(10, 50, text="C"),
-             box(300, 8, text="B2")]
+    boxes = [
+        box(200, 52, text="D"),
+        box(10, 10, text="A"),
+        box(100, 13, text="B"),
+        box(10, 50, text="C"),
+        box(300, 8, text="B2"),
+    ]
     lines = reading_order(boxes)
     assert [[b.text for b in line] for line in lines] == [["A", "B", "B2"], ["C", "D"]]
     assert ocr_text(boxes) == "A B B2\nC D"
     tall = [box(0, 0, h=100, text="tall"), box(50, 10, text="x"), box(50, 70, text="y")]
-    assert [[b.text for b in line] for line in reading_order(tall)] == [["tall", "x"], ["y"]]
+    assert [[b.text for b in line] for line in reading_order(tall)] == [
+        ["tall", "x"],
+        ["y"],
+    ]
     assert ocr_text([]) == ""
 
 
 def test_parse_easyocr_literal_never_evaluates_code():
-    boxes = parse_easyocr("[([[161, 39], [766, 39], [766, 120], [161, 120]], 'The spring', 0.91), "
-                          "([[10, 5], [50, 5], [50, 20], [10, 20]], 'top', 0.5)]")
-    assert [b.text for b in boxes] == ["The spring", "top"] and boxes[0].confidence == 0.91
+    boxes = parse_easyocr(
+        "[([[161, 39], [766, 39], [766, 120], [161, 120]], 'The spring', 0.91), "
+        "([[10, 5], [50, 5], [50, 20], [10, 20]], 'top', 0.5)]"
+    )
+    assert [b.text for b in boxes] == ["The spring", "top"] and boxes[
+        0
+    ].confidence == 0.91
     assert ocr_text(boxes) == "top\nThe spring"
-    assert parse_easyocr("[]") == [] and parse_easyocr("") == [] and parse_easyocr(None) == []
+    assert (
+        parse_easyocr("[]") == []
+        and parse_easyocr("") == []
+        and parse_easyocr(None) == []
+    )
     assert parse_easyocr([([5, 3], "point")])[0].box == [[5.0, 3.0]] * 4
     with pytest.raises(CaptionerError):
         parse_easyocr("__import__('os').system('echo hacked')")
@@ -74,7 +103,9 @@ def test_precomputed_mathvista_captions_and_ocr():
     assert t.caption == json.loads(data_files()["captions"].read_text())["texts"]["1"]
     assert t.ocr.splitlines()[0] == "The spring force does" and len(t.ocr_boxes) > 3
     raw = json.loads(data_files()["ocrs"].read_text())["texts"]
-    assert sorted(b.text for b in t.ocr_boxes) == sorted(b.text for b in parse_easyocr(raw["1"]))
+    assert sorted(b.text for b in t.ocr_boxes) == sorted(
+        b.text for b in parse_easyocr(raw["1"])
+    )
     no_caption = next(pid for pid in raw if not cap.has_caption(pid))
     assert cap.describe(key=no_caption).caption == ""  # OCR only
     with pytest.raises(CaptionNotFoundError, match="no precomputed caption"):
@@ -84,8 +115,12 @@ def test_precomputed_mathvista_captions_and_ocr():
 
 
 def test_precomputed_plain_mappings_and_bad_files(tmp_path):
-    cap = PrecomputedCaptioner({"a": "a bar chart"}, {"a": "2019 2020", "b": "(A) only text"})
-    assert cap.describe(key="a") == ImageText("a bar chart", "2019 2020", [], "precomputed")
+    cap = PrecomputedCaptioner(
+        {"a": "a bar chart"}, {"a": "2019 2020", "b": "(A) only text"}
+    )
+    assert cap.describe(key="a") == ImageText(
+        "a bar chart", "2019 2020", [], "precomputed"
+    )
     assert cap.describe(key="b").ocr == "(A) only text"
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -95,18 +130,28 @@ def test_precomputed_plain_mappings_and_bad_files(tmp_path):
         PrecomputedCaptioner.from_json(captions=tmp_path / "none.json")
     with pytest.raises(CaptionerError):
         PrecomputedCaptioner()
-    assert issubclass(CaptionNotFoundError, AsymSpecError) and issubclass(CaptionerError, AsymSpecError)
+    assert issubclass(CaptionNotFoundError, AsymSpecError) and issubclass(
+        CaptionerError, AsymSpecError
+    )
 
 
-def test_easyocr_reads_known_text_offline_and_the_cache_hits_on_the_second_call(ocr, text_image, tmp_path):
+def test_easyocr_reads_known_text_offline_and_the_cache_hits_on_the_second_call(
+    ocr, text_image, tmp_path
+):
     inner = Counting(ocr)
     cached = CachedCaptioner(inner, tmp_path / "cache")
     result = cached.describe(text_image)
     assert result.ocr == KNOWN_TEXT
-    assert [b.text for b in result.ocr_boxes] == ["Monthly rainfall 2023", "Total 482 mm", "Peak July"]
+    assert [b.text for b in result.ocr_boxes] == [
+        "Monthly rainfall 2023",
+        "Total 482 mm",
+        "Peak July",
+    ]
     assert all(0.0 < b.confidence <= 1.0 and len(b.box) == 4 for b in result.ocr_boxes)
     assert result.source.startswith("easyocr-1.7.2:en")
-    again = cached.describe(Image.open(text_image))  # same pixels, another object: served by the cache
+    again = cached.describe(
+        Image.open(text_image)
+    )  # same pixels, another object: served by the cache
     assert again == result and (inner.calls, cached.hits, cached.misses) == (1, 1, 1)
     assert EasyOCRCaptioner().reader is ocr.reader  # one reader, built once and reused
     with pytest.raises(CaptionerError, match="min_confidence"):
@@ -134,7 +179,9 @@ class PixelSum:
     def describe(self, image=None, key=None):
         from asymspec_vl.inputs.images import load_image
 
-        return ImageText(caption=str(sum(load_image(image).tobytes())), source=self.name)
+        return ImageText(
+            caption=str(sum(load_image(image).tobytes())), source=self.name
+        )
 
 
 def test_cache_is_keyed_by_pixels_and_captioner_and_persists(text_image, tmp_path):
@@ -146,25 +193,39 @@ def test_cache_is_keyed_by_pixels_and_captioner_and_persists(text_image, tmp_pat
     assert cached.describe(png_copy) == first and (inner.calls, cached.hits) == (1, 1)
     other = Image.open(text_image).convert("RGB")
     other.putpixel((0, 0), (0, 0, 0))
-    assert cached.describe(other) != first and (inner.calls, cached.misses) == (2, 2)  # one pixel changed
+    assert cached.describe(other) != first and (inner.calls, cached.misses) == (
+        2,
+        2,
+    )  # one pixel changed
     cold = Counting(PixelSum())  # a new process: the entry comes from disk
-    assert CachedCaptioner(cold, tmp_path / "cache").describe(text_image) == first and cold.calls == 0
+    assert (
+        CachedCaptioner(cold, tmp_path / "cache").describe(text_image) == first
+        and cold.calls == 0
+    )
     cold.name = "another-captioner"  # another captioner never reads this one's entries
     CachedCaptioner(cold, tmp_path / "cache").describe(text_image)
     assert cold.calls == 1
     entry = next((tmp_path / "cache").rglob(f"{cached.cache_key(text_image)}.json"))
     entry.write_text("{broken")  # a damaged entry is recomputed
     fresh = Counting(PixelSum())
-    assert CachedCaptioner(fresh, tmp_path / "cache").describe(text_image) == first and fresh.calls == 1
+    assert (
+        CachedCaptioner(fresh, tmp_path / "cache").describe(text_image) == first
+        and fresh.calls == 1
+    )
     memory = CachedCaptioner(Counting(PixelSum()))  # no directory: memory only
     memory.describe(text_image)
     memory.describe(text_image)
-    assert memory.inner.calls == 1 and not list((tmp_path / "cache").rglob(".tmp-*"))  # writes are atomic
+    assert memory.inner.calls == 1 and not list(
+        (tmp_path / "cache").rglob(".tmp-*")
+    )  # writes are atomic
 
 
-@pytest.mark.parametrize("blocker", ["directory at the entry", "file at the folder", "disk full"])
+@pytest.mark.parametrize(
+    "blocker", ["directory at the entry", "file at the folder", "disk full"]
+)
 def test_a_cache_write_that_fails_returns_the_result_leaves_no_temp_file_and_is_logged_once(
-        text_image, tmp_path, monkeypatch, caplog, blocker):
+    text_image, tmp_path, monkeypatch, caplog, blocker
+):
     import errno
 
     from captioners import cache as cache_module
@@ -180,16 +241,24 @@ def test_a_cache_write_that_fails_returns_the_result_leaves_no_temp_file_and_is_
             (tmp_path / "cache").mkdir(exist_ok=True)
             cached._path(ck).parent.write_text("in the way")
     if blocker == "disk full":
+
         def full(obj, f):
             f.write("{")
             raise OSError(errno.ENOSPC, "No space left on device")
+
         monkeypatch.setattr(cache_module.json, "dump", full)
     with caplog.at_level("WARNING", logger="captioners.cache"):
         results = [cached.describe(img) for img in images]
-    assert [r.caption for r in results] == [PixelSum().describe(img).caption for img in images]
-    assert cached.describe(images[0]) == results[0] and cached.inner.calls == 2  # kept in memory
+    assert [r.caption for r in results] == [
+        PixelSum().describe(img).caption for img in images
+    ]
+    assert (
+        cached.describe(images[0]) == results[0] and cached.inner.calls == 2
+    )  # kept in memory
     assert not list(tmp_path.rglob(".tmp-*"))
-    warnings = [r for r in caplog.records if "caption cache cannot write" in r.getMessage()]
+    warnings = [
+        r for r in caplog.records if "caption cache cannot write" in r.getMessage()
+    ]
     assert len(warnings) == 1
 
 
@@ -198,8 +267,12 @@ def test_vlm_captioner_plumbing_with_the_tiny_drafter(tiny_vl, tiny_models, text
     vlm = VLMCaptioner.from_pipeline(tiny_vl, max_new_tokens=6)
     assert vlm.model is tiny_vl.backend.drafter  # the drafter itself, not a second copy
     first = vlm.describe(text_image)
-    assert isinstance(first.caption, str) and first.source == vlm.name and first.ocr == ""
-    assert vlm.describe(Image.open(text_image)).caption == first.caption  # greedy: deterministic
+    assert (
+        isinstance(first.caption, str) and first.source == vlm.name and first.ocr == ""
+    )
+    assert (
+        vlm.describe(Image.open(text_image)).caption == first.caption
+    )  # greedy: deterministic
     for special in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>"):
         assert special not in first.caption
     cached = CachedCaptioner(vlm)
@@ -216,26 +289,73 @@ def test_vlm_captioner_plumbing_with_the_tiny_drafter(tiny_vl, tiny_models, text
 
 
 def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch):
-    out = subprocess.run([sys.executable, "-m", "asymspec_vl.cli", "caption", str(text_image), "--model",
-                          str(tiny_models["vl_drafter"]), "--max-new-tokens", "4", "--cache-dir",
-                          str(tmp_path / "c"), "--device", "cpu"], capture_output=True, text=True,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asymspec_vl.cli",
+            "caption",
+            str(text_image),
+            "--model",
+            str(tiny_models["vl_drafter"]),
+            "--max-new-tokens",
+            "4",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     from importlib import metadata
 
     heading = f"Caption (by {tiny_models['vl_drafter']}):\n"  # each part says what produced it
     assert out.stdout.startswith(heading)
-    assert f"OCR text (by EasyOCR {metadata.version('easyocr')}):\n{KNOWN_TEXT}\n" in out.stdout
-    assert len(list((tmp_path / "c").rglob("*.json"))) == 2  # the caption and the OCR result, cached
-    import asymspec_vl.backends.hf.hf_backend
+    assert (
+        f"OCR text (by EasyOCR {metadata.version('easyocr')}):\n{KNOWN_TEXT}\n"
+        in out.stdout
+    )
+    assert (
+        len(list((tmp_path / "c").rglob("*.json"))) == 2
+    )  # the caption and the OCR result, cached
     import asymspec_vl.captioners.ocr
+
+    import asymspec_vl.backends.hf.hf_backend
     from asymspec_vl.cli import main
 
-    with monkeypatch.context() as m:  # served from the cache the first command filled: no model, no OCR reader
-        m.setattr(asymspec_vl.backends.hf.hf_backend, "load_causal_lm", lambda *a, **k: pytest.fail("VLM loaded"))
-        m.setattr(asymspec_vl.captioners.ocr, "get_reader", lambda *a, **k: pytest.fail("OCR reader built"))
-        assert main(["caption", str(text_image), "--model", str(tiny_models["vl_drafter"]), "--max-new-tokens",
-                     "4", "--json", "--cache-dir", str(tmp_path / "c")]) == 0
+    with (
+        monkeypatch.context() as m
+    ):  # served from the cache the first command filled: no model, no OCR reader
+        m.setattr(
+            asymspec_vl.backends.hf.hf_backend,
+            "load_causal_lm",
+            lambda *a, **k: pytest.fail("VLM loaded"),
+        )
+        m.setattr(
+            asymspec_vl.captioners.ocr,
+            "get_reader",
+            lambda *a, **k: pytest.fail("OCR reader built"),
+        )
+        assert (
+            main(
+                [
+                    "caption",
+                    str(text_image),
+                    "--model",
+                    str(tiny_models["vl_drafter"]),
+                    "--max-new-tokens",
+                    "4",
+                    "--json",
+                    "--cache-dir",
+                    str(tmp_path / "c"),
+                ]
+            )
+            == 0
+        )
     data = json.loads(capsys.readouterr().out)
     assert data["ocr"] == KNOWN_TEXT and len(data["ocr_boxes"]) == 3
     assert out.stdout.startswith(f"{heading}{data['caption']}\n")
@@ -248,7 +368,9 @@ def test_caption_command(tiny_models, text_image, tmp_path, capsys, monkeypatch)
 def test_caption_command_defaults_to_ocr_only():
     from asymspec_vl.cli import build_parser
 
-    args = build_parser().parse_args(["caption", "x.png"])  # no captioning model unless one is named
+    args = build_parser().parse_args(
+        ["caption", "x.png"]
+    )  # no captioning model unless one is named
     assert args.model is None and not args.no_ocr and not args.no_caption
 
 
@@ -257,5 +379,7 @@ def test_the_embedded_pipeline_s_toy_drafter_is_no_captioner():
     from asymspec_vl import AsymSpecVL, ConfigError
 
     vl = AsymSpecVL.from_pretrained("embedded", device="cpu")
-    with pytest.raises(ConfigError, match="the embedded toy drafter cannot caption images"):
+    with pytest.raises(
+        ConfigError, match="the embedded toy drafter cannot caption images"
+    ):
         VLMCaptioner.from_pipeline(vl)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from helpers import random_request
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.backends.hf.reference import logits_after
@@ -13,7 +14,6 @@ from asymspec_vl.core.gate import context_delta, fuse, scd_scores
 from asymspec_vl.core.logprobs import distribution
 from asymspec_vl.core.methods import NAMES
 from asymspec_vl.inputs.prompts import encode_request
-from helpers import random_request
 
 TOL = 1e-4
 CFG = AsymSpecConfig(K=2, gamma=0.3, max_new_tokens=10, ignore_eos=True, logprobs=3)
@@ -36,10 +36,15 @@ def check_values(res, scores_at):
     assert res.logprobs is not None and len(res.logprobs) == len(res.token_ids) > 0
     for j, (tok, lp) in enumerate(zip(res.token_ids, res.logprobs)):
         expected = scores_at(lp.distribution, j).log_softmax(-1)
-        assert lp.token_id == tok and abs(lp.logprob - float(expected[tok])) < TOL, (j, lp.distribution)
+        assert lp.token_id == tok and abs(lp.logprob - float(expected[tok])) < TOL, (
+            j,
+            lp.distribution,
+        )
         top = expected.topk(3)
         assert [i for i, _ in lp.top] == top.indices.tolist()
-        assert all(v == w or abs(v - w) < TOL for (_, v), w in zip(lp.top, top.values.tolist()))  # -inf: SCD
+        assert all(
+            v == w or abs(v - w) < TOL for (_, v), w in zip(lp.top, top.values.tolist())
+        )  # -inf: SCD
         assert math.exp(lp.logprob) <= 1.0 and all(v <= lp.top[0][1] for _, v in lp.top)
 
 
@@ -61,7 +66,9 @@ def test_drafter_alone_logprobs_are_q(tiny_vl):
 @pytest.mark.parametrize("bonus", ["verifier", "fused"])
 def test_asymspec_logprobs_follow_each_tokens_source(tiny_vl, bonus):
     """An accepted draft: the drafter's a on x_full; the fused token: t + beta * delta; the bonus: t (or fused)."""
-    cfg = CFG.replace(bonus=bonus, gamma=0.02)  # a low gamma: drafts accepted, fused and bonus tokens alike
+    cfg = CFG.replace(
+        bonus=bonus, gamma=0.02
+    )  # a low gamma: drafts accepted, fused and bonus tokens alike
     found = set()
     for seed in (3, 4):
         res = run(tiny_vl, "asymspec", cfg, seed)
@@ -70,11 +77,24 @@ def test_asymspec_logprobs_follow_each_tokens_source(tiny_vl, bonus):
         b = recomputed(tiny_vl, seed, be.drafter, "x_comp", res.token_ids)
         t = recomputed(tiny_vl, seed, be.verifier, "x_comp", res.token_ids)
         fused = fuse(t, context_delta(a, b, t, cfg.delta_source), cfg.beta)
-        check_values(res, lambda name, j, a=a, t=t, fused=fused: {"a": a[j], "t": t[j], "fused": fused[j]}[name])
+        check_values(
+            res,
+            lambda name, j, a=a, t=t, fused=fused: {
+                "a": a[j],
+                "t": t[j],
+                "fused": fused[j],
+            }[name],
+        )
         pairs = {(s.source, lp.distribution) for s, lp in zip(res.trace, res.logprobs)}
-        assert pairs <= {("draft", "a"), ("fused", "fused"), ("bonus", "fused" if bonus == "fused" else "t")}
+        assert pairs <= {
+            ("draft", "a"),
+            ("fused", "fused"),
+            ("bonus", "fused" if bonus == "fused" else "t"),
+        }
         found |= pairs
-    assert {"draft", "fused", "bonus"} <= {s for s, _ in found}  # every branch was exercised
+    assert {"draft", "fused", "bonus"} <= {
+        s for s, _ in found
+    }  # every branch was exercised
 
 
 def test_sd_and_scd_logprobs(tiny_vl):
@@ -92,13 +112,17 @@ def test_sd_and_scd_logprobs(tiny_vl):
 
 
 @pytest.mark.parametrize("method", NAMES)
-def test_logprobs_change_no_token_and_zero_alternatives_is_the_token_alone(tiny_vl, method):
+def test_logprobs_change_no_token_and_zero_alternatives_is_the_token_alone(
+    tiny_vl, method
+):
     plain = run(tiny_vl, method, CFG.replace(logprobs=None))
     assert plain.logprobs is None and "logprobs" not in plain.to_dict()
     res = run(tiny_vl, method, CFG.replace(logprobs=0))
     assert res.token_ids == plain.token_ids and len(res.logprobs) == len(res.token_ids)
     assert all(lp.top == [] and lp.logprob <= 0 for lp in res.logprobs)
-    assert [lp.distribution for lp in res.logprobs] == [distribution(method, CFG, s) for s in (x.source for x in res.trace)]
+    assert [lp.distribution for lp in res.logprobs] == [
+        distribution(method, CFG, s) for s in (x.source for x in res.trace)
+    ]
     # batched rows and a sampled run carry one entry per token too
     hot = run(tiny_vl, method, CFG.replace(temperature=2.0, seed=1))
     assert len(hot.logprobs) == len(hot.token_ids)
@@ -109,7 +133,10 @@ def test_logprobs_change_no_token_and_zero_alternatives_is_the_token_alone(tiny_
 def test_logprobs_config_is_validated(bad):
     with pytest.raises(ConfigError, match="logprobs"):
         AsymSpecConfig(logprobs=bad)
-    assert "logprobs" not in AsymSpecConfig().to_dict() and AsymSpecConfig(logprobs=2).to_dict()["logprobs"] == 2
+    assert (
+        "logprobs" not in AsymSpecConfig().to_dict()
+        and AsymSpecConfig(logprobs=2).to_dict()["logprobs"] == 2
+    )
 
 
 def test_a_stop_cut_step_keeps_one_logprob_per_token(tiny_vl):
@@ -123,7 +150,9 @@ def test_prompt_logprobs_score_each_token_after_the_ones_before_it():
     probable tokens (ties share the better rank, as vLLM's `>` count does)."""
     from asymspec_vl.core.logprobs import check_prompt_logprobs, prompt_logprobs
 
-    logits = torch.tensor([[0.0, 2.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]])  # [P, V], P = 3
+    logits = torch.tensor(
+        [[0.0, 2.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0]]
+    )  # [P, V], P = 3
     out = prompt_logprobs(logits, [5, 2, 0], k=2)
     assert out[0] is None and [x.token_id for x in out[1:]] == [2, 0]
     lp = logits.log_softmax(-1)

@@ -62,7 +62,9 @@ class ScriptedSource:
                 self.slots[r][slot] = (self.slots[r][slot][0], False)
 
 
-def reference(prompts, cfg: AsymSpecConfig, stop: set[int], max_new: int) -> list[list[int]]:
+def reference(
+    prompts, cfg: AsymSpecConfig, stop: set[int], max_new: int
+) -> list[list[int]]:
     """Algorithm 1 recomputed from the full sequence at every position."""
     outs = []
     for pf, pc in prompts:
@@ -73,12 +75,21 @@ def reference(prompts, cfg: AsymSpecConfig, stop: set[int], max_new: int) -> lis
                 a.append(scripted_logits(pf + y + drafts, "full"))
                 if i < cfg.K:
                     drafts.append(int(greedy(a[-1])))
-            b = torch.stack([scripted_logits(pc + y + drafts[:i], "comp") for i in range(cfg.K + 1)])
-            t = torch.stack([scripted_logits(pc + y + drafts[:i], "verifier") for i in range(cfg.K + 1)])
+            b = torch.stack(
+                [scripted_logits(pc + y + drafts[:i], "comp") for i in range(cfg.K + 1)]
+            )
+            t = torch.stack(
+                [
+                    scripted_logits(pc + y + drafts[:i], "verifier")
+                    for i in range(cfg.K + 1)
+                ]
+            )
             if len(a) == cfg.K:
                 a.append(b[-1])
             d = torch.tensor([drafts])
-            new = asymspec_step(torch.stack(a)[None], b[None], t[None], d, cfg).committed(d)[0]
+            new = asymspec_step(
+                torch.stack(a)[None], b[None], t[None], d, cfg
+            ).committed(d)[0]
             done = False
             for tok in new:
                 y.append(tok)
@@ -91,20 +102,35 @@ def reference(prompts, cfg: AsymSpecConfig, stop: set[int], max_new: int) -> lis
     return outs
 
 
-@pytest.mark.parametrize("K, gate, gamma, beta, bonus", [
-    (1, "cda", 0.5, 1.0, "verifier"), (2, "fixed", 1.0, 0.0, "verifier"), (3, "cda", 0.2, 1.0, "fused"),
-    (4, "lambda", 0.5, 2.0, "verifier"), (2, "kl", 0.05, 1.0, "fused"),
-])
+@pytest.mark.parametrize(
+    "K, gate, gamma, beta, bonus",
+    [
+        (1, "cda", 0.5, 1.0, "verifier"),
+        (2, "fixed", 1.0, 0.0, "verifier"),
+        (3, "cda", 0.2, 1.0, "fused"),
+        (4, "lambda", 0.5, 2.0, "verifier"),
+        (2, "kl", 0.05, 1.0, "fused"),
+    ],
+)
 def test_loop_matches_recomputation_on_scripted_sources(K, gate, gamma, beta, bonus):
     cfg = AsymSpecConfig(K=K, gate=gate, gamma=gamma, beta=beta, bonus=bonus)
     g = torch.Generator().manual_seed(K)
-    prompts = [(torch.randint(0, V, (int(n),), generator=g).tolist(), torch.randint(0, V, (int(m),), generator=g).tolist())
-               for n, m in torch.randint(2, 9, (12, 2), generator=g)]
+    prompts = [
+        (
+            torch.randint(0, V, (int(n),), generator=g).tolist(),
+            torch.randint(0, V, (int(m),), generator=g).tolist(),
+        )
+        for n, m in torch.randint(2, 9, (12, 2), generator=g)
+    ]
     stop, max_new = {5}, 40
     full = ScriptedSource([p for p, _ in prompts], "full")
     comp = ScriptedSource([c for _, c in prompts], "comp")
     ver = ScriptedSource([c for _, c in prompts], "verifier")
-    sources = {methods.DRAFTER_FULL: full, methods.DRAFTER_COMP: comp, methods.VERIFIER: ver}
+    sources = {
+        methods.DRAFTER_FULL: full,
+        methods.DRAFTER_COMP: comp,
+        methods.VERIFIER: ver,
+    }
     plan = loop.plan(methods.METHODS["asymspec"], cfg, sources.__getitem__, None)
     outs = loop.run(plan, len(prompts), [max_new] * len(prompts), stop)
     assert [o.token_ids for o in outs] == reference(prompts, cfg, stop, max_new)

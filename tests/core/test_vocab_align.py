@@ -10,9 +10,15 @@ from asymspec_vl.core.vocab_align import VocabMap
 
 from .xfamily_reference import asymspec_row, scd_row, sd_row
 
-CFGS = [AsymSpecConfig(K=3), AsymSpecConfig(K=3, gate="fixed"), AsymSpecConfig(K=3, gate="lambda"),
-        AsymSpecConfig(K=3, gate="kl"), AsymSpecConfig(K=3, bonus="fused", beta=0.5),
-        AsymSpecConfig(K=3, delta_source="raw"), AsymSpecConfig(K=3, delta_source="scd", gamma=0.2)]
+CFGS = [
+    AsymSpecConfig(K=3),
+    AsymSpecConfig(K=3, gate="fixed"),
+    AsymSpecConfig(K=3, gate="lambda"),
+    AsymSpecConfig(K=3, gate="kl"),
+    AsymSpecConfig(K=3, bonus="fused", beta=0.5),
+    AsymSpecConfig(K=3, delta_source="raw"),
+    AsymSpecConfig(K=3, delta_source="scd", gamma=0.2),
+]
 
 
 def pair_world(seed: int, strings: int = 40, B: int = 6, K: int = 3):
@@ -20,11 +26,31 @@ def pair_world(seed: int, strings: int = 40, B: int = 6, K: int = 3):
     agree on the strings, and drafts = the drafter's greedy picks over the shared set.
     -> (a, b [B, K+1, Vd], t [B, K+1, Vv], drafts [B, K] verifier ids, map, pairs {verifier id: drafter id})."""
     g = torch.Generator().manual_seed(seed)
-    in_d, in_v = torch.rand(strings, generator=g) < 0.75, torch.rand(strings, generator=g) < 0.75
+    in_d, in_v = (
+        torch.rand(strings, generator=g) < 0.75,
+        torch.rand(strings, generator=g) < 0.75,
+    )
     in_d[:4] = in_v[:4] = True  # at least a few shared strings
-    d_of = {s: i for i, s in enumerate(torch.nonzero(in_d).flatten()[torch.randperm(int(in_d.sum()), generator=g)].tolist())}
-    v_of = {s: i for i, s in enumerate(torch.nonzero(in_v).flatten()[torch.randperm(int(in_v.sum()), generator=g)].tolist())}
-    Vd, Vv = len(d_of) + 2, len(v_of) + 3  # logit rows past the tokens (padding of the lm_head)
+    d_of = {
+        s: i
+        for i, s in enumerate(
+            torch.nonzero(in_d)
+            .flatten()[torch.randperm(int(in_d.sum()), generator=g)]
+            .tolist()
+        )
+    }
+    v_of = {
+        s: i
+        for i, s in enumerate(
+            torch.nonzero(in_v)
+            .flatten()[torch.randperm(int(in_v.sum()), generator=g)]
+            .tolist()
+        )
+    }
+    Vd, Vv = (
+        len(d_of) + 2,
+        len(v_of) + 3,
+    )  # logit rows past the tokens (padding of the lm_head)
     base = torch.randn(B, K + 1, strings, generator=g) * 2
     a = torch.randn(B, K + 1, Vd, generator=g)
     b = torch.randn(B, K + 1, Vd, generator=g)
@@ -42,15 +68,24 @@ def pair_world(seed: int, strings: int = 40, B: int = 6, K: int = 3):
 
 
 @pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+@pytest.mark.parametrize(
+    "cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}"
+)
 def test_asymspec_equals_the_oracle(seed, cfg):
     a, b, t, drafts, vmap, pairs = pair_world(seed)
     banned = torch.zeros(vmap.verifier_size, dtype=torch.bool)
     banned[sorted(pairs)[1]] = True
     out = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap, banned)
     for r in range(a.shape[0]):
-        n, tok = asymspec_row(a[r].tolist(), b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg,
-                              {sorted(pairs)[1]})
+        n, tok = asymspec_row(
+            a[r].tolist(),
+            b[r].tolist(),
+            t[r].tolist(),
+            drafts[r].tolist(),
+            pairs,
+            cfg,
+            {sorted(pairs)[1]},
+        )
         assert (int(out.num_accepted[r]), int(out.token[r])) == (n, tok)
         assert tok in pairs  # never a token outside the shared set
 
@@ -63,10 +98,13 @@ def test_sd_floor_scd_equal_the_oracle(seed):
     floor = vocab_align.decide_sd(t[:, :1], drafts[:, :0], vmap)
     scd = vocab_align.decide_scd(b, t, drafts, cfg, vmap)
     for r in range(a.shape[0]):
-        assert (int(sd.num_accepted[r]), int(sd.token[r])) == sd_row(t[r].tolist(), drafts[r].tolist(), pairs)
+        assert (int(sd.num_accepted[r]), int(sd.token[r])) == sd_row(
+            t[r].tolist(), drafts[r].tolist(), pairs
+        )
         assert int(floor.token[r]) == sd_row(t[r, :1].tolist(), [], pairs)[1]
-        assert (int(scd.num_accepted[r]), int(scd.token[r])) == scd_row(b[r].tolist(), t[r].tolist(),
-                                                                         drafts[r].tolist(), pairs, cfg)
+        assert (int(scd.num_accepted[r]), int(scd.token[r])) == scd_row(
+            b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg
+        )
 
 
 def test_sd_is_lossless_against_the_verifier_on_the_shared_set():
@@ -75,10 +113,12 @@ def test_sd_is_lossless_against_the_verifier_on_the_shared_set():
     out = vocab_align.decide_sd(t, drafts, vmap)
     target = gate.greedy(t, vmap.verifier_banned(None, "cpu"))
     for r, row in enumerate(out.committed(drafts)):
-        assert row == target[r, :len(row)].tolist()
+        assert row == target[r, : len(row)].tolist()
 
 
-@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+@pytest.mark.parametrize(
+    "cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}"
+)
 def test_identity_map_is_gate_py_bit_for_bit(cfg):
     g = torch.Generator().manual_seed(1)
     a, b, t = (torch.randn(5, 4, 30, generator=g) for _ in range(3))
@@ -87,26 +127,38 @@ def test_identity_map_is_gate_py_bit_for_bit(cfg):
     vmap = VocabMap.same_vocabulary(30)
     want = gate.asymspec_step(a, b, t, drafts, cfg)
     got = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap)
-    assert torch.equal(want.num_accepted, got.num_accepted) and torch.equal(want.token, got.token)
+    assert torch.equal(want.num_accepted, got.num_accepted) and torch.equal(
+        want.token, got.token
+    )
     assert torch.equal(want.divergence, got.divergence)
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}")
+@pytest.mark.parametrize(
+    "cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}"
+)
 def test_permuting_the_verifier_ids_changes_no_decision(seed, cfg):
     """Metamorphic oracle: the same strings under other verifier ids (t's columns permuted alike) give the same
     accepted counts and the same tokens, read back through the permutation; a wrong map fails this."""
     a, b, t, drafts, vmap, pairs = pair_world(seed)
-    perm = torch.randperm(vmap.verifier_size, generator=torch.Generator().manual_seed(seed + 100))  # old -> new
+    perm = torch.randperm(
+        vmap.verifier_size, generator=torch.Generator().manual_seed(seed + 100)
+    )  # old -> new
     inv = torch.argsort(perm)
     t2 = t[..., inv]  # t2[new] = t[old]
     new_pairs = {int(perm[j]): d for j, d in pairs.items()}
     vids = sorted(new_pairs)
-    vmap2 = VocabMap(torch.tensor([new_pairs[j] for j in vids]), torch.tensor(vids), vmap.drafter_size,
-                     vmap.verifier_size)
-    for step in (lambda tt, dd, m: vocab_align.asymspec_step(a, b, tt, dd, cfg, m),
-                 lambda tt, dd, m: vocab_align.decide_sd(tt, dd, m),
-                 lambda tt, dd, m: vocab_align.decide_scd(b, tt, dd, cfg, m)):
+    vmap2 = VocabMap(
+        torch.tensor([new_pairs[j] for j in vids]),
+        torch.tensor(vids),
+        vmap.drafter_size,
+        vmap.verifier_size,
+    )
+    for step in (
+        lambda tt, dd, m: vocab_align.asymspec_step(a, b, tt, dd, cfg, m),
+        lambda tt, dd, m: vocab_align.decide_sd(tt, dd, m),
+        lambda tt, dd, m: vocab_align.decide_scd(b, tt, dd, cfg, m),
+    ):
         one, two = step(t, drafts, vmap), step(t2, perm[drafts], vmap2)
         assert torch.equal(one.num_accepted, two.num_accepted)
         assert torch.equal(perm[one.token], two.token)
@@ -121,8 +173,12 @@ def test_a_wrong_map_is_caught_by_the_oracle():
     wrong = VocabMap(swapped, vmap.verifier_ids, vmap.drafter_size, vmap.verifier_size)
     ok = vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap)
     bad = vocab_align.asymspec_step(a, b, t, drafts, cfg, wrong)
-    expected = [asymspec_row(a[r].tolist(), b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg)
-                for r in range(a.shape[0])]
+    expected = [
+        asymspec_row(
+            a[r].tolist(), b[r].tolist(), t[r].tolist(), drafts[r].tolist(), pairs, cfg
+        )
+        for r in range(a.shape[0])
+    ]
     assert [(int(n), int(x)) for n, x in zip(ok.num_accepted, ok.token)] == expected
     assert [(int(n), int(x)) for n, x in zip(bad.num_accepted, bad.token)] != expected
 

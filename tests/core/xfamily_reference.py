@@ -17,8 +17,9 @@ def _divergence(la: list[float], lb: list[float], kind: str) -> float:
     if kind == "kl":
         return max(0.0, sum(x * (u - w) for x, u, w in zip(p, la, lb) if x > 0))
     m = [(x + y) / 2 for x, y in zip(p, q)]
-    val = 0.5 * sum(x * math.log(x / z) for x, z in zip(p, m) if x > 0) + \
-        0.5 * sum(y * math.log(y / z) for y, z in zip(q, m) if y > 0)
+    val = 0.5 * sum(x * math.log(x / z) for x, z in zip(p, m) if x > 0) + 0.5 * sum(
+        y * math.log(y / z) for y, z in zip(q, m) if y > 0
+    )
     return min(max(val, 0.0), math.log(2))
 
 
@@ -33,7 +34,9 @@ def _argmax_shared(score: dict[int, float], banned: set[int]) -> int:
     return best
 
 
-def asymspec_row(a, b, t, drafts, pairs: dict[int, int], cfg, banned: set[int] = frozenset()):
+def asymspec_row(
+    a, b, t, drafts, pairs: dict[int, int], cfg, banned: set[int] = frozenset()
+):
     """(accepted, emitted verifier id) of one row. a, b: K+1 drafter-logit lists; t: K+1 verifier-logit lists;
     drafts: K verifier ids."""
     K = len(drafts)
@@ -47,7 +50,9 @@ def asymspec_row(a, b, t, drafts, pairs: dict[int, int], cfg, banned: set[int] =
         elif cfg.gate == "lambda":
             lg = math.log(cfg.gamma) - cfg.lam * (la[dd] - lb[dd])
         else:
-            lg = math.log(cfg.gamma) - _divergence(la, lb, "kl" if cfg.gate == "kl" else "jsd")
+            lg = math.log(cfg.gamma) - _divergence(
+                la, lb, "kl" if cfg.gate == "kl" else "jsd"
+            )
         if not lt[dv] > lg + lb[dd]:
             break
         n += 1
@@ -76,11 +81,17 @@ def sd_row(t, drafts, pairs: dict[int, int], banned: set[int] = frozenset()):
 
 def scd_row(b, t, drafts, pairs: dict[int, int], cfg, banned: set[int] = frozenset()):
     """SCD across the map: (1 + beta) log p_t - beta log p_b (b's own full softmax) on the plausible shared set."""
+
     def target(i):
         lt, lb = _log_softmax(t[i]), _log_softmax(b[i])
         top = max(lt[j] for j in pairs)  # banned shared tokens count for the cut
-        return {j: ((1 + cfg.beta) * lt[j] - cfg.beta * lb[d]) if lt[j] >= math.log(cfg.scd_alpha) + top
-                else -math.inf for j, d in pairs.items()}
+        return {
+            j: ((1 + cfg.beta) * lt[j] - cfg.beta * lb[d])
+            if lt[j] >= math.log(cfg.scd_alpha) + top
+            else -math.inf
+            for j, d in pairs.items()
+        }
+
     n = 0
     for i, dv in enumerate(drafts):
         if _argmax_shared(target(i), banned) != dv:

@@ -14,10 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from asymspec_vl.core import trace as T
 from asymspec_vl.demo import render
 
+from asymspec_vl.core import trace as T
 from tests.demo.test_units import stopped_after
 from tests.demo.test_uploads import png_header
 
@@ -25,10 +24,20 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 EXAMPLES = ROOT / "demo" / "examples"
 CHART = EXAMPLES / "chart.png"
-MULT = json.loads((EXAMPLES / "examples.json").read_text())[0]  # 9 × 14 on the yellow triangle
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1400,1800"]
+MULT = json.loads((EXAMPLES / "examples.json").read_text())[
+    0
+]  # 9 × 14 on the yellow triangle
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1800",
+]
 WAIT_S = 300  # model loading and CPU decoding on a shared 2-core machine
 PANELS = ("asymspec-answer", "floor-answer", "drafter-answer")
 STEP_PAUSE_S = 0.5  # the paced page: every decoding step takes at least this long
@@ -56,7 +65,9 @@ def _wait_until_served(url: str, alive=lambda: True, log: Path | None = None) ->
         except OSError:
             pass
         if time.monotonic() > deadline:
-            pytest.fail(f"the demo server did not answer within {WAIT_S} s:\n{_tail(log) if log else ''}")
+            pytest.fail(
+                f"the demo server did not answer within {WAIT_S} s:\n{_tail(log) if log else ''}"
+            )
         time.sleep(1)
 
 
@@ -67,13 +78,28 @@ def server(tmp_path_factory):
     port, log = _free_port(), tmp / "server.log"
     exe = Path(sys.executable).with_name("asymspec-vl")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "asymspec_vl.cli"]
-    cmd += ["demo", "--host", "127.0.0.1", "--port", str(port), "--max-new-tokens", "24", "--max-upload-mb", "1",
-            "--caption-cache", str(tmp / "captions")]
+    cmd += [
+        "demo",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-new-tokens",
+        "24",
+        "--max-upload-mb",
+        "1",
+        "--caption-cache",
+        str(tmp / "captions"),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
     try:
-        _wait_until_served(f"http://127.0.0.1:{port}/", lambda: proc.poll() is None, log)
+        _wait_until_served(
+            f"http://127.0.0.1:{port}/", lambda: proc.poll() is None, log
+        )
         yield f"http://127.0.0.1:{port}/"
     finally:
         proc.terminate()
@@ -83,8 +109,12 @@ def server(tmp_path_factory):
             proc.kill()
             proc.wait()
     text = log.read_text(errors="replace")
-    assert "Traceback" not in text, text[-4000:]  # user errors are messages, not server tracebacks
-    assert "Warning" not in text, text[-4000:]  # the log keeps what the operator needs (item 10)
+    assert "Traceback" not in text, text[
+        -4000:
+    ]  # user errors are messages, not server tracebacks
+    assert "Warning" not in text, text[
+        -4000:
+    ]  # the log keeps what the operator needs (item 10)
 
 
 class PacedVL:
@@ -100,20 +130,28 @@ class PacedVL:
         def paced(rows):
             time.sleep(STEP_PAUSE_S)
             on_step(rows)
+
         return self.vl.generate(on_step=paced, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def paced_server():
     """The demo page on the embedded toy pair, paced, served from this process (no captioner)."""
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
     from asymspec_vl.demo.page import build_demo, launch
     from asymspec_vl.demo.service import DemoService
 
-    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier="embedded", device="cpu"
+    )
     port = _free_port()
-    demo = launch(build_demo(DemoService(PacedVL(vl), AsymSpecConfig(K=2, max_new_tokens=24))), port=port,
-                  block=False, quiet=True)
+    demo = launch(
+        build_demo(DemoService(PacedVL(vl), AsymSpecConfig(K=2, max_new_tokens=24))),
+        port=port,
+        block=False,
+        quiet=True,
+    )
     _wait_until_served(f"http://127.0.0.1:{port}/")
     yield f"http://127.0.0.1:{port}/"
     demo.close()
@@ -126,13 +164,17 @@ def _chromium(profile: Path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not (chromium and driver_path):
-        pytest.fail("the browser test needs Chromium and chromedriver: "
-                    "apt-get install -y chromium chromium-driver (.ci/run installs them)")
+        pytest.fail(
+            "the browser test needs Chromium and chromedriver: "
+            "apt-get install -y chromium chromium-driver (.ci/run installs them)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}"]:
         options.add_argument(flag)
-    return webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    return webdriver.Chrome(
+        service=Service(executable_path=driver_path), options=options
+    )
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +185,18 @@ def browser(tmp_path_factory):
 
 
 def _open(browser, url):
-    from selenium.webdriver.common.by import By
     from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(url)
     # a panel Gradio re-renders between finding an element and reading it: look again at the next poll
-    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,))
+    wait = WebDriverWait(
+        browser,
+        WAIT_S,
+        poll_frequency=0.1,
+        ignored_exceptions=(StaleElementReferenceException,),
+    )
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#question textarea"))
     return wait
 
@@ -165,7 +212,9 @@ def _type(browser, elem_id, text):
 
     box = _box(browser, elem_id)
     box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(Keys.DELETE)  # a real edit (WebElement.clear() does not reach the page's state)
+    box.send_keys(
+        Keys.DELETE
+    )  # a real edit (WebElement.clear() does not reach the page's state)
     if text:
         box.send_keys(text)
 
@@ -197,22 +246,34 @@ def _unstale(read):
 
 def _token_view(browser, panel) -> list[tuple[str, str]]:
     """(text, class) of each token of a panel, read in one go."""
-    return _unstale(lambda: [(t.text, t.get_attribute("class")) for t in _tokens(browser, panel)])
+    return _unstale(
+        lambda: [(t.text, t.get_attribute("class")) for t in _tokens(browser, panel)]
+    )
 
 
 def _messages(browser) -> list[str]:
     """Every message the page shows: its own message box and Gradio's toasts."""
     from selenium.webdriver.common.by import By
 
-    return _unstale(lambda: [e.text for e in browser.find_elements(
-        By.CSS_SELECTOR, "#message .message, [data-testid=toast-text]") if e.is_displayed()])
+    return _unstale(
+        lambda: [
+            e.text
+            for e in browser.find_elements(
+                By.CSS_SELECTOR, "#message .message, [data-testid=toast-text]"
+            )
+            if e.is_displayed()
+        ]
+    )
 
 
 def _error_badges(browser) -> list:
     """Gradio's red "Error" badges over components (what a failed event leaves)."""
     from selenium.webdriver.common.by import By
 
-    badges = browser.find_elements(By.XPATH, "//*[@data-testid='status-tracker']//*[normalize-space(text())='Error']")
+    badges = browser.find_elements(
+        By.XPATH,
+        "//*[@data-testid='status-tracker']//*[normalize-space(text())='Error']",
+    )
     return [e for e in badges if e.is_displayed()]
 
 
@@ -220,20 +281,33 @@ def _click_example(browser, wait, example=MULT, until=PANELS):
     """Click an example: it fills the inputs and runs the answer; wait for the `until` panels to be done."""
     from selenium.webdriver.common.by import By
 
-    cell = next(c for c in browser.find_elements(By.CSS_SELECTOR, "#examples td")
-                if c.text.strip() and example["question"].startswith(c.text.strip().rstrip(".")[:30]))
+    cell = next(
+        c
+        for c in browser.find_elements(By.CSS_SELECTOR, "#examples td")
+        if c.text.strip()
+        and example["question"].startswith(c.text.strip().rstrip(".")[:30])
+    )
     _mark_stale(browser)
     cell.click()
-    wait.until(lambda d: _box(d, "question").get_attribute("value") == example["question"])
+    wait.until(
+        lambda d: _box(d, "question").get_attribute("value") == example["question"]
+    )
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
     if until:
-        wait.until(lambda d: all(_status(d, p).startswith("done") for p in until) and not _stale(d)
-                   and d.find_element(By.ID, "answer-button").is_enabled())
+        wait.until(
+            lambda d: (
+                all(_status(d, p).startswith("done") for p in until)
+                and not _stale(d)
+                and d.find_element(By.ID, "answer-button").is_enabled()
+            )
+        )
 
 
 def _mark_stale(browser):
     """Mark the panels shown now: a panel re-rendered since has lost the mark (its answer is a new one)."""
-    browser.execute_script("document.querySelectorAll('.answer').forEach(e => e.dataset.stale = '1')")
+    browser.execute_script(
+        "document.querySelectorAll('.answer').forEach(e => e.dataset.stale = '1')"
+    )
 
 
 def _stale(browser) -> bool:
@@ -245,10 +319,14 @@ def _stale(browser) -> bool:
 def _answer(browser, wait, until=("asymspec-answer", "floor-answer", "drafter-answer")):
     from selenium.webdriver.common.by import By
 
-    wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())  # the last answer has ended
+    wait.until(
+        lambda d: d.find_element(By.ID, "answer-button").is_enabled()
+    )  # the last answer has ended
     _mark_stale(browser)
     browser.find_element(By.ID, "answer-button").click()
-    wait.until(lambda d: all(_status(d, p).startswith("done") for p in until) and not _stale(d))
+    wait.until(
+        lambda d: all(_status(d, p).startswith("done") for p in until) and not _stale(d)
+    )
 
 
 def _screenshot(browser, name) -> Path:
@@ -261,14 +339,21 @@ def _screenshot(browser, name) -> Path:
 
 
 def _rgb(hex_colour: str) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r}, {g}, {b}, 1)"
 
 
 def _stats_cells(browser, method) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return _unstale(lambda: [td.text for td in browser.find_elements(By.CSS_SELECTOR, f"#stats tr.stats-{method} td")])
+    return _unstale(
+        lambda: [
+            td.text
+            for td in browser.find_elements(
+                By.CSS_SELECTOR, f"#stats tr.stats-{method} td"
+            )
+        ]
+    )
 
 
 def test_the_toy_example_answered_with_coloured_tokens(server, browser):
@@ -278,11 +363,17 @@ def test_the_toy_example_answered_with_coloured_tokens(server, browser):
     try:
         wait = _open(browser, server)
         fold = browser.execute_script("return window.innerHeight")
-        for elem_id in ("answer-button", "examples", "question"):  # the first action is on the first screen
+        for elem_id in (
+            "answer-button",
+            "examples",
+            "question",
+        ):  # the first action is on the first screen
             rect = browser.find_element(By.ID, elem_id).rect
             assert rect["y"] + rect["height"] <= fold, (elem_id, rect, fold)
         _click_example(browser, wait)  # the click alone runs the answer
-        _unstale(lambda: _check_the_toy_answer(browser))  # it reads every token: read afresh if re-rendered
+        _unstale(
+            lambda: _check_the_toy_answer(browser)
+        )  # it reads every token: read afresh if re-rendered
         _screenshot(browser, "demo-answer.png")  # the first screen at 1400 x 1000
     finally:
         browser.set_window_size(1400, 1800)
@@ -291,52 +382,100 @@ def test_the_toy_example_answered_with_coloured_tokens(server, browser):
 def _check_the_toy_answer(browser):
     from selenium.webdriver.common.by import By
 
-    expected = {"asymspec-answer": {T.DRAFT, T.FUSED, T.BONUS}, "floor-answer": {T.VERIFIER},
-                "drafter-answer": {T.DRAFTER}}
+    expected = {
+        "asymspec-answer": {T.DRAFT, T.FUSED, T.BONUS},
+        "floor-answer": {T.VERIFIER},
+        "drafter-answer": {T.DRAFTER},
+    }
     for panel, allowed in expected.items():
         tokens = _tokens(browser, panel)
         assert tokens, f"no tokens in {panel}"
         for tok in tokens:
             source = tok.get_attribute("class").split("tok-")[1]
             assert source in allowed
-            assert tok.value_of_css_property("background-color") == _rgb(render.SOURCE_STYLES[source][1])
+            assert tok.value_of_css_property("background-color") == _rgb(
+                render.SOURCE_STYLES[source][1]
+            )
         text = browser.find_element(By.ID, panel).text
-        assert "<|im_end|>" not in text and "im_end" not in text  # the end token is the status, not a token
-    assert "126" in browser.find_element(By.ID, "asymspec-answer").text  # 9 × 14: the drafter's digit, the
-    assert "126" not in browser.find_element(By.ID, "floor-answer").text  # verifier's arithmetic
+        assert (
+            "<|im_end|>" not in text and "im_end" not in text
+        )  # the end token is the status, not a token
+    assert (
+        "126" in browser.find_element(By.ID, "asymspec-answer").text
+    )  # 9 × 14: the drafter's digit, the
+    assert (
+        "126" not in browser.find_element(By.ID, "floor-answer").text
+    )  # verifier's arithmetic
 
     legend = browser.find_element(By.ID, "legend").text
-    assert all(render.SOURCE_STYLES[s][0] in legend for s in (T.DRAFT, T.FUSED, T.BONUS))
-    header = [th.text.replace("\n", " ") for th in browser.find_elements(By.CSS_SELECTOR, "#stats th")]
-    assert header == ["method", "tokens", "steps", "acceptance rate", "mean accepted length", "δ-fused tokens",
-                      "tokens/s", "× Floor (one run)", "status"]
+    assert all(
+        render.SOURCE_STYLES[s][0] in legend for s in (T.DRAFT, T.FUSED, T.BONUS)
+    )
+    header = [
+        th.text.replace("\n", " ")
+        for th in browser.find_elements(By.CSS_SELECTOR, "#stats th")
+    ]
+    assert header == [
+        "method",
+        "tokens",
+        "steps",
+        "acceptance rate",
+        "mean accepted length",
+        "δ-fused tokens",
+        "tokens/s",
+        "× Floor (one run)",
+        "status",
+    ]
     asym, floor = _stats_cells(browser, "asymspec"), _stats_cells(browser, "floor")
-    assert 0.0 <= float(asym[3]) <= 1.0 and float(asym[4]) >= 1.0 and int(asym[5]) >= 0 and float(asym[6]) > 0
-    assert floor[3:6] == ["", "", ""] and float(floor[6]) > 0  # the Floor drafts nothing: nothing shown
-    assert asym[7] == floor[7] == ""  # × Floor: none on the toy pair, which cannot beat the Floor (the note says)
+    assert (
+        0.0 <= float(asym[3]) <= 1.0
+        and float(asym[4]) >= 1.0
+        and int(asym[5]) >= 0
+        and float(asym[6]) > 0
+    )
+    assert (
+        floor[3:6] == ["", "", ""] and float(floor[6]) > 0
+    )  # the Floor drafts nothing: nothing shown
+    assert (
+        asym[7] == floor[7] == ""
+    )  # × Floor: none on the toy pair, which cannot beat the Floor (the note says)
     notes = _unstale(lambda: browser.find_element(By.ID, "stats").text)
     assert "timed once" in notes and "cannot be faster than the Floor" in notes
     assert asym[8] in ("end of answer", "token limit") and "stop" not in asym[8]
-    for chip in browser.find_elements(By.CSS_SELECTOR, ".answer-tokens .chip"):  # space tokens share a chip
+    for chip in browser.find_elements(
+        By.CSS_SELECTOR, ".answer-tokens .chip"
+    ):  # space tokens share a chip
         assert chip.get_attribute("textContent").strip()
     answer = browser.find_element(By.CSS_SELECTOR, "#asymspec-answer .answer-text").text
-    assert "126" in answer and "<" not in answer  # the plain-text answer above the chips
+    assert (
+        "126" in answer and "<" not in answer
+    )  # the plain-text answer above the chips
     assert "Settings used: K=2" in browser.find_element(By.ID, "stats").text
-    assert "x_comp" in browser.find_element(By.ID, "prompts").get_attribute("textContent")
+    assert "x_comp" in browser.find_element(By.ID, "prompts").get_attribute(
+        "textContent"
+    )
 
 
 def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, server)
-    browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(CHART))
+    browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(
+        str(CHART)
+    )
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#image img"))
-    wait.until(lambda d: "Sales per year" in _box(d, "ocr").get_attribute("value"))  # EasyOCR, from the pixels
+    wait.until(
+        lambda d: "Sales per year" in _box(d, "ocr").get_attribute("value")
+    )  # EasyOCR, from the pixels
     source = browser.find_element(By.ID, "view-source").text
-    assert source == ("Filled in on upload: OCR by EasyOCR (readings below 30% confidence left out); no captioner "
-                      "(type the caption). Edit freely.")
+    assert source == (
+        "Filled in on upload: OCR by EasyOCR (readings below 30% confidence left out); no captioner "
+        "(type the caption). Edit freely."
+    )
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
-    assert image.size["width"] >= 2 * 256  # the 256-pixel chart scaled up to the column, not shown at 256
+    assert (
+        image.size["width"] >= 2 * 256
+    )  # the 256-pixel chart scaled up to the column, not shown at 256
     _type(browser, "question", "What is the value of the tallest bar?")
     _answer(browser, wait, until=("asymspec-answer",))
     note = browser.find_element(By.CSS_SELECTOR, "#asymspec-answer .answer-notes").text
@@ -344,9 +483,17 @@ def test_upload_fills_the_ocr_box_and_shows_the_whole_image(server, browser):
     _screenshot(browser, "demo-upload.png")
     _click_example(browser, wait)
     assert not browser.find_elements(By.CSS_SELECTOR, "#asymspec-answer .answer-notes")
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#image img").get_property("naturalWidth") == 96)
+    wait.until(
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, "#image img").get_property("naturalWidth")
+            == 96
+        )
+    )
     image = browser.find_element(By.CSS_SELECTOR, "#image img")
-    assert image.size["width"] >= 4 * 96 and image.value_of_css_property("image-rendering") == "pixelated"
+    assert (
+        image.size["width"] >= 4 * 96
+        and image.value_of_css_property("image-rendering") == "pixelated"
+    )
 
 
 def test_examples_are_the_toy_scenes_shown_whole(server, browser):
@@ -354,18 +501,28 @@ def test_examples_are_the_toy_scenes_shown_whole(server, browser):
 
     _open(browser, server)
     rows = browser.find_elements(By.CSS_SELECTOR, "#examples tbody tr")
-    assert len(rows) == 3 and "Charts and photos need real models" in browser.find_element(By.ID, "examples-note").text
+    assert (
+        len(rows) == 3
+        and "Charts and photos need real models"
+        in browser.find_element(By.ID, "examples-note").text
+    )
     for thumb in browser.find_elements(By.CSS_SELECTOR, "#examples img"):
-        assert thumb.get_property("naturalWidth") == 96 and thumb.value_of_css_property("object-fit") == "contain"
-        assert thumb.size["width"] >= 2.5 * thumb.size["height"]  # the whole 96×32 scene, not a square crop
+        assert (
+            thumb.get_property("naturalWidth") == 96
+            and thumb.value_of_css_property("object-fit") == "contain"
+        )
+        assert (
+            thumb.size["width"] >= 2.5 * thumb.size["height"]
+        )  # the whole 96×32 scene, not a square crop
 
 
-def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_example(server, browser):
+def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_example(
+    server, browser
+):
     """Issue 35 item 8: at 1280×720 (the window; its page is what the browser's frame leaves) the first example
     row was cut by the fold; the question box held a grey sample question that read as one filled in."""
-    from selenium.webdriver.common.by import By
-
     from asymspec_vl.demo.page import QUESTION_PLACEHOLDER
+    from selenium.webdriver.common.by import By
 
     browser.set_window_size(1280, 720)
     try:
@@ -378,9 +535,15 @@ def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_exampl
             rect = browser.find_element(By.ID, elem_id).rect
             assert rect["y"] + rect["height"] <= fold, (elem_id, rect, fold)
         box = _box(browser, "question")
-        assert box.get_attribute("value") == "" and box.get_attribute("placeholder") == QUESTION_PLACEHOLDER
-        style = browser.execute_script("const s = getComputedStyle(arguments[0], '::placeholder');"
-                                       "return [s.fontStyle, s.color];", box)
+        assert (
+            box.get_attribute("value") == ""
+            and box.get_attribute("placeholder") == QUESTION_PLACEHOLDER
+        )
+        style = browser.execute_script(
+            "const s = getComputedStyle(arguments[0], '::placeholder');"
+            "return [s.fontStyle, s.color];",
+            box,
+        )
         assert style[0] == "italic", style  # a hint, not text typed in
         _screenshot(browser, "demo-1280x720.png")
     finally:
@@ -390,16 +553,27 @@ def test_at_1280_by_720_the_first_screen_holds_the_question_and_the_first_exampl
 def _chat_replies(browser) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    return _unstale(lambda: [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=bot]")])
+    return _unstale(
+        lambda: [
+            e.text
+            for e in browser.find_elements(
+                By.CSS_SELECTOR, "#chatbot [data-testid=bot]"
+            )
+        ]
+    )
 
 
 def _chat_done(browser, n: int) -> bool:
     """n questions asked and answered, the last reply finished."""
     from selenium.webdriver.common.by import By
 
-    return (len(browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]")) == n
-            and len(_chat_replies(browser)) == n
-            and _unstale(lambda: browser.find_element(By.ID, "chat-status").text).startswith("done"))
+    return (
+        len(browser.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]")) == n
+        and len(_chat_replies(browser)) == n
+        and _unstale(
+            lambda: browser.find_element(By.ID, "chat-status").text
+        ).startswith("done")
+    )
 
 
 def test_the_chat_tab_holds_a_conversation_with_retry_and_clear(server, browser):
@@ -407,25 +581,43 @@ def test_the_chat_tab_holds_a_conversation_with_retry_and_clear(server, browser)
     from selenium.webdriver.common.by import By
 
     wait = _open(browser, server)
-    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Chat']").click()
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]"))
-    browser.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]").send_keys(str(EXAMPLES / MULT["image"]))
+    browser.find_element(
+        By.XPATH, "//button[@role='tab' and normalize-space(.)='Chat']"
+    ).click()
+    wait.until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]")
+    )
+    browser.find_element(By.CSS_SELECTOR, "#chat-image input[type=file]").send_keys(
+        str(EXAMPLES / MULT["image"])
+    )
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#chat-image img"))
     _type(browser, "chat-caption", MULT["caption"])
     for n, question in enumerate((MULT["question"], "And the purple circle?"), 1):
         _type(browser, "chat-question", question)
         browser.find_element(By.ID, "chat-send").click()
-        wait.until(lambda d, n=n: _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled())
+        wait.until(
+            lambda d, n=n: (
+                _chat_done(d, n) and d.find_element(By.ID, "chat-send").is_enabled()
+            )
+        )
     replies = _chat_replies(browser)
     assert all(replies)
     browser.find_element(By.ID, "chat-retry").click()
     wait.until(lambda d: not d.find_element(By.ID, "chat-send").is_enabled())
-    wait.until(lambda d: _chat_done(d, 2) and d.find_element(By.ID, "chat-send").is_enabled())
-    assert _chat_replies(browser) == replies  # greedy: the last reply again, not a third one
+    wait.until(
+        lambda d: _chat_done(d, 2) and d.find_element(By.ID, "chat-send").is_enabled()
+    )
+    assert (
+        _chat_replies(browser) == replies
+    )  # greedy: the last reply again, not a third one
     browser.find_element(By.ID, "chat-clear").click()
-    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]"))
+    wait.until(
+        lambda d: not d.find_elements(By.CSS_SELECTOR, "#chatbot [data-testid=user]")
+    )
     assert not _messages(browser) and not _error_badges(browser)
-    browser.find_element(By.XPATH, "//button[@role='tab' and normalize-space(.)='Ask one question']").click()
+    browser.find_element(
+        By.XPATH, "//button[@role='tab' and normalize-space(.)='Ask one question']"
+    ).click()
     _click_example(browser, wait)  # the single question still answers
     assert _tokens(browser, "asymspec-answer")
 
@@ -439,31 +631,57 @@ def _bad_upload_cases(tmp_path):
     heavy.write_bytes(b"\x89PNG" + bytes(2 * 2**20))  # over the server's 1 MiB
     return [  # (file, the message, the page refuses it before uploading)
         (notes, "Invalid file type", True),
-        (fake, "fake.png cannot be read as an image: upload a PNG, JPEG, WebP, BMP, GIF or TIFF image.", False),
-        (Path(png_header(tmp_path / "huge.png", 12_000, 12_000)),
-         "huge.png is 12000×12000 = 144,000,000 pixels; this demo accepts up to 16,000,000 pixels (e.g. "
-         "4000×4000). Resize the image, or ask whoever runs the demo to raise --max-image-pixels.", False),
-        (Path(png_header(tmp_path / "big.png", 5000, 5000)), "big.png is 5000×5000 = 25,000,000 pixels", False),
+        (
+            fake,
+            "fake.png cannot be read as an image: upload a PNG, JPEG, WebP, BMP, GIF or TIFF image.",
+            False,
+        ),
+        (
+            Path(png_header(tmp_path / "huge.png", 12_000, 12_000)),
+            "huge.png is 12000×12000 = 144,000,000 pixels; this demo accepts up to 16,000,000 pixels (e.g. "
+            "4000×4000). Resize the image, or ask whoever runs the demo to raise --max-image-pixels.",
+            False,
+        ),
+        (
+            Path(png_header(tmp_path / "big.png", 5000, 5000)),
+            "big.png is 5000×5000 = 25,000,000 pixels",
+            False,
+        ),
         (heavy, "exceed the maximum allowed size", True),
     ]
 
 
-def test_each_bad_upload_is_one_message_and_the_page_works_after(server, browser, tmp_path):
+def test_each_bad_upload_is_one_message_and_the_page_works_after(
+    server, browser, tmp_path
+):
     from selenium.webdriver.common.by import By
 
     for path, text, refused_by_the_page in _bad_upload_cases(tmp_path):
         wait = _open(browser, server)
         _click_example(browser, wait)
-        browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(str(path))
-        wait.until(lambda d, text=text: any(text in m for m in _messages(d)), f"{path.name}: no message {text!r}")
+        browser.find_element(By.CSS_SELECTOR, "#image input[type=file]").send_keys(
+            str(path)
+        )
+        wait.until(
+            lambda d, text=text: any(text in m for m in _messages(d)),
+            f"{path.name}: no message {text!r}",
+        )
         time.sleep(1)  # a second message, a late badge or an answer would show by now
         assert len(_messages(browser)) == 1, _messages(browser)
         assert not _error_badges(browser)
         body = browser.find_element(By.TAG_NAME, "body").text
-        assert "Traceback" not in body and "/tmp" not in body and "decompression bomb" not in body
-        if not refused_by_the_page:  # the server refused it: the file left the image box (no broken-image icon)
+        assert (
+            "Traceback" not in body
+            and "/tmp" not in body
+            and "decompression bomb" not in body
+        )
+        if (
+            not refused_by_the_page
+        ):  # the server refused it: the file left the image box (no broken-image icon)
             assert not browser.find_elements(By.CSS_SELECTOR, "#image img")
-        if browser.find_elements(By.CSS_SELECTOR, "#image img"):  # the old image stayed, and its answer with it
+        if browser.find_elements(
+            By.CSS_SELECTOR, "#image img"
+        ):  # the old image stayed, and its answer with it
             assert _tokens(browser, "asymspec-answer")
         else:  # no image: no answer either
             assert not any(_tokens(browser, p) for p in PANELS)
@@ -483,7 +701,9 @@ def test_the_empty_question_is_one_message_and_clears_the_answer(server, browser
     browser.find_element(By.ID, "answer-button").click()
     wait.until(lambda d: _messages(d))
     time.sleep(1)
-    assert _messages(browser) == ["There is no question\nThe question is empty: type a question about the image."]
+    assert _messages(browser) == [
+        "There is no question\nThe question is empty: type a question about the image."
+    ]
     assert not _error_badges(browser) and not any(_tokens(browser, p) for p in PANELS)
     assert all(_status(browser, p) == "not run" for p in PANELS)
     assert browser.find_element(By.ID, "answer-button").is_enabled()
@@ -498,7 +718,10 @@ def _set_number(browser, elem_id, text):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
-    box = browser.find_element(By.CSS_SELECTOR, f"#{elem_id} input[type=number], #{elem_id} :is(input, textarea)")
+    box = browser.find_element(
+        By.CSS_SELECTOR,
+        f"#{elem_id} input[type=number], #{elem_id} :is(input, textarea)",
+    )
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     if text:
@@ -509,18 +732,29 @@ def _set_number(browser, elem_id, text):
 def _settings(browser) -> str:
     from selenium.webdriver.common.by import By
 
-    return _unstale(lambda: browser.find_element(By.CSS_SELECTOR, "#stats .settings").text)
+    return _unstale(
+        lambda: browser.find_element(By.CSS_SELECTOR, "#stats .settings").text
+    )
 
 
 def _open_decoding_controls(browser, wait):
     from selenium.webdriver.common.by import By
 
-    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
-                                   "normalize-space(text())='Decoding controls']").click()
-    wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#temperature input[type=number]").is_displayed())
+    browser.find_element(
+        By.XPATH,
+        "//button[.//*[normalize-space(text())='Decoding controls'] or "
+        "normalize-space(text())='Decoding controls']",
+    ).click()
+    wait.until(
+        lambda d: d.find_element(
+            By.CSS_SELECTOR, "#temperature input[type=number]"
+        ).is_displayed()
+    )
 
 
-def test_a_number_typed_outside_a_slider_stays_and_is_the_pages_message(server, browser):
+def test_a_number_typed_outside_a_slider_stays_and_is_the_pages_message(
+    server, browser
+):
     """Issue 35 item 8: K typed as 20 (its slider: 1 to 16) was put back to 16 when the box lost focus, and the
     answer ran with K = 16 without a word. The box keeps 20 and Answer shows "A setting is out of range"."""
     from selenium.webdriver.common.by import By
@@ -533,8 +767,13 @@ def test_a_number_typed_outside_a_slider_stays_and_is_the_pages_message(server, 
     assert k_box.get_attribute("value") == "20"
     browser.find_element(By.ID, "answer-button").click()
     wait.until(lambda d: _messages(d))
-    assert "A setting is out of range" in _messages(browser)[0] and "K=20 is out of range" in _messages(browser)[0]
-    assert k_box.get_attribute("value") == "20" and not _tokens(browser, "asymspec-answer")
+    assert (
+        "A setting is out of range" in _messages(browser)[0]
+        and "K=20 is out of range" in _messages(browser)[0]
+    )
+    assert k_box.get_attribute("value") == "20" and not _tokens(
+        browser, "asymspec-answer"
+    )
     assert not _error_badges(browser)
 
 
@@ -551,8 +790,12 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     greedy = [text for text, _ in _token_view(browser, "asymspec-answer")]
     assert "greedy (temperature 0)" in _settings(browser)
     _open_decoding_controls(browser, wait)
-    seed_box = browser.find_element(By.CSS_SELECTOR, "#seed textarea, #seed input[type=text]")
-    assert seed_box.get_attribute("value") == ""  # empty means a random one: never a 0 that looks chosen
+    seed_box = browser.find_element(
+        By.CSS_SELECTOR, "#seed textarea, #seed input[type=text]"
+    )
+    assert (
+        seed_box.get_attribute("value") == ""
+    )  # empty means a random one: never a 0 that looks chosen
     _set_number(browser, "temperature", "1.8")
     _set_number(browser, "seed", "5")
     answers = []
@@ -563,7 +806,9 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     assert answers[0] == answers[1] and answers[0]
     _set_number(browser, "seed", "")
     _answer(browser, wait)
-    assert re.search(r"sampled: temperature 1.8 · top-p 1 · seed \d+ ", _settings(browser))
+    assert re.search(
+        r"sampled: temperature 1.8 · top-p 1 · seed \d+ ", _settings(browser)
+    )
     assert not _messages(browser) and not _error_badges(browser)
     _set_number(browser, "temperature", "0")
     _answer(browser, wait)
@@ -571,7 +816,9 @@ def test_a_sampled_answer_names_its_seed_and_the_seed_repeats_it(server, browser
     assert "greedy (temperature 0)" in _settings(browser)
 
 
-def test_the_seed_box_starts_empty_and_each_sampled_answer_draws_its_own_seed(server, browser):
+def test_the_seed_box_starts_empty_and_each_sampled_answer_draws_its_own_seed(
+    server, browser
+):
     """The seed box reads as its label says ("empty: a random one"): empty on a fresh page, and two sampled
     clicks with it empty draw two seeds, each named on the settings line."""
     import re
@@ -580,16 +827,25 @@ def test_the_seed_box_starts_empty_and_each_sampled_answer_draws_its_own_seed(se
 
     wait = _open(browser, server)
     _click_example(browser, wait)
-    browser.find_element(By.XPATH, "//button[.//*[normalize-space(text())='Decoding controls'] or "
-                                   "normalize-space(text())='Decoding controls']").click()
-    seed_box = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#seed :is(input, textarea)"))
+    browser.find_element(
+        By.XPATH,
+        "//button[.//*[normalize-space(text())='Decoding controls'] or "
+        "normalize-space(text())='Decoding controls']",
+    ).click()
+    seed_box = wait.until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "#seed :is(input, textarea)")
+    )
     wait.until(lambda d: seed_box.is_displayed())
     assert seed_box.get_attribute("value") == ""
     _set_number(browser, "temperature", "1.8")
     seeds = []
     for _ in range(2):
         _answer(browser, wait)
-        seeds.append(re.search(r"sampled: temperature 1.8 · top-p 1 · seed (\d+) ", _settings(browser)).group(1))
+        seeds.append(
+            re.search(
+                r"sampled: temperature 1.8 · top-p 1 · seed (\d+) ", _settings(browser)
+            ).group(1)
+        )
     assert seeds[0] != seeds[1]
 
 
@@ -597,7 +853,9 @@ def _settled_after_stop(browser, wait):
     """The page after Stop: no panel decoding or waiting, no error badge, Answer usable again."""
     from selenium.webdriver.common.by import By
 
-    wait.until(lambda d: not any(_status(d, p) in ("decoding…", "waiting…") for p in PANELS))
+    wait.until(
+        lambda d: not any(_status(d, p) in ("decoding…", "waiting…") for p in PANELS)
+    )
     wait.until(lambda d: d.find_element(By.ID, "answer-button").is_enabled())
     time.sleep(1)  # nothing changes any more
     assert not _error_badges(browser) and not _messages(browser)
@@ -609,12 +867,24 @@ def test_stop_mid_answer_keeps_the_partial_answer(paced_server, browser):
 
     wait = _open(browser, paced_server)
     _click_example(browser, wait, until=())  # the click starts the answer
-    wait.until(lambda d: _tokens(d, "asymspec-answer") and _status(d, "asymspec-answer") == "decoding…")
+    wait.until(
+        lambda d: (
+            _tokens(d, "asymspec-answer")
+            and _status(d, "asymspec-answer") == "decoding…"
+        )
+    )
     browser.find_element(By.ID, "stop-button").click()
     _settled_after_stop(browser, wait)
-    status, shown = _status(browser, "asymspec-answer"), len(_tokens(browser, "asymspec-answer"))
+    status, shown = (
+        _status(browser, "asymspec-answer"),
+        len(_tokens(browser, "asymspec-answer")),
+    )
     assert status == stopped_after(shown) and shown >= 1
-    assert _status(browser, "floor-answer") == _status(browser, "drafter-answer") == "not run"
+    assert (
+        _status(browser, "floor-answer")
+        == _status(browser, "drafter-answer")
+        == "not run"
+    )
     assert _stats_cells(browser, "asymspec")[8] == "stopped"
     _screenshot(browser, "demo-stop-mid-answer.png")
     _answer(browser, wait)  # the next Answer works
@@ -626,14 +896,22 @@ def test_stop_after_the_first_panel(paced_server, browser):
 
     wait = _open(browser, paced_server)
     _click_example(browser, wait, until=())
-    wait.until(lambda d: _status(d, "asymspec-answer").startswith("done") and _tokens(d, "floor-answer"))
+    wait.until(
+        lambda d: (
+            _status(d, "asymspec-answer").startswith("done")
+            and _tokens(d, "floor-answer")
+        )
+    )
     browser.find_element(By.ID, "stop-button").click()
     _settled_after_stop(browser, wait)
     assert _status(browser, "asymspec-answer").startswith("done: ")
     shown = len(_tokens(browser, "floor-answer"))
     assert _status(browser, "floor-answer") == stopped_after(shown)
     assert _status(browser, "drafter-answer") == "not run"
-    assert [_stats_cells(browser, m)[8] for m in ("asymspec", "floor")] == ["end of answer", "stopped"]
+    assert [_stats_cells(browser, m)[8] for m in ("asymspec", "floor")] == [
+        "end of answer",
+        "stopped",
+    ]
     _screenshot(browser, "demo-stop-after-first-panel.png")
     _answer(browser, wait)
 
@@ -647,10 +925,14 @@ def test_a_second_session_sees_its_place_in_the_queue(paced_server, browser, tmp
         _click_example(browser, waits[0], until=())
         waits[0].until(lambda d: _status(d, "asymspec-answer") == "decoding…")
         _click_example(other, waits[1], until=())
-        waits[1].until(lambda d: "queue: 1/1" in d.find_element(By.ID, "asymspec-answer").text)
+        waits[1].until(
+            lambda d: "queue: 1/1" in d.find_element(By.ID, "asymspec-answer").text
+        )
         assert _status(other, "asymspec-answer") == "waiting…"
         _screenshot(other, "demo-queue.png")
-        browser.find_element(By.ID, "stop-button").click()  # the first session stops: the second one starts
+        browser.find_element(
+            By.ID, "stop-button"
+        ).click()  # the first session stops: the second one starts
         waits[1].until(lambda d: _status(d, "asymspec-answer").startswith("done"))
         assert "126" in other.find_element(By.ID, "asymspec-answer").text
         other.find_element(By.ID, "stop-button").click()
@@ -686,7 +968,9 @@ const post = (url, body) => fetch(url, {method: "POST", headers: {"Content-Type"
 """
 
 
-def test_the_page_and_its_api_open_no_file_of_the_servers_disk(server, browser, tmp_path):
+def test_the_page_and_its_api_open_no_file_of_the_servers_disk(
+    server, browser, tmp_path
+):
     """From the demo's page, a script sends a path of the server's disk (a copy of the chart in a chmod-700
     folder, and a symlink to it inside Gradio's upload folder) to /describe and to the page's own upload event:
     the chart's OCR text never comes back, each refusal is the demo's one message, and the page works after."""
@@ -703,12 +987,23 @@ def test_the_page_and_its_api_open_no_file_of_the_servers_disk(server, browser, 
         wait = _open(browser, server)
         browser.set_script_timeout(WAIT_S)
         for path in (secret, link, secret.with_name("missing.png")):
-            out = browser.execute_async_script(ATTACK_JS, {"path": str(path), "orig_name": "cat.png"})
+            out = browser.execute_async_script(
+                ATTACK_JS, {"path": str(path), "orig_name": "cat.png"}
+            )
             assert "error" not in out, out
             assert "Sales" not in json.dumps(out), (path, out)  # the chart's OCR text
-            assert "The image did not arrive on the server: upload it again." in out["api"]
-            assert "The image did not arrive on the server: upload it again." in out["page"]
-        _click_example(browser, wait, until=("asymspec-answer",))  # the page works after
-        assert not _messages(browser) and not _box(browser, "ocr").get_attribute("value").count("Sales")
+            assert (
+                "The image did not arrive on the server: upload it again." in out["api"]
+            )
+            assert (
+                "The image did not arrive on the server: upload it again."
+                in out["page"]
+            )
+        _click_example(
+            browser, wait, until=("asymspec-answer",)
+        )  # the page works after
+        assert not _messages(browser) and not _box(browser, "ocr").get_attribute(
+            "value"
+        ).count("Sales")
     finally:
         shutil.rmtree(link.parent, ignore_errors=True)

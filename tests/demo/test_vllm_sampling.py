@@ -11,7 +11,10 @@ from tests.backends.vllm.test_bad_input import vl  # noqa: F401  (the tiny pair 
 
 pytestmark = pytest.mark.vllm
 CHART = Path(__file__).resolve().parents[2] / "demo" / "examples" / "chart.png"
-QUESTION, CAPTION = "What is the value of the tallest bar?", "A bar chart of sales per year."
+QUESTION, CAPTION = (
+    "What is the value of the tallest bar?",
+    "A bar chart of sales per year.",
+)
 SETTINGS = dict(K=2, beta=1.0, gamma=0.5, gate="cda", max_new_tokens=8)
 
 
@@ -21,16 +24,53 @@ def test_a_sampled_answer_on_the_vllm_backend_is_the_librarys(vl):
 
     handlers = Handlers(DemoService(vl, AsymSpecConfig()))
     request = SimpleNamespace(session_hash="vllm")
-    message, asym, floor, drafter, table, _, results, button = list(handlers.answer(
-        str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor", "drafter"], 0.8, 1.0, 3, request))[-1]
+    message, asym, floor, drafter, table, _, results, button = list(
+        handlers.answer(
+            str(CHART),
+            QUESTION,
+            CAPTION,
+            "",
+            *SETTINGS.values(),
+            ["floor", "drafter"],
+            0.8,
+            1.0,
+            3,
+            request,
+        )
+    )[-1]
     cfg = AsymSpecConfig(**SETTINGS, temperature=0.8, seed=3)
-    assert not isinstance(message, str), message  # no error text: the message box is only updated
+    assert not isinstance(message, str), (
+        message
+    )  # no error text: the message box is only updated
     for method in ("asymspec", "floor", "drafter"):
-        ref = vl.generate(str(CHART), QUESTION, caption=CAPTION, method=method, config=cfg)
+        ref = vl.generate(
+            str(CHART), QUESTION, caption=CAPTION, method=method, config=cfg
+        )
         assert results[method]["token_ids"] == ref.token_ids
     assert 'seed <b class="seed">3</b>' in table
     assert button["interactive"] is True
-    greedy = list(handlers.answer(str(CHART), QUESTION, CAPTION, "", *SETTINGS.values(), ["floor"], 0.0, 1.0, None,
-                                  request))[-1]
-    ref = vl.generate(str(CHART), QUESTION, caption=CAPTION, method="asymspec", config=AsymSpecConfig(**SETTINGS))
-    assert greedy[6]["asymspec"]["token_ids"] == ref.token_ids and "greedy (temperature 0)" in greedy[4]
+    greedy = list(
+        handlers.answer(
+            str(CHART),
+            QUESTION,
+            CAPTION,
+            "",
+            *SETTINGS.values(),
+            ["floor"],
+            0.0,
+            1.0,
+            None,
+            request,
+        )
+    )[-1]
+    ref = vl.generate(
+        str(CHART),
+        QUESTION,
+        caption=CAPTION,
+        method="asymspec",
+        config=AsymSpecConfig(**SETTINGS),
+    )
+    assert (
+        greedy[6]["asymspec"]["token_ids"] == ref.token_ids
+        and "greedy (temperature 0)" in greedy[4]
+    )

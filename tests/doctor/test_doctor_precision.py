@@ -20,8 +20,10 @@ def test_the_pin_replaces_a_users_tf32_settings_and_restores_them(monkeypatch):
     torch.set_float32_matmul_precision("medium")
     try:
         with exact_float32():
-            assert {k: os.environ[k] for k in PINNED} == {"TRITON_F32_DEFAULT": "ieee",
-                                                          "VLLM_FLOAT32_MATMUL_PRECISION": "highest"}
+            assert {k: os.environ[k] for k in PINNED} == {
+                "TRITON_F32_DEFAULT": "ieee",
+                "VLLM_FLOAT32_MATMUL_PRECISION": "highest",
+            }
             assert torch.get_float32_matmul_precision() == "highest"
         assert {k: os.environ[k] for k in USER_TF32} == USER_TF32
         assert torch.get_float32_matmul_precision() == "medium"
@@ -31,10 +33,14 @@ def test_the_pin_replaces_a_users_tf32_settings_and_restores_them(monkeypatch):
     with exact_float32():
         pass
     assert "TRITON_F32_DEFAULT" not in os.environ  # unset before: unset after
-    assert describe().startswith("TRITON_F32_DEFAULT=ieee, VLLM_FLOAT32_MATMUL_PRECISION=highest")
+    assert describe().startswith(
+        "TRITON_F32_DEFAULT=ieee, VLLM_FLOAT32_MATMUL_PRECISION=highest"
+    )
 
 
-def test_triton_reads_the_pin_as_its_float32_dot_precision_and_keys_its_cache_on_it(monkeypatch):
+def test_triton_reads_the_pin_as_its_float32_dot_precision_and_keys_its_cache_on_it(
+    monkeypatch,
+):
     """What tl.dot without input_precision reads (triton/language/core.py dot) and triton's compile-cache key."""
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
@@ -62,25 +68,51 @@ def test_the_pin_reaches_the_engine_core_the_doctor_starts(tmp_path, monkeypatch
         import torch as _torch
         import triton as _triton
 
-        env = {k: _os.environ.get(k) for k in ("TRITON_F32_DEFAULT", "VLLM_FLOAT32_MATMUL_PRECISION")}
-        return _os.getpid(), env, _torch.get_float32_matmul_precision(), _triton.knobs.language.fp32_default
+        env = {
+            k: _os.environ.get(k)
+            for k in ("TRITON_F32_DEFAULT", "VLLM_FLOAT32_MATMUL_PRECISION")
+        }
+        return (
+            _os.getpid(),
+            env,
+            _torch.get_float32_matmul_precision(),
+            _triton.knobs.language.fp32_default,
+        )
 
     for k, v in USER_TF32.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the engine core in its own process
-    monkeypatch.setenv("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc with a function
-    paths = write_tiny_models(tmp_path, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES)
+    monkeypatch.setenv(
+        "VLLM_ENABLE_V1_MULTIPROCESSING", "1"
+    )  # the engine core in its own process
+    monkeypatch.setenv(
+        "VLLM_ALLOW_INSECURE_SERIALIZATION", "1"
+    )  # collective_rpc with a function
+    paths = write_tiny_models(
+        tmp_path, sizes=DRAFTER_SIZES, verifier_sizes=VERIFIER_SIZES
+    )
     run = next(r for r in RUNS if r.backend == "CPU_ATTN")
     before = torch.get_float32_matmul_precision()
     with exact_float32():
-        vl = AsymSpecVL.from_pretrained(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]),
-                                        backend="vllm", dtype=run.dtype, **run.engine_kwargs())
+        vl = AsymSpecVL.from_pretrained(
+            drafter=str(paths["vl_drafter"]),
+            verifier=str(paths["verifier"]),
+            backend="vllm",
+            dtype=run.dtype,
+            **run.engine_kwargs(),
+        )
         try:
             llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
-            (pid, env, precision, fp32_default), = llm.collective_rpc(worker_precision)
+            ((pid, env, precision, fp32_default),) = llm.collective_rpc(
+                worker_precision
+            )
         finally:
             vl.backend.close()
     torch.set_float32_matmul_precision(before)
-    assert pid != os.getpid(), "the engine core ran in this process: the test shows nothing about a child's env"
-    assert env == {"TRITON_F32_DEFAULT": "ieee", "VLLM_FLOAT32_MATMUL_PRECISION": "highest"}, env
+    assert pid != os.getpid(), (
+        "the engine core ran in this process: the test shows nothing about a child's env"
+    )
+    assert env == {
+        "TRITON_F32_DEFAULT": "ieee",
+        "VLLM_FLOAT32_MATMUL_PRECISION": "highest",
+    }, env
     assert precision == "highest" and fp32_default == "ieee", (precision, fp32_default)

@@ -21,7 +21,9 @@ def test_room_leaves_k_drafts_and_the_bonus_token(K):
     context, length = 100, 10
     req, method = _request(length)
     n = room(req, method, AsymSpecConfig(K=K), lambda model: context)
-    assert n == context - length - K - 1  # the last step verifies K drafts and adds one bonus token
+    assert (
+        n == context - length - K - 1
+    )  # the last step verifies K drafts and adds one bonus token
     assert length + n + K + 1 == context  # ... and its positions still fit the context
 
 
@@ -32,5 +34,8 @@ def test_a_prompt_with_no_room_for_one_step_is_refused_at_the_boundary(K):
     assert room(*fits, cfg, lambda m: context) == 1
     check_fits(*fits, cfg, lambda m: context)  # one token of room: served
     assert room(*full, cfg, lambda m: context) == 0
-    with pytest.raises(PromptTooLongError, match=f"has {context - K - 1} tokens; its context is {context} tokens"):
+    with pytest.raises(
+        PromptTooLongError,
+        match=f"has {context - K - 1} tokens; its context is {context} tokens",
+    ):
         check_fits(*full, cfg, lambda m: context)  # no room for one step: refused

@@ -19,7 +19,10 @@ def test_text_is_a_str_of_valid_unicode():
         check_text("question", None)
     with pytest.raises(InvalidTextError, match="ocr must be a str or None, got bytes"):
         check_text("ocr", b"7", optional=True)
-    with pytest.raises(InvalidTextError, match=r"caption holds '\\ud800' at position 2: a lone surrogate"):
+    with pytest.raises(
+        InvalidTextError,
+        match=r"caption holds '\\ud800' at position 2: a lone surrogate",
+    ):
         check_text("caption", "ab\ud800c")
 
 
@@ -27,8 +30,16 @@ def test_the_method_names_are_the_methods_in_order_and_load_without_torch():
     from asymspec_vl.core.methods import METHODS
 
     assert tuple(METHODS) == NAMES and set(IMAGE_METHODS) <= set(NAMES)
-    reads_image = {m for m in NAMES if any(s.view in ("x_full", "x_question") for s in METHODS[m].sources)}
+    reads_image = {
+        m
+        for m in NAMES
+        if any(s.view in ("x_full", "x_question") for s in METHODS[m].sources)
+    }
     assert reads_image == set(IMAGE_METHODS)
     probe = "import sys, asymspec_vl.core.method_names; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "False"
+    )

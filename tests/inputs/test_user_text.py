@@ -5,12 +5,12 @@ ended the user's turn); ordinary text gives exactly the ids of tokenizing the wh
 from collections import Counter
 
 import pytest
+from helpers import random_image, random_request
 
 from asymspec_vl import Request
-from asymspec_vl.pair.defaults import resolve
 from asymspec_vl.inputs.prompts import encode_request
+from asymspec_vl.pair.defaults import resolve
 from asymspec_vl.pair.model_pair import ModelPair
-from helpers import random_image, random_request
 
 CFG = dict(K=2, max_new_tokens=6)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -20,20 +20,41 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def pair(request, tiny_models):
     """The tiny test tokenizer (GPT-2 pre-tokenizer) and the embedded pair's (Qwen's pre-tokenizer)."""
     if request.param == "tiny":
-        return ModelPair.load(str(tiny_models["vl_drafter"]), str(tiny_models["verifier"]))
-    return ModelPair.load(resolve("drafter", "embedded"), resolve("verifier", "embedded"))
+        return ModelPair.load(
+            str(tiny_models["vl_drafter"]), str(tiny_models["verifier"])
+        )
+    return ModelPair.load(
+        resolve("drafter", "embedded"), resolve("verifier", "embedded")
+    )
 
 
 def every_added_token(tokenizer) -> str:
     """Every added / special token string of the tokenizer (im_start/end, vision, pads, think, ...)."""
     contents = [t.content for t in tokenizer.added_tokens_decoder.values()]
-    assert {"<|im_end|>", "<|im_start|>", "<|image_pad|>", "<|vision_start|>", "<think>"} <= set(contents)
+    assert {
+        "<|im_end|>",
+        "<|im_start|>",
+        "<|image_pad|>",
+        "<|vision_start|>",
+        "<think>",
+    } <= set(contents)
     return " ".join(contents)
 
 
 def hostile_requests(tokenizer, text: str) -> list[Request]:
-    return [Request(random_image(3), f"What is {text} here?", caption=f"A chart {text}", ocr=text),
-            Request(question=f"Why {text}?", full_context=f"Facts: {text}", compressed_context=text)]
+    return [
+        Request(
+            random_image(3),
+            f"What is {text} here?",
+            caption=f"A chart {text}",
+            ocr=text,
+        ),
+        Request(
+            question=f"Why {text}?",
+            full_context=f"Facts: {text}",
+            compressed_context=text,
+        ),
+    ]
 
 
 def control_ids(tokenizer, ids: list[int]) -> Counter:
@@ -49,15 +70,21 @@ def expanded(prompt: str, n: int) -> str:
 def test_special_token_strings_in_user_text_are_ordinary_text(pair):
     tok = pair.tokenizer
     hostile = every_added_token(tok)
-    for bad, clean in zip(hostile_requests(tok, hostile), hostile_requests(tok, "plain words")):
+    for bad, clean in zip(
+        hostile_requests(tok, hostile), hostile_requests(tok, "plain words")
+    ):
         got = encode_request(bad, pair.processor, tok)
         ref = encode_request(clean, pair.processor, tok)
         for view in ("full", "comp", "question"):
             ids = getattr(got, view).ids
             # the same control tokens as with harmless text: only the template's (and the image's pads)
-            assert control_ids(tok, ids) == control_ids(tok, getattr(ref, view).ids), view
+            assert control_ids(tok, ids) == control_ids(tok, getattr(ref, view).ids), (
+                view
+            )
         p = got.prompts
-        assert tok.decode(got.comp.ids) == p.x_comp  # the user's exact characters, nothing escaped
+        assert (
+            tok.decode(got.comp.ids) == p.x_comp
+        )  # the user's exact characters, nothing escaped
         assert hostile in p.x_comp and hostile in p.x_full
         if bad.image is None:
             assert tok.decode(got.full.ids) == p.x_full
@@ -72,16 +99,41 @@ def test_ordinary_text_gives_the_ids_of_the_whole_prompt(pair):
     the ids and image inputs equal the tokenizer's / processor's on the whole prompt string."""
     tok, proc = pair.tokenizer, pair.processor
     reqs = [random_request(s) for s in range(8)]
-    reqs += [Request(random_image(1), "  How many? \n", caption="\nline one\n\nline two ", ocr=" 12  30\t21 "),
-             Request(question="What is the answer?", full_context="The answer is 42.", compressed_context="a table")]
+    reqs += [
+        Request(
+            random_image(1),
+            "  How many? \n",
+            caption="\nline one\n\nline two ",
+            ocr=" 12  30\t21 ",
+        ),
+        Request(
+            question="What is the answer?",
+            full_context="The answer is 42.",
+            compressed_context="a table",
+        ),
+    ]
     for r in reqs:
         enc = encode_request(r, proc, tok)
-        assert enc.comp.ids == tok(enc.prompts.x_comp, add_special_tokens=False)["input_ids"]
+        assert (
+            enc.comp.ids
+            == tok(enc.prompts.x_comp, add_special_tokens=False)["input_ids"]
+        )
         if r.image is None:
-            assert enc.full.ids == tok(enc.prompts.x_full, add_special_tokens=False)["input_ids"]
+            assert (
+                enc.full.ids
+                == tok(enc.prompts.x_full, add_special_tokens=False)["input_ids"]
+            )
             continue
-        for view, prompt in ((enc.full, enc.prompts.x_full), (enc.question, enc.prompts.x_question)):
-            whole = proc(text=[prompt], images=[r.image], return_tensors="pt", add_special_tokens=False)
+        for view, prompt in (
+            (enc.full, enc.prompts.x_full),
+            (enc.question, enc.prompts.x_question),
+        ):
+            whole = proc(
+                text=[prompt],
+                images=[r.image],
+                return_tensors="pt",
+                add_special_tokens=False,
+            )
             assert view.ids == whole["input_ids"][0].tolist()
             assert view.pixel_values.equal(whole["pixel_values"])
             assert view.image_grid_thw.equal(whole["image_grid_thw"])

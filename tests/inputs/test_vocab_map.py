@@ -6,7 +6,12 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from asymspec_vl.core.errors import VocabularyMismatchError
-from asymspec_vl.inputs.vocab_map import build_vocab_map, describe, special_names, token_bytes
+from asymspec_vl.inputs.vocab_map import (
+    build_vocab_map,
+    describe,
+    special_names,
+    token_bytes,
+)
 from asymspec_vl.toy.tiny import default_corpus, train_tokenizer
 
 
@@ -14,15 +19,18 @@ from asymspec_vl.toy.tiny import default_corpus, train_tokenizer
 def two_bpe():
     """Two byte-level BPE tokenizers trained on different text and sizes: part of their vocabularies shared."""
     corpus = default_corpus()
-    return train_tokenizer(corpus, 700), train_tokenizer(corpus[::-1][:150] + ["zebra quartz"] * 50, 520,
-                                                         qwen_split=True)
+    return train_tokenizer(corpus, 700), train_tokenizer(
+        corpus[::-1][:150] + ["zebra quartz"] * 50, 520, qwen_split=True
+    )
 
 
 def word_level(words, eos="</s>", specials=("</s>", "<pad>")):
     vocab = {w: i for i, w in enumerate(list(specials) + list(words))}
     tok = Tokenizer(models.WordLevel(vocab, unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=eos, pad_token="<pad>"
+    )
 
 
 def test_one_vocabulary_is_the_identity(two_bpe):
@@ -37,7 +45,9 @@ def test_shared_tokens_have_the_same_bytes_and_specials_pair_by_role(two_bpe):
     vmap = build_vocab_map(d, v)
     db, vb = token_bytes(d), token_bytes(v)
     pairs = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
-    special_v = set(special_names(v).values()) & set(pairs)  # paired by name (one family's) or role
+    special_v = set(special_names(v).values()) & set(
+        pairs
+    )  # paired by name (one family's) or role
     for j, i in pairs.items():
         if j not in special_v:
             assert db[i] == vb[j]
@@ -45,8 +55,13 @@ def test_shared_tokens_have_the_same_bytes_and_specials_pair_by_role(two_bpe):
     both = set(db.values()) & set(vb.values())
     assert len(pairs) - len(special_v) == len(both)
     assert len(set(pairs.values())) == len(pairs)
-    assert pairs[v.convert_tokens_to_ids("<|image_pad|>")] == d.convert_tokens_to_ids("<|image_pad|>")
-    assert vmap.specials["turn_end"] == (d.convert_tokens_to_ids("<|im_end|>"), v.convert_tokens_to_ids("<|im_end|>"))
+    assert pairs[v.convert_tokens_to_ids("<|image_pad|>")] == d.convert_tokens_to_ids(
+        "<|image_pad|>"
+    )
+    assert vmap.specials["turn_end"] == (
+        d.convert_tokens_to_ids("<|im_end|>"),
+        v.convert_tokens_to_ids("<|im_end|>"),
+    )
     assert 0 < vmap.size < min(len(d), len(v))
     assert f"{vmap.size} shared tokens" in describe(vmap)
     # digits and words: " the" and "7" are shared
@@ -63,7 +78,10 @@ def test_sentencepiece_pieces_compare_by_bytes():
 def test_a_small_shared_set_is_a_typed_error_with_the_numbers():
     d = word_level([f"w{i}" for i in range(300)])
     v = word_level([f"w{i}" for i in range(100)] + [f"x{i}" for i in range(300)])
-    with pytest.raises(VocabularyMismatchError, match=r"102 shared tokens, 100 of the verifier's 256 most frequent"):
+    with pytest.raises(
+        VocabularyMismatchError,
+        match=r"102 shared tokens, 100 of the verifier's 256 most frequent",
+    ):
         build_vocab_map(d, v)
 
 
@@ -71,5 +89,7 @@ def test_unpairable_end_tokens_are_a_typed_error():
     words = [f"w{i}" for i in range(300)]
     d = word_level(words)
     v = word_level(words, eos=None, specials=("<pad>",))
-    with pytest.raises(VocabularyMismatchError, match="cannot be paired: end of turn / EOS"):
+    with pytest.raises(
+        VocabularyMismatchError, match="cannot be paired: end of turn / EOS"
+    ):
         build_vocab_map(d, v)

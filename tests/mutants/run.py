@@ -67,27 +67,49 @@ def load(paths: list[Path]) -> list[Mutant]:
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise MutantListError(f"{path}: {e}") from e
         for i, entry in enumerate(entries, 1):
-            missing = [k for k in ("file", "old", "new", "tests", "note") if k not in entry]
+            missing = [
+                k for k in ("file", "old", "new", "tests", "note") if k not in entry
+            ]
             if missing:
-                raise MutantListError(f"{path.name} mutant {i}: missing {', '.join(missing)}")
-            m = Mutant(path.name, i, entry["file"], entry["old"], entry["new"], tuple(entry["tests"]), entry["note"])
+                raise MutantListError(
+                    f"{path.name} mutant {i}: missing {', '.join(missing)}"
+                )
+            m = Mutant(
+                path.name,
+                i,
+                entry["file"],
+                entry["old"],
+                entry["new"],
+                tuple(entry["tests"]),
+                entry["note"],
+            )
             target = ROOT / m.file
             if not target.is_file():
                 raise MutantListError(f"{m.label}: no file {m.file}")
             count = target.read_text(encoding="utf-8").count(m.old)
             if count != 1 or m.old == m.new or not m.tests:
-                raise MutantListError(f"{m.label}: `old` occurs {count} times in {m.file} (must be once), or "
-                                      "`new` equals it, or no tests are named")
+                raise MutantListError(
+                    f"{m.label}: `old` occurs {count} times in {m.file} (must be once), or "
+                    "`new` equals it, or no tests are named"
+                )
             mutants.append(m)
     return mutants
 
 
 def refuse_dirty(files: set[str]) -> None:
     """Uncommitted changes in a target file: refuse (git status lists it)."""
-    out = subprocess.run(["git", "status", "--porcelain", "--", *sorted(files)], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "status", "--porcelain", "--", *sorted(files)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     if out.strip():
-        raise MutantListError("uncommitted changes in files the mutants target; commit or stash them first:\n" + out)
+        raise MutantListError(
+            "uncommitted changes in files the mutants target; commit or stash them first:\n"
+            + out
+        )
 
 
 def run_tests(tests: tuple[str, ...], timeout: float) -> tuple[str, float]:
@@ -95,17 +117,27 @@ def run_tests(tests: tuple[str, ...], timeout: float) -> tuple[str, float]:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", time.monotonic() - start
     finally:
-        if proc.poll() is None:  # a timeout or Ctrl-C: end pytest and whatever it started
+        if (
+            proc.poll() is None
+        ):  # a timeout or Ctrl-C: end pytest and whatever it started
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    outcome = {0: "survived", 5: "no tests"}.get(code, "killed")  # 5: pytest collected nothing
+    outcome = {0: "survived", 5: "no tests"}.get(
+        code, "killed"
+    )  # 5: pytest collected nothing
     return outcome, time.monotonic() - start
 
 
@@ -126,18 +158,38 @@ def _interrupted(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--file", action="append", help="a list in tests/mutants (e.g. core.toml); default: all")
-    p.add_argument("-k", dest="match", default="", help="only mutants whose file or note contains this text")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per mutant's test run (default 600)")
+    p.add_argument(
+        "--file",
+        action="append",
+        help="a list in tests/mutants (e.g. core.toml); default: all",
+    )
+    p.add_argument(
+        "-k",
+        dest="match",
+        default="",
+        help="only mutants whose file or note contains this text",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600,
+        help="seconds per mutant's test run (default 600)",
+    )
     args = p.parse_args(argv)
-    paths = [LISTS / f for f in args.file] if args.file else sorted(LISTS.glob("*.toml"))
+    paths = (
+        [LISTS / f for f in args.file] if args.file else sorted(LISTS.glob("*.toml"))
+    )
     try:
-        mutants = [m for m in load(paths) if args.match in m.file or args.match in m.note]
+        mutants = [
+            m for m in load(paths) if args.match in m.file or args.match in m.note
+        ]
         refuse_dirty({m.file for m in mutants})
     except MutantListError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where the shell started it ignoring SIGINT
+    signal.signal(
+        signal.SIGINT, signal.default_int_handler
+    )  # also where the shell started it ignoring SIGINT
     signal.signal(signal.SIGTERM, _interrupted)
     killed = 0
     for n, m in enumerate(mutants, 1):
@@ -147,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"interrupted at {m.label}: {m.file} restored", file=sys.stderr)
             return 130
         killed += outcome in ("killed", "timeout")
-        print(f"[{n:>3}/{len(mutants)}] {outcome:<9} {m.label} ({seconds:.0f} s)", flush=True)
+        print(
+            f"[{n:>3}/{len(mutants)}] {outcome:<9} {m.label} ({seconds:.0f} s)",
+            flush=True,
+        )
     rate = 100 * killed / len(mutants) if mutants else 0.0
     print(f"kill rate: {killed}/{len(mutants)} = {rate:.0f} %")
     return 0 if killed == len(mutants) else 1

@@ -15,7 +15,12 @@ from asymspec_vl.pair.model_source import locate
 
 def one_line_naming(err: ModelPairError, name: str) -> None:
     text = str(err)
-    assert "\n" not in text and name in text and "embedded" in text and "HF_HUB_OFFLINE" in text, text
+    assert (
+        "\n" not in text
+        and name in text
+        and "embedded" in text
+        and "HF_HUB_OFFLINE" in text
+    ), text
 
 
 def closed_port() -> int:
@@ -112,8 +117,9 @@ def silent_hub():
     server.close()
 
 
-def test_a_hub_that_accepts_but_never_answers_is_unreachable_within_the_promised_seconds(hub_cache, monkeypatch,
-                                                                                         silent_hub):
+def test_a_hub_that_accepts_but_never_answers_is_unreachable_within_the_promised_seconds(
+    hub_cache, monkeypatch, silent_hub
+):
     import time
 
     from huggingface_hub import constants
@@ -148,13 +154,17 @@ def test_a_hub_that_answers_any_status_is_reachable():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert hub_reachable(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=3.0)
+        assert hub_reachable(
+            f"http://127.0.0.1:{server.server_address[1]}", timeout_s=3.0
+        )
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_a_cached_hub_id_loads_from_its_snapshot_when_the_hub_is_unreachable(hub_cache, monkeypatch, capsys):
+def test_a_cached_hub_id_loads_from_its_snapshot_when_the_hub_is_unreachable(
+    hub_cache, monkeypatch, capsys
+):
     from huggingface_hub import constants
 
     snapshot = cache_repo(hub_cache, "org/model")
@@ -162,24 +172,32 @@ def test_a_cached_hub_id_loads_from_its_snapshot_when_the_hub_is_unreachable(hub
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{closed_port()}")
     assert locate("drafter", "org/model") == snapshot
     assert "unreachable" in capsys.readouterr().err
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the id is kept, transformers reads the cache itself
+    monkeypatch.setenv(
+        "HF_HUB_OFFLINE", "1"
+    )  # offline: the id is kept, transformers reads the cache itself
     assert locate("drafter", "org/model") == "org/model"
 
 
 def test_embedded_on_one_side_means_embedded_on_the_other():
     models = embedded_models()
     vl = AsymSpecVL.from_pretrained(drafter="embedded", device="cpu")
-    assert (vl.names["drafter"], vl.names["verifier"]) == (models["drafter"], models["verifier"])
+    assert (vl.names["drafter"], vl.names["verifier"]) == (
+        models["drafter"],
+        models["verifier"],
+    )
     vl = AsymSpecVL.from_pretrained(verifier="embedded", device="cpu")
     assert vl.names["drafter"] == models["drafter"]
 
 
-@pytest.mark.parametrize("argv, expected", [
-    ([], ("Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-32B")),
-    (["--drafter", "embedded"], ("embedded", "embedded")),
-    (["--verifier", "embedded"], ("embedded", "embedded")),
-    (["--drafter", "org/d", "--verifier", "embedded"], ("org/d", "embedded")),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ([], ("Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-32B")),
+        (["--drafter", "embedded"], ("embedded", "embedded")),
+        (["--verifier", "embedded"], ("embedded", "embedded")),
+        (["--drafter", "org/d", "--verifier", "embedded"], ("org/d", "embedded")),
+    ],
+)
 def test_the_cli_pairs_embedded_the_same_way(argv, expected):
     args = build_parser().parse_args(["eval", "mathvista", *argv])
     assert (args.drafter, args.verifier) == expected
@@ -190,7 +208,21 @@ def test_the_cli_prints_one_line_before_any_model_loads(tmp_path, capsys):
     from PIL import Image
 
     Image.new("RGB", (8, 8)).save(image)
-    code = main(["generate", "--image", str(image), "--question", "q", "--drafter", str(tmp_path / "missing")])
+    code = main(
+        [
+            "generate",
+            "--image",
+            str(image),
+            "--question",
+            "q",
+            "--drafter",
+            str(tmp_path / "missing"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1, err  # the error alone: the no-caption note waits for models that load
-    assert err[0].startswith("asymspec-vl: error:") and str(tmp_path / "missing") in err[0]
+    assert code == 2 and len(err) == 1, (
+        err
+    )  # the error alone: the no-caption note waits for models that load
+    assert (
+        err[0].startswith("asymspec-vl: error:") and str(tmp_path / "missing") in err[0]
+    )

@@ -8,16 +8,32 @@ import sys
 
 import pytest
 from openai import OpenAI
-
 from serve_support import EXAMPLES, chat_body, data_url, served
 
-TOY = [e for e in json.loads((EXAMPLES / "examples.json").read_text()) if e["image"].startswith("toy-")]
+TOY = [
+    e
+    for e in json.loads((EXAMPLES / "examples.json").read_text())
+    if e["image"].startswith("toy-")
+]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from served(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2", "--verifier", "embedded-llama"],
-                      tmp_path_factory.mktemp("serve-xfamily") / "server.log")
+    yield from served(
+        [
+            "--backend",
+            "hf",
+            "--device",
+            "cpu",
+            "--ocr",
+            "none",
+            "-K",
+            "2",
+            "--verifier",
+            "embedded-llama",
+        ],
+        tmp_path_factory.mktemp("serve-xfamily") / "server.log",
+    )
 
 
 def test_the_cross_family_pair_answers_as_the_library(server):
@@ -25,23 +41,68 @@ def test_the_cross_family_pair_answers_as_the_library(server):
 
     vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded-llama")
     assert not vl.pair.vmap.identity
-    client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = OpenAI(
+        base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300
+    )
     for example in TOY[:2]:
         for method in ("asymspec", "floor"):
-            msgs = chat_body(example["question"], data_url(EXAMPLES / example["image"]))["messages"]
+            msgs = chat_body(
+                example["question"], data_url(EXAMPLES / example["image"])
+            )["messages"]
             reply = client.chat.completions.create(
-                model="asymspec-vl", messages=msgs, max_tokens=24, logprobs=True, top_logprobs=1,
-                extra_body={"caption": example["caption"], "ocr": "", "method": method, "return_token_ids": True})
-            ref = vl.generate(str(EXAMPLES / example["image"]), example["question"], caption=example["caption"],
-                              method=method, config=AsymSpecConfig(K=2, max_new_tokens=24, logprobs=1))
+                model="asymspec-vl",
+                messages=msgs,
+                max_tokens=24,
+                logprobs=True,
+                top_logprobs=1,
+                extra_body={
+                    "caption": example["caption"],
+                    "ocr": "",
+                    "method": method,
+                    "return_token_ids": True,
+                },
+            )
+            ref = vl.generate(
+                str(EXAMPLES / example["image"]),
+                example["question"],
+                caption=example["caption"],
+                method=method,
+                config=AsymSpecConfig(K=2, max_new_tokens=24, logprobs=1),
+            )
             choice = reply.choices[0]
-            assert (choice.token_ids, choice.message.content) == (ref.token_ids, ref.text), (example["image"], method)
-            assert [x.logprob for x in choice.logprobs.content] == pytest.approx([x.logprob for x in ref.logprobs],
-                                                                                   abs=1e-4)
+            assert (choice.token_ids, choice.message.content) == (
+                ref.token_ids,
+                ref.text,
+            ), (example["image"], method)
+            assert [x.logprob for x in choice.logprobs.content] == pytest.approx(
+                [x.logprob for x in ref.logprobs], abs=1e-4
+            )
 
 
 def test_the_vllm_backend_refuses_the_cross_family_pair_by_name(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "asymspec_vl.cli", "generate", "--backend", "vllm", "--verifier",
-                          "embedded-llama", "--image", str(EXAMPLES / TOY[0]["image"]), "--question", "q?",
-                          "--caption", "c"], capture_output=True, text=True, timeout=300)
-    assert run.returncode != 0 and "two vocabularies" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asymspec_vl.cli",
+            "generate",
+            "--backend",
+            "vllm",
+            "--verifier",
+            "embedded-llama",
+            "--image",
+            str(EXAMPLES / TOY[0]["image"]),
+            "--question",
+            "q?",
+            "--caption",
+            "c",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        run.returncode != 0
+        and "two vocabularies" in run.stderr
+        and "Traceback" not in run.stderr
+    ), run.stderr

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from asymspec_vl.backends.vllm import vllm_backend
-from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.backends.vllm.engine import EngineSpec
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.errors import ConfigError
@@ -22,7 +21,9 @@ from asymspec_vl.serve.settings import ServeSettings
 class FakeView:
     def __init__(self, spec):
         self.spec, self.max_model_len = spec, 64
-        self.llm_engine = SimpleNamespace(vllm_config=SimpleNamespace(model_config=SimpleNamespace(max_model_len=64)))
+        self.llm_engine = SimpleNamespace(
+            vllm_config=SimpleNamespace(model_config=SimpleNamespace(max_model_len=64))
+        )
 
 
 @pytest.fixture
@@ -43,10 +44,18 @@ def built(monkeypatch):
     monkeypatch.setattr(vllm_backend, "build_engine", build_engine)
     monkeypatch.setattr(vllm_runner, "configure_environment", lambda: None)
     monkeypatch.setattr(vllm_runner, "resolve", lambda role, name: name)
-    monkeypatch.setattr(vllm_runner.ModelPair, "load", staticmethod(lambda d, v: FakePair()))
+    monkeypatch.setattr(
+        vllm_runner.ModelPair, "load", staticmethod(lambda d, v: FakePair())
+    )
     loop = asyncio.new_event_loop()
-    settings = ServeSettings("drafter-x", "verifier-y", K=3, drafter_engine=True, drafter_memory=0.2,
-                             engine_kwargs={"max_model_len": 64})
+    settings = ServeSettings(
+        "drafter-x",
+        "verifier-y",
+        K=3,
+        drafter_engine=True,
+        drafter_memory=0.2,
+        engine_kwargs={"max_model_len": 64},
+    )
     runner = vllm_runner.VLLMRunner.load(settings, loop)
     yield runner, calls, loop
     loop.close()
@@ -64,9 +73,14 @@ class FakePair:
 
 def test_the_server_builds_its_engines_only_through_build_engine(built):
     runner, calls, loop = built
-    speculative, drafter = EngineSpec("verifier-y", "drafter-x", 3), EngineSpec("drafter-x", images=True)
-    assert calls == [(speculative, "auto", 1, {"max_model_len": 64}, 0.2, loop),
-                     (drafter, "auto", 1, {"max_model_len": 64}, 0.2, loop)]
+    speculative, drafter = (
+        EngineSpec("verifier-y", "drafter-x", 3),
+        EngineSpec("drafter-x", images=True),
+    )
+    assert calls == [
+        (speculative, "auto", 1, {"max_model_len": 64}, 0.2, loop),
+        (drafter, "auto", 1, {"max_model_len": 64}, 0.2, loop),
+    ]
     assert [v.spec for v in runner.views.values()] == [speculative, drafter]
     assert set(runner.methods) == set(METHODS)
 
@@ -80,13 +94,24 @@ def test_the_servers_engine_set_is_fixed(built):
 
 def test_floor_is_its_own_request_on_the_speculative_engine(built):
     runner, _, _ = built
-    enc = EncodedRequest(Prompts("f", "c", "q"), EncodedView([1, 2, 3, 4]), EncodedView([1, 2, 3]), EncodedView([1]))
+    enc = EncodedRequest(
+        Prompts("f", "c", "q"),
+        EncodedView([1, 2, 3, 4]),
+        EncodedView([1, 2, 3]),
+        EncodedView([1]),
+    )
     cfg = AsymSpecConfig(K=3, max_new_tokens=8)
     prompt, params, mode = runner.engine_request(enc, METHODS["floor"], cfg)
     _, sd_params, sd_mode = runner.engine_request(enc, METHODS["sd"], cfg)
     assert (mode, sd_mode, prompt) == ("floor", "sd", {"prompt_token_ids": [1, 2, 3]})
-    assert params.extra_args["asymspec"] == {**sd_params.extra_args["asymspec"], "mode": "floor"}
-    assert (params.max_tokens, params.stop_token_ids) == (sd_params.max_tokens, sd_params.stop_token_ids)
+    assert params.extra_args["asymspec"] == {
+        **sd_params.extra_args["asymspec"],
+        "mode": "floor",
+    }
+    assert (params.max_tokens, params.stop_token_ids) == (
+        sd_params.max_tokens,
+        sd_params.stop_token_ids,
+    )
     assert runner._spec_of(METHODS["floor"]) == runner.speculative
 
 
@@ -97,8 +122,17 @@ def test_build_engine_gives_the_drafter_engine_its_gpu_share(monkeypatch):
 
     made = []
     monkeypatch.setattr("vllm.LLM", lambda model, **kw: made.append(kw) or kw)
-    vllm_engine.build_engine(EngineSpec("d", images=True), "auto", 1, {"gpu_memory_utilization": 0.5}, 0.2)
+    vllm_engine.build_engine(
+        EngineSpec("d", images=True), "auto", 1, {"gpu_memory_utilization": 0.5}, 0.2
+    )
     vllm_engine.build_engine(EngineSpec("v", "d", 4), "auto", 1, {}, 0.2)
-    vllm_engine.build_engine(EngineSpec("v", "d", 4), "auto", 1, {"gpu_memory_utilization": 0.5}, 0.2)
+    vllm_engine.build_engine(
+        EngineSpec("v", "d", 4), "auto", 1, {"gpu_memory_utilization": 0.5}, 0.2
+    )
     vllm_engine.build_engine(EngineSpec("v", "d", 4), "auto", 1, {})
-    assert [kw.get("gpu_memory_utilization") for kw in made] == [0.2, pytest.approx(0.7), 0.5, None]
+    assert [kw.get("gpu_memory_utilization") for kw in made] == [
+        0.2,
+        pytest.approx(0.7),
+        0.5,
+        None,
+    ]

@@ -3,7 +3,6 @@ the engine core's watchdog stops it once its parent is gone (asymspec_vl/backend
 
 import psutil
 import pytest
-
 from serve_support import ServerProcess
 
 pytestmark = pytest.mark.vllm
@@ -24,17 +23,31 @@ def engine_processes(pid: int) -> list[psutil.Process]:
 
 
 def test_a_sigkilled_server_leaves_no_engine_process_behind(tmp_path):
-    server = ServerProcess(["--drafter", "embedded", "--verifier", "embedded", "--ocr", "none", "--no-caption-cache"],
-                           tmp_path / "server.log")
+    server = ServerProcess(
+        [
+            "--drafter",
+            "embedded",
+            "--verifier",
+            "embedded",
+            "--ocr",
+            "none",
+            "--no-caption-cache",
+        ],
+        tmp_path / "server.log",
+    )
     engines = []
     try:
         server.wait_ready()
         engines = engine_processes(server.proc.pid)
-        assert engines, server.tail()  # AsyncLLM runs its engine core in a process of its own
+        assert engines, (
+            server.tail()
+        )  # AsyncLLM runs its engine core in a process of its own
         server.proc.kill()
         server.proc.wait(30)
         gone, alive = psutil.wait_procs(engines, timeout=BOUND_S)
-        assert not alive, f"still running {BOUND_S} s after the server was SIGKILLed: {[p.pid for p in alive]}"
+        assert not alive, (
+            f"still running {BOUND_S} s after the server was SIGKILLed: {[p.pid for p in alive]}"
+        )
     finally:
         server.proc.kill()
         for p in engines:

@@ -18,7 +18,9 @@ def client_of(runner, period_s=None):
     from asymspec_vl.serve.app import create_app
     from asymspec_vl.serve.settings import ServeSettings
 
-    app = create_app(ServeSettings("embedded", "embedded", backend="hf"), lambda s, loop: runner)
+    app = create_app(
+        ServeSettings("embedded", "embedded", backend="hf"), lambda s, loop: runner
+    )
     if period_s is not None:
         app.state.serve.watch.period_s = period_s
     stops = []
@@ -28,8 +30,13 @@ def client_of(runner, period_s=None):
 
 
 def runner_with(gauges, health):
-    return SimpleNamespace(vl=None, methods=("asymspec",), close=lambda: None, check_health=health,
-                           engine_gauges=gauges)
+    return SimpleNamespace(
+        vl=None,
+        methods=("asymspec",),
+        close=lambda: None,
+        check_health=health,
+        engine_gauges=gauges,
+    )
 
 
 async def healthy():
@@ -43,8 +50,14 @@ def test_an_unexpected_error_is_answered_not_re_raised():
     client, state, stops = client_of(runner_with(broken, healthy))
     with client:
         reply = client.get("/metrics")
-        assert reply.status_code == 500 and reply.json()["error"]["type"] == "RuntimeError"
-        assert client.get("/health").status_code == 200 and state.watch.dead is None and not stops
+        assert (
+            reply.status_code == 500 and reply.json()["error"]["type"] == "RuntimeError"
+        )
+        assert (
+            client.get("/health").status_code == 200
+            and state.watch.dead is None
+            and not stops
+        )
 
 
 def test_a_request_that_meets_a_dead_engine_makes_every_answer_a_503_and_stops_the_server():
@@ -54,10 +67,19 @@ def test_a_request_that_meets_a_dead_engine_makes_every_answer_a_503_and_stops_t
     client, state, stops = client_of(runner_with(dead, healthy))
     with client:
         reply = client.get("/metrics")
-        assert reply.status_code == 503 and "engine died" in reply.json()["error"]["message"]
+        assert (
+            reply.status_code == 503
+            and "engine died" in reply.json()["error"]["message"]
+        )
         assert client.get("/health").status_code == 503
-        reply = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
-        assert reply.status_code == 503 and "must be restarted" in reply.json()["error"]["message"]
+        reply = client.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert (
+            reply.status_code == 503
+            and "must be restarted" in reply.json()["error"]["message"]
+        )
     assert len(stops) == 1 and isinstance(state.watch.dead, EngineDeadError)
 
 
@@ -67,7 +89,9 @@ def test_the_watch_notices_a_dead_engine_with_no_request_in_flight():
     async def health():
         calls.append(1)
         if len(calls) >= 2:
-            raise RuntimeError("the engine's health check") from EngineDeadError("core gone")
+            raise RuntimeError("the engine's health check") from EngineDeadError(
+                "core gone"
+            )
 
     client, state, stops = client_of(runner_with(healthy, health), period_s=0.05)
     with client:
@@ -79,7 +103,9 @@ def test_the_watch_notices_a_dead_engine_with_no_request_in_flight():
     assert len(stops) == 1 and len(calls) >= 2
 
 
-@pytest.mark.parametrize("error, dead", [(EngineDeadError("x"), True), (RuntimeError("x"), False)])
+@pytest.mark.parametrize(
+    "error, dead", [(EngineDeadError("x"), True), (RuntimeError("x"), False)]
+)
 def test_is_engine_dead_follows_the_cause(error, dead):
     from asymspec_vl.serve.engine_watch import is_engine_dead
 

@@ -8,16 +8,21 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from openai import OpenAI
-
 from serve_support import EXAMPLES, chat_body, data_url, served
 
-TOY = [e for e in json.loads((EXAMPLES / "examples.json").read_text()) if e["image"].startswith("toy-")]
+TOY = [
+    e
+    for e in json.loads((EXAMPLES / "examples.json").read_text())
+    if e["image"].startswith("toy-")
+]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from served(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
-                      tmp_path_factory.mktemp("serve-hf") / "server.log")
+    yield from served(
+        ["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
+        tmp_path_factory.mktemp("serve-hf") / "server.log",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,31 +33,59 @@ def reference():
 
 
 def ask(client, example, method, stream=False):
-    msgs = chat_body(example["question"], data_url(EXAMPLES / example["image"]))["messages"]
+    msgs = chat_body(example["question"], data_url(EXAMPLES / example["image"]))[
+        "messages"
+    ]
     reply = client.chat.completions.create(
-        model="asymspec-vl", messages=msgs, max_tokens=32, stream=stream,
-        extra_body={"caption": example["caption"], "ocr": "", "method": method, "return_token_ids": True})
+        model="asymspec-vl",
+        messages=msgs,
+        max_tokens=32,
+        stream=stream,
+        extra_body={
+            "caption": example["caption"],
+            "ocr": "",
+            "method": method,
+            "return_token_ids": True,
+        },
+    )
     if not stream:
         return reply.choices[0].token_ids, reply.choices[0].message.content
     chunks = [c for c in reply if c.choices]
-    return ([i for c in chunks for i in (getattr(c.choices[0], "token_ids", None) or [])],
-            "".join(c.choices[0].delta.content or "" for c in chunks))
+    return (
+        [i for c in chunks for i in (getattr(c.choices[0], "token_ids", None) or [])],
+        "".join(c.choices[0].delta.content or "" for c in chunks),
+    )
 
 
 def test_concurrent_requests_of_every_method_get_the_librarys_tokens(server, reference):
     from asymspec_vl import AsymSpecConfig
 
-    client = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
-    jobs = [(e, m, s) for m in ("asymspec", "floor", "drafter", "sd", "scd") for e in TOY[:2] for s in (False, True)]
+    client = OpenAI(
+        base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300
+    )
+    jobs = [
+        (e, m, s)
+        for m in ("asymspec", "floor", "drafter", "sd", "scd")
+        for e in TOY[:2]
+        for s in (False, True)
+    ]
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda j: ask(client, *j), jobs))
     for (example, method, _), (ids, text) in zip(jobs, got):
-        ref = reference.generate(str(EXAMPLES / example["image"]), example["question"], caption=example["caption"],
-                                 method=method, config=AsymSpecConfig(K=2, max_new_tokens=32))
+        ref = reference.generate(
+            str(EXAMPLES / example["image"]),
+            example["question"],
+            caption=example["caption"],
+            method=method,
+            config=AsymSpecConfig(K=2, max_new_tokens=32),
+        )
         assert (ids, text) == (ref.token_ids, ref.text), (example["image"], method)
 
 
 def test_a_request_past_the_server_K_is_refused(server):
     body = chat_body("What?", data_url(EXAMPLES / "toy-read.png"), config={"K": 3})
     reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
-    assert reply.status_code == 400 and "over the server's K=2" in reply.json()["error"]["message"]
+    assert (
+        reply.status_code == 400
+        and "over the server's K=2" in reply.json()["error"]["message"]
+    )

@@ -7,6 +7,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from test_bad_input import bomb_png  # a PNG header declaring a huge image
 
 from asymspec_vl.cli import build_parser
 from asymspec_vl.core.errors import ConfigError, ImageTooLargeError
@@ -14,14 +15,15 @@ from asymspec_vl.serve import chat
 from asymspec_vl.serve.cli import settings_from_args
 from asymspec_vl.serve.media import ServerPixels
 from asymspec_vl.serve.settings import ServeSettings
-from test_bad_input import bomb_png  # a PNG header declaring a huge image
 
 
 def settings(**kw) -> ServeSettings:
     return ServeSettings("embedded", "embedded", backend="hf", **kw)
 
 
-async def holder(pixels: ServerPixels, n: int, log: list, name: str, release: asyncio.Event):
+async def holder(
+    pixels: ServerPixels, n: int, log: list, name: str, release: asyncio.Event
+):
     async with pixels.hold(n):
         log.append(f"{name} in")
         await release.wait()
@@ -32,10 +34,14 @@ def test_requests_beyond_the_budget_wait_in_arrival_order():
     async def run():
         pixels, log = ServerPixels(100), []
         gates = {k: asyncio.Event() for k in "abc"}
-        tasks = [asyncio.create_task(holder(pixels, n, log, k, gates[k])) for k, n in (("a", 60), ("b", 60),
-                                                                                      ("c", 30))]
+        tasks = [
+            asyncio.create_task(holder(pixels, n, log, k, gates[k]))
+            for k, n in (("a", 60), ("b", 60), ("c", 30))
+        ]
         await asyncio.sleep(0.01)
-        assert log == ["a in"] and pixels.held == 60  # c would fit (90) but waits behind b: first come first served
+        assert (
+            log == ["a in"] and pixels.held == 60
+        )  # c would fit (90) but waits behind b: first come first served
         gates["a"].set()
         await asyncio.sleep(0.01)
         assert log == ["a in", "a out", "b in", "c in"] and pixels.held == 90
@@ -49,8 +55,12 @@ def test_requests_beyond_the_budget_wait_in_arrival_order():
 def test_a_request_without_images_never_waits_behind_image_requests():
     async def run():
         pixels, log, gate = ServerPixels(100), [], asyncio.Event()
-        tasks = [asyncio.create_task(holder(pixels, n, log, k, gate)) for k, n in (("a", 80), ("b", 80))]
+        tasks = [
+            asyncio.create_task(holder(pixels, n, log, k, gate))
+            for k, n in (("a", 80), ("b", 80))
+        ]
         await asyncio.sleep(0.01)
+
         async def text_only():
             async with pixels.hold(0):  # in at once, though b waits
                 log.append("text")
@@ -65,15 +75,20 @@ def test_a_request_without_images_never_waits_behind_image_requests():
 
 def test_a_request_that_leaves_while_waiting_gives_its_place_back():
     """A waiting request cancelled (its timeout, its client gone) is out of the line; the next one gets in."""
+
     async def run():
         pixels, log, gate = ServerPixels(100), [], asyncio.Event()
         first = asyncio.create_task(holder(pixels, 80, log, "a", gate))
         await asyncio.sleep(0.01)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(holder(pixels, 50, log, "late", asyncio.Event()), 0.05)
+            await asyncio.wait_for(
+                holder(pixels, 50, log, "late", asyncio.Event()), 0.05
+            )
         small = asyncio.create_task(holder(pixels, 20, log, "small", gate))
         await asyncio.sleep(0.01)
-        assert log == ["a in", "small in"] and pixels.held == 100  # not stuck behind the one that left
+        assert (
+            log == ["a in", "small in"] and pixels.held == 100
+        )  # not stuck behind the one that left
         gate.set()
         await asyncio.gather(first, small)
         assert pixels.held == 0
@@ -94,7 +109,9 @@ def test_the_setting_must_hold_one_request_at_its_limit():
     assert settings().max_server_pixels == 128_000_000
     with pytest.raises(ConfigError, match="max_server_pixels"):
         settings(max_request_pixels=10, max_server_pixels=9)
-    args = build_parser().parse_args(["serve", "--max-request-pixels", "5", "--max-server-pixels", "7"])
+    args = build_parser().parse_args(
+        ["serve", "--max-request-pixels", "5", "--max-server-pixels", "7"]
+    )
     assert settings_from_args(args).max_server_pixels == 7
 
 
@@ -122,20 +139,40 @@ def test_the_chat_service_holds_a_requests_pixels_until_it_is_encoded(monkeypatc
     monkeypatch.setattr(chat, "fetch_image_bytes", fetch)
     monkeypatch.setattr(chat, "decode_image", decode)
     monkeypatch.setattr(chat, "release_memory", lambda: None)
-    monkeypatch.setattr(chat, "conversation_request", lambda job, images, views: "request")
+    monkeypatch.setattr(
+        chat, "conversation_request", lambda job, images, views: "request"
+    )
     monkeypatch.setattr(chat, "answer_warnings", lambda toy, images: ())
-    processor = SimpleNamespace(image_processor=SimpleNamespace(
-        patch_size=16, merge_size=2, size={"shortest_edge": 1024, "longest_edge": 16384}))
-    runner = SimpleNamespace(vl=SimpleNamespace(pair=SimpleNamespace(processor=processor)))
-    service = chat.ChatService(settings(max_request_pixels=5_000_000, max_server_pixels=5_000_000), runner,
-                               SimpleNamespace(view=view), None)
+    processor = SimpleNamespace(
+        image_processor=SimpleNamespace(
+            patch_size=16,
+            merge_size=2,
+            size={"shortest_edge": 1024, "longest_edge": 16384},
+        )
+    )
+    runner = SimpleNamespace(
+        vl=SimpleNamespace(pair=SimpleNamespace(processor=processor))
+    )
+    service = chat.ChatService(
+        settings(max_request_pixels=5_000_000, max_server_pixels=5_000_000),
+        runner,
+        SimpleNamespace(view=view),
+        None,
+    )
     monkeypatch.setattr(service, "_encode", encode)
     job = SimpleNamespace(image_urls=["a"], captions=[""], ocrs=[""])
 
     async def both():
-        return await asyncio.gather(service._views(job, None), service._views(job, None))
+        return await asyncio.gather(
+            service._views(job, None), service._views(job, None)
+        )
 
     assert [r[0] for r in asyncio.run(both())] == ["enc", "enc"]
-    assert log == ["decode", "encoded", "decode", "encoded"]  # never two 3 MP images at once
+    assert log == [
+        "decode",
+        "encoded",
+        "decode",
+        "encoded",
+    ]  # never two 3 MP images at once
     assert service.pixels.held == 0
     assert [f((7900, 7900)) for f in fits] == [(128, 128)] * 2

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-
 from serve_support import EXAMPLES, chat_body, data_url, metric, served
 
 TOY = {e["image"]: e for e in json.loads((EXAMPLES / "examples.json").read_text())}
@@ -17,13 +16,21 @@ SCENE = TOY["toy-read.png"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    yield from served(["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
-                      tmp_path_factory.mktemp("serve-parity") / "server.log")
+    yield from served(
+        ["--backend", "hf", "--device", "cpu", "--ocr", "none", "-K", "2"],
+        tmp_path_factory.mktemp("serve-parity") / "server.log",
+    )
 
 
 def body(**fields) -> dict:
-    return chat_body(SCENE["question"], data_url(EXAMPLES / SCENE["image"]), max_tokens=6,
-                     caption=SCENE["caption"], ocr="", **fields)
+    return chat_body(
+        SCENE["question"],
+        data_url(EXAMPLES / SCENE["image"]),
+        max_tokens=6,
+        caption=SCENE["caption"],
+        ocr="",
+        **fields,
+    )
 
 
 def post(server, path="/v1/chat/completions", **fields):
@@ -31,8 +38,12 @@ def post(server, path="/v1/chat/completions", **fields):
 
 
 def streamed(server, **fields) -> list[dict]:
-    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body(stream=True, **fields),
-                      timeout=300) as reply:
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/chat/completions",
+        json=body(stream=True, **fields),
+        timeout=300,
+    ) as reply:
         assert reply.status_code == 200
         lines = [line for line in reply.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
@@ -45,27 +56,46 @@ def test_n_choices_are_n_requests_seeded_seed_plus_i_as_vllm_seeds_them(server):
     assert [c["index"] for c in reply["choices"]] == [0, 1, 2]
     for i, choice in enumerate(reply["choices"]):
         alone = post(server, seed=11 + i, **sampled).json()["choices"][0]
-        assert (choice["token_ids"], choice["message"]["content"]) == (alone["token_ids"], alone["message"]["content"])
-    assert reply["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in reply["choices"])
-    assert reply["usage"]["total_tokens"] == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+        assert (choice["token_ids"], choice["message"]["content"]) == (
+            alone["token_ids"],
+            alone["message"]["content"],
+        )
+    assert reply["usage"]["completion_tokens"] == sum(
+        len(c["token_ids"]) for c in reply["choices"]
+    )
+    assert (
+        reply["usage"]["total_tokens"]
+        == reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"]
+    )
     assert len(reply["asymspec"]["choices"]) == 3
 
 
 def test_n_choices_stream_with_their_indexes_and_one_usage_chunk(server):
-    events = streamed(server, n=2, stream_options={"include_usage": True}, return_token_ids=True)
+    events = streamed(
+        server, n=2, stream_options={"include_usage": True}, return_token_ids=True
+    )
     ids = {0: [], 1: []}
     for e in events:
         for c in e["choices"]:
             ids[c["index"]] += c.get("token_ids") or []
-    finished = [c["index"] for e in events for c in e["choices"] if c.get("finish_reason")]
-    assert sorted(finished) == [0, 1] and ids[0] == ids[1] and ids[0]  # greedy: equal choices, as in vLLM
+    finished = [
+        c["index"] for e in events for c in e["choices"] if c.get("finish_reason")
+    ]
+    assert (
+        sorted(finished) == [0, 1] and ids[0] == ids[1] and ids[0]
+    )  # greedy: equal choices, as in vLLM
     usage = [e["usage"] for e in events if not e["choices"]]
-    assert len(usage) == 1 and usage[0]["completion_tokens"] == len(ids[0]) + len(ids[1])
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == len(ids[0]) + len(
+        ids[1]
+    )
 
 
 def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(server):
-    events = streamed(server, stream_options={"include_usage": True, "continuous_usage_stats": True},
-                      return_token_ids=True)
+    events = streamed(
+        server,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        return_token_ids=True,
+    )
     with_choices = [e for e in events if e["choices"]]
     assert all("usage" in e for e in events), events
     sent = 0
@@ -73,7 +103,9 @@ def test_continuous_usage_stats_put_the_usage_so_far_in_every_chunk(server):
         sent += len(e["choices"][0].get("token_ids") or [])
         assert e["usage"]["completion_tokens"] == sent
         assert e["usage"]["total_tokens"] == e["usage"]["prompt_tokens"] + sent
-    assert events[-1]["usage"]["completion_tokens"] == sent  # the last (usage) chunk: the whole answer
+    assert (
+        events[-1]["usage"]["completion_tokens"] == sent
+    )  # the last (usage) chunk: the whole answer
 
 
 def test_vllms_ping_and_invocations_routes(server):
@@ -81,9 +113,19 @@ def test_vllms_ping_and_invocations_routes(server):
     assert httpx.post(server.url + "/ping").status_code == 200
     reply = post(server, path="/invocations", return_token_ids=True)
     assert reply.status_code == 200 and reply.json()["object"] == "chat.completion"
-    assert reply.json()["choices"][0]["token_ids"] == post(server, return_token_ids=True).json()["choices"][0]["token_ids"]
-    other = httpx.post(server.url + "/invocations", json={"model": "asymspec-vl", "prompt": "Hi"}, timeout=60)
-    assert other.status_code == 400 and "chat completion requests only" in other.json()["error"]["message"]
+    assert (
+        reply.json()["choices"][0]["token_ids"]
+        == post(server, return_token_ids=True).json()["choices"][0]["token_ids"]
+    )
+    other = httpx.post(
+        server.url + "/invocations",
+        json={"model": "asymspec-vl", "prompt": "Hi"},
+        timeout=60,
+    )
+    assert (
+        other.status_code == 400
+        and "chat completion requests only" in other.json()["error"]["message"]
+    )
 
 
 def test_metrics_carry_vllms_scheduler_gauges_and_request_counter(server):
@@ -92,23 +134,48 @@ def test_metrics_carry_vllms_scheduler_gauges_and_request_counter(server):
     labels = {"model_name": "asymspec-vl", "engine": "0"}
     assert metric(text, "vllm:num_requests_running", **labels) == 0
     assert metric(text, "vllm:num_requests_waiting", **labels) == 0
-    assert metric(text, "vllm:request_success_total", finished_reason="length", **labels) >= 1
-    assert metric(text, "vllm:request_success_total", finished_reason="abort", **labels) is not None
+    assert (
+        metric(text, "vllm:request_success_total", finished_reason="length", **labels)
+        >= 1
+    )
+    assert (
+        metric(text, "vllm:request_success_total", finished_reason="abort", **labels)
+        is not None
+    )
 
 
 def test_a_seed_out_of_range_is_refused_in_vllms_words(server):
-    for seed, kind in ((2 ** 63, "less_than_equal"), (-(2 ** 63) - 1, "greater_than_equal")):
+    for seed, kind in (
+        (2**63, "less_than_equal"),
+        (-(2**63) - 1, "greater_than_equal"),
+    ):
         reply = post(server, seed=seed)
-        assert reply.status_code == 400 and kind in reply.json()["error"]["message"], reply.text
+        assert reply.status_code == 400 and kind in reply.json()["error"]["message"], (
+            reply.text
+        )
 
 
-@pytest.mark.parametrize("fields, says", [
-    ({"messages": [{"role": "my-custom-role", "content": "what is 1+1?"}]}, '"my-custom-role", which is not served'),
-    ({"prompt_logprobs": -1}, "-1, the whole vocabulary at every position, is not"),
-    ({"prompt_logprobs": 1, "method": "drafter"}, "the drafter alone runs no verifier"),
-    ({"prompt_logprobs": 1, "stream": True}, "not available when `stream=True`")])
-def test_custom_roles_and_prompt_logprobs_that_cannot_be_are_refused_by_name(server, fields, says):
-    reply = httpx.post(server.url + "/v1/chat/completions", json={**body(), **fields}, timeout=60)
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (
+            {"messages": [{"role": "my-custom-role", "content": "what is 1+1?"}]},
+            '"my-custom-role", which is not served',
+        ),
+        ({"prompt_logprobs": -1}, "-1, the whole vocabulary at every position, is not"),
+        (
+            {"prompt_logprobs": 1, "method": "drafter"},
+            "the drafter alone runs no verifier",
+        ),
+        ({"prompt_logprobs": 1, "stream": True}, "not available when `stream=True`"),
+    ],
+)
+def test_custom_roles_and_prompt_logprobs_that_cannot_be_are_refused_by_name(
+    server, fields, says
+):
+    reply = httpx.post(
+        server.url + "/v1/chat/completions", json={**body(), **fields}, timeout=60
+    )
     error = reply.json()["error"]
     assert reply.status_code == 400 and says in error["message"], reply.text
 
@@ -122,10 +189,17 @@ def test_prompt_logprobs_are_the_verifiers_over_its_prompt_in_vllms_form(server)
     assert reply.status_code == 200, reply.text
     got = reply.json()["prompt_logprobs"]
     ref = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded").generate(
-        str(EXAMPLES / SCENE["image"]), SCENE["question"], caption=SCENE["caption"],
-        config=AsymSpecConfig(K=2, max_new_tokens=6, prompt_logprobs=2))
+        str(EXAMPLES / SCENE["image"]),
+        SCENE["question"],
+        caption=SCENE["caption"],
+        config=AsymSpecConfig(K=2, max_new_tokens=6, prompt_logprobs=2),
+    )
     want = ref.prompt_logprobs
-    assert got[0] is None and want[0] is None and len(got) == len(want) == reply.json()["usage"]["prompt_tokens"] > 10
+    assert (
+        got[0] is None
+        and want[0] is None
+        and len(got) == len(want) == reply.json()["usage"]["prompt_tokens"] > 10
+    )
     for entry, x in zip(got[1:], want[1:]):
         assert entry[str(x.token_id)]["rank"] == x.rank
         assert entry[str(x.token_id)]["logprob"] == pytest.approx(x.logprob, abs=1e-4)
@@ -143,9 +217,15 @@ def test_choices_seed_each_child_as_vllms_parallel_sampling_does():
     from asymspec_vl.serve.translate import translate
 
     for seed, seeds in ((7, [7, 8, 9]), (None, [None, None, None])):
-        request = ChatCompletionRequest.model_validate(body(n=3, seed=seed, temperature=1.0))
-        children = choices_of(_prepared(translate(request, ServeSettings("embedded", "embedded"))))
-        assert [c.job.cfg.seed for c in children] == seeds and [c.job.choice for c in children] == [0, 1, 2]
+        request = ChatCompletionRequest.model_validate(
+            body(n=3, seed=seed, temperature=1.0)
+        )
+        children = choices_of(
+            _prepared(translate(request, ServeSettings("embedded", "embedded")))
+        )
+        assert [c.job.cfg.seed for c in children] == seeds and [
+            c.job.choice for c in children
+        ] == [0, 1, 2]
 
 
 def _prepared(j):
@@ -158,9 +238,14 @@ def _prepared(j):
 def test_the_engine_core_utility_reads_vllms_scheduler_figures():
     from vllm_patches.hooks.engine_gauges import scheduler_gauges
 
-    scheduler = SimpleNamespace(get_request_counts=lambda: (2, 5), kv_cache_manager=SimpleNamespace(usage=0.25))
-    assert scheduler_gauges(SimpleNamespace(scheduler=scheduler)) == {"running": 2, "waiting": 5,
-                                                                      "kv_cache_usage": 0.25}
+    scheduler = SimpleNamespace(
+        get_request_counts=lambda: (2, 5), kv_cache_manager=SimpleNamespace(usage=0.25)
+    )
+    assert scheduler_gauges(SimpleNamespace(scheduler=scheduler)) == {
+        "running": 2,
+        "waiting": 5,
+        "kv_cache_usage": 0.25,
+    }
 
 
 def test_kv_cache_usage_is_published_when_the_runner_reads_it():
@@ -171,6 +256,15 @@ def test_kv_cache_usage_is_published_when_the_runner_reads_it():
     m.ended("asymspec", "disconnected")
     text = m.render().decode()
     labels = {"model_name": "served", "engine": "0"}
-    assert [metric(text, n, **labels) for n in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                                                "vllm:kv_cache_usage_perc")] == [1, 2, 0.5]
-    assert metric(text, "vllm:request_success_total", finished_reason="abort", **labels) == 1
+    assert [
+        metric(text, n, **labels)
+        for n in (
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            "vllm:kv_cache_usage_perc",
+        )
+    ] == [1, 2, 0.5]
+    assert (
+        metric(text, "vllm:request_success_total", finished_reason="abort", **labels)
+        == 1
+    )

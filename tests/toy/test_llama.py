@@ -23,8 +23,10 @@ def _sha(path) -> str:
 def tokenizers():
     from transformers import AutoTokenizer
 
-    return (AutoTokenizer.from_pretrained(PAIR_DIR / "drafter"),
-            AutoTokenizer.from_pretrained(PAIR_DIR / "verifier-llama"))
+    return (
+        AutoTokenizer.from_pretrained(PAIR_DIR / "drafter"),
+        AutoTokenizer.from_pretrained(PAIR_DIR / "verifier-llama"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +39,32 @@ def vmap(tokenizers):
 def test_the_vocabularies_share_only_part_digits_and_words_included(tokenizers, vmap):
     d_tok, v_tok = tokenizers
     assert not vmap.identity
-    assert 0.4 < vmap.share()[0] < 0.8 and 0.7 < vmap.share()[1] < 0.95  # part of each vocabulary
+    assert (
+        0.4 < vmap.share()[0] < 0.8 and 0.7 < vmap.share()[1] < 0.95
+    )  # part of each vocabulary
     _, _, d2v, v2d = vmap.to("cpu")
-    for text in [str(k) for k in range(10)] + [" the", " answer", " red", " circle", " +", " ×"]:
+    for text in [str(k) for k in range(10)] + [
+        " the",
+        " answer",
+        " red",
+        " circle",
+        " +",
+        " ×",
+    ]:
         d_ids = d_tok(text, add_special_tokens=False)["input_ids"]
         v_ids = v_tok(text, add_special_tokens=False)["input_ids"]
-        assert len(d_ids) == len(v_ids) == 1, text  # one token in each vocabulary, and the same string
+        assert len(d_ids) == len(v_ids) == 1, (
+            text
+        )  # one token in each vocabulary, and the same string
         assert int(d2v[d_ids[0]]) == v_ids[0] and int(v2d[v_ids[0]]) == d_ids[0], text
     unshared = [t for t, i in v_tok.get_vocab().items() if int(v2d[i]) < 0]
-    assert "▁circle?" in unshared  # Llama-2-style pieces keep punctuation on the word: no Qwen counterpart
-    assert vmap.specials["turn_end"] == (d_tok.convert_tokens_to_ids("<|im_end|>"),
-                                         v_tok.convert_tokens_to_ids("<|eot_id|>"))
+    assert (
+        "▁circle?" in unshared
+    )  # Llama-2-style pieces keep punctuation on the word: no Qwen counterpart
+    assert vmap.specials["turn_end"] == (
+        d_tok.convert_tokens_to_ids("<|im_end|>"),
+        v_tok.convert_tokens_to_ids("<|eot_id|>"),
+    )
 
 
 def test_every_heldout_answer_is_spelled_in_shared_tokens(tokenizers, vmap):
@@ -64,25 +81,44 @@ def test_embedded_llama_resolves_to_the_shipped_cross_family_pair():
     from asymspec_vl.pair.defaults import embedded_models, resolve
     from asymspec_vl.pair.model_source import pair_names
 
-    assert embedded_models("embedded-llama") == {"drafter": str(PAIR_DIR / "drafter"),
-                                                 "verifier": str(PAIR_DIR / "verifier-llama"), "text_drafter": None}
+    assert embedded_models("embedded-llama") == {
+        "drafter": str(PAIR_DIR / "drafter"),
+        "verifier": str(PAIR_DIR / "verifier-llama"),
+        "text_drafter": None,
+    }
     assert resolve("verifier", "embedded-llama") == str(PAIR_DIR / "verifier-llama")
     assert resolve("drafter", "embedded") == str(PAIR_DIR / "drafter")
-    assert resolve("verifier", "embedded") == str(PAIR_DIR / "verifier")  # the same-family pair is unchanged
-    assert pair_names(None, "embedded-llama", "D", "V") == ("embedded", "embedded-llama")
+    assert resolve("verifier", "embedded") == str(
+        PAIR_DIR / "verifier"
+    )  # the same-family pair is unchanged
+    assert pair_names(None, "embedded-llama", "D", "V") == (
+        "embedded",
+        "embedded-llama",
+    )
     assert pair_names("embedded", None, "D", "V") == ("embedded", "embedded")
 
 
 def test_the_shipped_files_are_the_trained_ones_and_the_drafter_is_unchanged():
     manifest = json.loads((PAIR_DIR / "llama_manifest.json").read_text())
     pair = json.loads((PAIR_DIR / "manifest.json").read_text())
-    assert manifest["sha256"]["verifier-llama/model.safetensors"] == _sha(PAIR_DIR / "verifier-llama" / "model.safetensors")
-    assert manifest["sha256"]["drafter/model.safetensors"] == pair["sha256"]["drafter/model.safetensors"] \
+    assert manifest["sha256"]["verifier-llama/model.safetensors"] == _sha(
+        PAIR_DIR / "verifier-llama" / "model.safetensors"
+    )
+    assert (
+        manifest["sha256"]["drafter/model.safetensors"]
+        == pair["sha256"]["drafter/model.safetensors"]
         == _sha(PAIR_DIR / "drafter" / "model.safetensors")
+    )
     cfg = ToyTrainConfig.from_dict(manifest["config"])
     assert (cfg.vocab_size, cfg.verifier_steps, cfg.verifier_sizes) == (
-        LLAMA_RECIPE["vocab_size"], LLAMA_RECIPE["verifier_steps"], LLAMA_RECIPE["verifier_sizes"])
-    assert manifest["heldout"]["asymspec-K2-b1"]["Overall"] >= manifest["heldout"]["floor"]["Overall"] + 50
+        LLAMA_RECIPE["vocab_size"],
+        LLAMA_RECIPE["verifier_steps"],
+        LLAMA_RECIPE["verifier_sizes"],
+    )
+    assert (
+        manifest["heldout"]["asymspec-K2-b1"]["Overall"]
+        >= manifest["heldout"]["floor"]["Overall"] + 50
+    )
     config = json.loads((PAIR_DIR / "verifier-llama" / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
 
@@ -91,7 +127,9 @@ def test_the_shipped_files_are_the_trained_ones_and_the_drafter_is_unchanged():
 def llama_vl():
     from asymspec_vl import AsymSpecVL
 
-    return AsymSpecVL.from_pretrained(verifier="embedded-llama", device="cpu", backend="hf")
+    return AsymSpecVL.from_pretrained(
+        verifier="embedded-llama", device="cpu", backend="hf"
+    )
 
 
 def test_asymspec_beats_the_floor_committing_shared_tokens_only(llama_vl):
@@ -99,16 +137,26 @@ def test_asymspec_beats_the_floor_committing_shared_tokens_only(llama_vl):
 
     examples = world.heldout(N)
     reqs = [request_of(e) for e in examples]
-    assert not llama_vl.pair.vmap.identity and llama_vl.names["verifier"] == str(PAIR_DIR / "verifier-llama")
+    assert not llama_vl.pair.vmap.identity and llama_vl.names["verifier"] == str(
+        PAIR_DIR / "verifier-llama"
+    )
     shared = set(llama_vl.pair.vmap.verifier_ids.tolist())
     accuracy = {}
     for key in ("floor", "drafter", "asymspec-K2-b1"):
-        res = llama_vl.generate_batch(reqs, VARIANTS[key].method, VARIANTS[key].config())
-        assert all(set(r.token_ids) <= shared for r in res), key  # verifier ids, all in the shared set
-        accuracy[key] = 100.0 * sum(world.is_correct(r.text, e) for e, r in zip(examples, res)) / N
+        res = llama_vl.generate_batch(
+            reqs, VARIANTS[key].method, VARIANTS[key].config()
+        )
+        assert all(set(r.token_ids) <= shared for r in res), (
+            key
+        )  # verifier ids, all in the shared set
+        accuracy[key] = (
+            100.0 * sum(world.is_correct(r.text, e) for e, r in zip(examples, res)) / N
+        )
     assert accuracy["floor"] <= 25.0  # the caption has no digits
     assert accuracy["asymspec-K2-b1"] >= accuracy["floor"] + 50.0
-    assert accuracy["asymspec-K2-b1"] >= accuracy["drafter"] + 10.0  # the Llama verifier's arithmetic, across the map
+    assert (
+        accuracy["asymspec-K2-b1"] >= accuracy["drafter"] + 10.0
+    )  # the Llama verifier's arithmetic, across the map
 
 
 def test_the_eval_table_header_names_the_shared_set(llama_vl):
@@ -116,32 +164,57 @@ def test_the_eval_table_header_names_the_shared_set(llama_vl):
 
     head = title(llama_vl, 9, 3)
     size = llama_vl.pair.vmap.size
-    assert head.startswith("Toy world, held-out n=9 (hf, batch 3); cross-family: ") and f"{size} shared tokens" in head
-    assert "of the drafter's 426" in head and f"of the verifier's {llama_vl.pair.vmap.verifier_size}" in head
+    assert (
+        head.startswith("Toy world, held-out n=9 (hf, batch 3); cross-family: ")
+        and f"{size} shared tokens" in head
+    )
+    assert (
+        "of the drafter's 426" in head
+        and f"of the verifier's {llama_vl.pair.vmap.verifier_size}" in head
+    )
     from types import SimpleNamespace
 
     from asymspec_vl.core.vocab_align import VocabMap
 
-    same = SimpleNamespace(names={"backend": "hf"}, pair=SimpleNamespace(vmap=VocabMap.same_vocabulary(426)))
-    assert title(same, 9, 3) == "Toy world, held-out n=9 (hf, batch 3)"  # a same-family table's header as before
+    same = SimpleNamespace(
+        names={"backend": "hf"},
+        pair=SimpleNamespace(vmap=VocabMap.same_vocabulary(426)),
+    )
+    assert (
+        title(same, 9, 3) == "Toy world, held-out n=9 (hf, batch 3)"
+    )  # a same-family table's header as before
 
 
 def test_train_family_verifier_writes_a_loadable_llama_verifier(tmp_path):
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
     from asymspec_vl.evals.toy.eval import request_of
 
-    cfg = ToyTrainConfig(verifier_steps=3, verifier_batch=4, per_scene=2, drafter_batch=4, eval_n=0,
-                         **{k: v for k, v in LLAMA_RECIPE.items() if k != "verifier_steps"})
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    cfg = ToyTrainConfig(
+        verifier_steps=3,
+        verifier_batch=4,
+        per_scene=2,
+        drafter_batch=4,
+        eval_n=0,
+        **{k: v for k, v in LLAMA_RECIPE.items() if k != "verifier_steps"},
+    )
     manifest = train_family_verifier(tmp_path, cfg, "llama", PAIR_DIR / "drafter")
     assert json.loads((tmp_path / "llama_manifest.json").read_text()) == manifest
     assert manifest["vocab_map"]["shared"] < manifest["vocab_size"]
-    assert {json.loads(line)["stage"] for line in (tmp_path / "llama_train_log.jsonl").read_text().splitlines()} \
-        == {"verifier"}
+    assert {
+        json.loads(line)["stage"]
+        for line in (tmp_path / "llama_train_log.jsonl").read_text().splitlines()
+    } == {"verifier"}
     assert not (tmp_path / "verifier-llama_log.jsonl").exists()
-    vl = AsymSpecVL.from_pretrained(drafter=str(PAIR_DIR / "drafter"), verifier=str(tmp_path / "verifier-llama"),
-                                    device="cpu")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(PAIR_DIR / "drafter"),
+        verifier=str(tmp_path / "verifier-llama"),
+        device="cpu",
+    )
     assert type(vl.backend.verifier).__name__ == "LlamaForCausalLM"
-    res = vl.generate_batch([request_of(world.heldout(1)[0])], "asymspec", AsymSpecConfig(max_new_tokens=4))[0]
+    res = vl.generate_batch(
+        [request_of(world.heldout(1)[0])], "asymspec", AsymSpecConfig(max_new_tokens=4)
+    )[0]
     assert 1 <= len(res.token_ids) <= 4
 
 
@@ -167,4 +240,6 @@ def test_verifier_batches_end_each_answer_with_the_llama_turn_end(tokenizers):
             targets = [t for t in labels if t != -100]
             assert targets[-1] == eot and eot not in targets[:-1]
             assert v_tok.decode(targets[:-1]) in v_tok.decode(ids)
-            assert ids[:2] == v_tok.convert_tokens_to_ids(["<|begin_of_text|>", "<|start_header_id|>"])
+            assert ids[:2] == v_tok.convert_tokens_to_ids(
+                ["<|begin_of_text|>", "<|start_header_id|>"]
+            )

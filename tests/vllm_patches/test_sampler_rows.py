@@ -1,4 +1,5 @@
-"""vllm_patches.sampler: a group's committed tokens land in their own rows of the step's output, placeholders past them."""
+"""vllm_patches.sampler: a group's committed tokens land in their own rows of the step's output, placeholders past
+them."""
 
 import torch
 
@@ -21,7 +22,9 @@ def test_the_stock_sampler_never_processes_the_logits_the_raw_logprobs_read():
 
     from vllm_patches.sampler import _stock
 
-    def stock_sample(logits, spec_meta):  # what vLLM's apply_temperature does to float32 logits
+    def stock_sample(
+        logits, spec_meta
+    ):  # what vLLM's apply_temperature does to float32 logits
         logits.div_(0.5)
         return SimpleNamespace(sampled_token_ids=logits.argmax(-1, keepdim=True))
 
@@ -29,7 +32,14 @@ def test_the_stock_sampler_never_processes_the_logits_the_raw_logprobs_read():
         logits = torch.randn(3, 8).to(dtype)
         raw = logits.clone()
         out = torch.full((3, 2), PLACEHOLDER, dtype=torch.int32)
-        _stock([0, 2], out, logits, None, stock_sample if dtype == torch.float32 else
-               lambda lg, meta: stock_sample(lg.float(), meta))
+        _stock(
+            [0, 2],
+            out,
+            logits,
+            None,
+            stock_sample
+            if dtype == torch.float32
+            else lambda lg, meta: stock_sample(lg.float(), meta),
+        )
         assert torch.equal(logits, raw), dtype
         assert out[0, 0] == raw[0].float().argmax() and out[1, 0] == PLACEHOLDER

@@ -28,19 +28,29 @@ def vl_parts(tiny_models):
 
     path = str(tiny_models["vl_drafter"])
     hf = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
-    mc = ModelConfig(model=path, dtype="float32", limit_mm_per_prompt={"image": 2, "video": 0})
-    return types.SimpleNamespace(hf=hf, processor=AutoProcessor.from_pretrained(path), config=mc.hf_config,
-                                 vllm_processor=MULTIMODAL_REGISTRY.create_processor(mc))
+    mc = ModelConfig(
+        model=path, dtype="float32", limit_mm_per_prompt={"image": 2, "video": 0}
+    )
+    return types.SimpleNamespace(
+        hf=hf,
+        processor=AutoProcessor.from_pretrained(path),
+        config=mc.hf_config,
+        vllm_processor=MULTIMODAL_REGISTRY.create_processor(mc),
+    )
 
 
 def _image(seed, size):
     h, w = size
-    return Image.fromarray((np.random.RandomState(seed).rand(h, w, 3) * 255).astype("uint8"))
+    return Image.fromarray(
+        (np.random.RandomState(seed).rand(h, w, 3) * 255).astype("uint8")
+    )
 
 
 @pytest.mark.parametrize("template", sorted(TEMPLATES))
 @pytest.mark.parametrize("size", SIZES)
-def test_mrope_positions_bit_identical_to_vllm_and_transformers(vl_parts, template, size):
+def test_mrope_positions_bit_identical_to_vllm_and_transformers(
+    vl_parts, template, size
+):
     from vllm.model_executor.layers.rotary_embedding import MRotaryEmbedding
     from vllm.model_executor.models.qwen3_vl import Qwen3VLForConditionalGeneration as V
     from vllm.multimodal.inputs import MultiModalFeatureSpec
@@ -55,20 +65,37 @@ def test_mrope_positions_bit_identical_to_vllm_and_transformers(vl_parts, templa
     cfg = vl_parts.config
 
     # ours: features built from x_full's image_pad runs, positions by the drafter model's method
-    drafter = types.SimpleNamespace(get_mrope_input_positions=lambda toks, feats: V._get_mrope_input_positions(
-        input_tokens=toks, mm_features=feats, config=cfg))
-    ours, delta = prompt_positions(drafter, ids, grid, cfg.image_token_id, uses_mrope=True)
+    drafter = types.SimpleNamespace(
+        get_mrope_input_positions=lambda toks, feats: V._get_mrope_input_positions(
+            input_tokens=toks, mm_features=feats, config=cfg
+        )
+    )
+    ours, delta = prompt_positions(
+        drafter, ids, grid, cfg.image_token_id, uses_mrope=True
+    )
 
     # vLLM's own multimodal processor and position function (as its runner does for a multimodal target)
-    out = vl_parts.vllm_processor(text, vl_parts.vllm_processor.data_parser.parse_mm_data({"image": images}))
+    out = vl_parts.vllm_processor(
+        text, vl_parts.vllm_processor.data_parser.parse_mm_data({"image": images})
+    )
     assert out["prompt_token_ids"] == ids
-    feats = [MultiModalFeatureSpec(data=item, modality="image", identifier=str(i), mm_position=pos)
-             for i, (item, pos) in enumerate(zip(out["mm_kwargs"]["image"], out["mm_placeholders"]["image"]))]
-    official, official_delta = V._get_mrope_input_positions(input_tokens=ids, mm_features=feats, config=cfg)
+    feats = [
+        MultiModalFeatureSpec(
+            data=item, modality="image", identifier=str(i), mm_position=pos
+        )
+        for i, (item, pos) in enumerate(
+            zip(out["mm_kwargs"]["image"], out["mm_placeholders"]["image"])
+        )
+    ]
+    official, official_delta = V._get_mrope_input_positions(
+        input_tokens=ids, mm_features=feats, config=cfg
+    )
 
     # transformers
     t_ids = torch.tensor([ids])
-    hf_pos, hf_delta = vl_parts.hf.model.get_rope_index(t_ids, grid, None, torch.ones_like(t_ids))
+    hf_pos, hf_delta = vl_parts.hf.model.get_rope_index(
+        t_ids, grid, None, torch.ones_like(t_ids)
+    )
 
     assert ours.dtype == torch.int64 and ours.shape == (3, len(ids))
     assert torch.equal(ours, official.to(torch.int64)) and delta == official_delta
@@ -95,12 +122,24 @@ def test_text_drafter_positions_are_1d():
 def facts():
     from vllm_patches.requests.request_args import EngineFacts
 
-    return EngineFacts(K=2, vocab_size=100, max_model_len=64, image_token_id=7, patch_dim=12, merge_size=2)
+    return EngineFacts(
+        K=2,
+        vocab_size=100,
+        max_model_len=64,
+        image_token_id=7,
+        patch_dim=12,
+        merge_size=2,
+    )
 
 
 def _args(**over):
-    base = {"mode": "asymspec", "config": {"beta": 1.0}, "x_full": [1, 2, 7, 7, 3],
-            "pixel_values": torch.zeros(8, 12), "image_grid_thw": torch.tensor([[1, 2, 4]])}
+    base = {
+        "mode": "asymspec",
+        "config": {"beta": 1.0},
+        "x_full": [1, 2, 7, 7, 3],
+        "pixel_values": torch.zeros(8, 12),
+        "image_grid_thw": torch.tensor([[1, 2, 4]]),
+    }
     base.update(over)
     return {"asymspec": {k: v for k, v in base.items() if v is not None}}
 
@@ -109,28 +148,61 @@ def test_valid_args_parse(facts):
     from vllm_patches.requests.request_args import parse_request_args
 
     a = parse_request_args(_args(), facts)
-    assert a.method.name == "asymspec" and a.cfg.K == 2 and a.K == 2 and a.x_full == [1, 2, 7, 7, 3]
+    assert (
+        a.method.name == "asymspec"
+        and a.cfg.K == 2
+        and a.K == 2
+        and a.x_full == [1, 2, 7, 7, 3]
+    )
     assert a.pixel_values.shape == (8, 12) and a.image_grid_thw.tolist() == [[1, 2, 4]]
 
 
-@pytest.mark.parametrize("over, error, words", [
-    ({"pixel_values": torch.zeros(8, 5)}, "InvalidImageError", "pixel_values must be float"),
-    ({"pixel_values": torch.full((8, 12), float("nan"))}, "InvalidImageError", "NaN"),
-    ({"image_grid_thw": torch.tensor([[1, 2, 2]])}, "InvalidImageError", "covers 4 patches"),
-    ({"image_grid_thw": torch.tensor([[1, 3, 4]])}, "InvalidImageError", "not a grid"),
-    ({"x_full": [1, 7, 3, 7, 3]}, "InvalidImageError", "runs [1, 1]"),
-    ({"x_full": [1, 2, 3], "pixel_values": None, "image_grid_thw": None, "mode": "sd"}, None, None),
-    ({"x_full": [1, 7, 7]}, None, None),
-    ({"pixel_values": None}, "RequestArgsError", "together"),
-    ({"x_full": None}, "RequestArgsError", "x_full"),
-    ({"x_full": [1, 2, 500]}, "RequestArgsError", "outside [0, 100)"),
-    ({"x_full": list(range(64))}, "PromptTooLongError", "max_model_len"),
-    ({"mode": "fast"}, "RequestArgsError", "mode"),
-    ({"config": {"K": 3}}, "ConfigError", "num_speculative_tokens=2"),
-    ({"config": {"gamma": 2.0}}, "ConfigError", "gamma"),
-    ({"config": {"speed": 1}}, "ConfigError", "unknown"),
-    ({"banned": ["a"]}, "RequestArgsError", "banned"),
-])
+@pytest.mark.parametrize(
+    "over, error, words",
+    [
+        (
+            {"pixel_values": torch.zeros(8, 5)},
+            "InvalidImageError",
+            "pixel_values must be float",
+        ),
+        (
+            {"pixel_values": torch.full((8, 12), float("nan"))},
+            "InvalidImageError",
+            "NaN",
+        ),
+        (
+            {"image_grid_thw": torch.tensor([[1, 2, 2]])},
+            "InvalidImageError",
+            "covers 4 patches",
+        ),
+        (
+            {"image_grid_thw": torch.tensor([[1, 3, 4]])},
+            "InvalidImageError",
+            "not a grid",
+        ),
+        ({"x_full": [1, 7, 3, 7, 3]}, "InvalidImageError", "runs [1, 1]"),
+        (
+            {
+                "x_full": [1, 2, 3],
+                "pixel_values": None,
+                "image_grid_thw": None,
+                "mode": "sd",
+            },
+            None,
+            None,
+        ),
+        ({"x_full": [1, 7, 7]}, None, None),
+        ({"pixel_values": None}, "RequestArgsError", "together"),
+        ({"x_full": None}, "RequestArgsError", "x_full"),
+        ({"x_full": [1, 2, 500]}, "RequestArgsError", "outside [0, 100)"),
+        ({"x_full": list(range(64))}, "PromptTooLongError", "max_model_len"),
+        ({"mode": "fast"}, "RequestArgsError", "mode"),
+        ({"config": {"K": 3}}, "ConfigError", "num_speculative_tokens=2"),
+        ({"config": {"gamma": 2.0}}, "ConfigError", "gamma"),
+        ({"config": {"speed": 1}}, "ConfigError", "unknown"),
+        ({"banned": ["a"]}, "RequestArgsError", "banned"),
+    ],
+)
 def test_bad_args_raise_typed_errors(facts, over, error, words):
     from vllm_patches.requests.request_args import parse_request_args
 
@@ -159,10 +231,23 @@ def test_make_extra_args_round_trips(facts):
     from vllm_patches import make_extra_args
     from vllm_patches.requests.request_args import parse_request_args
 
-    cfg = AsymSpecConfig(K=2, beta=0.5, gamma=0.3, gate="fixed", bonus="fused", max_new_tokens=9)
-    args = parse_request_args(make_extra_args("asymspec", cfg, [1, 7, 7], torch.ones(8, 12),
-                                              torch.tensor([[1, 2, 4]]), banned=[3, 1]), facts)
-    assert args.cfg == cfg.replace(max_new_tokens=AsymSpecConfig().max_new_tokens) and args.banned == (1, 3)
+    cfg = AsymSpecConfig(
+        K=2, beta=0.5, gamma=0.3, gate="fixed", bonus="fused", max_new_tokens=9
+    )
+    args = parse_request_args(
+        make_extra_args(
+            "asymspec",
+            cfg,
+            [1, 7, 7],
+            torch.ones(8, 12),
+            torch.tensor([[1, 2, 4]]),
+            banned=[3, 1],
+        ),
+        facts,
+    )
+    assert args.cfg == cfg.replace(
+        max_new_tokens=AsymSpecConfig().max_new_tokens
+    ) and args.banned == (1, 3)
 
 
 # -- version guard, idempotence, switches ---------------------------------------------------------
@@ -176,7 +261,11 @@ def test_unsupported_vllm_version_is_refused(monkeypatch, caplog):
     monkeypatch.setattr(vllm, "__version__", "0.20.0")
     with pytest.raises(vllm_patches.UnsupportedVLLMVersionError) as e:
         vllm_patches.apply()
-    assert "0.19.0" in str(e.value) and "0.19.1" in str(e.value) and "0.20.0" in str(e.value)
+    assert (
+        "0.19.0" in str(e.value)
+        and "0.19.1" in str(e.value)
+        and "0.20.0" in str(e.value)
+    )
     vllm_patches.register()  # in every vLLM process: warns, never breaks vLLM itself
     assert "not available" in caplog.text
 
@@ -188,12 +277,22 @@ def test_apply_is_idempotent_and_leaves_other_methods_alone():
     import vllm_patches
 
     vllm_patches.apply()
-    before = (SpeculativeConfig.__init__, GPUModelRunner._sample, GPUModelRunner.propose_draft_token_ids)
+    before = (
+        SpeculativeConfig.__init__,
+        GPUModelRunner._sample,
+        GPUModelRunner.propose_draft_token_ids,
+    )
     vllm_patches.apply()
     from vllm_patches.hooks._patching import wrap
 
-    wrap(GPUModelRunner, "_sample", lambda orig: (lambda *a: None))  # already patched: no second layer
-    assert (SpeculativeConfig.__init__, GPUModelRunner._sample, GPUModelRunner.propose_draft_token_ids) == before
+    wrap(
+        GPUModelRunner, "_sample", lambda orig: lambda *a: None
+    )  # already patched: no second layer
+    assert (
+        SpeculativeConfig.__init__,
+        GPUModelRunner._sample,
+        GPUModelRunner.propose_draft_token_ids,
+    ) == before
     assert vllm_patches.is_applied()
 
 
@@ -213,27 +312,62 @@ def test_server_json_form_round_trips(facts):
     import json
 
     from asymspec_vl import AsymSpecConfig
-    from vllm_patches.requests.request_args import RequestArgsError, make_extra_args, parse_request_args, serve_xargs
+    from vllm_patches.requests.request_args import (
+        RequestArgsError,
+        make_extra_args,
+        parse_request_args,
+        serve_xargs,
+    )
 
     pixels = torch.randn(8, 12)
-    xargs = serve_xargs(make_extra_args("asymspec", AsymSpecConfig(K=2), [1, 7, 7], pixels, torch.tensor([[1, 2, 4]])))
-    assert isinstance(xargs["asymspec"], str) and json.loads(xargs["asymspec"])["mode"] == "asymspec"
+    xargs = serve_xargs(
+        make_extra_args(
+            "asymspec",
+            AsymSpecConfig(K=2),
+            [1, 7, 7],
+            pixels,
+            torch.tensor([[1, 2, 4]]),
+        )
+    )
+    assert (
+        isinstance(xargs["asymspec"], str)
+        and json.loads(xargs["asymspec"])["mode"] == "asymspec"
+    )
     args = parse_request_args(xargs, facts)
-    assert torch.equal(args.pixel_values, pixels) and args.image_grid_thw.tolist() == [[1, 2, 4]]
+    assert torch.equal(args.pixel_values, pixels) and args.image_grid_thw.tolist() == [
+        [1, 2, 4]
+    ]
     assert args.method.name == "asymspec"
     with pytest.raises(RequestArgsError, match="not JSON"):
         parse_request_args({"asymspec": "{"}, facts)
 
 
 def test_sized_benchmark_models_have_the_published_shapes(tmp_path):
+    from asymspec_vl.evals.benchmarks.bench_vllm import VOCAB, write_sized_models
     from transformers import AutoConfig
 
-    from asymspec_vl.evals.benchmarks.bench_vllm import VOCAB, write_sized_models
-
     paths = write_sized_models(tmp_path, "32b", "2b")
-    v, d = AutoConfig.from_pretrained(paths["verifier"]), AutoConfig.from_pretrained(paths["drafter"])
-    assert (v.hidden_size, v.num_hidden_layers, v.num_attention_heads, v.num_key_value_heads) == (5120, 64, 64, 8)
+    v, d = (
+        AutoConfig.from_pretrained(paths["verifier"]),
+        AutoConfig.from_pretrained(paths["drafter"]),
+    )
+    assert (
+        v.hidden_size,
+        v.num_hidden_layers,
+        v.num_attention_heads,
+        v.num_key_value_heads,
+    ) == (5120, 64, 64, 8)
     t = d.text_config
-    assert (t.hidden_size, t.num_hidden_layers, t.num_key_value_heads, t.vocab_size) == (2048, 28, 8, VOCAB)
-    assert d.vision_config.deepstack_visual_indexes == [5, 11, 17] and d.vision_config.out_hidden_size == 2048
-    assert v.vocab_size == VOCAB and not list(paths["verifier"].glob("*.safetensors"))  # weights: dummy loader
+    assert (
+        t.hidden_size,
+        t.num_hidden_layers,
+        t.num_key_value_heads,
+        t.vocab_size,
+    ) == (2048, 28, 8, VOCAB)
+    assert (
+        d.vision_config.deepstack_visual_indexes == [5, 11, 17]
+        and d.vision_config.out_hidden_size == 2048
+    )
+    assert v.vocab_size == VOCAB and not list(
+        paths["verifier"].glob("*.safetensors")
+    )  # weights: dummy loader

@@ -10,10 +10,10 @@ import torch
 
 from asymspec_vl.inputs.vocab import token_mask
 
+from ..requests.mrope import generated_positions
 from .draft_logits import DraftLogits
 from .draft_pick import pick
 from .drafter_pass import DrafterHandle, PassRow, run_pass, to_device
-from ..requests.mrope import generated_positions
 
 
 class CompView:
@@ -21,29 +21,51 @@ class CompView:
 
     def __init__(self, drafter: DrafterHandle, draft_logits: DraftLogits):
         self.drafter = drafter
-        self.draft_logits = draft_logits  # a sampling row's drafting logits q go here (draft_pick.py)
-        self.verifier_common = None  # this step's verifier CommonAttentionMetadata for the drafter's group
-        self.hidden: torch.Tensor | None = None  # [num_tokens, H] this step's pass over the verifier's inputs
+        self.draft_logits = (
+            draft_logits  # a sampling row's drafting logits q go here (draft_pick.py)
+        )
+        self.verifier_common = (
+            None  # this step's verifier CommonAttentionMetadata for the drafter's group
+        )
+        self.hidden: torch.Tensor | None = (
+            None  # [num_tokens, H] this step's pass over the verifier's inputs
+        )
 
     def score(self, input_ids: torch.Tensor, positions: torch.Tensor) -> None:
         """Run the drafter on the verifier's step inputs (after the verifier's forward): the same queries and
         KV slots, the drafter's own attention metadata (see drafter_attention.py)."""
-        from vllm.forward_context import set_forward_context
+        from vllm.forward_context import set_forward_context  # lazy: loads vLLM
 
         drafter = self.drafter
         common = self.verifier_common
-        n = common.num_actual_tokens  # the verifier's input may be padded for a CUDA graph: not the drafter's
+        n = (
+            common.num_actual_tokens
+        )  # the verifier's input may be padded for a CUDA graph: not the drafter's
         positions = positions[..., :n]
         if drafter.uses_mrope and positions.dim() == 1:
-            positions = positions.unsqueeze(0).expand(3, -1).contiguous()  # text: t = h = w
+            positions = (
+                positions.unsqueeze(0).expand(3, -1).contiguous()
+            )  # text: t = h = w
         metadata, slot_mapping = drafter.attention.build(common)
         if drafter.graphs.enabled:
-            self.hidden = drafter.graphs.forward(input_ids[:n], positions, metadata, common.slot_mapping,
-                                                 drafter.attention.layer_names)
+            self.hidden = drafter.graphs.forward(
+                input_ids[:n],
+                positions,
+                metadata,
+                common.slot_mapping,
+                drafter.attention.layer_names,
+            )
             return
-        with set_forward_context(metadata, drafter.vllm_config, num_tokens=n, slot_mapping=slot_mapping,
-                                 skip_compiled=True):
-            self.hidden = drafter.model(input_ids=input_ids[:n], positions=positions, inputs_embeds=None)
+        with set_forward_context(
+            metadata,
+            drafter.vllm_config,
+            num_tokens=n,
+            slot_mapping=slot_mapping,
+            skip_compiled=True,
+        ):
+            self.hidden = drafter.model(
+                input_ids=input_ids[:n], positions=positions, inputs_embeds=None
+            )
 
     def logits(self, token_indices: torch.Tensor) -> torch.Tensor:
         """b at the given token indices of this step's verifier inputs. [n] -> [n, V]."""
@@ -60,33 +82,70 @@ class CompView:
         CachedRequestState."""
         drafter = self.drafter
         table = input_batch.block_table[drafter.kv_cache_gid]
-        blocks = allocated_blocks(table, input_batch.num_reqs)  # [B, W] this step's, on the host
+        blocks = allocated_blocks(
+            table, input_batch.num_reqs
+        )  # [B, W] this step's, on the host
         requests = {req_id: requests[req_id] for _, req_id, _ in rows}
         starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
-        fits = [bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0)
-                for i, req_id, state in rows]
-        groups = [[row for row, ok in zip(rows, fits) if ok]] + [[row] for row, ok in zip(rows, fits) if not ok]
+        fits = [
+            bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0)
+            for i, req_id, state in rows
+        ]
+        groups = [[row for row, ok in zip(rows, fits) if ok]] + [
+            [row] for row, ok in zip(rows, fits) if not ok
+        ]
         no_ban = token_mask((), drafter.facts.vocab_size, drafter.device)
         drafts: dict[str, list[int]] = {}
         for group in (g for g in groups if g):
-            tokens = to_device(torch.tensor([requests[req_id].output_token_ids[-1] for _, req_id, _ in group]),
-                               drafter.device)  # [G]
-            banned = torch.stack([state.banned if state.banned is not None else no_ban for _, _, state in group])
+            tokens = to_device(
+                torch.tensor(
+                    [requests[req_id].output_token_ids[-1] for _, req_id, _ in group]
+                ),
+                drafter.device,
+            )  # [G]
+            banned = torch.stack(
+                [
+                    state.banned if state.banned is not None else no_ban
+                    for _, _, state in group
+                ]
+            )
             drafted = []
             for k in range(max(state.K for _, _, state in group)):
                 live = [j for j, (_, _, state) in enumerate(group) if k < state.K]
-                index = to_device(torch.tensor(live), drafter.device) if len(live) < len(group) else None
-                batch = [PassRow(1, starts[req_id] + k,
-                                 generated_positions(starts[req_id] + k, 1, 0, drafter.uses_mrope), blocks[i])
-                         for i, req_id, _ in (group[j] for j in live)]
-                hidden, last = run_pass(drafter, batch, table.block_size,
-                                        token_ids=tokens if index is None else tokens[index], decode=True)
-                new = pick(drafter.model.compute_logits(hidden[last]), [group[j][2] for j in live], k,
-                           banned if index is None else banned[index], self.draft_logits)
+                index = (
+                    to_device(torch.tensor(live), drafter.device)
+                    if len(live) < len(group)
+                    else None
+                )
+                batch = [
+                    PassRow(
+                        1,
+                        starts[req_id] + k,
+                        generated_positions(
+                            starts[req_id] + k, 1, 0, drafter.uses_mrope
+                        ),
+                        blocks[i],
+                    )
+                    for i, req_id, _ in (group[j] for j in live)
+                ]
+                hidden, last = run_pass(
+                    drafter,
+                    batch,
+                    table.block_size,
+                    token_ids=tokens if index is None else tokens[index],
+                    decode=True,
+                )
+                new = pick(
+                    drafter.model.compute_logits(hidden[last]),
+                    [group[j][2] for j in live],
+                    k,
+                    banned if index is None else banned[index],
+                    self.draft_logits,
+                )
                 tokens = new if index is None else tokens.index_put((index,), new)
                 drafted.append(tokens)
             for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):
-                drafts[req_id] = row[:state.K]
+                drafts[req_id] = row[: state.K]
         return drafts
 
 

@@ -24,21 +24,32 @@ class DraftLogitsFullError(AsymSpecError, RuntimeError):
 
 
 class DraftLogits:
-    def __init__(self, num_slots: int, K: int, vocab_size: int, dtype: torch.dtype, device: torch.device):
-        self.logits = torch.empty(num_slots, K + 1, vocab_size, dtype=dtype, device=device)  # [S, K+1, V]
+    def __init__(
+        self,
+        num_slots: int,
+        K: int,
+        vocab_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
+        self.logits = torch.empty(
+            num_slots, K + 1, vocab_size, dtype=dtype, device=device
+        )  # [S, K+1, V]
         self.free = list(range(num_slots - 1, -1, -1))
         self.slots: dict[str, int] = {}
 
     def slot(self, req_id: str) -> int:
         if req_id not in self.slots:
             if not self.free:
-                raise DraftLogitsFullError(f"no free draft-logits slot of {self.logits.shape[0]}")
+                raise DraftLogitsFullError(
+                    f"no free draft-logits slot of {self.logits.shape[0]}"
+                )
             self.slots[req_id] = self.free.pop()
         return self.slots[req_id]
 
     def store(self, req_id: str, a: torch.Tensor) -> None:
         """a: [n, V] logits at the draft positions (n <= K + 1)."""
-        self.logits[self.slot(req_id), :a.shape[0]] = a
+        self.logits[self.slot(req_id), : a.shape[0]] = a
 
     def put(self, req_id: str, k: int, x: torch.Tensor) -> None:
         """x: [V] the logits of draft position k (0-based)."""
@@ -48,15 +59,19 @@ class DraftLogits:
         """a: [R, >= max(n), V], row r's first n[r] rows its logits at the draft positions: one copy when every
         row stores as many."""
         if len(set(n)) == 1:
-            slots = to_device(torch.tensor([self.slot(r) for r in req_ids]), self.logits.device)  # no wait on CUDA
-            self.logits[slots, :n[0]] = a[:, :n[0]]
+            slots = to_device(
+                torch.tensor([self.slot(r) for r in req_ids]), self.logits.device
+            )  # no wait on CUDA
+            self.logits[slots, : n[0]] = a[:, : n[0]]
             return
         for r, (req_id, rows) in enumerate(zip(req_ids, n)):
             self.store(req_id, a[r, :rows])
 
     def gather(self, req_ids: list[str], n: int) -> torch.Tensor:
         """The first n rows of each request's logits. -> [len(req_ids), n, V]."""
-        index = torch.tensor([self.slots[r] for r in req_ids], device=self.logits.device)
+        index = torch.tensor(
+            [self.slots[r] for r in req_ids], device=self.logits.device
+        )
         return self.logits[index, :n]
 
     def release(self, req_id: str) -> None:

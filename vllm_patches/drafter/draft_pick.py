@@ -11,7 +11,9 @@ from asymspec_vl.core.gate import greedy
 from asymspec_vl.core.min_tokens import hold_stops
 
 
-def pick(logits: torch.Tensor, states: list, k: int, banned: torch.Tensor, keep=None) -> torch.Tensor:
+def pick(
+    logits: torch.Tensor, states: list, k: int, banned: torch.Tensor, keep=None
+) -> torch.Tensor:
     """Draft k (0-based) of each row: logits [R, V] of the rows' RowStates `states`, banned [R, V] -> [R]. Rows
     that neither sample nor hold take greedy(logits, banned) exactly; a sampling row draws while k < its K (a
     pass past its drafts, a_{K+1}'s, draws nothing). keep: a DraftLogits that stores the logits a sampling
@@ -20,12 +22,19 @@ def pick(logits: torch.Tensor, states: list, k: int, banned: torch.Tensor, keep=
     for r in held:  # [1, 1, V] each
         s = states[r]
         logits = logits.clone() if r == held[0] else logits
-        logits[r] = hold_stops(logits[r][None, None], [s.y_len], k, s.request.cfg.min_tokens,
-                               s.request.stop_ids)[0, 0]
+        logits[r] = hold_stops(
+            logits[r][None, None],
+            [s.y_len],
+            k,
+            s.request.cfg.min_tokens,
+            s.request.stop_ids,
+        )[0, 0]
     tokens = greedy(logits, banned)  # [R]
     for r, s in enumerate(states):
         if s.samples and k < s.K:  # one draw per row: its own config and generator
-            lp = sampling.filtered_logprobs(logits[r][None], s.request.cfg, banned[r])  # [1, V]
+            lp = sampling.filtered_logprobs(
+                logits[r][None], s.request.cfg, banned[r]
+            )  # [1, V]
             tokens[r] = sampling.draw(lp, [s.generator])[0]
             if keep is not None:
                 keep.put(s.req_id, k, logits[r])

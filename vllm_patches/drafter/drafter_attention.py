@@ -27,8 +27,9 @@ from copy import copy
 
 import torch
 
-
-STAGING_BUILDERS = ("FlashInferMetadataBuilder",)  # stage host data in reused pinned buffers (see above)
+STAGING_BUILDERS = (
+    "FlashInferMetadataBuilder",
+)  # stage host data in reused pinned buffers (see above)
 RING = 2  # builders per staging group: the host may run this many passes ahead of the device's copies
 
 
@@ -49,7 +50,13 @@ def copies_done_event(device: torch.device):
 class DrafterAttention:
     """The drafter's attention groups with builders made from the drafter's config."""
 
-    def __init__(self, groups: list, drafter_vllm_config, device: torch.device, reorder_threshold: int | None):
+    def __init__(
+        self,
+        groups: list,
+        drafter_vllm_config,
+        device: torch.device,
+        reorder_threshold: int | None,
+    ):
         """groups: the proposer's draft AttentionGroups, with vLLM's builders made for the kernel block size
         (a group's own spec carries the KV manager's block size, its builder's spec the kernel's: FlashInfer
         pages a 128-token block as 64-token pages, and vLLM's draft models plan with the kernel's);
@@ -58,26 +65,47 @@ class DrafterAttention:
         for group in groups:
             stock = group.get_metadata_builder()
             kernel_block_size = stock.kv_cache_spec.block_size
-            group.create_metadata_builders(drafter_vllm_config, device, kernel_block_size=kernel_block_size,
-                                           num_metadata_builders=RING if stages_host_data(stock) else 1)
+            group.create_metadata_builders(
+                drafter_vllm_config,
+                device,
+                kernel_block_size=kernel_block_size,
+                num_metadata_builders=RING if stages_host_data(stock) else 1,
+            )
             for builder in group.metadata_builders:
-                if reorder_threshold is not None and builder.reorder_batch_threshold is not None:
+                if (
+                    reorder_threshold is not None
+                    and builder.reorder_batch_threshold is not None
+                ):
                     # a smaller threshold than the one a batch was ordered by is always safe: the split takes the
                     # first query longer than it as the start of the prefills
-                    builder.reorder_batch_threshold = min(builder.reorder_batch_threshold, reorder_threshold)
+                    builder.reorder_batch_threshold = min(
+                        builder.reorder_batch_threshold, reorder_threshold
+                    )
         self.layer_names = [name for group in groups for name in group.layer_names]
-        self.passes = 0  # builds so far: pass p plans with builder p % len(ring) of each group
-        self.copies_done: dict[tuple[int, int], object] = {}  # (group, builder) -> event after its last build
+        self.passes = (
+            0  # builds so far: pass p plans with builder p % len(ring) of each group
+        )
+        self.copies_done: dict[
+            tuple[int, int], object
+        ] = {}  # (group, builder) -> event after its last build
 
     def share_workspaces(self, runner_groups: list[list]) -> None:
         """Builders that keep a large workspace (FlashInfer) use the runner's, which vLLM's memory profile
         counted, instead of allocating one of their own after it. The drafter plans after the verifier's
         forward and the verifier plans again before its next one, so one workspace serves both in turn."""
-        runner_builders = {type(b): b for groups in runner_groups for g in groups for b in g.metadata_builders}
+        runner_builders = {
+            type(b): b
+            for groups in runner_groups
+            for g in groups
+            for b in g.metadata_builders
+        }
         for builder in (b for group in self.groups for b in group.metadata_builders):
             owner = runner_builders.get(type(builder))
-            if owner is not None and hasattr(builder, "set_workspace_buffer") and hasattr(owner,
-                                                                                     "_get_workspace_buffer"):
+            if (
+                owner is not None
+                and hasattr(builder, "set_workspace_buffer")
+                and hasattr(owner, "_get_workspace_buffer")
+            ):
                 builder.set_workspace_buffer(owner._get_workspace_buffer())
 
     def build(self, common) -> tuple[dict, dict]:
@@ -86,16 +114,21 @@ class DrafterAttention:
         for g, group in enumerate(self.groups):
             turn = (g, self.passes % len(group.metadata_builders))
             if self.copies_done.get(turn) is not None:
-                self.copies_done[turn].synchronize()  # that builder's previous staging reached the device
-            built = group.get_metadata_builder(turn[1]).build_for_drafting(common_attn_metadata=common,
-                                                                           draft_index=0)
+                self.copies_done[
+                    turn
+                ].synchronize()  # that builder's previous staging reached the device
+            built = group.get_metadata_builder(turn[1]).build_for_drafting(
+                common_attn_metadata=common, draft_index=0
+            )
             self.copies_done[turn] = copies_done_event(self.device)
             metadata.update({name: built for name in group.layer_names})
         self.passes += 1
         return metadata, {name: common.slot_mapping for name in self.layer_names}
 
 
-def verifier_common_for_group(common, runner, group_id: int, slot_mappings_by_group: dict | None):
+def verifier_common_for_group(
+    common, runner, group_id: int, slot_mappings_by_group: dict | None
+):
     """The verifier step's CommonAttentionMetadata (unpadded) as seen by KV cache group `group_id`: the same
     queries and sequence lengths, that group's block table and slot mapping (the drafter's layers may sit
     in another group than the first when their KV spec differs from the verifier's)."""
@@ -103,6 +136,8 @@ def verifier_common_for_group(common, runner, group_id: int, slot_mappings_by_gr
         return common
     common = copy(common)
     table = runner.input_batch.block_table[group_id]
-    common.block_table_tensor = table.get_device_tensor(common.num_reqs)[:common.num_reqs]
-    common.slot_mapping = slot_mappings_by_group[group_id][:common.num_actual_tokens]
+    common.block_table_tensor = table.get_device_tensor(common.num_reqs)[
+        : common.num_reqs
+    ]
+    common.slot_mapping = slot_mappings_by_group[group_id][: common.num_actual_tokens]
     return common

@@ -10,20 +10,20 @@ request's state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
 from asymspec_vl.core.sources import RowLedger
 
 from .. import switches
+from ..requests.mrope import prompt_positions, view_positions
 from .draft_logits import DraftLogits
 from .draft_pick import pick
 from .drafter_pass import DrafterHandle, PassRow, chunk_feeds, run_pass, to_device
 from .full_view_pool import FullViewPool
 from .mm_cache import ImageCache
-from ..requests.mrope import prompt_positions, view_positions
 
 
 @dataclass
@@ -31,9 +31,13 @@ class FullRow:
     """One request's x_full view."""
 
     ledger: RowLedger  # x_full's prompt, how much of prompt + y the pool holds, the speculative tail fed since
-    positions: torch.Tensor  # [3, P] (M-RoPE) or [P] rope positions of the x_full prompt
+    positions: (
+        torch.Tensor
+    )  # [3, P] (M-RoPE) or [P] rope positions of the x_full prompt
     delta: int  # M-RoPE delta of the x_full prompt (the positions of y and the drafts continue from it)
-    sees_image: bool  # its prompt holds the image (its first feed reads the image embeddings)
+    sees_image: (
+        bool  # its prompt holds the image (its first feed reads the image embeddings)
+    )
 
     @property
     def next_slot(self) -> int:
@@ -45,24 +49,38 @@ class FullRow:
 class FullViewImages:
     """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
 
-    embeddings: torch.Tensor  # [M, hidden * (1 + DeepStack levels)], in row and token order
-    masks: list[torch.Tensor]  # per full row: [len(feed)] bool, True at image_pad tokens
+    embeddings: (
+        torch.Tensor
+    )  # [M, hidden * (1 + DeepStack levels)], in row and token order
+    masks: list[
+        torch.Tensor
+    ]  # per full row: [len(feed)] bool, True at image_pad tokens
 
 
 class FullView:
     """The x_full view of the proposer's drafter, with the caches it owns."""
 
     def __init__(self, images: ImageCache | None, draft_logits: DraftLogits):
-        self.drafter: DrafterHandle | None = None  # bound with the pool (lay_out), before any request
+        self.drafter: DrafterHandle | None = (
+            None  # bound with the pool (lay_out), before any request
+        )
         self.images = images  # patches (1), (2): per-request pixels, the vision tower once; None: a text drafter
-        self.draft_logits = draft_logits  # a, from the step that drafts to the step that verifies
-        self.pool: FullViewPool | None = None  # laid out once the KV cache config is final (lay_out)
-        self.rows: dict[str, FullRow] = {}  # req_id -> its x_full view, from open to release
+        self.draft_logits = (
+            draft_logits  # a, from the step that drafts to the step that verifies
+        )
+        self.pool: FullViewPool | None = (
+            None  # laid out once the KV cache config is final (lay_out)
+        )
+        self.rows: dict[
+            str, FullRow
+        ] = {}  # req_id -> its x_full view, from open to release
 
     def lay_out(self, drafter: DrafterHandle, kernel_block_size: int) -> None:
         """The drafter, and its x_full pool in the kernel's block size, once the KV cache config is final."""
         self.drafter = drafter
-        self.pool = FullViewPool(drafter.attn_layers, drafter.vllm_config, drafter.device, kernel_block_size)
+        self.pool = FullViewPool(
+            drafter.attn_layers, drafter.vllm_config, drafter.device, kernel_block_size
+        )
 
     def open(self, req_id: str, request, x_comp: list[int]) -> None:
         """A request's x_full view, on its first step: its prompt (x_comp when patch 5 is off and x_full is not
@@ -70,10 +88,17 @@ class FullView:
         drafter = self.drafter
         ids, grid, pixels = request.x_full, request.image_grid_thw, request.pixel_values
         if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
-            ids, grid, pixels = x_comp, None, None  # the original aug-substitution gate (patch 5 off)
-        positions, delta = prompt_positions(drafter.model, ids, grid, drafter.facts.image_token_id,
-                                            drafter.uses_mrope)
-        self.rows[req_id] = FullRow(RowLedger(prompt=list(ids)), positions, delta, pixels is not None)
+            ids, grid, pixels = (
+                x_comp,
+                None,
+                None,
+            )  # the original aug-substitution gate (patch 5 off)
+        positions, delta = prompt_positions(
+            drafter.model, ids, grid, drafter.facts.image_token_id, drafter.uses_mrope
+        )
+        self.rows[req_id] = FullRow(
+            RowLedger(prompt=list(ids)), positions, delta, pixels is not None
+        )
         if pixels is not None:
             self.images.put(req_id, pixels, grid)  # patch (1)
 
@@ -109,7 +134,9 @@ class FullView:
             mask = None  # no image token: all False (built only for a step that reads embeddings)
             if self.rows[req_id].sees_image and drafter.facts.image_token_id in feed:
                 try:
-                    embeds.extend(self.images.embeddings(req_id))  # patch (2): once per request
+                    embeds.extend(
+                        self.images.embeddings(req_id)
+                    )  # patch (2): once per request
                 except drafter.request_errors as e:
                     fail(req_id, state, e)
                     continue
@@ -119,8 +146,13 @@ class FullView:
         plan.full_rows = kept
         if not embeds:
             return None
-        return FullViewImages(torch.cat(embeds), [m if m is not None else torch.zeros(len(feed), dtype=torch.bool)
-                                                  for m, (_, _, feed) in zip(masks, kept)])
+        return FullViewImages(
+            torch.cat(embeds),
+            [
+                m if m is not None else torch.zeros(len(feed), dtype=torch.bool)
+                for m, (_, _, feed) in zip(masks, kept)
+            ],
+        )
 
     def draft(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
         """a and the drafts of every x_full row: its feed, then one pass per draft; the drafted tokens stay on
@@ -128,39 +160,69 @@ class FullView:
         is constant over the step's passes is built once: each row's block table (plan reserved its blocks for
         the feed and the drafts), its cache indices and rope positions; a goes to the buffer in one copy."""
         drafter = self.drafter
-        passes = [state.request.num_draft_logits for _, state, _ in rows]  # a_1..a_K (a_{K+1} if the rule reads it)
+        passes = [
+            state.request.num_draft_logits for _, state, _ in rows
+        ]  # a_1..a_K (a_{K+1} if the rule reads it)
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
         first = torch.stack(self.first_pass(rows, images))  # [R, V] a_1 per row
-        a = first.new_empty(len(rows), max(passes), first.shape[-1])  # [R, max passes, V]
+        a = first.new_empty(
+            len(rows), max(passes), first.shape[-1]
+        )  # [R, max passes, V]
         a[:, 0] = first
         tokens = pick(first, [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
         drafted = [tokens]
         tables = [self.block_table(req_id) for req_id, _, _ in rows]
         views = [self.rows[req_id] for req_id, _, _ in rows]
         starts = [view.next_slot for view in views]  # d_1's cache index
-        positions = [view_positions(view.positions, view.delta, start, n - 1, drafter.uses_mrope)
-                     for view, start, n in zip(views, starts, passes)]  # [3, n-1] / [n-1]: d_1..d_{n-1}
+        positions = [
+            view_positions(view.positions, view.delta, start, n - 1, drafter.uses_mrope)
+            for view, start, n in zip(views, starts, passes)
+        ]  # [3, n-1] / [n-1]: d_1..d_{n-1}
         for k in range(1, max(passes)):
             live = [r for r in range(len(rows)) if k < passes[r]]
-            index = to_device(torch.tensor(live), drafter.device) if len(live) < len(rows) else None
-            batch = [PassRow(1, starts[r] + k - 1, positions[r][..., k - 1:k], tables[r]) for r in live]
-            hidden, last = run_pass(drafter, batch, self.pool.block_size, self.pool.tensors,
-                                    token_ids=tokens if index is None else tokens[index], decode=True)
+            index = (
+                to_device(torch.tensor(live), drafter.device)
+                if len(live) < len(rows)
+                else None
+            )
+            batch = [
+                PassRow(1, starts[r] + k - 1, positions[r][..., k - 1 : k], tables[r])
+                for r in live
+            ]
+            hidden, last = run_pass(
+                drafter,
+                batch,
+                self.pool.block_size,
+                self.pool.tensors,
+                token_ids=tokens if index is None else tokens[index],
+                decode=True,
+            )
             step = drafter.model.compute_logits(hidden[last])  # [len(live), V]
             if index is None:
                 a[:, k] = step
             else:
                 a[index, k] = step
-            new = pick(step, [rows[r][1] for r in live], k, banned if index is None else banned[index])  # [live]
+            new = pick(
+                step,
+                [rows[r][1] for r in live],
+                k,
+                banned if index is None else banned[index],
+            )  # [live]
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)
-        drafts = torch.stack(drafted, 1).tolist()  # [R, max passes]: the step's one wait for the device
+        drafts = torch.stack(
+            drafted, 1
+        ).tolist()  # [R, max passes]: the step's one wait for the device
         self.draft_logits.store_rows([req_id for req_id, _, _ in rows], a, passes)
         out = {}
-        for (req_id, state, _), view, row_drafts, n, start in zip(rows, views, drafts, passes, starts):
+        for (req_id, state, _), view, row_drafts, n, start in zip(
+            rows, views, drafts, passes, starts
+        ):
             # the passes after the feed read d_1 .. d_{n-1}
-            view.ledger.speculative.extend((start + j, d) for j, d in enumerate(row_drafts[:n - 1]))
-            state.drafts = row_drafts[:state.K]
+            view.ledger.speculative.extend(
+                (start + j, d) for j, d in enumerate(row_drafts[: n - 1])
+            )
+            state.drafts = row_drafts[: state.K]
             out[req_id] = state.drafts
         return out
 
@@ -177,22 +239,39 @@ class FullView:
             for r, lo, hi in chunk:
                 req_id, _, feed = rows[r]
                 batch.append(self.pass_row(req_id, hi - lo))
-                self.rows[req_id].ledger.speculative.extend((batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi]))
-            ids = to_device(torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]), drafter.device)
+                self.rows[req_id].ledger.speculative.extend(
+                    (batch[-1].start + j, t) for j, t in enumerate(feed[lo:hi])
+                )
+            ids = to_device(
+                torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]),
+                drafter.device,
+            )
             embeds = None
             if images is not None:
                 mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
                 n_image = int(mask.sum())
                 if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
                     embeds = drafter.model.embed_input_ids(
-                        ids, multimodal_embeddings=[images.embeddings[image_rows:image_rows + n_image]],
-                        is_multimodal=to_device(mask, drafter.device))
+                        ids,
+                        multimodal_embeddings=[
+                            images.embeddings[image_rows : image_rows + n_image]
+                        ],
+                        is_multimodal=to_device(mask, drafter.device),
+                    )
                     image_rows += n_image
-            hidden, ends = run_pass(drafter, batch, self.pool.block_size, self.pool.tensors,
-                                    token_ids=None if embeds is not None else ids, inputs_embeds=embeds)
+            hidden, ends = run_pass(
+                drafter,
+                batch,
+                self.pool.block_size,
+                self.pool.tensors,
+                token_ids=None if embeds is not None else ids,
+                inputs_embeds=embeds,
+            )
             done = [j for j, (r, _, hi) in enumerate(chunk) if hi == len(feeds[r])]
             if done:
-                step = drafter.model.compute_logits(hidden[ends[done]])  # [len(done), V]
+                step = drafter.model.compute_logits(
+                    hidden[ends[done]]
+                )  # [len(done), V]
                 for j, row_logits in zip(done, step):
                     last[chunk[j][0]] = row_logits
         return last
@@ -202,7 +281,9 @@ class FullView:
         not yet recorded there)."""
         view = self.rows[req_id]
         start = view.next_slot + offset
-        pos = view_positions(view.positions, view.delta, start, length, self.drafter.uses_mrope)
+        pos = view_positions(
+            view.positions, view.delta, start, length, self.drafter.uses_mrope
+        )
         return PassRow(length, start, pos, self.block_table(req_id))
 
     def block_table(self, req_id: str) -> torch.Tensor:

@@ -40,8 +40,13 @@ _BLOCK_SLACK = 512  # tokens reserved beyond the capacity for block rounding (fi
 
 
 def full_view_tokens(vllm_config) -> int:
-    sched, max_len = vllm_config.scheduler_config, vllm_config.model_config.max_model_len
-    return int(os.environ.get(FULL_VIEW_TOKENS_ENV, 0)) or min(sched.max_num_seqs * max_len, DEFAULT_TOKENS)
+    sched, max_len = (
+        vllm_config.scheduler_config,
+        vllm_config.model_config.max_model_len,
+    )
+    return int(os.environ.get(FULL_VIEW_TOKENS_ENV, 0)) or min(
+        sched.max_num_seqs * max_len, DEFAULT_TOKENS
+    )
 
 
 def full_view_capacity(vllm_config) -> tuple[int, int]:
@@ -67,30 +72,48 @@ def bytes_per_token(layers: dict, vllm_config) -> int:
 def reserve_bytes(layers: dict, vllm_config, device: torch.device) -> torch.Tensor:
     """A placeholder holding the pool's memory while vLLM profiles (released by FullViewPool)."""
     tokens = full_view_tokens(vllm_config) + _BLOCK_SLACK
-    return torch.empty(tokens * bytes_per_token(layers, vllm_config), dtype=torch.uint8, device=device)
+    return torch.empty(
+        tokens * bytes_per_token(layers, vllm_config), dtype=torch.uint8, device=device
+    )
 
 
 class FullViewPool:
-    def __init__(self, layers: dict, vllm_config, device: torch.device, kernel_block_size: int):
+    def __init__(
+        self, layers: dict, vllm_config, device: torch.device, kernel_block_size: int
+    ):
         """layers: draft attention layer name -> layer (its backend and KV spec give the layout);
         kernel_block_size: the block size the drafter's attention kernels index (a divisor of the
         scheduler's block size)."""
         usable, scheduler_block = full_view_capacity(vllm_config)
         if scheduler_block % kernel_block_size:
-            raise ValueError(f"kernel block size {kernel_block_size} does not divide the KV cache block size "
-                             f"{scheduler_block}")
+            raise ValueError(
+                f"kernel block size {kernel_block_size} does not divide the KV cache block size "
+                f"{scheduler_block}"
+            )
         self.block_size = kernel_block_size
         self.num_blocks = usable * (scheduler_block // kernel_block_size) + 1
         cache_dtype = vllm_config.cache_config.cache_dtype
         self.tensors = {}
         for name, layer in layers.items():
             spec = layer.get_kv_cache_spec(vllm_config)
-            self.tensors[name] = _allocate(layer.get_attn_backend(), spec, self.num_blocks, kernel_block_size,
-                                           cache_dtype, device)
-        self.free = list(range(self.num_blocks - 1, 0, -1))  # block 0 stays the padding block
+            self.tensors[name] = _allocate(
+                layer.get_attn_backend(),
+                spec,
+                self.num_blocks,
+                kernel_block_size,
+                cache_dtype,
+                device,
+            )
+        self.free = list(
+            range(self.num_blocks - 1, 0, -1)
+        )  # block 0 stays the padding block
         self.blocks: dict[str, list[int]] = {}
-        logger.info("asymspec: x_full KV pool of %d blocks x %d tokens (%.1f MiB)", self.num_blocks - 1,
-                    kernel_block_size, sum(t.numel() * t.element_size() for t in self.tensors.values()) / 2**20)
+        logger.info(
+            "asymspec: x_full KV pool of %d blocks x %d tokens (%.1f MiB)",
+            self.num_blocks - 1,
+            kernel_block_size,
+            sum(t.numel() * t.element_size() for t in self.tensors.values()) / 2**20,
+        )
 
     def reserve(self, req_id: str, num_tokens: int) -> list[int]:
         """Make req_id hold enough blocks for num_tokens cache slots; return its block ids."""
@@ -99,7 +122,8 @@ class FullViewPool:
         if need > len(self.free):
             raise PoolExhaustedError(
                 f"the drafter's x_full KV pool ({self.num_blocks - 1} blocks of {self.block_size} tokens) cannot "
-                f"hold this request's x_full view; set {FULL_VIEW_TOKENS_ENV} higher")
+                f"hold this request's x_full view; set {FULL_VIEW_TOKENS_ENV} higher"
+            )
         held.extend(self.free.pop() for _ in range(max(need, 0)))
         return held
 
@@ -107,14 +131,23 @@ class FullViewPool:
         self.free.extend(reversed(self.blocks.pop(req_id, [])))
 
 
-def _allocate(backend, spec, num_blocks: int, block_size: int, cache_dtype: str, device) -> torch.Tensor:
+def _allocate(
+    backend, spec, num_blocks: int, block_size: int, cache_dtype: str, device
+) -> torch.Tensor:
     """A zeroed cache tensor in the backend's layout, as vLLM's runner builds it."""
-    shape = backend.get_kv_cache_shape(num_blocks, block_size, spec.num_kv_heads, spec.head_size,
-                                       cache_dtype_str=cache_dtype)
+    shape = backend.get_kv_cache_shape(
+        num_blocks,
+        block_size,
+        spec.num_kv_heads,
+        spec.head_size,
+        cache_dtype_str=cache_dtype,
+    )
     try:
         order = backend.get_kv_cache_stride_order()
         assert len(order) == len(shape)
     except (AttributeError, NotImplementedError):
         order = tuple(range(len(shape)))
     inverse = [order.index(i) for i in range(len(order))]
-    return torch.zeros(tuple(shape[i] for i in order), dtype=spec.dtype, device=device).permute(*inverse)
+    return torch.zeros(
+        tuple(shape[i] for i in order), dtype=spec.dtype, device=device
+    ).permute(*inverse)

@@ -34,14 +34,22 @@ class ImageCache:
     def _count(self, module, args) -> None:
         self.vision_tower_calls += 1
 
-    def put(self, req_id: str, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> None:
-        self.entries[req_id] = _Entry(pixel_values.to(self.device, self.model.visual.dtype),
-                                      image_grid_thw.to(self.device))
+    def put(
+        self, req_id: str, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
+    ) -> None:
+        self.entries[req_id] = _Entry(
+            pixel_values.to(self.device, self.model.visual.dtype),
+            image_grid_thw.to(self.device),
+        )
 
     def embeddings(self, req_id: str) -> tuple[torch.Tensor, ...]:
         """The request's image embeddings, for its one x_full prefill: the entry (pixels included) is dropped."""
         e = self.entries.pop(req_id)
-        return tuple(self.model.embed_multimodal(pixel_values=e.pixel_values, image_grid_thw=e.image_grid_thw))
+        return tuple(
+            self.model.embed_multimodal(
+                pixel_values=e.pixel_values, image_grid_thw=e.image_grid_thw
+            )
+        )
 
     def drop(self, req_id: str) -> None:
         self.entries.pop(req_id, None)
@@ -49,12 +57,16 @@ class ImageCache:
     def profile(self, model_config) -> list[int]:
         """Run the vision tower on the largest image the drafter's processor makes (vLLM's own dummy image for
         profiling), so that a profile run around it counts its activations; returns that image's grid."""
-        from vllm.multimodal import MULTIMODAL_REGISTRY
-        from vllm.multimodal.utils import group_and_batch_mm_kwargs
+        from vllm.multimodal import MULTIMODAL_REGISTRY  # lazy: loads vLLM
+        from vllm.multimodal.utils import group_and_batch_mm_kwargs  # lazy: loads vLLM
 
-        dummy = MULTIMODAL_REGISTRY.get_dummy_mm_inputs(model_config, mm_counts={"image": 1})
+        dummy = MULTIMODAL_REGISTRY.get_dummy_mm_inputs(
+            model_config, mm_counts={"image": 1}
+        )
         item = dummy["mm_kwargs"]["image"][0]
-        _, _, kwargs = next(group_and_batch_mm_kwargs([("image", item)], device=self.device))
+        _, _, kwargs = next(
+            group_and_batch_mm_kwargs([("image", item)], device=self.device)
+        )
         with torch.inference_mode():
             self.model.embed_multimodal(**kwargs)
         return [int(x) for x in kwargs["image_grid_thw"].reshape(-1, 3)[0]]

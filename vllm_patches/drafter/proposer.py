@@ -1,11 +1,13 @@
 """AsymSpecProposer: the drafter of speculative method "asymspec", one set of weights reading two views.
 
   x_comp view  (`self.comp`, comp_view.CompView) the verifier's token stream, in the KV blocks vLLM allocates for
-               the drafter's layers on the verifier's block table. `CompView.score` runs the drafter on exactly the tokens the verifier
+               the drafter's layers on the verifier's block table. `CompView.score` runs the drafter on exactly the
+               tokens the verifier
                runs on, in the same step (with the verifier step's queries and block table, but attention
                metadata planned for the drafter's own heads), so the logits b at the K+1 verified positions
                come for O(K) work per step; mode "sd"/"scd" (and plain requests) draft from this view too.
-  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache (full_view_pool.py), extended
+  x_full view  (`self.full`, full_view.FullView) the drafter's own prompt (image + full text) in a second paged cache
+  (full_view_pool.py), extended
                incrementally: each step feeds the newly committed tokens (the whole prompt on a request's
                first step, in chunks of at most max_num_batched_tokens), then drafts K (logits a,
                kept in draft_logits until the next step verifies them).
@@ -35,24 +37,31 @@ from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 from asymspec_vl.core.errors import AsymSpecError
 
 from .. import switches
+from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
+from ..requests.request_args import engine_facts
+from ..requests.rows import RequestRegistry, RowState
 from .comp_view import CompView
 from .draft_logits import DraftLogits
 from .drafter_attention import DrafterAttention, verifier_common_for_group
 from .drafter_graphs import DrafterGraphs
 from .drafter_pass import DrafterHandle
-from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
 from .full_view import FullView, FullViewImages
 from .full_view_pool import reserve_bytes
 from .mm_cache import ImageCache
-from ..requests.request_args import engine_facts
-from ..requests.rows import RequestRegistry, RowState
 
-_VISION_SPECIALS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+_VISION_SPECIALS = (
+    "image_token_id",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+)
 
 
 @dataclass
 class DraftPlan:
-    full_rows: list[tuple[str, RowState, list[int]]]  # (req_id, state, x_full tokens to feed first)
+    full_rows: list[
+        tuple[str, RowState, list[int]]
+    ]  # (req_id, state, x_full tokens to feed first)
     comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
 
 
@@ -75,8 +84,12 @@ class AsymSpecProposer(DraftModelProposer):
         self.world_size = vllm_config.parallel_config.tensor_parallel_size
         self.request_errors = request_errors(self.world_size)
         self.max_batched_tokens = vllm_config.scheduler_config.max_num_batched_tokens
-        self.full: FullView | None = None  # made in load_model (its caches need the model); drafter and pool later
-        self.comp: CompView | None = None  # made with the drafter's handle (initialize_attn_backend)
+        self.full: FullView | None = (
+            None  # made in load_model (its caches need the model); drafter and pool later
+        )
+        self.comp: CompView | None = (
+            None  # made with the drafter's handle (initialize_attn_backend)
+        )
 
     # -- set-up ---------------------------------------------------------------------------------
     def _create_draft_vllm_config(self):
@@ -89,51 +102,107 @@ class AsymSpecProposer(DraftModelProposer):
 
     def load_model(self, target_model) -> None:
         super().load_model(target_model)
-        self.graphs = DrafterGraphs(self.model, self.vllm_config, self.draft_model_config.get_hidden_size(),
-                                    self.draft_model_config.dtype, bool(self.draft_model_config.uses_mrope),
-                                    self.device, bool(self.speculative_config.enforce_eager))
+        self.graphs = DrafterGraphs(
+            self.model,
+            self.vllm_config,
+            self.draft_model_config.get_hidden_size(),
+            self.draft_model_config.dtype,
+            bool(self.draft_model_config.uses_mrope),
+            self.device,
+            bool(self.speculative_config.enforce_eager),
+        )
         if not self.graphs.enabled:
             run_eagerly(self.model)
         ctx = self.vllm_config.compilation_config.static_forward_context
         self.attn_layers = {name: ctx[name] for name in self._draft_attn_layer_names}
         self.uses_mrope = bool(self.draft_model_config.uses_mrope)
         hf = self.draft_model_config.hf_config
-        self.facts = engine_facts(self.vllm_config)  # as the scheduler parsed the requests against
+        self.facts = engine_facts(
+            self.vllm_config
+        )  # as the scheduler parsed the requests against
         if self.facts.image_token_id is not None and not hasattr(self.model, "visual"):
-            raise ValueError(f"speculative method 'asymspec': the drafter {self.draft_model_config.model} has an "
-                             "image config but no Qwen-VL vision tower (`visual`) in vLLM")
-        images = ImageCache(self.model, self.device) if self.facts.image_token_id is not None else None
-        banned = tuple(getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None)
+            raise ValueError(
+                f"speculative method 'asymspec': the drafter {self.draft_model_config.model} has an "
+                "image config but no Qwen-VL vision tower (`visual`) in vLLM"
+            )
+        images = (
+            ImageCache(self.model, self.device)
+            if self.facts.image_token_id is not None
+            else None
+        )
+        banned = tuple(
+            getattr(hf, k) for k in _VISION_SPECIALS if getattr(hf, k, None) is not None
+        )
         # allocated now, before vLLM measures the memory left for its KV cache, so that its profile counts them
-        self.pool_reservation = reserve_bytes(self.attn_layers, self.vllm_config, self.device)
-        self.full = FullView(images, DraftLogits(self.vllm_config.scheduler_config.max_num_seqs, self.K,
-                                                 self.facts.vocab_size, self.draft_model_config.dtype, self.device))
-        self.registry = RequestRegistry(self.facts, banned, self.device, self.request_errors, self.full.release)
+        self.pool_reservation = reserve_bytes(
+            self.attn_layers, self.vllm_config, self.device
+        )
+        self.full = FullView(
+            images,
+            DraftLogits(
+                self.vllm_config.scheduler_config.max_num_seqs,
+                self.K,
+                self.facts.vocab_size,
+                self.draft_model_config.dtype,
+                self.device,
+            ),
+        )
+        self.registry = RequestRegistry(
+            self.facts, banned, self.device, self.request_errors, self.full.release
+        )
 
-    def initialize_attn_backend(self, kv_cache_config, kernel_block_sizes: list[int] | None = None) -> None:
+    def initialize_attn_backend(
+        self, kv_cache_config, kernel_block_sizes: list[int] | None = None
+    ) -> None:
         """vLLM's draft attention groups, then builders planned for the drafter's heads, the drafter's handle
         the views read, and the x_full pool in the final kernel block size (self.block_size)."""
         super().initialize_attn_backend(kv_cache_config, kernel_block_sizes)
         self.graphs.initialize_keys()  # the runner has resolved its cudagraph mode and capture sizes
-        self.attention = DrafterAttention(self.draft_attn_groups, self._create_draft_vllm_config(), self.device,
-                                          getattr(self.runner, "reorder_batch_threshold", None))
+        self.attention = DrafterAttention(
+            self.draft_attn_groups,
+            self._create_draft_vllm_config(),
+            self.device,
+            getattr(self.runner, "reorder_batch_threshold", None),
+        )
         self.attention.share_workspaces(getattr(self.runner, "attn_groups", []))
         self.pool_reservation = None  # its memory goes to the pool
-        drafter = DrafterHandle(self.model, self.device, self.vllm_config, self.attention, self.graphs,
-                                self.attn_layers, self.uses_mrope, self.facts, self.max_batched_tokens,
-                                self.kv_cache_gid, self.request_errors)
+        drafter = DrafterHandle(
+            self.model,
+            self.device,
+            self.vllm_config,
+            self.attention,
+            self.graphs,
+            self.attn_layers,
+            self.uses_mrope,
+            self.facts,
+            self.max_batched_tokens,
+            self.kv_cache_gid,
+            self.request_errors,
+        )
         self.full.lay_out(drafter, self.block_size)
         self.comp = CompView(drafter, self.full.draft_logits)
 
-    def dummy_run(self, num_tokens: int, use_cudagraphs: bool = True, is_graph_capturing: bool = False,
-                  slot_mappings=None) -> None:
+    def dummy_run(
+        self,
+        num_tokens: int,
+        use_cudagraphs: bool = True,
+        is_graph_capturing: bool = False,
+        slot_mappings=None,
+    ) -> None:
         """The runner's dummy runs (profile, warm-up, capture_model): the compiled drafter traced, and its
         graphs captured, in the form of its compiled passes (drafter_graphs.py)."""
         if not self.graphs.enabled:
-            return super().dummy_run(num_tokens, use_cudagraphs, is_graph_capturing, slot_mappings)
-        names = self._draft_attn_layer_names  # KV-writing layers only where the runner has slots for them (eagle.py)
-        self.graphs.dummy_run(num_tokens, names if slot_mappings and names & set(slot_mappings) else (),
-                              use_cudagraphs)
+            return super().dummy_run(
+                num_tokens, use_cudagraphs, is_graph_capturing, slot_mappings
+            )
+        names = (
+            self._draft_attn_layer_names
+        )  # KV-writing layers only where the runner has slots for them (eagle.py)
+        self.graphs.dummy_run(
+            num_tokens,
+            names if slot_mappings and names & set(slot_mappings) else (),
+            use_cudagraphs,
+        )
 
     def profile_vision_tower(self) -> list[int] | None:
         """The vision tower on the largest image (inside the runner's profile run); its grid, or None."""
@@ -151,24 +220,37 @@ class AsymSpecProposer(DraftModelProposer):
         for req_id in scheduler_output.preempted_req_ids or ():
             self.full.draft_logits.release(req_id)
             self.registry.drop_drafts(req_id)
-        self.registry.note_resumed(scheduler_output.scheduled_cached_reqs, self.runner.requests)
+        self.registry.note_resumed(
+            scheduler_output.scheduled_cached_reqs, self.runner.requests
+        )
 
-    def keep_verifier_metadata(self, common, slot_mappings_by_group: dict | None) -> None:
+    def keep_verifier_metadata(
+        self, common, slot_mappings_by_group: dict | None
+    ) -> None:
         """The verifier step's CommonAttentionMetadata (vLLM's spec-decode one), as the drafter's KV group sees
         it: the x_comp pass plans its own metadata from it (drafter_attention.py)."""
-        self.comp.verifier_common = verifier_common_for_group(common, self.runner, self.kv_cache_gid,
-                                                              slot_mappings_by_group)
+        self.comp.verifier_common = verifier_common_for_group(
+            common, self.runner, self.kv_cache_gid, slot_mappings_by_group
+        )
 
     def after_verifier(self, out, input_ids: torch.Tensor, positions: torch.Tensor):
         """After the verifier's forward on input_ids [N] (positions [N] or [3, N]): its output kept out of the
         drafter's CUDA-graph pool when a graph replays next, then the x_comp pass on the same inputs (b).
         Returns the verifier's output for the runner."""
-        out = self.graphs.keep_verifier_output(out, self.comp.verifier_common.num_actual_tokens)
+        out = self.graphs.keep_verifier_output(
+            out, self.comp.verifier_common.num_actual_tokens
+        )
         with stop_rank_on_error(self.world_size, "the x_comp pass"):
             self.comp.score(input_ids, positions)
         return out
 
-    def step_logits(self, name: str, req_ids: list[str], n: int, token_index: torch.Tensor | None = None):
+    def step_logits(
+        self,
+        name: str,
+        req_ids: list[str],
+        n: int,
+        token_index: torch.Tensor | None = None,
+    ):
         """The drafter's logits of this step by name, for the rows `req_ids`: "b" on x_comp at the verified
         token indices token_index [G * n] -> [G, n, V]; otherwise ("a", and a sampling sd / scd row's drafting
         logits q) the first n stored x_full logits -> [G, n, V]."""
@@ -183,7 +265,11 @@ class AsymSpecProposer(DraftModelProposer):
         lists, in batch order."""
         with stop_rank_on_error(self.world_size, "drafting"):
             plan = self.plan(req_ids, sampled)
-            images = self.full.images_for(plan, self.fail) if switches.enabled("mm_embeds") else None
+            images = (
+                self.full.images_for(plan, self.fail)
+                if switches.enabled("mm_embeds")
+                else None
+            )
             drafts = self.propose(plan, images)
         return [drafts.get(req_id, []) for req_id in req_ids]
 
@@ -191,7 +277,7 @@ class AsymSpecProposer(DraftModelProposer):
         """The requests failed since the last call (req_id -> "ErrorType: message"), after the tensor-parallel
         ranks agree on them (faults.check_ranks_agree on vLLM's tensor-parallel group)."""
         if self.world_size > 1:
-            from vllm.distributed import get_tp_group
+            from vllm.distributed import get_tp_group  # lazy: loads vllm.distributed
 
             check_ranks_agree(get_tp_group(), list(self.registry.errors))
         return self.registry.take_errors()
@@ -205,8 +291,11 @@ class AsymSpecProposer(DraftModelProposer):
             if state.request is not None and state.request.reads_full_view:
                 prime = [state.prime] if state.prime is not None else []
                 try:
-                    self.full.open(req_id, state.request,
-                                   list(self.runner.requests[req_id].prompt_token_ids) + prime)
+                    self.full.open(
+                        req_id,
+                        state.request,
+                        list(self.runner.requests[req_id].prompt_token_ids) + prime,
+                    )
                 except self.request_errors as e:
                     self.fail(req_id, state, e)
         return state
@@ -226,7 +315,9 @@ class AsymSpecProposer(DraftModelProposer):
             view = state.method.draft_view
             if view is None:
                 continue  # Floor: no drafts, the verifier decodes alone
-            state.y_len = state.num_committed(self.runner.requests[req_id].output_token_ids)  # d_1's output position
+            state.y_len = state.num_committed(
+                self.runner.requests[req_id].output_token_ids
+            )  # d_1's output position
             if state.samples:  # a preemption drops this proposal: its draws are undone (rows.drop_drafts)
                 state.draft_rng = state.generator.get_state()
             if view == "x_full":
@@ -243,12 +334,18 @@ class AsymSpecProposer(DraftModelProposer):
         plan.full_rows.sort(key=lambda row: len(row[2]))
         return plan
 
-    def propose(self, plan: DraftPlan, images: FullViewImages | None = None) -> dict[str, list[int]]:
+    def propose(
+        self, plan: DraftPlan, images: FullViewImages | None = None
+    ) -> dict[str, list[int]]:
         """Draft each row's K tokens: asymspec rows from x_full (with the image embeddings on their first
         pass), the others from x_comp. Returns req_id -> drafts."""
         drafts = {}
         if plan.full_rows:
             drafts.update(self.full.draft(plan.full_rows, images))
         if plan.comp_rows:
-            drafts.update(self.comp.draft(plan.comp_rows, self.runner.input_batch, self.runner.requests))
+            drafts.update(
+                self.comp.draft(
+                    plan.comp_rows, self.runner.input_batch, self.runner.requests
+                )
+            )
         return drafts

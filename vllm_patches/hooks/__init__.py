@@ -1,1 +1,2 @@
-"""Thin adapters onto vLLM's classes (config, model runner, CPU runner, scheduler, worker RPCs); each calls vLLM's own method for every method but asymspec."""
+"""Thin adapters onto vLLM's classes (config, model runner, CPU runner, scheduler, worker RPCs); each calls vLLM's own
+method for every method but asymspec."""

@@ -26,19 +26,25 @@ def wrap(owner, name: str, make):
 def install(owner, name: str, hook) -> None:
     """owner.name(self, *args, **kwargs) becomes hook(original, self, *args, **kwargs), once. Hooks are named
     module-level functions that call `original` for every configuration they do not handle."""
+
     def make(orig):
         def patched(self, *args, **kwargs):
             return hook(orig, self, *args, **kwargs)
+
         return patched
+
     wrap(owner, name, make)
 
 
 def install_function(module, name: str, hook) -> None:
     """module.name(*args, **kwargs) becomes hook(original, *args, **kwargs), once (a module function)."""
+
     def make(orig):
         def patched(*args, **kwargs):
             return hook(orig, *args, **kwargs)
+
         return patched
+
     wrap(module, name, make)
 
 

@@ -8,7 +8,8 @@ is compiled and its decode-shaped passes replay CUDA graphs as the verifier's en
 (drafter_graphs.py); the speculative config's enforce_eager=True keeps every drafter pass eager. vLLM's V2
 GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the V1 runner. An asymspec request
 (extra_args["asymspec"]) may set min_p, which vLLM refuses with speculative decoding (SamplingParams
-_validate_spec_decode): its method's sampled rule applies it. Engines get the asymspec worker extension (named worker RPCs) unless they name another.
+_validate_spec_decode): its method's sampled rule applies it. Engines get the asymspec worker extension (named worker
+RPCs) unless they name another.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ def is_asymspec(vllm_config) -> bool:
 
 
 def _asks_for_asymspec(speculative_config) -> bool:
-    return isinstance(speculative_config, dict) and speculative_config.get("method") == METHOD
+    return (
+        isinstance(speculative_config, dict)
+        and speculative_config.get("method") == METHOD
+    )
 
 
 def patch_speculative_config() -> None:
-    from vllm.config.speculative import SpeculativeConfig
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.sampling_params import SamplingParams
+    from vllm.config.speculative import SpeculativeConfig  # lazy: loads vLLM
+    from vllm.engine.arg_utils import EngineArgs  # lazy: loads vLLM
+    from vllm.sampling_params import SamplingParams  # lazy: loads vLLM
 
     install(SpeculativeConfig, "__init__", speculative_config_init)
     install(SpeculativeConfig, "uses_draft_model", uses_draft_model)
@@ -42,7 +46,11 @@ def speculative_config_init(original, spec, *args, **kwargs) -> None:
     if kwargs.get("method") != METHOD:
         return original(spec, *args, **kwargs)
     _refuse_v2_runner()
-    original(spec, *args, **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True})
+    original(
+        spec,
+        *args,
+        **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True},
+    )
     spec.method = METHOD
     _check(spec)
 
@@ -51,10 +59,13 @@ def validate_spec_decode(original, params, speculative_config) -> None:
     """vLLM refuses min_p with speculative decoding (its rejection sampler has none); an asymspec request's
     min_p is its method's sampled rule's (vllm_patches/sampler.py), so it passes (logit_bias stays vLLM's
     refusal)."""
-    from ..requests.request_args import has_request_args
+    from ..requests.request_args import has_request_args  # lazy: loads torch
 
-    if (getattr(speculative_config, "method", None) == METHOD and has_request_args(params.extra_args)
-            and not params.logit_bias):
+    if (
+        getattr(speculative_config, "method", None) == METHOD
+        and has_request_args(params.extra_args)
+        and not params.logit_bias
+    ):
         return None
     return original(params, speculative_config)
 
@@ -64,8 +75,11 @@ def uses_draft_model(original, spec) -> bool:
 
 
 def create_engine_config(original, engine_args, *args, **kwargs):
-    if _asks_for_asymspec(engine_args.speculative_config) and not engine_args.worker_extension_cls:
-        from .worker_extension import WORKER_EXTENSION
+    if (
+        _asks_for_asymspec(engine_args.speculative_config)
+        and not engine_args.worker_extension_cls
+    ):
+        from .worker_extension import WORKER_EXTENSION  # lazy: loads torch
 
         engine_args.worker_extension_cls = WORKER_EXTENSION
     config = original(engine_args, *args, **kwargs)
@@ -79,20 +93,27 @@ def refuse_dp_with_moe(parallel_config) -> None:
     (vLLM's set_forward_context coordinates the token counts across DP ranks, forward_context.py), and DP ranks
     run different numbers of drafter passes per step (their batches differ): they would pair the wrong passes
     or hang. Refused until the drafter agrees its passes across DP ranks."""
-    if parallel_config.data_parallel_size > 1 and parallel_config.is_moe_model is not False:
-        raise ValueError(f"speculative method {METHOD!r} with data_parallel_size="
-                         f"{parallel_config.data_parallel_size} needs a dense (non-MoE) verifier: with a MoE "
-                         "verifier every drafter pass would be a data-parallel collective, and the ranks run "
-                         "different numbers of them. Use tensor parallelism, or one engine per GPU.")
+    if (
+        parallel_config.data_parallel_size > 1
+        and parallel_config.is_moe_model is not False
+    ):
+        raise ValueError(
+            f"speculative method {METHOD!r} with data_parallel_size="
+            f"{parallel_config.data_parallel_size} needs a dense (non-MoE) verifier: with a MoE "
+            "verifier every drafter pass would be a data-parallel collective, and the ranks run "
+            "different numbers of them. Use tensor parallelism, or one engine per GPU."
+        )
 
 
 def _refuse_v2_runner() -> None:
-    import vllm.envs as envs
+    import vllm.envs as envs  # lazy: loads vLLM
 
     if envs.VLLM_USE_V2_MODEL_RUNNER:
-        raise ValueError(f"speculative method {METHOD!r} runs on vLLM's V1 GPU model runner; unset "
-                         "VLLM_USE_V2_MODEL_RUNNER (or set it to 0): the V2 runner has none of the hooks the "
-                         "asymspec patches install")
+        raise ValueError(
+            f"speculative method {METHOD!r} runs on vLLM's V1 GPU model runner; unset "
+            "VLLM_USE_V2_MODEL_RUNNER (or set it to 0): the V2 runner has none of the hooks the "
+            "asymspec patches install"
+        )
 
 
 def _check(spec) -> None:
@@ -100,9 +121,13 @@ def _check(spec) -> None:
     if target is None or draft is None:
         return
     if target.is_multimodal_model:
-        raise ValueError(f"speculative method {METHOD!r}: the target (verifier) must be a text-only model; "
-                         f"{target.model} is multimodal. The drafter reads the images.")
+        raise ValueError(
+            f"speculative method {METHOD!r}: the target (verifier) must be a text-only model; "
+            f"{target.model} is multimodal. The drafter reads the images."
+        )
     if target.get_vocab_size() != draft.get_vocab_size():
-        raise ValueError(f"speculative method {METHOD!r}: the verifier ({target.get_vocab_size()} logits) and "
-                         f"the drafter ({draft.get_vocab_size()} logits) must share one vocabulary: "
-                         "delta-fusion adds drafter logits to verifier logits token by token.")
+        raise ValueError(
+            f"speculative method {METHOD!r}: the verifier ({target.get_vocab_size()} logits) and "
+            f"the drafter ({draft.get_vocab_size()} logits) must share one vocabulary: "
+            "delta-fusion adds drafter logits to verifier logits token by token."
+        )

@@ -18,7 +18,7 @@ from ._patching import install
 
 
 def patch_cpu_generators() -> None:
-    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner  # lazy: loads vLLM
 
     install(CPUModelRunner, "_sample", sample)
     install(CPUModelRunner, "_bookkeeping_sync", bookkeeping_sync)
@@ -27,7 +27,7 @@ def patch_cpu_generators() -> None:
 def discarded_cpu_generators(runner) -> dict[int, torch.Generator]:
     """batch index -> generator of this step's rows whose sampled token is discarded (a partial prefill)."""
     batch = runner.input_batch
-    rows = np.nonzero(runner.discard_request_mask.np[:batch.num_reqs])[0]
+    rows = np.nonzero(runner.discard_request_mask.np[: batch.num_reqs])[0]
     held = {int(i): batch.generators.get(int(i)) for i in rows}
     return {i: g for i, g in held.items() if g is not None and g.device.type == "cpu"}
 
@@ -43,7 +43,9 @@ def sample(original, runner, logits, spec_decode_metadata):
 def bookkeeping_sync(original, runner, *args, **kwargs):
     held = discarded_cpu_generators(runner)
     for i in held:
-        del runner.input_batch.generators[i]  # already rewound in `sample`: skip vLLM's offset rewind
+        del runner.input_batch.generators[
+            i
+        ]  # already rewound in `sample`: skip vLLM's offset rewind
     try:
         return original(runner, *args, **kwargs)
     finally:

@@ -21,7 +21,7 @@ from .config_patch import is_asymspec
 
 
 def patch_cpu_runner() -> None:
-    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner  # lazy: loads vLLM
 
     install(CPUModelRunner, "__init__", init)
     install(CPUModelRunner, "load_model", load_model)
@@ -31,7 +31,7 @@ def patch_cpu_runner() -> None:
 def init(original, runner, vllm_config, device) -> None:
     if not is_asymspec(vllm_config):
         return original(runner, vllm_config, device)
-    from vllm.v1.worker import cpu_model_runner
+    from vllm.v1.worker import cpu_model_runner  # lazy: loads vLLM
 
     with cpu_model_runner._torch_cuda_wrapper():
         cpu_model_runner.GPUModelRunner.__init__(runner, vllm_config, device)
@@ -50,8 +50,12 @@ def load_model(original, runner, load_dummy_weights: bool = False) -> None:
 
 def warming_up_model(original, runner) -> None:
     if is_asymspec(runner.vllm_config):
-        from vllm.v1.worker.cpu_model_runner import _set_global_compilation_settings
+        from vllm.v1.worker.cpu_model_runner import (
+            _set_global_compilation_settings,
+        )  # lazy: loads vLLM
 
         with _set_global_compilation_settings(runner.vllm_config):
-            runner._dummy_run(runner.max_num_tokens, is_profile=True)  # the GPU profile run's pass, traced first
+            runner._dummy_run(
+                runner.max_num_tokens, is_profile=True
+            )  # the GPU profile run's pass, traced first
     original(runner)

@@ -13,11 +13,15 @@ def scheduler_gauges(core) -> dict[str, float]:
     kv_cache_manager.usage, as make_stats reads them)."""
     scheduler = core.scheduler
     running, waiting = scheduler.get_request_counts()
-    return {"running": running, "waiting": waiting, "kv_cache_usage": scheduler.kv_cache_manager.usage}
+    return {
+        "running": running,
+        "waiting": waiting,
+        "kv_cache_usage": scheduler.kv_cache_manager.usage,
+    }
 
 
 def patch_engine_core() -> None:
-    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.engine.core import EngineCore  # lazy: loads vLLM
 
     if not hasattr(EngineCore, NAME):
         setattr(EngineCore, NAME, scheduler_gauges)

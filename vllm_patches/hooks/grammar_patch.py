@@ -26,7 +26,9 @@ def hidden_tokens_skip_grammar(scheduler, requests):
         return
     own = vars(manager).get("should_advance")  # None: the class's method
     should_advance = manager.should_advance
-    manager.should_advance = lambda request: id(request) not in held and should_advance(request)
+    manager.should_advance = lambda request: (
+        id(request) not in held and should_advance(request)
+    )
     try:
         yield
     finally:

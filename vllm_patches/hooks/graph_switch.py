@@ -17,21 +17,31 @@ def switch(proposer, on: bool | None = None) -> dict:
     counts; with on=None only report. -> {"compiled", "cudagraph_mode", "capture_sizes", "passes": {"compiled":
     passes that ran the compiled model since the last switch, "replayed": of those, passes that replayed a CUDA
     graph}}."""
-    from vllm.config import CUDAGraphMode
+    from vllm.config import CUDAGraphMode  # lazy: loads vLLM
 
     graphs = proposer.graphs
     if on is not None:
-        if on and not (graphs.enabled or (not graphs.enforce_eager and is_compiled(graphs.model))):
-            raise RuntimeError("the drafter was loaded eagerly (enforce_eager): its compiled passes cannot be "
-                               "switched on")
+        if on and not (
+            graphs.enabled or (not graphs.enforce_eager and is_compiled(graphs.model))
+        ):
+            raise RuntimeError(
+                "the drafter was loaded eagerly (enforce_eager): its compiled passes cannot be "
+                "switched on"
+            )
         graphs.enabled = on
         _count(graphs)
     dispatcher = graphs.dispatcher
-    sizes = sorted({d.num_tokens for keys in dispatcher.cudagraph_keys.values() for d in keys})
+    sizes = sorted(
+        {d.num_tokens for keys in dispatcher.cudagraph_keys.values() for d in keys}
+    )
     counts = graphs.__dict__.get("_doctor_counts", {"compiled": 0, "replayed": 0})
-    return {"compiled": bool(graphs.enabled), "cudagraph_mode": dispatcher.cudagraph_mode.name,
-            "capture_sizes": sizes, "passes": dict(counts),
-            "graphs": dispatcher.cudagraph_mode != CUDAGraphMode.NONE}
+    return {
+        "compiled": bool(graphs.enabled),
+        "cudagraph_mode": dispatcher.cudagraph_mode.name,
+        "capture_sizes": sizes,
+        "passes": dict(counts),
+        "graphs": dispatcher.cudagraph_mode != CUDAGraphMode.NONE,
+    }
 
 
 def _count(graphs) -> None:

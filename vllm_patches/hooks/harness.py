@@ -23,8 +23,8 @@ import weakref
 
 import torch
 
-from . import _patching
 from .. import sampler
+from . import _patching
 
 MAX_PROPOSALS = 4  # per request and view
 KINDS = ("proposals", "steps")
@@ -43,26 +43,45 @@ class Recording:
         return self.proposals is not None or self.steps is not None
 
     def _proposal(self, req_id: str) -> dict:
-        return self.proposals.setdefault(req_id, {"x_full": None, "view": None, "a": [], "b": []})
+        return self.proposals.setdefault(
+            req_id, {"x_full": None, "view": None, "a": [], "b": []}
+        )
 
-    def record_a(self, req_id: str, state, view: list[int], y: list[int], a: torch.Tensor) -> None:
+    def record_a(
+        self, req_id: str, state, view: list[int], y: list[int], a: torch.Tensor
+    ) -> None:
         """a: [K, V] of the proposal state.drafts, drafted after the x_full prompt `view` (what the drafter read
         as x_full's prompt) + y."""
         row = self._proposal(req_id)
         row["x_full"], row["view"] = tuple(state.request.x_full), tuple(view)
         if len(row["a"]) < MAX_PROPOSALS:
-            row["a"].append({"y": list(y), "drafts": list(state.drafts), "a": a.float().cpu()})
+            row["a"].append(
+                {"y": list(y), "drafts": list(state.drafts), "a": a.float().cpu()}
+            )
 
-    def record_step(self, proposer, req_ids: list[str], drafts: torch.Tensor, logits: dict[str, torch.Tensor]):
+    def record_step(
+        self,
+        proposer,
+        req_ids: list[str],
+        drafts: torch.Tensor,
+        logits: dict[str, torch.Tensor],
+    ):
         """logits: what the sampler gathered for these rows (t [G, n+1, V], and a, b where the rule reads them);
         drafts [G, n]."""
-        requests, read = proposer.runner.requests, [name for name in ("a", "b") if name in logits]
+        requests, read = (
+            proposer.runner.requests,
+            [name for name in ("a", "b") if name in logits],
+        )
         if self.proposals is not None and "b" in logits:
             for req_id, row_drafts, row_b in zip(req_ids, drafts.tolist(), logits["b"]):
                 row = self._proposal(req_id)
                 if len(row["b"]) < MAX_PROPOSALS:
                     request = requests[req_id]
-                    tokens = list(request.prompt_token_ids) + list(request.output_token_ids) + row_drafts
+                    tokens = (
+                        list(request.prompt_token_ids)
+                        + list(request.output_token_ids)
+                        + row_drafts
+                    )
                     row["b"].append({"tokens": tokens, "b": row_b.float().cpu()})
         if self.steps is None or not read:
             return
@@ -74,7 +93,9 @@ class Recording:
             self.steps.setdefault(req_id, []).append(entry)
 
 
-_recordings: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # proposer -> Recording while one is on
+_recordings: weakref.WeakKeyDictionary = (
+    weakref.WeakKeyDictionary()
+)  # proposer -> Recording while one is on
 
 
 def recording(proposer) -> Recording:
@@ -113,17 +134,28 @@ def _install(proposer) -> None:
             if rec is not None and rec.proposals is not None:
                 for req_id, state, _ in plan.full_rows:
                     if req_id in drafts:
-                        y = state.committed(proposer.runner.requests[req_id].output_token_ids)
-                        rec.record_a(req_id, state, proposer.full.rows[req_id].ledger.prompt, y,
-                                     proposer.full.logits([req_id], state.K)[0])
+                        y = state.committed(
+                            proposer.runner.requests[req_id].output_token_ids
+                        )
+                        rec.record_a(
+                            req_id,
+                            state,
+                            proposer.full.rows[req_id].ledger.prompt,
+                            y,
+                            proposer.full.logits([req_id], state.K)[0],
+                        )
             return drafts
 
         proposer.propose = recorded_propose
     _patching.install_function(sampler, "_logits", _recorded_logits)
 
 
-def _recorded_logits(original, method, proposer, batch, logits, logits_indices, first, index, drafts, cfg):
-    out = original(method, proposer, batch, logits, logits_indices, first, index, drafts, cfg)
+def _recorded_logits(
+    original, method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
+):
+    out = original(
+        method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
+    )
     rec = _recordings.get(proposer)
     if rec is not None:
         rec.record_step(proposer, [batch.req_ids[i] for i in index], drafts, out)

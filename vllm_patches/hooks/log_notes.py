@@ -10,10 +10,14 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 
-VLLM_LOGGER = "vllm.v1.sample.logits_processor"  # init_logger(__name__) of the module that warns
+VLLM_LOGGER = (
+    "vllm.v1.sample.logits_processor"  # init_logger(__name__) of the module that warns
+)
 VLLM_MIN_P_LINE = "min_p and logit_bias parameters won't work with speculative decoding"
-OUR_MIN_P_LINE = ("asymspec engine: min_p is served (each request's method samples with it, vllm_patches/sampler.py); "
-                  "logit_bias is refused per request")
+OUR_MIN_P_LINE = (
+    "asymspec engine: min_p is served (each request's method samples with it, vllm_patches/sampler.py); "
+    "logit_bias is refused per request"
+)
 
 _said: set[str] = set()  # our lines already logged in this process
 
@@ -28,7 +32,12 @@ class _ReplaceMinPLine(logging.Filter):
         if OUR_MIN_P_LINE in _said:
             return False
         _said.add(OUR_MIN_P_LINE)
-        record.msg, record.args, record.levelno, record.levelname = OUR_MIN_P_LINE, (), logging.INFO, "INFO"
+        record.msg, record.args, record.levelno, record.levelname = (
+            OUR_MIN_P_LINE,
+            (),
+            logging.INFO,
+            "INFO",
+        )
         return True
 
 

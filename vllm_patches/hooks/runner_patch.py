@@ -25,37 +25,51 @@ from __future__ import annotations
 import copy
 
 from .. import sampler
+from ..probes.phase_timing import timed
+from ..requests.faults import stop_rank_on_error
 from ._patching import install
 from .config_patch import is_asymspec
 from .log_notes import asymspec_log_lines
-from ..requests.faults import stop_rank_on_error
 from .runner_state import RUNNER_ATTR, RunnerState
-from ..probes.phase_timing import timed
 
-ERRORS_ATTR = "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
+ERRORS_ATTR = (
+    "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
+)
 
 
 def patch_model_runner() -> None:
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # lazy: loads vLLM
 
-    for name, hook in (("__init__", init), ("_update_states", update_states), ("execute_model", execute_model),
-                       ("_prepare_inputs", prepare_inputs), ("_build_attention_metadata", build_attention_metadata),
-                       ("_model_forward", model_forward), ("_sample", sample), ("propose_draft_token_ids", propose),
-                       ("sample_tokens", sample_tokens), ("profile_run", profile_run)):
+    for name, hook in (
+        ("__init__", init),
+        ("_update_states", update_states),
+        ("execute_model", execute_model),
+        ("_prepare_inputs", prepare_inputs),
+        ("_build_attention_metadata", build_attention_metadata),
+        ("_model_forward", model_forward),
+        ("_sample", sample),
+        ("propose_draft_token_ids", propose),
+        ("sample_tokens", sample_tokens),
+        ("profile_run", profile_run),
+    ):
         install(GPUModelRunner, name, hook)
 
 
 def init(original, runner, vllm_config, device) -> None:
     if not is_asymspec(vllm_config):
         return original(runner, vllm_config, device)
-    from vllm.v1.worker import gpu_model_runner
+    from vllm.v1.worker import gpu_model_runner  # lazy: loads vLLM
 
-    from ..drafter.proposer import AsymSpecProposer
+    from ..drafter.proposer import AsymSpecProposer  # lazy: loads vLLM
 
     stock = gpu_model_runner.DraftModelProposer
-    gpu_model_runner.DraftModelProposer = AsymSpecProposer  # the class the runner instantiates for draft models
+    gpu_model_runner.DraftModelProposer = (
+        AsymSpecProposer  # the class the runner instantiates for draft models
+    )
     try:
-        with asymspec_log_lines():  # vLLM's "min_p ... won't work with speculative decoding" is untrue here
+        with (
+            asymspec_log_lines()
+        ):  # vLLM's "min_p ... won't work with speculative decoding" is untrue here
             original(runner, vllm_config, device)
     finally:
         gpu_model_runner.DraftModelProposer = stock
@@ -92,14 +106,37 @@ def build_attention_metadata(original, runner, *args, **kwargs):
     return result
 
 
-def model_forward(original, runner, input_ids=None, positions=None, intermediate_tensors=None, inputs_embeds=None,
-                  **model_kwargs):
+def model_forward(
+    original,
+    runner,
+    input_ids=None,
+    positions=None,
+    intermediate_tensors=None,
+    inputs_embeds=None,
+    **model_kwargs,
+):
     if not (is_asymspec(runner.vllm_config) and runner.asymspec.live):
-        return original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+        return original(
+            runner,
+            input_ids,
+            positions,
+            intermediate_tensors,
+            inputs_embeds,
+            **model_kwargs,
+        )
     if input_ids is None:
-        raise RuntimeError("speculative method 'asymspec' needs a token-id (text-only) verifier")
+        raise RuntimeError(
+            "speculative method 'asymspec' needs a token-id (text-only) verifier"
+        )
     with timed(runner, "verifier"):
-        out = original(runner, input_ids, positions, intermediate_tensors, inputs_embeds, **model_kwargs)
+        out = original(
+            runner,
+            input_ids,
+            positions,
+            intermediate_tensors,
+            inputs_embeds,
+            **model_kwargs,
+        )
     with timed(runner, "base_pass"):
         return runner.drafter.after_verifier(out, input_ids, positions)
 
@@ -111,25 +148,42 @@ def sample(original, runner, logits, spec_decode_metadata):
     if runner.asymspec.timer is not None:
         runner.asymspec.timer.steps += 1
     # first-sight row(), b's compute_logits and the rules run collectives or may fail on one rank alone
-    with timed(runner, "gate"), stop_rank_on_error(runner.drafter.world_size, "the sampler"):
-        return sampler.sample(runner.drafter, sampler.StepBatch.of(runner.input_batch, runner.requests), logits,
-                              spec_decode_metadata, runner.asymspec.logits_indices,
-                              lambda lg, meta: original(runner, lg, meta), runner.sampler)
+    with (
+        timed(runner, "gate"),
+        stop_rank_on_error(runner.drafter.world_size, "the sampler"),
+    ):
+        return sampler.sample(
+            runner.drafter,
+            sampler.StepBatch.of(runner.input_batch, runner.requests),
+            logits,
+            spec_decode_metadata,
+            runner.asymspec.logits_indices,
+            lambda lg, meta: original(runner, lg, meta),
+            runner.sampler,
+        )
 
 
 def propose(original, runner, scheduler_output, sampled_token_ids, *args, **kwargs):
     if not is_asymspec(runner.vllm_config):
         return original(runner, scheduler_output, sampled_token_ids, *args, **kwargs)
     with timed(runner, "draft"):
-        return runner.drafter.draft(list(runner.input_batch.req_ids), sampled_token_ids)  # host lists
+        return runner.drafter.draft(
+            list(runner.input_batch.req_ids), sampled_token_ids
+        )  # host lists
 
 
 def sample_tokens(original, runner, grammar_output):
     output = original(runner, grammar_output)
-    if is_asymspec(runner.vllm_config) and output is not None and hasattr(output, "req_ids"):
+    if (
+        is_asymspec(runner.vllm_config)
+        and output is not None
+        and hasattr(output, "req_ids")
+    ):
         errors = runner.drafter.take_errors()
         if errors:
-            output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
+            output = copy.copy(
+                output
+            )  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
             setattr(output, ERRORS_ATTR, errors)
     return output
 

@@ -14,8 +14,12 @@ RUNNER_ATTR = "asymspec"  # GPUModelRunner attribute holding its RunnerState (as
 @dataclass
 class RunnerState:
     live: bool = False  # inside execute_model (not in dummy or profiling runs)
-    logits_indices: torch.Tensor | None = None  # [num_logits] this step's token index of every logits row
-    timer: PhaseTimer | None = None  # per-phase timing, while a benchmark has it on (probe.start_timing)
+    logits_indices: torch.Tensor | None = (
+        None  # [num_logits] this step's token index of every logits row
+    )
+    timer: PhaseTimer | None = (
+        None  # per-phase timing, while a benchmark has it on (probe.start_timing)
+    )
 
 
 def runner_state(runner) -> RunnerState | None:

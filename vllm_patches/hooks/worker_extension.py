@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from ..probes.phase_timing import PhaseTimer
 from ..requests.request_args import pack_tensor, unpack_tensor
+from . import harness
+from .graph_switch import switch
+from .runner_state import runner_state
 
 WORKER_EXTENSION = "vllm_patches.hooks.worker_extension.AsymSpecWorkerExtension"
 
@@ -21,76 +25,107 @@ class AsymSpecWorkerExtension:
     """Mixed into vLLM's Worker (self.model_runner is the worker's runner)."""
 
     def _asymspec_proposer(self):
-        proposer = getattr(self.model_runner, "drafter", None)  # vLLM names the proposer `drafter`
+        proposer = getattr(
+            self.model_runner, "drafter", None
+        )  # vLLM names the proposer `drafter`
         if proposer is None or not hasattr(proposer, "registry"):
-            raise RuntimeError("this engine runs no asymspec drafter (speculative method 'asymspec')")
+            raise RuntimeError(
+                "this engine runs no asymspec drafter (speculative method 'asymspec')"
+            )
         return proposer
 
     # -- a VL model alone (the drafter-alone baseline's engine) ------------------------------------
-    def asymspec_image_embeddings(self, pixel_values: dict, image_grid_thw: dict) -> dict:
+    def asymspec_image_embeddings(
+        self, pixel_values: dict, image_grid_thw: dict
+    ) -> dict:
         """The engine model's vision tower on one request's images -> [tokens, hidden * (1 + DeepStack levels)]
         (vLLM's processor is bypassed so that the pixels are exactly the transformers processor's). Tensors
         travel packed (request_args.pack_tensor): RPC arguments and results are untyped msgpack."""
         model = self.model_runner.get_model()
         device = next(model.parameters()).device
-        pixels, grid = unpack_tensor(pixel_values, "pixel_values"), unpack_tensor(image_grid_thw, "image_grid_thw")
+        pixels, grid = (
+            unpack_tensor(pixel_values, "pixel_values"),
+            unpack_tensor(image_grid_thw, "image_grid_thw"),
+        )
         with torch.inference_mode():
-            out = model.embed_multimodal(pixel_values=pixels.to(device, model.visual.dtype),
-                                         image_grid_thw=grid.to(device))
+            out = model.embed_multimodal(
+                pixel_values=pixels.to(device, model.visual.dtype),
+                image_grid_thw=grid.to(device),
+            )
         return pack_tensor(torch.cat(list(out)))
 
     # -- an asymspec engine: counters, captured logits, phase timing --------------------------------
     def asymspec_counters(self) -> dict:
         proposer = self._asymspec_proposer()
         pool, images = proposer.full.pool, proposer.full.images
-        return {"vision_tower_calls": images.vision_tower_calls if images is not None else 0,
-                "live_requests": len(proposer.registry.rows), "free_full_view_blocks": len(pool.free),
-                "full_view_blocks": pool.num_blocks - 1, "full_view_block_size": pool.block_size,
-                "resumptions": proposer.registry.resumptions, "engine_K": proposer.K,
-                "attention_backends": sorted({g.backend.get_name() for g in proposer.attention.groups}),
-                "drafter_builders": [type(g.get_metadata_builder()).__name__ for g in proposer.attention.groups]}
+        return {
+            "vision_tower_calls": images.vision_tower_calls
+            if images is not None
+            else 0,
+            "live_requests": len(proposer.registry.rows),
+            "free_full_view_blocks": len(pool.free),
+            "full_view_blocks": pool.num_blocks - 1,
+            "full_view_block_size": pool.block_size,
+            "resumptions": proposer.registry.resumptions,
+            "engine_K": proposer.K,
+            "attention_backends": sorted(
+                {g.backend.get_name() for g in proposer.attention.groups}
+            ),
+            "drafter_builders": [
+                type(g.get_metadata_builder()).__name__
+                for g in proposer.attention.groups
+            ],
+        }
 
     def asymspec_set_capture(self, on: bool) -> None:
-        from . import harness
 
         harness.record(self._asymspec_proposer(), "proposals", on)
 
     def asymspec_captured(self) -> dict:
-        from . import harness
 
         proposals = harness.recording(self._asymspec_proposer()).proposals or {}
-        return {req_id: {**row, "a": [{**p, "a": pack_tensor(p["a"])} for p in row["a"]],
-                         "b": [{**p, "b": pack_tensor(p["b"])} for p in row["b"]]}
-                for req_id, row in proposals.items()}  # msgpack carries no tensors: packed
+        return {
+            req_id: {
+                **row,
+                "a": [{**p, "a": pack_tensor(p["a"])} for p in row["a"]],
+                "b": [{**p, "b": pack_tensor(p["b"])} for p in row["b"]],
+            }
+            for req_id, row in proposals.items()
+        }  # msgpack carries no tensors: packed
 
     def asymspec_set_step_capture(self, on: bool) -> None:
-        from . import harness
 
         harness.record(self._asymspec_proposer(), "steps", on)
 
     def asymspec_step_captured(self) -> dict:
-        from . import harness
 
         steps = harness.recording(self._asymspec_proposer()).steps or {}
-        return {req_id: [{k: pack_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in entry.items()}
-                         for entry in entries] for req_id, entries in steps.items()}
+        return {
+            req_id: [
+                {
+                    k: pack_tensor(v) if isinstance(v, torch.Tensor) else v
+                    for k, v in entry.items()
+                }
+                for entry in entries
+            ]
+            for req_id, entries in steps.items()
+        }
 
     def asymspec_drafter_graphs(self, on: bool | None = None) -> dict:
         """Switch the drafter's compiled passes (and CUDA graphs) on or off, counting them (graph_switch.py)."""
-        from .graph_switch import switch
 
         return switch(self._asymspec_proposer(), on)
 
     def _asymspec_runner(self):
-        from .runner_state import runner_state
 
         state = runner_state(self.model_runner)
         if state is None:
-            raise RuntimeError("this engine runs no asymspec drafter (speculative method 'asymspec')")
+            raise RuntimeError(
+                "this engine runs no asymspec drafter (speculative method 'asymspec')"
+            )
         return state
 
     def asymspec_set_timing(self, on: bool) -> None:
-        from ..probes.phase_timing import PhaseTimer
 
         self._asymspec_runner().timer = PhaseTimer() if on else None
 

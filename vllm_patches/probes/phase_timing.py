@@ -37,7 +37,9 @@ class PhaseTimer:
 
 
 def timed(runner, name: str):
-    timer = getattr(getattr(runner, "asymspec", None), "timer", None)  # runner_state.RunnerState's
+    timer = getattr(
+        getattr(runner, "asymspec", None), "timer", None
+    )  # runner_state.RunnerState's
     return timer.phase(name) if timer is not None else nullcontext()
 
 

@@ -8,6 +8,8 @@ each returns the first worker's answer (all tensor-parallel ranks agree).
 
 from __future__ import annotations
 
+from ..requests.request_args import unpack_tensor
+
 
 def start_timing(llm) -> None:
     """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see phase_timing.py)."""
@@ -37,20 +39,33 @@ def captured_proposals(llm) -> dict[str, dict]:
     "a": [{"y": committed tokens, "drafts": d_1..d_K, "a": [K, V]}, ...] (x_full rows),
     "b": [{"tokens": x_comp + y + drafts, "b": [n+1, V]}, ...] (rows whose rule reads b)}, float32, the first
     harness.MAX_PROPOSALS of each."""
-    from ..requests.request_args import unpack_tensor
 
     captured = llm.collective_rpc("asymspec_captured")[0]
-    return {req_id: {**c, "x_full": tuple(c["x_full"] or ()), "view": tuple(c["view"] or ()),
-                     "a": [{**p, "a": unpack_tensor(p["a"], "a")} for p in c["a"]],
-                     "b": [{**p, "b": unpack_tensor(p["b"], "b")} for p in c["b"]]}
-            for req_id, c in captured.items()}  # msgpack turns tuples into lists; tensors travel packed
+    return {
+        req_id: {
+            **c,
+            "x_full": tuple(c["x_full"] or ()),
+            "view": tuple(c["view"] or ()),
+            "a": [{**p, "a": unpack_tensor(p["a"], "a")} for p in c["a"]],
+            "b": [{**p, "b": unpack_tensor(p["b"], "b")} for p in c["b"]],
+        }
+        for req_id, c in captured.items()
+    }  # msgpack turns tuples into lists; tensors travel packed
 
 
 def captured_full_view_logits(llm) -> dict[str, dict]:
     """req_id -> {"x_full": ids from extra_args, "view": ids the drafter read, "drafts": d_1..d_K,
     "a": [K, V] float32 drafter logits at the draft positions} of the first proposal of each x_full request."""
-    return {req_id: {"x_full": c["x_full"], "view": c["view"], "drafts": c["a"][0]["drafts"], "a": c["a"][0]["a"]}
-            for req_id, c in captured_proposals(llm).items() if c["a"]}
+    return {
+        req_id: {
+            "x_full": c["x_full"],
+            "view": c["view"],
+            "drafts": c["a"][0]["drafts"],
+            "a": c["a"][0]["a"],
+        }
+        for req_id, c in captured_proposals(llm).items()
+        if c["a"]
+    }
 
 
 def capture_step_logits(llm, on: bool = True) -> None:
@@ -62,11 +77,15 @@ def capture_step_logits(llm, on: bool = True) -> None:
 def captured_step_logits(llm) -> dict[str, list[dict]]:
     """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "b": [n+1, V],
     "a": [m, V]} (a, b float32, where the request's rule reads them) since capture_step_logits."""
-    from ..requests.request_args import unpack_tensor
 
     captured = llm.collective_rpc("asymspec_step_captured")[0]
-    return {req_id: [{k: unpack_tensor(v, k) if k in ("a", "b") else v for k, v in entry.items()}
-                     for entry in entries] for req_id, entries in captured.items()}
+    return {
+        req_id: [
+            {k: unpack_tensor(v, k) if k in ("a", "b") else v for k, v in entry.items()}
+            for entry in entries
+        ]
+        for req_id, entries in captured.items()
+    }
 
 
 def drafter_graphs(llm, on: bool | None = None) -> dict:

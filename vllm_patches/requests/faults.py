@@ -33,7 +33,6 @@ import torch
 
 from asymspec_vl.core.errors import AsymSpecError
 
-
 logger = logging.getLogger(__name__)
 EXIT_CODE = 70  # EX_SOFTWARE: an internal error ended the worker
 
@@ -45,7 +44,11 @@ class RanksDisagreeError(RuntimeError):
 def request_errors(world_size: int) -> tuple[type[BaseException], ...]:
     """Exceptions of a device pass (moving pixels, the vision tower) that fail only the request: a rank-local
     device error is one of them only without tensor parallelism."""
-    return (AsymSpecError, RuntimeError, ValueError) if world_size == 1 else (AsymSpecError,)
+    return (
+        (AsymSpecError, RuntimeError, ValueError)
+        if world_size == 1
+        else (AsymSpecError,)
+    )
 
 
 def failure_digest(req_ids) -> torch.Tensor:
@@ -61,13 +64,16 @@ def check_ranks_agree(group, failed_req_ids) -> None:
         return
     mine = failure_digest(failed_req_ids)
     every = [torch.empty_like(mine) for _ in range(group.world_size)]
-    torch.distributed.all_gather(every, mine, group=group.cpu_group)  # gloo: int64 on every platform
+    torch.distributed.all_gather(
+        every, mine, group=group.cpu_group
+    )  # gloo: int64 on every platform
     every = torch.stack(every)  # [world_size, 2]
     if not bool((every == every[0]).all()):
         raise RanksDisagreeError(
             f"asymspec: tensor-parallel ranks failed different requests this step ((count, checksum) per rank: "
             f"{every.tolist()}); rank {group.rank_in_group} failed {sorted(failed_req_ids)}. Stopping the engine "
-            "instead of letting the ranks diverge.")
+            "instead of letting the ranks diverge."
+        )
 
 
 @contextmanager
@@ -79,8 +85,13 @@ def stop_rank_on_error(world_size: int, what: str):
     except Exception as e:
         if world_size == 1:
             raise
-        logger.critical("asymspec: %s failed on this tensor-parallel rank (%s: %s); stopping the worker so that "
-                        "vLLM stops the engine instead of the other ranks waiting in a collective",
-                        what, type(e).__name__, e, exc_info=True)
+        logger.critical(
+            "asymspec: %s failed on this tensor-parallel rank (%s: %s); stopping the worker so that "
+            "vLLM stops the engine instead of the other ranks waiting in a collective",
+            what,
+            type(e).__name__,
+            e,
+            exc_info=True,
+        )
         sys.stderr.flush()
         os._exit(EXIT_CODE)

@@ -33,12 +33,19 @@ def prime(request) -> bool:
     ids = request.prompt_token_ids
     if ids is None or len(ids) < 2 or request.num_computed_tokens:
         return False
-    params = copy.copy(request.sampling_params)  # in-process engines share the client's object: leave it alone
+    params = copy.copy(
+        request.sampling_params
+    )  # in-process engines share the client's object: leave it alone
     params.extra_args = {**params.extra_args, PRIME_KEY: int(ids[-1])}
-    if params.prompt_logprobs is not None:  # the moved token's prompt logprob comes back as its sample logprob
+    if (
+        params.prompt_logprobs is not None
+    ):  # the moved token's prompt logprob comes back as its sample logprob
         params.extra_args[CLIENT_LOGPROBS_KEY] = params.logprobs
-        params.logprobs = -1 if -1 in (params.logprobs, params.prompt_logprobs) else \
-            max(params.logprobs or 0, params.prompt_logprobs)
+        params.logprobs = (
+            -1
+            if -1 in (params.logprobs, params.prompt_logprobs)
+            else max(params.logprobs or 0, params.prompt_logprobs)
+        )
     if params.max_tokens is not None:
         params.max_tokens += 1
     if params.min_tokens:
@@ -69,7 +76,9 @@ def prime_passes_stop_check(requests):
     common stop token). vLLM's check_stop skips a request's outputs while num_output_tokens < min_tokens: for
     the step that emits the prime (a request's first output) min_tokens is at least 2, then restored (the
     workers never read it in between). requests: the scheduler's requests whose prime is still pending."""
-    held = [(r, r.sampling_params.min_tokens) for r in requests if not r.num_output_tokens]
+    held = [
+        (r, r.sampling_params.min_tokens) for r in requests if not r.num_output_tokens
+    ]
     for request, min_tokens in held:
         request.sampling_params.min_tokens = max(min_tokens, 2)
     try:
@@ -84,7 +93,9 @@ class Pending:
 
     def __init__(self, primed: bool):
         self.prime = primed
-        self.reemit = False  # a held-back token will come out of the resumed prefill again
+        self.reemit = (
+            False  # a held-back token will come out of the resumed prefill again
+        )
 
 
 def strip_from_output(pending: Pending, tokens: list[int]) -> tuple[list[int], bool]:
@@ -95,7 +106,9 @@ def strip_from_output(pending: Pending, tokens: list[int]) -> tuple[list[int], b
         return tokens[1:], True  # the moved prompt token
     if tokens and pending.reemit:
         pending.reemit = False
-        return tokens[1:], True  # the held-back token, already sent before the preemption
+        return tokens[
+            1:
+        ], True  # the held-back token, already sent before the preemption
     return tokens, False
 
 
@@ -104,20 +117,39 @@ def move_logprobs(out, params, hidden: bool, primed: bool) -> None:
     row goes too; the prime's row (the verifier's scores of the prompt's last token after the rest, the
     position vLLM's prompt logprobs lack since the prefill stopped before it) ends the prompt logprobs when
     they are asked. Rows the client did not ask for (prompt_logprobs raised the engine's `logprobs`) are dropped."""
-    from vllm.v1.outputs import LogprobsLists, LogprobsTensors
+    from vllm.v1.outputs import LogprobsLists, LogprobsTensors  # lazy: loads vLLM
 
     rows = out.new_logprobs
     if rows is not None and hidden:
         if primed and params.prompt_logprobs is not None:
-            width = rows.logprobs.shape[1] if params.prompt_logprobs == -1 else params.prompt_logprobs + 1
-            last = LogprobsTensors(torch.as_tensor(rows.logprob_token_ids[:1, :width]),
-                                   torch.as_tensor(rows.logprobs[:1, :width]),
-                                   torch.as_tensor(rows.sampled_token_ranks[:1]))
+            width = (
+                rows.logprobs.shape[1]
+                if params.prompt_logprobs == -1
+                else params.prompt_logprobs + 1
+            )
+            last = LogprobsTensors(
+                torch.as_tensor(rows.logprob_token_ids[:1, :width]),
+                torch.as_tensor(rows.logprobs[:1, :width]),
+                torch.as_tensor(rows.sampled_token_ranks[:1]),
+            )
             before = out.new_prompt_logprobs_tensors
-            out.new_prompt_logprobs_tensors = last if before is None else LogprobsTensors(
-                *(torch.cat([old, new.to(old.dtype)]) for old, new in zip(before[:3], last)))
-        rows = LogprobsLists(rows.logprob_token_ids[1:], rows.logprobs[1:], rows.sampled_token_ranks[1:])
-    if CLIENT_LOGPROBS_KEY in (params.extra_args or {}) and params.extra_args[CLIENT_LOGPROBS_KEY] is None:
+            out.new_prompt_logprobs_tensors = (
+                last
+                if before is None
+                else LogprobsTensors(
+                    *(
+                        torch.cat([old, new.to(old.dtype)])
+                        for old, new in zip(before[:3], last)
+                    )
+                )
+            )
+        rows = LogprobsLists(
+            rows.logprob_token_ids[1:], rows.logprobs[1:], rows.sampled_token_ranks[1:]
+        )
+    if (
+        CLIENT_LOGPROBS_KEY in (params.extra_args or {})
+        and params.extra_args[CLIENT_LOGPROBS_KEY] is None
+    ):
         rows = None
     out.new_logprobs = rows
 
@@ -151,7 +183,10 @@ def note_resumed(rows: dict, cached_reqs, requests: dict) -> int:
         request, n_out = requests.get(req_id), cached_reqs.num_output_tokens[i]
         if req_id not in resumed or request is None or req_id not in rows:
             continue
-        if rows[req_id].request is not None and len(request.output_token_ids) == n_out + 1:
+        if (
+            rows[req_id].request is not None
+            and len(request.output_token_ids) == n_out + 1
+        ):
             rows[req_id].reemit = (int(request.output_token_ids[-1]), n_out)
             count += 1
     return count

@@ -24,36 +24,59 @@ def image_runs(ids: list[int], image_token_id: int) -> list[tuple[int, int]]:
     return runs
 
 
-def prompt_positions(model, ids: list[int], image_grid_thw: torch.Tensor | None, image_token_id: int | None,
-                     uses_mrope: bool) -> tuple[torch.Tensor, int]:
+def prompt_positions(
+    model,
+    ids: list[int],
+    image_grid_thw: torch.Tensor | None,
+    image_token_id: int | None,
+    uses_mrope: bool,
+) -> tuple[torch.Tensor, int]:
     """Positions of the x_full prompt: [3, P] int64 with its M-RoPE delta, or [P] and 0 for 1-D RoPE."""
     if not uses_mrope:
         return torch.arange(len(ids), dtype=torch.int64), 0
     features = []
     if image_grid_thw is not None:
-        from vllm.multimodal.inputs import (MultiModalBatchedField, MultiModalFeatureSpec, MultiModalFieldElem,
-                                            MultiModalKwargsItem, PlaceholderRange)
+        from vllm.multimodal.inputs import (
+            MultiModalBatchedField,
+            MultiModalFeatureSpec,
+            MultiModalFieldElem,
+            MultiModalKwargsItem,
+            PlaceholderRange,
+        )  # lazy: loads vLLM
 
         for i, (offset, length) in enumerate(image_runs(ids, image_token_id)):
-            grid = MultiModalFieldElem(data=image_grid_thw[i], field=MultiModalBatchedField())
-            features.append(MultiModalFeatureSpec(
-                data=MultiModalKwargsItem({"image_grid_thw": grid}), modality="image",
-                identifier=f"x_full-image-{i}", mm_position=PlaceholderRange(offset=offset, length=length)))
+            grid = MultiModalFieldElem(
+                data=image_grid_thw[i], field=MultiModalBatchedField()
+            )
+            features.append(
+                MultiModalFeatureSpec(
+                    data=MultiModalKwargsItem({"image_grid_thw": grid}),
+                    modality="image",
+                    identifier=f"x_full-image-{i}",
+                    mm_position=PlaceholderRange(offset=offset, length=length),
+                )
+            )
     positions, delta = model.get_mrope_input_positions(list(ids), features)
     return positions.to(torch.int64), int(delta)
 
 
-def generated_positions(start: int, n: int, delta: int, uses_mrope: bool) -> torch.Tensor:
+def generated_positions(
+    start: int, n: int, delta: int, uses_mrope: bool
+) -> torch.Tensor:
     """Positions of n generated tokens from cache index `start`: [3, n] (t = h = w) or [n]."""
     pos = torch.arange(start + delta, start + delta + n, dtype=torch.int64)
     return pos.expand(3, n) if uses_mrope else pos
 
 
-def view_positions(prompt_pos: torch.Tensor, delta: int, start: int, n: int, uses_mrope: bool) -> torch.Tensor:
+def view_positions(
+    prompt_pos: torch.Tensor, delta: int, start: int, n: int, uses_mrope: bool
+) -> torch.Tensor:
     """Positions of cache indices start..start+n-1 of a view whose prompt positions are prompt_pos."""
     P = prompt_pos.shape[-1]
-    head = prompt_pos[..., start:min(start + n, P)]
+    head = prompt_pos[..., start : min(start + n, P)]
     tail_start = max(start, P)
     # no tail when the cache indices end inside the prompt (a chunk of a prompt longer than the pass budget)
-    tail = generated_positions(tail_start, max(0, start + n - tail_start), delta, uses_mrope)
+    tail = generated_positions(
+        tail_start, max(0, start + n - tail_start), delta, uses_mrope
+    )
     return torch.cat([head, tail], dim=-1)

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 class PoolLedger:
     usable: int  # blocks of the pool, in the scheduler's block size (full_view_pool.full_view_capacity)
     block_size: int  # the scheduler's block size
-    reserved: dict[str, int] = field(default_factory=dict)  # req_id -> blocks of a running request
+    reserved: dict[str, int] = field(
+        default_factory=dict
+    )  # req_id -> blocks of a running request
     peak: int = 0  # high-water mark of sum(reserved)
 
     @property

@@ -38,19 +38,32 @@ from dataclasses import dataclass
 import torch
 
 from asymspec_vl.core.config import SAMPLING_FIELDS, AsymSpecConfig
+from asymspec_vl.core.errors import (
+    ConfigError,
+    InputError,
+    InvalidImageError,
+    PromptTooLongError,
+)
 from asymspec_vl.core.methods import METHODS, SPECULATIVE_ENGINE_MODES, Method
-from asymspec_vl.core.errors import ConfigError, InputError, InvalidImageError, PromptTooLongError
 
 from .mrope import image_runs
 
 KEY = "asymspec"
-GREEDY_BELOW = 1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
+GREEDY_BELOW = (
+    1e-5  # vLLM's sampler decodes a temperature below this greedily (_SAMPLING_EPS)
+)
 REQUEST_KEY = "asymspec_request"  # extra_args key of the parsed AsymSpecRequest, set by the scheduler for the workers
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
 FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
 # a structured output travels as SamplingParams.structured_outputs (vLLM's scheduler applies it), never here
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)} - {"structured_output"}
-_IN_PARAMS = ("max_new_tokens", "stop_token_ids", "structured_output") + SAMPLING_FIELDS  # in SamplingParams
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)} - {
+    "structured_output"
+}
+_IN_PARAMS = (
+    "max_new_tokens",
+    "stop_token_ids",
+    "structured_output",
+) + SAMPLING_FIELDS  # in SamplingParams
 
 
 class RequestArgsError(InputError):
@@ -75,15 +88,25 @@ def engine_facts(vllm_config) -> EngineFacts:
     spec = vllm_config.speculative_config
     draft = spec.draft_model_config
     hf = draft.hf_config
-    vision = (getattr(hf, "vision_config", None)
-              if draft.is_multimodal_model and getattr(hf, "image_token_id", None) is not None else None)
+    vision = (
+        getattr(hf, "vision_config", None)
+        if draft.is_multimodal_model and getattr(hf, "image_token_id", None) is not None
+        else None
+    )
     return EngineFacts(
-        K=spec.num_speculative_tokens, vocab_size=draft.get_vocab_size(),
+        K=spec.num_speculative_tokens,
+        vocab_size=draft.get_vocab_size(),
         max_model_len=vllm_config.model_config.max_model_len,
-        image_token_id=getattr(hf, "image_token_id", None) if vision is not None else None,
-        patch_dim=(vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-                   if vision is not None else None),
-        merge_size=getattr(vision, "spatial_merge_size", 1))
+        image_token_id=getattr(hf, "image_token_id", None)
+        if vision is not None
+        else None,
+        patch_dim=(
+            vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+            if vision is not None
+            else None
+        ),
+        merge_size=getattr(vision, "spatial_merge_size", 1),
+    )
 
 
 @dataclass
@@ -96,7 +119,9 @@ class AsymSpecRequest:
     pixel_values: torch.Tensor | None = None  # [num_patches, patch_dim]
     image_grid_thw: torch.Tensor | None = None  # [num_images, 3] int64
     banned: tuple[int, ...] = ()
-    stop_ids: tuple[int, ...] = ()  # what ends the answer (vLLM's all_stop_token_ids): held below cfg.min_tokens
+    stop_ids: tuple[
+        int, ...
+    ] = ()  # what ends the answer (vLLM's all_stop_token_ids): held below cfg.min_tokens
 
     @property
     def K(self) -> int:
@@ -113,14 +138,26 @@ class AsymSpecRequest:
         return self.K + self.method.drafts_last(self.cfg)
 
 
-def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=None, image_grid_thw=None,
-                    banned=None) -> dict:
+def make_extra_args(
+    mode: str,
+    cfg: AsymSpecConfig,
+    x_full=None,
+    pixel_values=None,
+    image_grid_thw=None,
+    banned=None,
+) -> dict:
     """The extra_args dict for one request (client side)."""
-    args: dict = {"mode": mode, "config": {k: v for k, v in cfg.to_dict().items() if k not in _IN_PARAMS}}
+    args: dict = {
+        "mode": mode,
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in _IN_PARAMS},
+    }
     if x_full is not None:
         args["x_full"] = list(x_full)
     if pixel_values is not None:
-        args["pixel_values"], args["image_grid_thw"] = pack_tensor(pixel_values), pack_tensor(image_grid_thw)
+        args["pixel_values"], args["image_grid_thw"] = (
+            pack_tensor(pixel_values),
+            pack_tensor(image_grid_thw),
+        )
     if banned is not None:
         args["banned"] = sorted(int(b) for b in banned)
     return {KEY: args}
@@ -128,10 +165,12 @@ def make_extra_args(mode: str, cfg: AsymSpecConfig, x_full=None, pixel_values=No
 
 def serve_xargs(extra_args: dict) -> dict:
     """extra_args as the OpenAI server's `vllm_xargs` accepts them: {"asymspec": "<json>"}."""
+
     def encode(v):
         if isinstance(v, dict):
             return {k: encode(x) for k, x in v.items()}
         return base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v
+
     return {KEY: json.dumps(encode(extra_args[KEY]))}
 
 
@@ -142,28 +181,47 @@ def _raw_args(extra_args: dict):
         try:
             raw = json.loads(raw)
         except ValueError as e:
-            raise RequestArgsError(f'extra_args["{KEY}"] is a string but not JSON: {e}') from e
+            raise RequestArgsError(
+                f'extra_args["{KEY}"] is a string but not JSON: {e}'
+            ) from e
     if not isinstance(raw, dict):
-        raise RequestArgsError(f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}')
+        raise RequestArgsError(
+            f'extra_args["{KEY}"] must be a dict, got {type(raw).__name__}'
+        )
     return raw
 
 
 def pack_tensor(t) -> dict:
     t = torch.as_tensor(t).detach().cpu().contiguous()
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-            "data": t.view(torch.uint8).numpy().tobytes()}
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "data": t.view(torch.uint8).numpy().tobytes(),
+    }
 
 
 def unpack_tensor(value, name: str) -> torch.Tensor:
     """A tensor from a packed dict, a tensor, an array or nested lists."""
     if isinstance(value, dict):
         try:
-            dtype, shape, data = getattr(torch, value["dtype"]), [int(n) for n in value["shape"]], value["data"]
+            dtype, shape, data = (
+                getattr(torch, value["dtype"]),
+                [int(n) for n in value["shape"]],
+                value["data"],
+            )
             data = base64.b64decode(data) if isinstance(data, str) else data
             flat = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             return flat.view(dtype).reshape(shape)
-        except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as e:  # binascii.Error is a ValueError
-            raise InvalidImageError(f"{name} is not a packed tensor ({{dtype, shape, data}}): {e}") from e
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            RuntimeError,
+        ) as e:  # binascii.Error is a ValueError
+            raise InvalidImageError(
+                f"{name} is not a packed tensor ({{dtype, shape, data}}): {e}"
+            ) from e
     try:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as e:
@@ -193,129 +251,202 @@ def with_sampling_params(cfg: AsymSpecConfig, params) -> AsymSpecConfig:
         sampled = dict(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, seed=None)
     else:
         seed = params.seed if params.seed is not None else secrets.randbits(63)
-        sampled = dict(temperature=float(params.temperature), top_p=float(params.top_p),
-                       top_k=max(int(params.top_k), 0), min_p=float(params.min_p), seed=seed)
-    return cfg.replace(**sampled, min_tokens=int(params.min_tokens),
-                       max_new_tokens=max(cfg.max_new_tokens, int(params.min_tokens)))
+        sampled = dict(
+            temperature=float(params.temperature),
+            top_p=float(params.top_p),
+            top_k=max(int(params.top_k), 0),
+            min_p=float(params.min_p),
+            seed=seed,
+        )
+    return cfg.replace(
+        **sampled,
+        min_tokens=int(params.min_tokens),
+        max_new_tokens=max(cfg.max_new_tokens, int(params.min_tokens)),
+    )
 
 
 def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecRequest:
     raw = _raw_args(extra_args)
     unknown = set(raw) - set(FIELDS)
     if unknown:
-        raise RequestArgsError(f'extra_args["{KEY}"] has unknown field(s) {sorted(unknown)}; known: {FIELDS}')
+        raise RequestArgsError(
+            f'extra_args["{KEY}"] has unknown field(s) {sorted(unknown)}; known: {FIELDS}'
+        )
     mode = raw.get("mode")
     if mode not in MODES:
-        raise RequestArgsError(f'extra_args["{KEY}"]["mode"]={mode!r} must be one of {MODES}')
+        raise RequestArgsError(
+            f'extra_args["{KEY}"]["mode"]={mode!r} must be one of {MODES}'
+        )
     cfg = _config(raw.get("config", {}), facts)
     banned = tuple(_token_ids(raw.get("banned", []), "banned", facts.vocab_size))
     x_full = raw.get("x_full")
     method = METHODS[mode]
     if x_full is None and "x_full" in method.views:
-        raise RequestArgsError(f'mode "{mode}" needs extra_args["asymspec"]["x_full"] (the drafter prompt)')
+        raise RequestArgsError(
+            f'mode "{mode}" needs extra_args["asymspec"]["x_full"] (the drafter prompt)'
+        )
     if x_full is not None:
         x_full = _token_ids(x_full, "x_full", facts.vocab_size)
         if not x_full:
             raise RequestArgsError("x_full is empty")
         if len(x_full) >= facts.max_model_len:
-            raise PromptTooLongError(f"x_full has {len(x_full)} tokens; the engine's max_model_len is "
-                                     f"{facts.max_model_len}")
+            raise PromptTooLongError(
+                f"x_full has {len(x_full)} tokens; the engine's max_model_len is "
+                f"{facts.max_model_len}"
+            )
     pixel_values, grid = _image_inputs(raw, x_full, facts)
     return AsymSpecRequest(method, cfg, x_full, pixel_values, grid, banned)
 
 
 def _config(raw, facts: EngineFacts) -> AsymSpecConfig:
     if not isinstance(raw, dict):
-        raise RequestArgsError(f"config must be a dict of AsymSpecConfig fields, got {type(raw).__name__}")
+        raise RequestArgsError(
+            f"config must be a dict of AsymSpecConfig fields, got {type(raw).__name__}"
+        )
     unknown = set(raw) - _CONFIG_FIELDS
     if unknown:
         raise ConfigError(f"unknown AsymSpecConfig field(s) {sorted(unknown)}")
     in_params = sorted(set(raw) & set(SAMPLING_FIELDS))
     if in_params:
-        raise ConfigError(f"AsymSpecConfig.{in_params[0]} travels in SamplingParams, not in "
-                          f'extra_args["{KEY}"]["config"]: set SamplingParams({", ".join(in_params)}=...)')
+        raise ConfigError(
+            f"AsymSpecConfig.{in_params[0]} travels in SamplingParams, not in "
+            f'extra_args["{KEY}"]["config"]: set SamplingParams({", ".join(in_params)}=...)'
+        )
     try:
         cfg = AsymSpecConfig(**{"K": facts.K, **raw})
     except TypeError as e:  # e.g. a list where a number belongs
         raise ConfigError(f"invalid AsymSpecConfig: {e}") from e
     if cfg.K > facts.K:
-        raise ConfigError(f"config K={cfg.K} exceeds the engine's num_speculative_tokens={facts.K}: start the "
-                          f"engine with num_speculative_tokens >= {cfg.K} (it serves every K up to its own)")
+        raise ConfigError(
+            f"config K={cfg.K} exceeds the engine's num_speculative_tokens={facts.K}: start the "
+            f"engine with num_speculative_tokens >= {cfg.K} (it serves every K up to its own)"
+        )
     return cfg
 
 
 def _token_ids(ids, name: str, vocab_size: int) -> list[int]:
     if isinstance(ids, torch.Tensor):
         ids = ids.tolist()
-    if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     for i in ids):
+    if not isinstance(ids, (list, tuple)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in ids
+    ):
         raise RequestArgsError(f"{name} must be a list of token ids")
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
-        raise RequestArgsError(f"{name} holds token ids outside [0, {vocab_size}): {bad[:5]}")
+        raise RequestArgsError(
+            f"{name} holds token ids outside [0, {vocab_size}): {bad[:5]}"
+        )
     return list(ids)
 
 
 def _image_inputs(raw: dict, x_full: list[int] | None, facts: EngineFacts):
     """Validate pixel_values against image_grid_thw and the image_pad runs of x_full."""
     pv, grid = raw.get("pixel_values"), raw.get("image_grid_thw")
-    n_pad = x_full.count(facts.image_token_id) if (x_full and facts.image_token_id is not None) else 0
+    n_pad = (
+        x_full.count(facts.image_token_id)
+        if (x_full and facts.image_token_id is not None)
+        else 0
+    )
     if pv is None and grid is None:
         if n_pad:
-            raise InvalidImageError(f"x_full holds {n_pad} image tokens but no pixel_values were given")
+            raise InvalidImageError(
+                f"x_full holds {n_pad} image tokens but no pixel_values were given"
+            )
         return None, None
     if pv is None or grid is None:
         raise RequestArgsError("pixel_values and image_grid_thw must be given together")
     if facts.image_token_id is None:
-        raise InvalidImageError("the engine's drafter is a text model: it cannot read pixel_values")
+        raise InvalidImageError(
+            "the engine's drafter is a text model: it cannot read pixel_values"
+        )
     if x_full is None:
-        raise RequestArgsError("pixel_values need x_full, the drafter prompt that places the image")
+        raise RequestArgsError(
+            "pixel_values need x_full, the drafter prompt that places the image"
+        )
     pv, grid = unpack_tensor(pv, "pixel_values"), unpack_tensor(grid, "image_grid_thw")
     if not pv.is_floating_point() or pv.dim() != 2 or pv.shape[1] != facts.patch_dim:
-        raise InvalidImageError(f"pixel_values must be float [num_patches, {facts.patch_dim}], got "
-                                f"{pv.dtype} {list(pv.shape)}")
-    if grid.dim() != 2 or grid.shape[1] != 3 or grid.is_floating_point() or len(grid) == 0:
-        raise InvalidImageError(f"image_grid_thw must be int [num_images, 3], got {grid.dtype} {list(grid.shape)}")
+        raise InvalidImageError(
+            f"pixel_values must be float [num_patches, {facts.patch_dim}], got "
+            f"{pv.dtype} {list(pv.shape)}"
+        )
+    if (
+        grid.dim() != 2
+        or grid.shape[1] != 3
+        or grid.is_floating_point()
+        or len(grid) == 0
+    ):
+        raise InvalidImageError(
+            f"image_grid_thw must be int [num_images, 3], got {grid.dtype} {list(grid.shape)}"
+        )
     grid = grid.long()
     m = facts.merge_size
     if (grid <= 0).any() or (grid[:, 0] != 1).any() or (grid[:, 1:] % m != 0).any():
-        raise InvalidImageError(f"image_grid_thw {grid.tolist()} is not a grid of images (t = 1, h and w "
-                                f"positive multiples of {m})")
+        raise InvalidImageError(
+            f"image_grid_thw {grid.tolist()} is not a grid of images (t = 1, h and w "
+            f"positive multiples of {m})"
+        )
     if int(grid.prod(-1).sum()) != pv.shape[0]:
-        raise InvalidImageError(f"image_grid_thw {grid.tolist()} covers {int(grid.prod(-1).sum())} patches; "
-                                f"pixel_values has {pv.shape[0]}")
+        raise InvalidImageError(
+            f"image_grid_thw {grid.tolist()} covers {int(grid.prod(-1).sum())} patches; "
+            f"pixel_values has {pv.shape[0]}"
+        )
     if not torch.isfinite(pv).all():
         raise InvalidImageError("pixel_values hold NaN or infinite values")
     per_image = (grid.prod(-1) // (m * m)).tolist()
     runs = [n for _, n in image_runs(x_full, facts.image_token_id)]
     if runs != per_image:
-        raise InvalidImageError(f"x_full's image token runs {runs} do not match image_grid_thw, which needs "
-                                f"{per_image}")
+        raise InvalidImageError(
+            f"x_full's image token runs {runs} do not match image_grid_thw, which needs "
+            f"{per_image}"
+        )
     return pv, grid
-
 
 
 def sampling_params(cfg: AsymSpecConfig) -> dict:
     """The SamplingParams keywords of cfg's budget-free stop and sampling fields (vLLM's meanings; top_k 0
     is vLLM's "off"): the engine's scheduler, output processor and sampler read them there."""
-    return dict(temperature=float(cfg.temperature), top_p=float(cfg.top_p), top_k=int(cfg.top_k),
-                min_p=float(cfg.min_p), seed=cfg.seed, stop=list(cfg.stop),
-                include_stop_str_in_output=cfg.include_stop_str_in_output, min_tokens=int(cfg.min_tokens),
-                logprobs=cfg.logprobs, prompt_logprobs=cfg.prompt_logprobs)
+    return dict(
+        temperature=float(cfg.temperature),
+        top_p=float(cfg.top_p),
+        top_k=int(cfg.top_k),
+        min_p=float(cfg.min_p),
+        seed=cfg.seed,
+        stop=list(cfg.stop),
+        include_stop_str_in_output=cfg.include_stop_str_in_output,
+        min_tokens=int(cfg.min_tokens),
+        logprobs=cfg.logprobs,
+        prompt_logprobs=cfg.prompt_logprobs,
+    )
 
 
 def decodes_greedily(params) -> bool:
     """Greedy decoding without logits processing: the verifier's argmax decides (logprobs may be asked)."""
-    return (params is not None and params.temperature < 1e-5 and not params.logit_bias
-            and not params.bad_words and not params.allowed_token_ids and params.presence_penalty == 0
-            and params.frequency_penalty == 0 and params.repetition_penalty == 1 and not params.min_tokens)
+    return (
+        params is not None
+        and params.temperature < 1e-5
+        and not params.logit_bias
+        and not params.bad_words
+        and not params.allowed_token_ids
+        and params.presence_penalty == 0
+        and params.frequency_penalty == 0
+        and params.repetition_penalty == 1
+        and not params.min_tokens
+    )
 
 
 def check_supported(params) -> None:
     """RequestArgsError for what the methods' rules do not define: penalties and logits processing (temperature,
     top_p, top_k, min_p, seed and min_tokens are the rules' own: with_sampling_params; logprobs are served, each
     token's under the distribution it was chosen from, asymspec_vl/core/logprobs.py)."""
-    if (params.logit_bias or params.bad_words or params.allowed_token_ids
-            or params.presence_penalty != 0 or params.frequency_penalty != 0 or params.repetition_penalty != 1):
-        raise RequestArgsError("asymspec requests take temperature, top_p, top_k, min_p, seed, min_tokens and "
-                               "logprobs; not penalties, logit_bias, bad_words or allowed_token_ids")
+    if (
+        params.logit_bias
+        or params.bad_words
+        or params.allowed_token_ids
+        or params.presence_penalty != 0
+        or params.frequency_penalty != 0
+        or params.repetition_penalty != 1
+    ):
+        raise RequestArgsError(
+            "asymspec requests take temperature, top_p, top_k, min_p, seed, min_tokens and "
+            "logprobs; not penalties, logit_bias, bad_words or allowed_token_ids"
+        )

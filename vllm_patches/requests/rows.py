@@ -9,9 +9,9 @@ models (the proposer opens a request's x_full view, and frees its caches through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
 
 import torch
 
@@ -31,15 +31,25 @@ class RowState:
 
     request: AsymSpecRequest | None
     K: int  # drafts per step: the request's config K (at most the engine's num_speculative_tokens)
-    prime: int | None = None  # x_comp's last token, emitted by the first step instead of a sample
-    reemit: tuple[int, int] | None = None  # (held-back token, outputs before it) of a resumed request
+    prime: int | None = (
+        None  # x_comp's last token, emitted by the first step instead of a sample
+    )
+    reemit: tuple[int, int] | None = (
+        None  # (held-back token, outputs before it) of a resumed request
+    )
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
     banned: torch.Tensor | None = None  # [V] bool
-    banned_ids: tuple[int, ...] = ()  # the ids set in `banned` (groups rows that share a mask)
+    banned_ids: tuple[
+        int, ...
+    ] = ()  # the ids set in `banned` (groups rows that share a mask)
     drafts: list[int] = field(default_factory=list)  # the last proposal
     req_id: str = ""
-    generator: torch.Generator | None = None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed
-    draft_rng: torch.Tensor | None = None  # the generator's state before the last proposal's draws
+    generator: torch.Generator | None = (
+        None  # the request's draws when it samples (cfg.samples), seeded by cfg.seed
+    )
+    draft_rng: torch.Tensor | None = (
+        None  # the generator's state before the last proposal's draws
+    )
     y_len: int = 0  # len(y) when the row last drafted: d_1 is output position y_len
 
     @cached_property
@@ -53,7 +63,11 @@ class RowState:
 
     def holds(self, position: int) -> bool:
         """Whether output position `position` (of y) is below the request's min_tokens: its stop tokens -inf."""
-        return self.request is not None and position < self.request.cfg.min_tokens and bool(self.request.stop_ids)
+        return (
+            self.request is not None
+            and position < self.request.cfg.min_tokens
+            and bool(self.request.stop_ids)
+        )
 
     @property
     def method(self) -> Method:
@@ -72,26 +86,40 @@ class RowState:
 class RequestRegistry:
     """The engine's requests on this worker, by request id."""
 
-    def __init__(self, facts: EngineFacts, default_banned: tuple[int, ...], device: torch.device,
-                 request_errors: tuple[type[BaseException], ...], release: Callable[[str], None]):
+    def __init__(
+        self,
+        facts: EngineFacts,
+        default_banned: tuple[int, ...],
+        device: torch.device,
+        request_errors: tuple[type[BaseException], ...],
+        release: Callable[[str], None],
+    ):
         """request_errors: exceptions of a request's device work that fail only that request
         (faults.request_errors); release(req_id) frees a request's caches."""
         self.facts, self.default_banned, self.device = facts, default_banned, device
         self.request_errors, self.release = request_errors, release
         self.rows: dict[str, RowState] = {}
-        self.errors: dict[str, str] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
+        self.errors: dict[
+            str, str
+        ] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
         self.resumptions = 0  # preempted requests resumed with a held-back token
 
     def add(self, req_id: str, request) -> RowState:
         """The state of a request seen for the first time. request: the runner's CachedRequestState."""
         params = request.sampling_params
         extra = (params.extra_args if params is not None else None) or {}
-        state = self.rows[req_id] = RowState(extra.get(REQUEST_KEY), self.facts.K, prime=extra.get(PRIME_KEY),
-                                             req_id=req_id)
+        state = self.rows[req_id] = RowState(
+            extra.get(REQUEST_KEY),
+            self.facts.K,
+            prime=extra.get(PRIME_KEY),
+            req_id=req_id,
+        )
         if state.request is None:
             return state
         state.K = state.request.K
-        if state.request.cfg.samples:  # the transformers backend's stream for the same seed
+        if (
+            state.request.cfg.samples
+        ):  # the transformers backend's stream for the same seed
             state.generator = sampling.generators(state.request.cfg, 1, self.device)[0]
         state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
         state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 
-from ...inputs import budget
 from ...core import loop
 from ...core.config import AsymSpecConfig
 from ...core.logprobs import check_prompt_logprobs, prompt_logprobs
 from ...core.methods import Method
-from ...pair.models import context_length, load_causal_lm, resolve_device_dtype
-from ...inputs.prompts import EncodedRequest, EncodedView
 from ...core.structured import refuse_on_backend
+from ...inputs import budget
+from ...inputs.prompts import EncodedRequest, EncodedView
 from ...pair.model_pair import ModelPair
+from ...pair.models import context_length, load_causal_lm, resolve_device_dtype
 from .source import HFSource
 
 log = logging.getLogger(__name__)
@@ -30,16 +30,32 @@ class HFBackend:
     def __init__(self, pair: ModelPair, drafter, verifier, text_drafter=None):
         self.pair, self.drafter, self.verifier = pair, drafter, verifier
         # the models of methods.Source.model; SD's drafter is the VL drafter reading text unless one is given
-        self.models = {"drafter": drafter, "verifier": verifier, "sd_drafter": text_drafter or drafter}
+        self.models = {
+            "drafter": drafter,
+            "verifier": verifier,
+            "sd_drafter": text_drafter or drafter,
+        }
         self.device = verifier.device
 
     @classmethod
-    def load(cls, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None = None,
-             device: str | None = None, dtype="auto", trust_remote_code: bool = False) -> "HFBackend":
+    def load(
+        cls,
+        pair: ModelPair,
+        drafter: str,
+        verifier: str,
+        text_drafter: str | None = None,
+        device: str | None = None,
+        dtype="auto",
+        trust_remote_code: bool = False,
+    ) -> HFBackend:
         dev, dt = resolve_device_dtype(device, dtype)
         d = load_causal_lm(drafter, dev, dt, trust_remote_code)
         v = load_causal_lm(verifier, dev, dt, trust_remote_code)
-        td = load_causal_lm(text_drafter, dev, dt, trust_remote_code) if text_drafter else None
+        td = (
+            load_causal_lm(text_drafter, dev, dt, trust_remote_code)
+            if text_drafter
+            else None
+        )
         pair.check_output_dims(d, v, td)
         return cls(pair, d, v, td)
 
@@ -49,8 +65,13 @@ class HFBackend:
     def close(self) -> None:
         """Nothing to release: the models go with the backend."""
 
-    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
-            on_step: Callable | None = None) -> list[loop.RowOutput]:
+    def run(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        on_step: Callable | None = None,
+    ) -> list[loop.RowOutput]:
         """Decode the batch. If that fails, each request is decoded alone: one that fails alone comes back
         marked (finish_reason "error", its exception as message) beside the others' results. A failure
         of every request (or of a batch of one) is not about a request: its exception propagates, as does
@@ -63,18 +84,29 @@ class HFBackend:
         except Exception as e:
             if len(reqs) == 1 or (step is not None and step.raised is e):
                 raise
-            log.warning("a batch of %d requests failed (%s: %s); decoding them one by one", len(reqs),
-                        type(e).__name__, e)
+            log.warning(
+                "a batch of %d requests failed (%s: %s); decoding them one by one",
+                len(reqs),
+                type(e).__name__,
+                e,
+            )
         return self._one_by_one(reqs, method, cfg, step)
 
-    def _one_by_one(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
-                    step: "_CallerStep | None") -> list[loop.RowOutput]:
+    def _one_by_one(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        step: _CallerStep | None,
+    ) -> list[loop.RowOutput]:
         rows = [loop.RowOutput() for _ in reqs]
         failures = []
         for i, r in enumerate(reqs):
+
             def one_step(one: list[loop.RowOutput], i: int = i) -> None:
                 rows[i] = one[0]
                 step(rows)
+
             try:
                 rows[i] = self._decode([r], method, cfg, one_step if step else None)[0]
             except Exception as e:
@@ -82,21 +114,41 @@ class HFBackend:
                     raise
                 log.warning("request %d of the batch failed alone", i, exc_info=e)
                 failures.append(e)
-                rows[i] = loop.RowOutput(finish_reason="error", error=f"{type(e).__name__}: {e}")
+                rows[i] = loop.RowOutput(
+                    finish_reason="error", error=f"{type(e).__name__}: {e}"
+                )
         if len(failures) == len(reqs):
             raise failures[0]
         return rows
 
-    def _decode(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
-                on_step: Callable | None) -> list[loop.RowOutput]:
+    def _decode(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        on_step: Callable | None,
+    ) -> list[loop.RowOutput]:
         context = partial(self.context_length, method=method, cfg=cfg)
-        max_new = [min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs]
-        plan = loop.plan(method, cfg, lambda s: self._source(self.models[s.model], [r.view(s.view, s.model) for r in reqs]),
-                         self.pair.banned_mask(self.device), self.pair.vmap)
-        rows = loop.run(plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode)
+        max_new = [
+            min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs
+        ]
+        plan = loop.plan(
+            method,
+            cfg,
+            lambda s: self._source(
+                self.models[s.model], [r.view(s.view, s.model) for r in reqs]
+            ),
+            self.pair.banned_mask(self.device),
+            self.pair.vmap,
+        )
+        rows = loop.run(
+            plan, len(reqs), max_new, self.pair.stop_ids(cfg), on_step, self.pair.decode
+        )
         if cfg.prompt_logprobs is not None:
             for r, row in zip(reqs, rows):
-                row.prompt_logprobs = self._prompt_logprobs(r.view("x_comp", "verifier").ids, cfg.prompt_logprobs)
+                row.prompt_logprobs = self._prompt_logprobs(
+                    r.view("x_comp", "verifier").ids, cfg.prompt_logprobs
+                )
         return rows
 
     @torch.no_grad()
@@ -109,11 +161,15 @@ class HFBackend:
         """`model` reading one view per row, with a cache of its own (nothing runs until its prefill)."""
         images = {}
         if any(v.pixel_values is not None for v in views):
-            images = {"pixel_values": torch.cat([v.pixel_values for v in views if v.pixel_values is not None]
-                                            ).to(self.device, model.dtype),
-                  "image_grid_thw": torch.cat([v.image_grid_thw for v in views if v.image_grid_thw is not None]
-                                              ).to(self.device),
-                  "row_image_grid_thw": [v.image_grid_thw for v in views]}
+            images = {
+                "pixel_values": torch.cat(
+                    [v.pixel_values for v in views if v.pixel_values is not None]
+                ).to(self.device, model.dtype),
+                "image_grid_thw": torch.cat(
+                    [v.image_grid_thw for v in views if v.image_grid_thw is not None]
+                ).to(self.device),
+                "row_image_grid_thw": [v.image_grid_thw for v in views],
+            }
         return HFSource(model, [v.ids for v in views], self.pair.pad_id, images)
 
 

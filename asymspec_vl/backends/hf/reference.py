@@ -6,7 +6,7 @@ The models compute their own positions (Qwen3-VL: transformers' M-RoPE from the 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -21,15 +21,27 @@ def logits_after(model, view: EncodedView, extra: list[int], n: int) -> torch.Te
     ids = torch.tensor([view.ids + extra], device=model.device)
     kwargs = {}
     if view.pixel_values is not None:
-        kwargs = {"pixel_values": view.pixel_values.to(model.device, model.dtype),
-                  "image_grid_thw": view.image_grid_thw.to(model.device)}
-    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, **kwargs)
+        kwargs = {
+            "pixel_values": view.pixel_values.to(model.device, model.dtype),
+            "image_grid_thw": view.image_grid_thw.to(model.device),
+        }
+    out = model(
+        input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False, **kwargs
+    )
     return out.logits[0, -n:]
 
 
-def reference_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, cfg: AsymSpecConfig,
-                   banned: torch.Tensor | None, stop_ids: set[int], max_new: int,
-                   on_step: Callable[[list[int]], None] | None = None) -> list[int]:
+def reference_asymspec(
+    drafter,
+    verifier,
+    full: EncodedView,
+    comp: EncodedView,
+    cfg: AsymSpecConfig,
+    banned: torch.Tensor | None,
+    stop_ids: set[int],
+    max_new: int,
+    on_step: Callable[[list[int]], None] | None = None,
+) -> list[int]:
     """Generated token ids of one request by Algorithm 1 with every forward recomputed.
     on_step(y) is called after every speculation step (for timing)."""
     y: list[int] = []
@@ -37,7 +49,9 @@ def reference_asymspec(drafter, verifier, full: EncodedView, comp: EncodedView, 
     while True:
         drafts: list[int] = []
         a = []
-        for i in range(K + (cfg.bonus == "fused")):  # line 5: a_1..a_K (a_{K+1} for the fused bonus)
+        for i in range(
+            K + (cfg.bonus == "fused")
+        ):  # line 5: a_1..a_K (a_{K+1} for the fused bonus)
             a.append(logits_after(drafter, full, y + drafts, 1)[0])
             if i < K:
                 drafts.append(int(greedy(a[-1], banned)))

@@ -19,18 +19,26 @@ from ...core.sources import RowLedger
 class HFSource:
     """One logit source: `model` on per-row `prompts`, image inputs (Qwen3-VL only) read once at prefill."""
 
-    def __init__(self, model, prompts: list[list[int]], pad_id: int, images: dict | None = None):
+    def __init__(
+        self, model, prompts: list[list[int]], pad_id: int, images: dict | None = None
+    ):
         self.model = model
         self.device = model.device
-        self.mrope = hasattr(model, "visual") or hasattr(getattr(model, "model", None), "visual")
+        self.mrope = hasattr(model, "visual") or hasattr(
+            getattr(model, "model", None), "visual"
+        )
         self.pad_id = pad_id
         # every prompt token but the last is as good as cached: the prefill (run by the first forward at the latest)
         # reads them; the last stays pending, so the first forward yields the logits that follow the prompt
         self.rows = [RowLedger(prompt=list(p), n_cached=len(p) - 1) for p in prompts]
         self.cache = DynamicCache(config=model.config)
-        self.valid = torch.zeros(len(prompts), 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.valid = torch.zeros(
+            len(prompts), 0, dtype=torch.bool, device=self.device
+        )  # [B, S]
         self.rope_delta = [0] * len(prompts)
-        self.images = images or {}  # image inputs (pixel_values, image_grid_thw, per-row grids), read by the prefill
+        self.images = (
+            images or {}
+        )  # image inputs (pixel_values, image_grid_thw, per-row grids), read by the prefill
         self.prefilled = False
         self.sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
 
@@ -49,10 +57,14 @@ class HFSource:
         positions = []
         for row, toks, delta in zip(self.rows, tokens, self.rope_delta):
             start = row.n_cached + len(row.speculative)
-            positions.append([0] * (n - len(toks)) + [start + k + delta for k in range(len(toks))])
+            positions.append(
+                [0] * (n - len(toks)) + [start + k + delta for k in range(len(toks))]
+            )
         pos = torch.tensor(positions, device=self.device)  # [B, n]
         if self.mrope:
-            pos = pos.unsqueeze(0).expand(3, -1, -1)  # [3, B, n]: text tokens share one index on t/h/w
+            pos = pos.unsqueeze(0).expand(
+                3, -1, -1
+            )  # [3, B, n]: text tokens share one index on t/h/w
         return self._append(tokens, n, pos, extra={})
 
     def commit(self, y: list[list[int]]) -> None:
@@ -76,43 +88,68 @@ class HFSource:
         heads = [row.prompt[:-1] for row in self.rows]
         n = max(len(h) for h in heads)
         if self.mrope:
-            pos = torch.zeros(3, len(heads), n, dtype=torch.long, device=self.device)  # [3, B, n]
+            pos = torch.zeros(
+                3, len(heads), n, dtype=torch.long, device=self.device
+            )  # [3, B, n]
             for r, row in enumerate(self.rows):
-                full_pos, self.rope_delta[r] = self._mrope_positions(row.prompt, images, r)
-                pos[:, r, n - len(heads[r]):] = full_pos[:, :-1]
+                full_pos, self.rope_delta[r] = self._mrope_positions(
+                    row.prompt, images, r
+                )
+                pos[:, r, n - len(heads[r]) :] = full_pos[:, :-1]
         else:
-            pos = torch.tensor([[0] * (n - len(h)) + list(range(len(h))) for h in heads], device=self.device)
+            pos = torch.tensor(
+                [[0] * (n - len(h)) + list(range(len(h))) for h in heads],
+                device=self.device,
+            )
         self._append(heads, n, pos, extra=images, logits_to_keep=1)
         for row in self.rows:
             row.n_cached, row.speculative = len(row.prompt) - 1, []
 
-    def _mrope_positions(self, prompt: list[int], images: dict, r: int) -> tuple[torch.Tensor, int]:
+    def _mrope_positions(
+        self, prompt: list[int], images: dict, r: int
+    ) -> tuple[torch.Tensor, int]:
         """Qwen3-VL 3-D positions [3, P] of one row's prompt and its rope delta, by transformers' own rule."""
         ids = torch.tensor([prompt], device=self.device)
         grid = images.get("row_image_grid_thw", [None] * len(self.rows))[r]
         if grid is None:
             return torch.arange(len(prompt), device=self.device).expand(3, -1), 0
         inner = self.model.model if hasattr(self.model, "model") else self.model
-        pos, delta = inner.get_rope_index(ids, grid.to(self.device), None, torch.ones_like(ids))
+        pos, delta = inner.get_rope_index(
+            ids, grid.to(self.device), None, torch.ones_like(ids)
+        )
         return pos[:, 0], int(delta.item())
 
     @torch.no_grad()
-    def _append(self, tokens: list[list[int]], n: int, pos: torch.Tensor, extra: dict,
-                logits_to_keep: int = 0) -> torch.Tensor:
+    def _append(
+        self,
+        tokens: list[list[int]],
+        n: int,
+        pos: torch.Tensor,
+        extra: dict,
+        logits_to_keep: int = 0,
+    ) -> torch.Tensor:
         B, S = len(tokens), self.num_slots
         ids = torch.full((B, n), self.pad_id, dtype=torch.long, device=self.device)
         new_valid = torch.zeros(B, n, dtype=torch.bool, device=self.device)
         for r, toks in enumerate(tokens):
             if toks:
-                ids[r, n - len(toks):] = torch.tensor(toks, device=self.device)
-                new_valid[r, n - len(toks):] = True
-                self.rows[r].speculative.extend((S + n - len(toks) + k, t) for k, t in enumerate(toks))
+                ids[r, n - len(toks) :] = torch.tensor(toks, device=self.device)
+                new_valid[r, n - len(toks) :] = True
+                self.rows[r].speculative.extend(
+                    (S + n - len(toks) + k, t) for k, t in enumerate(toks)
+                )
         self.valid = torch.cat([self.valid, new_valid], dim=1)
         kwargs = {k: v for k, v in extra.items() if not k.startswith("row_")}
-        out = self.model(input_ids=ids, attention_mask=self._attention_mask(S, n), position_ids=pos,
-                         past_key_values=self.cache, use_cache=True,
-                         cache_position=torch.arange(S, S + n, device=self.device),
-                         logits_to_keep=logits_to_keep, **kwargs)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=self._attention_mask(S, n),
+            position_ids=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+            cache_position=torch.arange(S, S + n, device=self.device),
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
         return out.logits  # [B, n, V] (or [B, 1, V] at prefill)
 
     def _attention_mask(self, start: int, n: int) -> torch.Tensor:
@@ -124,6 +161,8 @@ class HFSource:
         takes it."""
         if self.sdpa and not ((n == 1 or start == 0) and bool(self.valid.all())):
             slots = torch.arange(start + n, device=self.device)
-            causal = slots <= torch.arange(start, start + n, device=self.device).unsqueeze(1)  # [n, S]
+            causal = slots <= torch.arange(
+                start, start + n, device=self.device
+            ).unsqueeze(1)  # [n, S]
             return (self.valid.unsqueeze(1) & causal).unsqueeze(1)  # [B, 1, n, S]
         return self.valid.long()

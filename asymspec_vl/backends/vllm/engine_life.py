@@ -11,7 +11,8 @@ core's entry point (`EngineCoreProc.run_engine_core`, the Process target) so tha
 thread: when its parent is gone (its multiprocessing sentinel closes, or the parent pid changes) it asks the engine
 to stop with SIGTERM (vLLM's own graceful shutdown, which also stops the workers: MultiprocExecutor gives them 4 s,
 SIGTERMs them, 4 s more, then SIGKILLs them) and GRACE_S later, if that did not end it, kills what is left of its
-descendants and then itself (`stop_self`): a worker never outlives it holding device memory. The wrap is a module-level function, so it reaches children by name under fork and spawn.
+descendants and then itself (`stop_self`): a worker never outlives it holding device memory. The wrap is a
+module-level function, so it reaches children by name under fork and spawn.
 
 vLLM's `shutdown` (v1/utils.py) terminates the engine cores, joins them for at most 5 s and then SIGKILLs what is
 left without waiting; workers leave after their engine core. `wait_gone` bounds the wait for all of them."""
@@ -20,9 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import threading
+
+import psutil
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,7 @@ STALE_WAIT_S = 30.0  # how long start-up waits for an earlier run's orphaned eng
 def tie_engine_cores() -> None:
     """Make every engine core process started from now on exit when the process that started it dies
     (idempotent)."""
-    from vllm.v1.engine.core import EngineCoreProc
+    from vllm.v1.engine.core import EngineCoreProc  # lazy: loads vLLM
 
     if getattr(EngineCoreProc.run_engine_core, "__wrapped__", None) is None:
         run_engine_core_tied.__wrapped__ = EngineCoreProc.run_engine_core
@@ -43,16 +47,17 @@ def tie_engine_cores() -> None:
 
 def run_engine_core_tied(*args, **kwargs):
     """vLLM's engine core main, with a watchdog on the parent process."""
-    from vllm.v1.engine.core import EngineCoreProc
+    from vllm.v1.engine.core import EngineCoreProc  # lazy: loads vLLM
 
     watch_parent()
-    original = getattr(EngineCoreProc.run_engine_core, "__wrapped__", EngineCoreProc.run_engine_core)
+    original = getattr(
+        EngineCoreProc.run_engine_core, "__wrapped__", EngineCoreProc.run_engine_core
+    )
     return original(*args, **kwargs)
 
 
 def watch_parent() -> None:
     """In a multiprocessing child: a daemon thread that stops this process once its parent is gone."""
-    import multiprocessing
 
     parent = multiprocessing.parent_process()
     if parent is None:
@@ -63,8 +68,11 @@ def watch_parent() -> None:
             parent.join(1.0)  # returns early when the parent's sentinel closes
             if not parent.is_alive():
                 break
-        logger.warning("asymspec-vl: the process that started this vLLM engine (pid %s) is gone: stopping the "
-                       "engine", parent.pid)
+        logger.warning(
+            "asymspec-vl: the process that started this vLLM engine (pid %s) is gone: stopping the "
+            "engine",
+            parent.pid,
+        )
         stop_self()
 
     threading.Thread(target=watch, name="asymspec-parent-watchdog", daemon=True).start()
@@ -73,7 +81,6 @@ def watch_parent() -> None:
 def stop_self(grace_s: float = GRACE_S) -> None:
     """SIGTERM this process (vLLM's engine core shuts down on it, its workers with it); if it still runs grace_s
     later, SIGKILL its descendants (workers whose teardown was cut short) and then itself."""
-    import psutil
 
     me = psutil.Process()
     os.kill(os.getpid(), signal.SIGTERM)
@@ -87,21 +94,29 @@ def stop_self(grace_s: float = GRACE_S) -> None:
 def engine_processes(client) -> list:
     """psutil.Process of one engine's OS processes: its engine cores (a multiprocess client) or its executor's
     workers (an in-process engine), with their descendants. `client`: an LLMEngine's / AsyncLLM's engine_core."""
-    import psutil
 
     resources = getattr(client, "resources", None)
-    procs = list(getattr(getattr(resources, "engine_manager", None), "processes", None) or [])
+    procs = list(
+        getattr(getattr(resources, "engine_manager", None), "processes", None) or []
+    )
     coordinator = getattr(resources, "coordinator", None)
     if getattr(coordinator, "proc", None) is not None:
         procs.append(coordinator.proc)
     executor = getattr(getattr(client, "engine_core", None), "model_executor", None)
-    procs += [w.proc for w in getattr(executor, "workers", None) or [] if getattr(w, "proc", None) is not None]
+    procs += [
+        w.proc
+        for w in getattr(executor, "workers", None) or []
+        if getattr(w, "proc", None) is not None
+    ]
     found = []
     for proc in procs:
         try:
             root = psutil.Process(proc.pid)
             found += [root, *root.children(recursive=True)]
-        except (psutil.NoSuchProcess, TypeError):  # gone already, or never started (pid None)
+        except (
+            psutil.NoSuchProcess,
+            TypeError,
+        ):  # gone already, or never started (pid None)
             continue
     return found
 
@@ -116,7 +131,6 @@ def shut_down(client, stop) -> None:
 def wait_gone(procs: list, timeout: float = CLOSE_WAIT_S) -> list:
     """Wait (at most `timeout` s) for the processes to exit, then SIGKILL what is left and wait 5 s more; the
     processes still alive after that (logged)."""
-    import psutil
 
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for proc in alive:
@@ -126,15 +140,16 @@ def wait_gone(procs: list, timeout: float = CLOSE_WAIT_S) -> list:
             pass
     _, alive = psutil.wait_procs(alive, timeout=5.0)
     if alive:
-        logger.warning("asymspec-vl: vLLM engine processes %s did not exit; they may still hold memory",
-                       [p.pid for p in alive])
+        logger.warning(
+            "asymspec-vl: vLLM engine processes %s did not exit; they may still hold memory",
+            [p.pid for p in alive],
+        )
     return alive
 
 
 def stale_engine_processes(prefix: str | None = None) -> list:
     """This user's vLLM engine processes whose starting process is gone (re-parented to init): what an earlier
     run, killed, left behind."""
-    import psutil
 
     prefix = prefix or os.environ.get("VLLM_PROCESS_NAME_PREFIX", "VLLM")
     me = os.getuid()
@@ -142,8 +157,12 @@ def stale_engine_processes(prefix: str | None = None) -> list:
     for proc in psutil.process_iter(["cmdline", "ppid", "uids"]):
         info = proc.info
         title = (info.get("cmdline") or [""])[0]
-        if (title.startswith(prefix + "::") and info.get("ppid") == 1 and info.get("uids")
-                and info["uids"].real == me):
+        if (
+            title.startswith(prefix + "::")
+            and info.get("ppid") == 1
+            and info.get("uids")
+            and info["uids"].real == me
+        ):
             stale.append(proc)
     return stale
 
@@ -154,24 +173,31 @@ def check_stale_engines(timeout: float = STALE_WAIT_S) -> list:
     stale = stale_engine_processes()
     if not stale:
         return []
-    logger.warning("asymspec-vl: vLLM engine processes of an earlier run are still running (%s); waiting up to "
-                   "%.0f s for them to exit", _listed(stale), timeout)
-    import psutil
+    logger.warning(
+        "asymspec-vl: vLLM engine processes of an earlier run are still running (%s); waiting up to "
+        "%.0f s for them to exit",
+        _listed(stale),
+        timeout,
+    )
 
     _, alive = psutil.wait_procs(stale, timeout=timeout)
     if alive:
-        logger.warning("asymspec-vl: stale vLLM engine processes still hold memory (on a GPU, the device memory a "
-                       "new engine needs): %s. Stop them (kill PID) if vLLM cannot start.", _listed(alive))
+        logger.warning(
+            "asymspec-vl: stale vLLM engine processes still hold memory (on a GPU, the device memory a "
+            "new engine needs): %s. Stop them (kill PID) if vLLM cannot start.",
+            _listed(alive),
+        )
     return alive
 
 
 def _listed(procs: list) -> str:
-    import psutil
 
     out = []
     for p in procs:
         try:
-            out.append(f"pid {p.pid} {p.cmdline()[0].strip()} {p.memory_info().rss / 2**30:.1f} GiB")
+            out.append(
+                f"pid {p.pid} {p.cmdline()[0].strip()} {p.memory_info().rss / 2**30:.1f} GiB"
+            )
         except psutil.Error:
             out.append(f"pid {p.pid}")
     return ", ".join(out)

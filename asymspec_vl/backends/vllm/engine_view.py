@@ -12,10 +12,14 @@ class EngineView:
 
     def __init__(self, engine, loop: asyncio.AbstractEventLoop):
         self.engine, self.loop = engine, loop
-        self.llm_engine = SimpleNamespace(vllm_config=engine.vllm_config, engine_core=engine.engine_core)
+        self.llm_engine = SimpleNamespace(
+            vllm_config=engine.vllm_config, engine_core=engine.engine_core
+        )
 
     def collective_rpc(self, method: str, args: tuple = ()) -> list:
-        return asyncio.run_coroutine_threadsafe(self.engine.collective_rpc(method, args=args), self.loop).result()
+        return asyncio.run_coroutine_threadsafe(
+            self.engine.collective_rpc(method, args=args), self.loop
+        ).result()
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -27,20 +27,32 @@ def pinned(config):
     if config is None:
         return {"backend": BACKEND}
     if isinstance(config, dict):
-        return {**config, "backend": BACKEND} if config.get("backend", "auto") == "auto" else config
-    return dataclasses.replace(config, backend=BACKEND) if config.backend == "auto" else config
+        return (
+            {**config, "backend": BACKEND}
+            if config.get("backend", "auto") == "auto"
+            else config
+        )
+    return (
+        dataclasses.replace(config, backend=BACKEND)
+        if config.backend == "auto"
+        else config
+    )
 
 
 def check_compiles(constraint: StructuredOutput, field: str = FIELD) -> None:
     """ConfigError naming `field` and xgrammar's message when xgrammar cannot turn the constraint into a
     grammar."""
-    from vllm import SamplingParams
-    from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
+    from vllm import SamplingParams  # lazy: loads vLLM
+    from vllm.v1.structured_output.backend_xgrammar import (
+        validate_xgrammar_grammar,
+    )  # lazy: loads vLLM
 
     params = SamplingParams(structured_outputs=constraint.sampling_params())
     try:
         validate_xgrammar_grammar(params)
     except ValueError as e:
         cause = " ".join(str(e.__cause__ or e).split())
-        raise ConfigError(f"{field}: the {constraint.kind} constraint cannot be compiled ({BACKEND}, the engine's "
-                          f"structured-output backend): {cause}") from e
+        raise ConfigError(
+            f"{field}: the {constraint.kind} constraint cannot be compiled ({BACKEND}, the engine's "
+            f"structured-output backend): {cause}"
+        ) from e

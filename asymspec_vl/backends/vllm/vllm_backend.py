@@ -20,48 +20,108 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
-from ...inputs import budget
+import vllm_patches
+from vllm_patches.requests.request_args import (
+    pack_tensor,
+    sampling_params,
+    unpack_tensor,
+)
+from vllm_patches.requests.stats import EngineStats, from_output
+
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
+from ...core.errors import ModelPairError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
-from ...core.errors import ModelPairError
 from ...core.methods import method as method_named
+from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
 from ...pair.model_pair import ModelPair
-from .sample_logprobs import MissingLogprobsError, from_vllm, prompt_from_vllm
-from .engine import EngineCache, EngineSpec, build_engine, configure_environment, default_capacity, generate
+from .engine import (
+    EngineCache,
+    EngineSpec,
+    build_engine,
+    configure_environment,
+    default_capacity,
+    generate,
+)
 from .grammar import check_compiles
+from .sample_logprobs import MissingLogprobsError, from_vllm, prompt_from_vllm
 
-FINISH_REASONS = ("stop", "length")  # any other engine finish reason marks the request "error"
+FINISH_REASONS = (
+    "stop",
+    "length",
+)  # any other engine finish reason marks the request "error"
 
 
 class VLLMBackend:
     name = "vllm"
 
-    def __init__(self, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None, dtype,
-                 tensor_parallel_size: int, engine_kwargs: dict, max_engines: int | None = None,
-                 drafter_share: float | None = None, loop=None):
+    def __init__(
+        self,
+        pair: ModelPair,
+        drafter: str,
+        verifier: str,
+        text_drafter: str | None,
+        dtype,
+        tensor_parallel_size: int,
+        engine_kwargs: dict,
+        max_engines: int | None = None,
+        drafter_share: float | None = None,
+        loop=None,
+    ):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
         if not pair.vmap.identity:
-            raise ModelPairError(f"{drafter} and {verifier} have two vocabularies ({pair.vmap.size} shared tokens):"
-                                 " a cross-family pair runs on the transformers backend (backend='hf') only for now")
-        self.pair, self.drafter, self.verifier, self.text_drafter = pair, drafter, verifier, text_drafter
-        self.dtype, self.tp, self.engine_kwargs = dtype, tensor_parallel_size, engine_kwargs
-        self.engines = EngineCache(lambda spec: build_engine(spec, self.dtype, self.tp, self.engine_kwargs,
-                                                             drafter_share, loop),
-                                   max_engines or default_capacity())
+            raise ModelPairError(
+                f"{drafter} and {verifier} have two vocabularies ({pair.vmap.size} shared tokens):"
+                " a cross-family pair runs on the transformers backend (backend='hf') only for now"
+            )
+        self.pair, self.drafter, self.verifier, self.text_drafter = (
+            pair,
+            drafter,
+            verifier,
+            text_drafter,
+        )
+        self.dtype, self.tp, self.engine_kwargs = (
+            dtype,
+            tensor_parallel_size,
+            engine_kwargs,
+        )
+        self.engines = EngineCache(
+            lambda spec: build_engine(
+                spec, self.dtype, self.tp, self.engine_kwargs, drafter_share, loop
+            ),
+            max_engines or default_capacity(),
+        )
 
     @classmethod
-    def load(cls, pair: ModelPair, drafter: str, verifier: str, text_drafter: str | None = None, dtype="auto",
-             tensor_parallel_size: int = 1, max_engines: int | None = None, **engine_kwargs) -> "VLLMBackend":
+    def load(
+        cls,
+        pair: ModelPair,
+        drafter: str,
+        verifier: str,
+        text_drafter: str | None = None,
+        dtype="auto",
+        tensor_parallel_size: int = 1,
+        max_engines: int | None = None,
+        **engine_kwargs,
+    ) -> VLLMBackend:
         """engine_kwargs go to vllm.LLM; max_engines: engines kept at once (default: 1 on a GPU, 2 on CPU)."""
         configure_environment()
-        return cls(pair, drafter, verifier, text_drafter, dtype, tensor_parallel_size, engine_kwargs, max_engines)
+        return cls(
+            pair,
+            drafter,
+            verifier,
+            text_drafter,
+            dtype,
+            tensor_parallel_size,
+            engine_kwargs,
+            max_engines,
+        )
 
     def engine(self, spec: EngineSpec):
         return self.engines.get(spec)
@@ -75,7 +135,9 @@ class VLLMBackend:
         """Shut down one cached engine (or all) and free its memory."""
         self.engines.close(spec)
 
-    def engine_for(self, method: Method | str, K: int, speculative: bool = False) -> tuple[EngineSpec, str]:
+    def engine_for(
+        self, method: Method | str, K: int, speculative: bool = False
+    ) -> tuple[EngineSpec, str]:
         """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
         engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
         up to its own; with `speculative` Floor runs there too, in mode "floor" (no drafts: the verifier's
@@ -86,45 +148,78 @@ class VLLMBackend:
         if method.engine == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
         drafting = method.drafting.model if method.drafting else None
-        drafter = self.text_drafter if (drafting == "sd_drafter" and self.text_drafter) else self.drafter
-        return EngineSpec(self.verifier, drafter, self.engines.speculative_K(self.verifier, drafter, K)), method.name
+        drafter = (
+            self.text_drafter
+            if (drafting == "sd_drafter" and self.text_drafter)
+            else self.drafter
+        )
+        return EngineSpec(
+            self.verifier,
+            drafter,
+            self.engines.speculative_K(self.verifier, drafter, K),
+        ), method.name
 
-    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False) -> int:
+    def context_length(
+        self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False
+    ) -> int:
         """Every view of a request runs in one engine: its max_model_len."""
         spec, _ = self.engine_for(method, cfg.K, speculative)
         return max_model_len(self.engine(spec))
 
     # -- running ---------------------------------------------------------------------------------
-    def run(self, reqs: list[EncodedRequest], method: Method, cfg: AsymSpecConfig,
-            on_step: Callable | None = None) -> list[loop.RowOutput]:
+    def run(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        on_step: Callable | None = None,
+    ) -> list[loop.RowOutput]:
         """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
         engine's message), the others finish as usual."""
         spec, mode = self.engine_for(method, cfg.K)
         llm = self.engine(spec)
         prompts, params = zip(*(self.engine_request(r, method, cfg) for r in reqs))
-        rows = [loop.RowOutput(stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0)))
-                for _ in reqs]
+        rows = [
+            loop.RowOutput(
+                stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0))
+            )
+            for _ in reqs
+        ]
         start = time.perf_counter()
-        progress = partial(self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step)
+        progress = partial(
+            self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step
+        )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
         return [self.row(o, method, mode, elapsed, cfg) for o in finals]
 
-    def engine_request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
-                       speculative: bool = False) -> tuple[dict, object]:
+    def engine_request(
+        self,
+        r: EncodedRequest,
+        method: Method | str,
+        cfg: AsymSpecConfig,
+        speculative: bool = False,
+    ) -> tuple[dict, object]:
         """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
         engine_for)."""
         prompt, params, _ = self._request(r, method, cfg, speculative)
         return prompt, params
 
-    def served_request(self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig) -> tuple[dict, object, str]:
+    def served_request(
+        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
         every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
         budget)."""
         return self._request(r, method, cfg, speculative=True)
 
-    def _request(self, r: EncodedRequest, method: Method | str, cfg: AsymSpecConfig,
-                 speculative: bool) -> tuple[dict, object, str]:
+    def _request(
+        self,
+        r: EncodedRequest,
+        method: Method | str,
+        cfg: AsymSpecConfig,
+        speculative: bool,
+    ) -> tuple[dict, object, str]:
         """(prompt, SamplingParams, mode), the engine looked up once: every view of the request runs in it, so its
         max_model_len is each source's context."""
         method = method if isinstance(method, Method) else method_named(method)
@@ -133,7 +228,11 @@ class VLLMBackend:
         llm = self.engine(spec)
         length = max_model_len(llm)
         room = budget.room(r, method, cfg, lambda model: length)
-        return self._prompt(llm, r, method), self._params(r, method, mode, cfg, room), mode
+        return (
+            self._prompt(llm, r, method),
+            self._params(r, method, mode, cfg, room),
+            mode,
+        )
 
     def served_engine(self, method: Method, K: int):
         """The engine a server runs the method on (served_request's)."""
@@ -142,55 +241,84 @@ class VLLMBackend:
     def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
         on the drafter's, its image as embeddings from that engine's vision tower)."""
-        view = r.view(method.scoring[0].view if method.engine == "drafter" else "x_comp")
+        view = r.view(
+            method.scoring[0].view if method.engine == "drafter" else "x_comp"
+        )
         prompt = {"prompt_token_ids": list(view.ids)}
         if view.pixel_values is not None:
-            from vllm_patches.requests.request_args import pack_tensor, unpack_tensor
-
             # vLLM's processor expands each image's single placeholder token itself
-            prompt["prompt_token_ids"] = _collapse_runs(view.ids, self.pair.tokenizer.convert_tokens_to_ids(
-                "<|image_pad|>"))
-            packed = llm.collective_rpc("asymspec_image_embeddings",
-                                        args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)))[0]
-            prompt["multi_modal_data"] = {"image": {"image_embeds": unpack_tensor(packed, "image embeddings"),
-                                                    "image_grid_thw": view.image_grid_thw}}
+            prompt["prompt_token_ids"] = _collapse_runs(
+                view.ids, self.pair.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+            )
+            packed = llm.collective_rpc(
+                "asymspec_image_embeddings",
+                args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)),
+            )[0]
+            prompt["multi_modal_data"] = {
+                "image": {
+                    "image_embeds": unpack_tensor(packed, "image embeddings"),
+                    "image_grid_thw": view.image_grid_thw,
+                }
+            }
         return prompt
 
-    def _params(self, r: EncodedRequest, method: Method, mode: str, cfg: AsymSpecConfig, room: int):
-        from vllm import SamplingParams
-
-        import vllm_patches
-
-        from vllm_patches.requests.request_args import sampling_params
+    def _params(
+        self,
+        r: EncodedRequest,
+        method: Method,
+        mode: str,
+        cfg: AsymSpecConfig,
+        room: int,
+    ):
+        from vllm import SamplingParams  # lazy: loads vLLM
 
         banned = self.pair.banned_ids()
-        kw = dict(max_tokens=min(cfg.max_new_tokens, room), ignore_eos=True,
-                  stop_token_ids=sorted(self.pair.stop_ids(cfg)), detokenize=bool(cfg.stop), **sampling_params(cfg))
-        if cfg.structured_output is not None:  # vLLM's scheduler masks t (every method) and validates the drafts
-            check_compiles(cfg.structured_output)  # a constraint the engine cannot compile must not reach it
+        kw = dict(
+            max_tokens=min(cfg.max_new_tokens, room),
+            ignore_eos=True,
+            stop_token_ids=sorted(self.pair.stop_ids(cfg)),
+            detokenize=bool(cfg.stop),
+            **sampling_params(cfg),
+        )
+        if (
+            cfg.structured_output is not None
+        ):  # vLLM's scheduler masks t (every method) and validates the drafts
+            check_compiles(
+                cfg.structured_output
+            )  # a constraint the engine cannot compile must not reach it
             kw["structured_outputs"] = cfg.structured_output.sampling_params()
-        if mode == "plain":  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
+        if (
+            mode == "plain"
+        ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
         extra = vllm_patches.make_extra_args(
-            mode, cfg, x_full=full.ids if full else None, pixel_values=full.pixel_values if full else None,
-            image_grid_thw=full.image_grid_thw if full else None, banned=banned)
+            mode,
+            cfg,
+            x_full=full.ids if full else None,
+            pixel_values=full.pixel_values if full else None,
+            image_grid_thw=full.image_grid_thw if full else None,
+            banned=banned,
+        )
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, streamed: "StreamedStats", on_step, step_outputs: dict) -> None:
+    def _progress(rows, streamed: StreamedStats, on_step, step_outputs: dict) -> None:
         for i, o in step_outputs.items():
             tokens = list(o.outputs[0].token_ids)
-            rows[i].sources, rows[i].stats = streamed.step(i, len(tokens) - len(rows[i].token_ids))
+            rows[i].sources, rows[i].stats = streamed.step(
+                i, len(tokens) - len(rows[i].token_ids)
+            )
             rows[i].token_ids = tokens
         on_step(rows)
 
     @staticmethod
-    def row(o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None) -> loop.RowOutput:
+    def row(
+        o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None
+    ) -> loop.RowOutput:
         """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason; with
         cfg.logprobs the engine's logprobs, each named by its distribution)."""
-        from vllm_patches.requests.stats import from_output
 
         completion = o.outputs[0]
         tokens = list(completion.token_ids)
@@ -200,18 +328,41 @@ class VLLMBackend:
             sources = [method.labels.all_passed] * len(tokens)
         stats.elapsed_s = elapsed
         if completion.finish_reason in FINISH_REASONS:
-            text = completion.text if isinstance(completion.stop_reason, str) else None  # cut by a stop string
+            text = (
+                completion.text if isinstance(completion.stop_reason, str) else None
+            )  # cut by a stop string
             try:
-                logprobs = from_vllm(completion.logprobs, tokens, sources, method.name, cfg) \
-                    if cfg is not None and cfg.logprobs is not None else None
-                prompt_lps = prompt_from_vllm(o.prompt_logprobs, o.prompt_token_ids, cfg.prompt_logprobs) \
-                    if cfg is not None and cfg.prompt_logprobs is not None else None
+                logprobs = (
+                    from_vllm(completion.logprobs, tokens, sources, method.name, cfg)
+                    if cfg is not None and cfg.logprobs is not None
+                    else None
+                )
+                prompt_lps = (
+                    prompt_from_vllm(
+                        o.prompt_logprobs, o.prompt_token_ids, cfg.prompt_logprobs
+                    )
+                    if cfg is not None and cfg.prompt_logprobs is not None
+                    else None
+                )
             except MissingLogprobsError as e:
                 return loop.RowOutput(tokens, sources, stats, "error", str(e))
-            return loop.RowOutput(tokens, sources, stats, completion.finish_reason, text=text, logprobs=logprobs,
-                                  prompt_logprobs=prompt_lps)
-        return loop.RowOutput(tokens, sources, stats, "error", f"the engine finished the request with "
-                                                               f"'{completion.finish_reason}': {error or 'no detail'}")
+            return loop.RowOutput(
+                tokens,
+                sources,
+                stats,
+                completion.finish_reason,
+                text=text,
+                logprobs=logprobs,
+                prompt_logprobs=prompt_lps,
+            )
+        return loop.RowOutput(
+            tokens,
+            sources,
+            stats,
+            "error",
+            f"the engine finished the request with "
+            f"'{completion.finish_reason}': {error or 'no detail'}",
+        )
 
 
 class StreamedStats:
@@ -222,7 +373,6 @@ class StreamedStats:
     one step of the method's greedy decoding."""
 
     def __init__(self, method: Method, mode: str, K: int, n: int):
-        from vllm_patches.requests.stats import EngineStats
 
         self.method, self.mode, self.K = method, mode, K
         self.rows = [EngineStats(K, mode) for _ in range(n)] if mode != "plain" else []
@@ -236,8 +386,12 @@ class StreamedStats:
                 row.stats.record(0, 0, 1)
             return list(row.sources), copy.deepcopy(row.stats)
         s = self.rows[i]
-        K = len(s.stats.accepted_at)  # 0 for a mode without drafts (Floor on the speculative engine)
-        while num_new > 0:  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
+        K = len(
+            s.stats.accepted_at
+        )  # 0 for a mode without drafts (Floor on the speculative engine)
+        while (
+            num_new > 0
+        ):  # one step commits at most K + 1 (more: outputs of several steps arrived at once)
             n = min(num_new, K + 1)
             s.record(K, n, n)
             num_new -= n

@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from .. import gate
 from ..config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
 from ..limits import LIMITS
 
@@ -29,28 +30,56 @@ def random_step(seed: int, B: int, K: int, V: int, dtype: torch.dtype, device: s
     t[rows, pos, drafts] = torch.where(torch.rand(B, K, generator=g) < 0.7, 25.0, -25.0)
     banned = torch.rand(V, generator=g) < 0.01
     num_drafts = torch.randint(0, K + 1, (B,), generator=g)
-    return (a.to(device, dtype), b.to(device, dtype), t.to(device, dtype), drafts.to(device), num_drafts.to(device),
-            banned.to(device))
+    return (
+        a.to(device, dtype),
+        b.to(device, dtype),
+        t.to(device, dtype),
+        drafts.to(device),
+        num_drafts.to(device),
+        banned.to(device),
+    )
 
 
-def self_check(device: str | None = None, dtype: str = "bfloat16", vocab: int = 151_936, batch: int = 4,
-               K: int = LIMITS.speculative_tokens) -> dict:
+def self_check(
+    device: str | None = None,
+    dtype: str = "bfloat16",
+    vocab: int = 151_936,
+    batch: int = 4,
+    K: int = LIMITS.speculative_tokens,
+) -> dict:
     """{"device", "dtype", "vocab", "cases", "mismatches": [case names]}: a case mismatches when the kernel's
     accepted counts or emitted tokens differ from the reference's."""
-    from .. import gate
-    from .triton_gate import run_gate
+    from .triton_gate import run_gate  # lazy: loads triton
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("the gate kernel on the CPU runs in triton's interpreter: set TRITON_INTERPRET=1")
+        raise RuntimeError(
+            "the gate kernel on the CPU runs in triton's interpreter: set TRITON_INTERPRET=1"
+        )
     mismatches, cases = [], 0
-    for seed, (gate_name, delta, bonus) in enumerate(itertools.product(GATES, DELTA_SOURCES, BONUS_RULES)):
-        a, b, t, drafts, n, banned = random_step(seed, batch, K, vocab, getattr(torch, dtype), device)
-        cfg = AsymSpecConfig(K=K, gate=gate_name, delta_source=delta, bonus=bonus, beta=1.0, gamma=0.5)
+    for seed, (gate_name, delta, bonus) in enumerate(
+        itertools.product(GATES, DELTA_SOURCES, BONUS_RULES)
+    ):
+        a, b, t, drafts, n, banned = random_step(
+            seed, batch, K, vocab, getattr(torch, dtype), device
+        )
+        cfg = AsymSpecConfig(
+            K=K, gate=gate_name, delta_source=delta, bonus=bonus, beta=1.0, gamma=0.5
+        )
         ref = gate.asymspec_step(a, b, t, drafts, cfg, banned, n)
-        _, n_acc, token, _ = run_gate(a, b, t, drafts, n, cfg, banned, with_divergence=True)
+        _, n_acc, token, _ = run_gate(
+            a, b, t, drafts, n, cfg, banned, with_divergence=True
+        )
         cases += 1
-        if not (torch.equal(n_acc.long().cpu(), ref.num_accepted.cpu())
-                and torch.equal(token.long().cpu(), ref.token.cpu())):
+        if not (
+            torch.equal(n_acc.long().cpu(), ref.num_accepted.cpu())
+            and torch.equal(token.long().cpu(), ref.token.cpu())
+        ):
             mismatches.append(f"gate={gate_name} delta={delta} bonus={bonus}")
-    return {"device": device, "dtype": dtype, "vocab": vocab, "cases": cases, "mismatches": mismatches}
+    return {
+        "device": device,
+        "dtype": dtype,
+        "vocab": vocab,
+        "cases": cases,
+        "mismatches": mismatches,
+    }

@@ -27,7 +27,9 @@ GATE_IDS = {"cda": 0, "fixed": 1, "lambda": 2, "kl": 3}
 DELTA_IDS = {"contrastive": 0, "raw": 1, "scd": 2}
 NF = 8  # float partials per (row, chunk): max/sumexp of a, b, t; best fused value; best t value
 IDX_MAX = tl.constexpr(2**31 - 1)  # "no index" in argmax partials
-FLT_MAX = tl.constexpr(3.4028234663852886e38)  # torch.nan_to_num's replacement of +-inf in float32
+FLT_MAX = tl.constexpr(
+    3.4028234663852886e38
+)  # torch.nan_to_num's replacement of +-inf in float32
 
 
 @triton.jit
@@ -55,14 +57,38 @@ def _lse_of_parts(m, s, AXIS: tl.constexpr):
 
 
 @triton.jit
-def _stats_kernel(a_ptr, b_ptr, t_ptr, banned_ptr, fpart_ptr, ipart_ptr,
-                  V, P, sa0, sa1, sb0, sb1, st0, st1, beta, chunk, NC,
-                  BLOCK: tl.constexpr, DELTA: tl.constexpr, BETA_ZERO: tl.constexpr,
-                  HAS_BANNED: tl.constexpr, T_ARGMAX: tl.constexpr):
+def _stats_kernel(
+    a_ptr,
+    b_ptr,
+    t_ptr,
+    banned_ptr,
+    fpart_ptr,
+    ipart_ptr,
+    V,
+    P,
+    sa0,
+    sa1,
+    sb0,
+    sb1,
+    st0,
+    st1,
+    beta,
+    chunk,
+    NC,
+    BLOCK: tl.constexpr,
+    DELTA: tl.constexpr,
+    BETA_ZERO: tl.constexpr,
+    HAS_BANNED: tl.constexpr,
+    T_ARGMAX: tl.constexpr,
+):
     r = tl.program_id(0)  # row: position r % P of batch entry r // P
     c = tl.program_id(1)  # chunk of the vocabulary
     rb, rp = (r // P).to(tl.int64), (r % P).to(tl.int64)
-    a_row, b_row, t_row = a_ptr + rb * sa0 + rp * sa1, b_ptr + rb * sb0 + rp * sb1, t_ptr + rb * st0 + rp * st1
+    a_row, b_row, t_row = (
+        a_ptr + rb * sa0 + rp * sa1,
+        b_ptr + rb * sb0 + rp * sb1,
+        t_ptr + rb * st0 + rp * st1,
+    )
     lo = c * chunk
     offs = tl.arange(0, BLOCK)
     ninf = tl.full([], float("-inf"), tl.float32)
@@ -112,42 +138,100 @@ def _stats_kernel(a_ptr, b_ptr, t_ptr, banned_ptr, fpart_ptr, ipart_ptr,
 
 
 @triton.jit
-def _divergence_kernel(a_ptr, b_ptr, fpart_ptr, dpart_ptr, V, P, sa0, sa1, sb0, sb1, chunk, NC,
-                       BLOCK: tl.constexpr, NC_P2: tl.constexpr, KL: tl.constexpr):
+def _divergence_kernel(
+    a_ptr,
+    b_ptr,
+    fpart_ptr,
+    dpart_ptr,
+    V,
+    P,
+    sa0,
+    sa1,
+    sb0,
+    sb1,
+    chunk,
+    NC,
+    BLOCK: tl.constexpr,
+    NC_P2: tl.constexpr,
+    KL: tl.constexpr,
+):
     r = tl.program_id(0)
     c = tl.program_id(1)
     rb, rp = (r // P).to(tl.int64), (r % P).to(tl.int64)
     a_row, b_row = a_ptr + rb * sa0 + rp * sa1, b_ptr + rb * sb0 + rp * sb1
     cc = tl.arange(0, NC_P2)
     parts = fpart_ptr + (r * NC + cc) * 8
-    lse_a = _lse_of_parts(tl.load(parts, mask=cc < NC, other=float("-inf")),
-                          tl.load(parts + 1, mask=cc < NC, other=0.0), 0)
-    lse_b = _lse_of_parts(tl.load(parts + 2, mask=cc < NC, other=float("-inf")),
-                          tl.load(parts + 3, mask=cc < NC, other=0.0), 0)
+    lse_a = _lse_of_parts(
+        tl.load(parts, mask=cc < NC, other=float("-inf")),
+        tl.load(parts + 1, mask=cc < NC, other=0.0),
+        0,
+    )
+    lse_b = _lse_of_parts(
+        tl.load(parts + 2, mask=cc < NC, other=float("-inf")),
+        tl.load(parts + 3, mask=cc < NC, other=0.0),
+        0,
+    )
     lo = c * chunk
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros([BLOCK], tl.float32)
     for k in range(0, chunk, BLOCK):
         cols = lo + k + offs
         mask = cols < V
-        lp = tl.load(a_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - lse_a  # log p
-        lq = tl.load(b_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - lse_b  # log q
+        lp = (
+            tl.load(a_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - lse_a
+        )  # log p
+        lq = (
+            tl.load(b_row + cols, mask=mask, other=float("-inf")).to(tl.float32) - lse_b
+        )  # log q
         p, q = tl.exp(lp), tl.exp(lq)
         if KL:
             acc += tl.where(p > 0, p * (lp - lq), 0.0)  # KL(p || q) terms
         else:  # log m = logaddexp(log p, log q) - ln 2
             hi, low = tl.maximum(lp, lq), tl.minimum(lp, lq)
-            lm = tl.where(hi == float("-inf"), hi, hi + tl.log(1.0 + tl.exp(low - hi))) - 0.6931471805599453
-            acc += tl.where(p > 0, p * (lp - lm), 0.0) + tl.where(q > 0, q * (lq - lm), 0.0)
+            lm = (
+                tl.where(hi == float("-inf"), hi, hi + tl.log(1.0 + tl.exp(low - hi)))
+                - 0.6931471805599453
+            )
+            acc += tl.where(p > 0, p * (lp - lm), 0.0) + tl.where(
+                q > 0, q * (lq - lm), 0.0
+            )
     tl.store(dpart_ptr + r * NC + c, tl.sum(acc, 0))
 
 
 @triton.jit
-def _decide_kernel(a_ptr, b_ptr, t_ptr, drafts_ptr, n_ptr, fpart_ptr, ipart_ptr, dpart_ptr,
-                   out_ptr, n_acc_ptr, token_ptr, div_ptr,
-                   V, P, sa0, sa1, sb0, sb1, st0, st1, K, out_stride, log_gamma, lam, NC,
-                   S_P2: tl.constexpr, NC_P2: tl.constexpr, HAS_N: tl.constexpr,
-                   GATE: tl.constexpr, BONUS_FUSED: tl.constexpr, HAS_DIV: tl.constexpr):
+def _decide_kernel(
+    a_ptr,
+    b_ptr,
+    t_ptr,
+    drafts_ptr,
+    n_ptr,
+    fpart_ptr,
+    ipart_ptr,
+    dpart_ptr,
+    out_ptr,
+    n_acc_ptr,
+    token_ptr,
+    div_ptr,
+    V,
+    P,
+    sa0,
+    sa1,
+    sb0,
+    sb1,
+    st0,
+    st1,
+    K,
+    out_stride,
+    log_gamma,
+    lam,
+    NC,
+    S_P2: tl.constexpr,
+    NC_P2: tl.constexpr,
+    HAS_N: tl.constexpr,
+    GATE: tl.constexpr,
+    BONUS_FUSED: tl.constexpr,
+    HAS_DIV: tl.constexpr,
+):
     i = tl.program_id(0)  # request: K + 1 rows and K draft slots, n of them real
     n = tl.load(n_ptr + i).to(tl.int32) if HAS_N else tl.full([], 0, tl.int32) + K
     d0 = i * K
@@ -159,42 +243,96 @@ def _decide_kernel(a_ptr, b_ptr, t_ptr, drafts_ptr, n_ptr, fpart_ptr, ipart_ptr,
     cc = tl.arange(0, NC_P2)
     pmask = in_span[:, None] & (cc < NC)[None, :]
     parts = fpart_ptr + (rows[:, None] * NC + cc[None, :]) * 8  # [S, NC]
-    lse_b = _lse_of_parts(tl.load(parts + 2, mask=pmask, other=float("-inf")),
-                          tl.load(parts + 3, mask=pmask, other=0.0), 1)
-    lse_t = _lse_of_parts(tl.load(parts + 4, mask=pmask, other=float("-inf")),
-                          tl.load(parts + 5, mask=pmask, other=0.0), 1)
+    lse_b = _lse_of_parts(
+        tl.load(parts + 2, mask=pmask, other=float("-inf")),
+        tl.load(parts + 3, mask=pmask, other=0.0),
+        1,
+    )
+    lse_t = _lse_of_parts(
+        tl.load(parts + 4, mask=pmask, other=float("-inf")),
+        tl.load(parts + 5, mask=pmask, other=0.0),
+        1,
+    )
     if HAS_DIV or GATE == 0 or GATE == 3:
-        D = tl.sum(tl.load(dpart_ptr + rows[:, None] * NC + cc[None, :], mask=pmask, other=0.0), 1)
+        D = tl.sum(
+            tl.load(
+                dpart_ptr + rows[:, None] * NC + cc[None, :], mask=pmask, other=0.0
+            ),
+            1,
+        )
         if GATE == 3:
             D = tl.maximum(D, 0.0)  # KL(a || b)
         else:
-            D = tl.minimum(tl.maximum(0.5 * D, 0.0), 0.6931471805599453)  # JSD in [0, ln 2]
+            D = tl.minimum(
+                tl.maximum(0.5 * D, 0.0), 0.6931471805599453
+            )  # JSD in [0, ln 2]
         if HAS_DIV:
             tl.store(div_ptr + rows, D, mask=in_span)
-    d = tl.load(drafts_ptr + d0 + pos, mask=is_draft, other=0).to(tl.int64)  # [S] draft tokens
+    d = tl.load(drafts_ptr + d0 + pos, mask=is_draft, other=0).to(
+        tl.int64
+    )  # [S] draft tokens
     ok = is_draft & (d >= 0) & (d < V)
     rb, rp = (rows // P).to(tl.int64), (rows % P).to(tl.int64)
-    lt_d = tl.load(t_ptr + rb * st0 + rp * st1 + d, mask=ok, other=float("-inf")).to(tl.float32) - lse_t
-    lb_d = tl.load(b_ptr + rb * sb0 + rp * sb1 + d, mask=ok, other=float("-inf")).to(tl.float32) - lse_b
+    lt_d = (
+        tl.load(t_ptr + rb * st0 + rp * st1 + d, mask=ok, other=float("-inf")).to(
+            tl.float32
+        )
+        - lse_t
+    )
+    lb_d = (
+        tl.load(b_ptr + rb * sb0 + rp * sb1 + d, mask=ok, other=float("-inf")).to(
+            tl.float32
+        )
+        - lse_b
+    )
     if GATE == 1:  # fixed
         lg = log_gamma + tl.zeros([S_P2], tl.float32)
     elif GATE == 2:  # lambda: Delta = log p_a(d) - log p_b(d)
-        lse_a = _lse_of_parts(tl.load(parts, mask=pmask, other=float("-inf")),
-                              tl.load(parts + 1, mask=pmask, other=0.0), 1)
-        a_d = tl.load(a_ptr + rb * sa0 + rp * sa1 + d, mask=ok, other=float("-inf")).to(tl.float32)
+        lse_a = _lse_of_parts(
+            tl.load(parts, mask=pmask, other=float("-inf")),
+            tl.load(parts + 1, mask=pmask, other=0.0),
+            1,
+        )
+        a_d = tl.load(a_ptr + rb * sa0 + rp * sa1 + d, mask=ok, other=float("-inf")).to(
+            tl.float32
+        )
         dl = (a_d - lse_a) - lb_d
-        dl = tl.where(dl != dl, 0.0, tl.minimum(tl.maximum(dl, -FLT_MAX), FLT_MAX))  # as torch.nan_to_num
+        dl = tl.where(
+            dl != dl, 0.0, tl.minimum(tl.maximum(dl, -FLT_MAX), FLT_MAX)
+        )  # as torch.nan_to_num
         lg = log_gamma - lam * dl
     else:  # cda (JSD) or kl: log gamma_eff = log gamma - D
         lg = log_gamma - D
     accept = (lt_d > lg + lb_d) & is_draft  # Eq. 4 in log space; False past the drafts
-    n_acc = tl.sum((tl.cumsum(tl.where(accept, 0, 1), 0) == 0).to(tl.int32), 0)  # leading accepts
+    n_acc = tl.sum(
+        (tl.cumsum(tl.where(accept, 0, 1), 0) == 0).to(tl.int32), 0
+    )  # leading accepts
     best = ipart_ptr + ((row0 + n_acc) * NC + cc) * 2
-    v = tl.load(fpart_ptr + ((row0 + n_acc) * NC + cc) * 8 + 6, mask=cc < NC, other=float("-inf"))
-    token = tl.min(tl.where(v == tl.max(v, 0), tl.load(best, mask=cc < NC, other=IDX_MAX), IDX_MAX), 0)
+    v = tl.load(
+        fpart_ptr + ((row0 + n_acc) * NC + cc) * 8 + 6,
+        mask=cc < NC,
+        other=float("-inf"),
+    )
+    token = tl.min(
+        tl.where(
+            v == tl.max(v, 0), tl.load(best, mask=cc < NC, other=IDX_MAX), IDX_MAX
+        ),
+        0,
+    )
     if not BONUS_FUSED:  # all drafts passed: argmax t at the bonus position
-        v = tl.load(fpart_ptr + ((row0 + n_acc) * NC + cc) * 8 + 7, mask=cc < NC, other=float("-inf"))
-        t_tok = tl.min(tl.where(v == tl.max(v, 0), tl.load(best + 1, mask=cc < NC, other=IDX_MAX), IDX_MAX), 0)
+        v = tl.load(
+            fpart_ptr + ((row0 + n_acc) * NC + cc) * 8 + 7,
+            mask=cc < NC,
+            other=float("-inf"),
+        )
+        t_tok = tl.min(
+            tl.where(
+                v == tl.max(v, 0),
+                tl.load(best + 1, mask=cc < NC, other=IDX_MAX),
+                IDX_MAX,
+            ),
+            0,
+        )
         token = tl.where(n_acc == n, t_tok, token)
     tl.store(out_ptr + i * out_stride + pos, d.to(tl.int32), mask=pos < n_acc)
     tl.store(out_ptr + i * out_stride + n_acc, token)
@@ -206,8 +344,13 @@ def _interpreted(x: torch.Tensor) -> bool:
     return not x.is_cuda  # TRITON_INTERPRET=1 runs the kernels on CPU tensors
 
 
-def plan_blocks(V: int, rows: int, device: torch.device, block: int | None = None,
-                chunks: int | None = None) -> tuple[int, int, int, int]:
+def plan_blocks(
+    V: int,
+    rows: int,
+    device: torch.device,
+    block: int | None = None,
+    chunks: int | None = None,
+) -> tuple[int, int, int, int]:
     """(BLOCK, chunk, NC, num_warps): each row splits into NC chunks of `chunk` columns (a multiple of
     BLOCK): at most 16 blocks each, and enough of them for 8 programs per SM (small batches); the
     interpreter prefers few, wide programs."""
@@ -215,8 +358,16 @@ def plan_blocks(V: int, rows: int, device: torch.device, block: int | None = Non
     BLOCK = block or min(16384 if interp else 2048, triton.next_power_of_2(V))
     blocks = triton.cdiv(V, BLOCK)
     if chunks is None:
-        sms = 1 if interp else torch.cuda.get_device_properties(device).multi_processor_count
-        chunks = 1 if interp else max(triton.cdiv(blocks, 16), triton.cdiv(8 * sms, max(rows, 1)))
+        sms = (
+            1
+            if interp
+            else torch.cuda.get_device_properties(device).multi_processor_count
+        )
+        chunks = (
+            1
+            if interp
+            else max(triton.cdiv(blocks, 16), triton.cdiv(8 * sms, max(rows, 1)))
+        )
     chunk = triton.cdiv(blocks, max(1, min(chunks, blocks))) * BLOCK
     return BLOCK, chunk, triton.cdiv(V, chunk), 8 if BLOCK >= 2048 else 4
 
@@ -226,11 +377,28 @@ def _strides(x: torch.Tensor) -> tuple[int, int]:
     return x.stride(0), x.stride(1)
 
 
-def run_gate(a, b, t, drafts, num_drafts, cfg, banned, *, with_divergence: bool, block: int | None = None,
-             chunks: int | None = None):
+def run_gate(
+    a,
+    b,
+    t,
+    drafts,
+    num_drafts,
+    cfg,
+    banned,
+    *,
+    with_divergence: bool,
+    block: int | None = None,
+    chunks: int | None = None,
+):
     """The kernels; under the interpreter numpy's warnings about -inf arithmetic (handled) are silenced."""
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore") if _interpreted(t) else nullcontext():
-        return _launch(a, b, t, drafts, num_drafts, cfg, banned, with_divergence, block, chunks)
+    with (
+        np.errstate(invalid="ignore", over="ignore", divide="ignore")
+        if _interpreted(t)
+        else nullcontext()
+    ):
+        return _launch(
+            a, b, t, drafts, num_drafts, cfg, banned, with_divergence, block, chunks
+        )
 
 
 def _launch(a, b, t, drafts, counts, cfg, banned, with_divergence, block, chunks):
@@ -248,24 +416,79 @@ def _launch(a, b, t, drafts, counts, cfg, banned, with_divergence, block, chunks
     fpart = torch.empty(R, NC, NF, dtype=torch.float32, device=dev)
     ipart = torch.empty(R, NC, 2, dtype=torch.int32, device=dev)
     strides = (*_strides(a), *_strides(b), *_strides(t))
-    opts = {} if _interpreted(t) else {"num_warps": warps, "enable_fp_fusion": False}  # t + beta*delta as torch
-    _stats_kernel[(R, NC)](a, b, t, banned if banned is not None else ipart, fpart, ipart, V, P, *strides,
-                           float(cfg.beta), chunk, NC, BLOCK=BLOCK, DELTA=DELTA_IDS[cfg.delta_source],
-                           BETA_ZERO=cfg.beta == 0, HAS_BANNED=banned is not None,
-                           T_ARGMAX=cfg.bonus != "fused", **opts)
+    opts = (
+        {} if _interpreted(t) else {"num_warps": warps, "enable_fp_fusion": False}
+    )  # t + beta*delta as torch
+    _stats_kernel[(R, NC)](
+        a,
+        b,
+        t,
+        banned if banned is not None else ipart,
+        fpart,
+        ipart,
+        V,
+        P,
+        *strides,
+        float(cfg.beta),
+        chunk,
+        NC,
+        BLOCK=BLOCK,
+        DELTA=DELTA_IDS[cfg.delta_source],
+        BETA_ZERO=cfg.beta == 0,
+        HAS_BANNED=banned is not None,
+        T_ARGMAX=cfg.bonus != "fused",
+        **opts,
+    )
     has_div = with_divergence or cfg.gate in ("cda", "kl")
     dpart = torch.empty(R, NC, dtype=torch.float32, device=dev) if has_div else fpart
     if has_div:
-        _divergence_kernel[(R, NC)](a, b, fpart, dpart, V, P, *strides[:4], chunk, NC, BLOCK=BLOCK,
-                                    NC_P2=NC_P2, KL=cfg.gate == "kl", **opts)
+        _divergence_kernel[(R, NC)](
+            a,
+            b,
+            fpart,
+            dpart,
+            V,
+            P,
+            *strides[:4],
+            chunk,
+            NC,
+            BLOCK=BLOCK,
+            NC_P2=NC_P2,
+            KL=cfg.gate == "kl",
+            **opts,
+        )
     token_ids = torch.full((num_reqs, K + 1), -1, dtype=torch.int32, device=dev)
     n_acc = torch.empty(num_reqs, dtype=torch.int32, device=dev)
     token = torch.empty(num_reqs, dtype=torch.int32, device=dev)
     div = torch.zeros(R, dtype=torch.float32, device=dev) if with_divergence else fpart
     n_arg = counts if counts is not None else n_acc
-    _decide_kernel[(num_reqs,)](a, b, t, drafts, n_arg, fpart, ipart, dpart, token_ids, n_acc, token, div,
-                                V, P, *strides, K, K + 1, math.log(cfg.gamma), float(cfg.lam), NC,
-                                S_P2=triton.next_power_of_2(K + 1), NC_P2=NC_P2, HAS_N=counts is not None,
-                                GATE=GATE_IDS[cfg.gate],
-                                BONUS_FUSED=cfg.bonus == "fused", HAS_DIV=with_divergence, **opts)
+    _decide_kernel[(num_reqs,)](
+        a,
+        b,
+        t,
+        drafts,
+        n_arg,
+        fpart,
+        ipart,
+        dpart,
+        token_ids,
+        n_acc,
+        token,
+        div,
+        V,
+        P,
+        *strides,
+        K,
+        K + 1,
+        math.log(cfg.gamma),
+        float(cfg.lam),
+        NC,
+        S_P2=triton.next_power_of_2(K + 1),
+        NC_P2=NC_P2,
+        HAS_N=counts is not None,
+        GATE=GATE_IDS[cfg.gate],
+        BONUS_FUSED=cfg.bonus == "fused",
+        HAS_DIV=with_divergence,
+        **opts,
+    )
     return token_ids, n_acc, token, (div if with_divergence else None)

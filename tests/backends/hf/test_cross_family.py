@@ -1,52 +1,80 @@
 """Cross-family pairs on the transformers backend (inputs/vocab_map.py + core/vocab_align.py through loop.py):
-  - metamorphic oracle: a verifier whose ids are permuted (same strings, embedding and output rows permuted alike)
-    gives exactly the answers, traces and statistics of the original pair, every method, text and image drafters;
-  - a verifier with tokens removed: nothing outside the shared set is committed, and the answers equal Algorithm 1
-    across the map recomputed from scratch by tests/core/xfamily_reference.py's rules."""
+- metamorphic oracle: a verifier whose ids are permuted (same strings, embedding and output rows permuted alike)
+  gives exactly the answers, traces and statistics of the original pair, every method, text and image drafters;
+- a verifier with tokens removed: nothing outside the shared set is committed, and the answers equal Algorithm 1
+  across the map recomputed from scratch by tests/core/xfamily_reference.py's rules."""
 
 import math
 
 import pytest
 import torch
+from core.xfamily_reference import asymspec_row, scd_row, sd_row
+from helpers import random_request
+from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
 from asymspec_vl.backends.hf.reference import logits_after
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.prompts import encode_request
-from core.xfamily_reference import asymspec_row, scd_row, sd_row
-from helpers import random_request
-from xfamily_models import write_other_vocabulary
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread")]
 METHODS = ("asymspec", "sd", "scd", "floor", "drafter")
 CFG = AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=10)
-TEXT_REQS = [Request(question=f"What is {i} + 3?", full_context=f"the red box holds {i} apples and 3 pears",
-                     compressed_context="a box") for i in range(3)]
+TEXT_REQS = [
+    Request(
+        question=f"What is {i} + 3?",
+        full_context=f"the red box holds {i} apples and 3 pears",
+        compressed_context="a box",
+    )
+    for i in range(3)
+]
 
 
 @pytest.fixture(scope="module")
 def permuted(tiny_models, tmp_path_factory):
-    return write_other_vocabulary(tiny_models["verifier"], tmp_path_factory.mktemp("perm"), seed=5)
+    return write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("perm"), seed=5
+    )
 
 
 @pytest.fixture(scope="module")
 def removed(tiny_models, tmp_path_factory):
-    return write_other_vocabulary(tiny_models["verifier"], tmp_path_factory.mktemp("removed"), seed=7, remove=60)
+    return write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("removed"), seed=7, remove=60
+    )
 
 
 def without_time(stats) -> dict:
-    return {k: v for k, v in stats.to_dict().items() if k not in ("elapsed_s", "tokens_per_s")}
+    return {
+        k: v
+        for k, v in stats.to_dict().items()
+        if k not in ("elapsed_s", "tokens_per_s")
+    }
 
 
-@pytest.mark.parametrize("drafter,reqs", [("text_drafter", TEXT_REQS),
-                                          ("vl_drafter", [random_request(i) for i in range(2)])])
-def test_permuted_verifier_ids_give_exactly_the_same_run(tiny_models, permuted, drafter, reqs):
+@pytest.mark.parametrize(
+    "drafter,reqs",
+    [
+        ("text_drafter", TEXT_REQS),
+        ("vl_drafter", [random_request(i) for i in range(2)]),
+    ],
+)
+def test_permuted_verifier_ids_give_exactly_the_same_run(
+    tiny_models, permuted, drafter, reqs
+):
     folder, new_of = permuted
-    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(tiny_models["verifier"]),
-                                     device="cpu")
-    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu")
+    one = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models[drafter]),
+        verifier=str(tiny_models["verifier"]),
+        device="cpu",
+    )
+    two = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu"
+    )
     assert one.pair.vmap.identity and not two.pair.vmap.identity
-    assert two.pair.vmap.size == len(two.pair.tokenizer)  # every string shared, under other ids
+    assert two.pair.vmap.size == len(
+        two.pair.tokenizer
+    )  # every string shared, under other ids
     accepted = 0
     for m in METHODS:
         if m == "drafter" and drafter == "text_drafter":
@@ -57,7 +85,9 @@ def test_permuted_verifier_ids_give_exactly_the_same_run(tiny_models, permuted, 
             assert [t.source for t in y.trace] == [t.source for t in x.trace]
             assert without_time(y.stats) == without_time(x.stats)
             accepted += x.stats.accepted
-    assert accepted > 0  # the gate accepted drafts: the comparison covers accepted and fused tokens
+    assert (
+        accepted > 0
+    )  # the gate accepted drafts: the comparison covers accepted and fused tokens
 
 
 def reference_across_map(vl, enc, method: str, cfg: AsymSpecConfig) -> list[int]:
@@ -78,14 +108,20 @@ def reference_across_map(vl, enc, method: str, cfg: AsymSpecConfig) -> list[int]
             logits = logits_after(be.drafter, view, y_d + drafts_d, 1)[0].tolist()
             a.append(logits)
             allowed = [d for v, d in pairs.items() if v not in banned]
-            drafts_d.append(max(sorted(allowed), key=lambda d: logits[d]))  # first max: lowest drafter id
+            drafts_d.append(
+                max(sorted(allowed), key=lambda d: logits[d])
+            )  # first max: lowest drafter id
         drafts = [to_v[d] for d in drafts_d]
         t = logits_after(be.verifier, enc.comp, y + drafts, K + 1).tolist()
         if method == "asymspec":
-            b = logits_after(be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1).tolist()
+            b = logits_after(
+                be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1
+            ).tolist()
             n, tok = asymspec_row(a + [b[-1]], b, t, drafts, pairs, cfg, banned)
         elif method == "scd":
-            b = logits_after(be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1).tolist()
+            b = logits_after(
+                be.drafter, enc.drafter_comp, y_d + drafts_d, K + 1
+            ).tolist()
             n, tok = scd_row(b, t, drafts, pairs, cfg, banned)
         else:
             n, tok = sd_row(t, drafts, pairs, banned)
@@ -95,16 +131,25 @@ def reference_across_map(vl, enc, method: str, cfg: AsymSpecConfig) -> list[int]
                 return y
 
 
-def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(tiny_models, removed):
+def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(
+    tiny_models, removed
+):
     folder, _ = removed
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+    )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
-    assert vl.pair.vmap.size == len(vl.pair.tokenizer) and vl.pair.vmap.drafter_size == vl.pair.vmap.size + 60
+    assert (
+        vl.pair.vmap.size == len(vl.pair.tokenizer)
+        and vl.pair.vmap.drafter_size == vl.pair.vmap.size + 60
+    )
     for m in ("asymspec", "sd", "scd", "floor"):
         got = vl.generate_batch(TEXT_REQS, m, CFG)
         for req, res in zip(TEXT_REQS, got):
             assert set(res.token_ids) <= shared
-            enc = encode_request(req, vl.pair.processor, vl.pair.tokenizer, drafter_comp=vl.pair.vmap)
+            enc = encode_request(
+                req, vl.pair.processor, vl.pair.tokenizer, drafter_comp=vl.pair.vmap
+            )
             assert res.token_ids == reference_across_map(vl, enc, m, CFG), m
 
 
@@ -112,55 +157,96 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
     """The drafter's 60 tokens the verifier lacks are masked before every pick: a drafter that prefers them
     (their logits raised) still drafts shared tokens, and every committed token is shared."""
     folder, _ = removed
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
-    unshared = sorted(set(range(vl.pair.vmap.drafter_size)) - set(vl.pair.vmap.drafter_ids.tolist()))
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+    )
+    unshared = sorted(
+        set(range(vl.pair.vmap.drafter_size)) - set(vl.pair.vmap.drafter_ids.tolist())
+    )
     with torch.no_grad():
-        vl.backend.drafter.get_output_embeddings().weight[unshared] *= 50  # (tied: rows scaled alike)
+        vl.backend.drafter.get_output_embeddings().weight[unshared] *= (
+            50  # (tied: rows scaled alike)
+        )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     for res in vl.generate_batch(TEXT_REQS, "asymspec", CFG):
         assert set(res.token_ids) <= shared and res.token_ids
 
 
 def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(permuted[0]), device="cpu")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["text_drafter"]),
+        verifier=str(permuted[0]),
+        device="cpu",
+    )
     with pytest.raises(ConfigError, match="cross-family"):
-        vl.generate_batch(TEXT_REQS[:1], "asymspec", AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7))
+        vl.generate_batch(
+            TEXT_REQS[:1],
+            "asymspec",
+            AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7),
+        )
 
 
-@pytest.mark.parametrize("drafter,reqs", [("text_drafter", TEXT_REQS[:2]),
-                                          ("vl_drafter", [random_request(i) for i in range(2)])])
-def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(tiny_models, permuted, drafter, reqs):
+@pytest.mark.parametrize(
+    "drafter,reqs",
+    [
+        ("text_drafter", TEXT_REQS[:2]),
+        ("vl_drafter", [random_request(i) for i in range(2)]),
+    ],
+)
+def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(
+    tiny_models, permuted, drafter, reqs
+):
     """logprobs (each token's under its distribution, in verifier ids) and min_tokens (the stop tokens held in
     each model's own ids: a drafter masked at verifier ids would draft otherwise) across the map: the permuted
     verifier's run is the original's, values equal, alternatives the same tokens under their new ids. The stop
     token is one the unheld answer emits early, so min_tokens changes the answer."""
     folder, new_of = permuted
-    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(tiny_models["verifier"]),
-                                     device="cpu")
-    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu")
+    one = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models[drafter]),
+        verifier=str(tiny_models["verifier"]),
+        device="cpu",
+    )
+    two = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu"
+    )
     free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
     stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
-    held, moved = (CFG.replace(logprobs=2, min_tokens=5, stop_token_ids=(s,)) for s in (stop, new_of[stop]))
+    held, moved = (
+        CFG.replace(logprobs=2, min_tokens=5, stop_token_ids=(s,))
+        for s in (stop, new_of[stop])
+    )
     for m in METHODS:
         if m == "drafter" and drafter == "text_drafter":
             continue
         xs, ys = one.generate_batch(reqs, m, held), two.generate_batch(reqs, m, moved)
         for x, y in zip(xs, ys):
-            assert y.token_ids == [new_of[i] for i in x.token_ids] and len(x.token_ids) >= 5, m
+            assert (
+                y.token_ids == [new_of[i] for i in x.token_ids]
+                and len(x.token_ids) >= 5
+            ), m
             assert without_time(y.stats) == without_time(x.stats)
             for a, b in zip(x.logprobs, y.logprobs):
-                assert (new_of[a.token_id], a.distribution) == (b.token_id, b.distribution)
+                assert (new_of[a.token_id], a.distribution) == (
+                    b.token_id,
+                    b.distribution,
+                )
                 assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
-                finite = [(i, j) for (i, v), (j, _) in zip(a.top, b.top) if v > float("-inf")]  # -inf: ties
+                finite = [
+                    (i, j) for (i, v), (j, _) in zip(a.top, b.top) if v > float("-inf")
+                ]  # -inf: ties
                 assert [new_of[i] for i, _ in finite] == [j for _, j in finite], m
-    assert stop not in one.generate_batch(reqs[:1], "asymspec", held)[0].token_ids[:5]  # the hold held
+    assert (
+        stop not in one.generate_batch(reqs[:1], "asymspec", held)[0].token_ids[:5]
+    )  # the hold held
 
 
 def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, removed):
     """With tokens missing from the verifier, every alternative a logprob lists is in the shared set and each
     distribution is normalised over it (the probabilities of all shared tokens sum to 1)."""
     folder, _ = removed
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+    )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     cfg = CFG.replace(logprobs=len(shared) + 5)
     for m in ("asymspec", "sd", "scd", "floor"):
@@ -168,8 +254,12 @@ def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, remov
             for lp in res.logprobs:
                 ids = [i for i, v in lp.top if v > float("-inf")]
                 assert set(ids) <= shared and lp.token_id in shared
-                if lp.distribution != "contrastive":  # SCD's target is -inf off its plausible set
-                    assert sum(math.exp(v) for _, v in lp.top) == pytest.approx(1.0, abs=1e-3)
+                if (
+                    lp.distribution != "contrastive"
+                ):  # SCD's target is -inf off its plausible set
+                    assert sum(math.exp(v) for _, v in lp.top) == pytest.approx(
+                        1.0, abs=1e-3
+                    )
 
 
 def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permuted):
@@ -177,13 +267,31 @@ def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permut
     from asymspec_vl import Conversation
 
     folder, new_of = permuted
-    conv = Conversation([{"role": "user", "content": "the red box holds 7 apples"},
-                         {"role": "assistant", "content": "noted"},
-                         {"role": "user", "content": [{"type": "image", "image": random_request(1).image,
-                                                       "caption": "a chart"}, {"type": "text", "text": "how many?"}]}])
-    one = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                     device="cpu")
-    two = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device="cpu")
+    conv = Conversation(
+        [
+            {"role": "user", "content": "the red box holds 7 apples"},
+            {"role": "assistant", "content": "noted"},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "image": random_request(1).image,
+                        "caption": "a chart",
+                    },
+                    {"type": "text", "text": "how many?"},
+                ],
+            },
+        ]
+    )
+    one = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        device="cpu",
+    )
+    two = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device="cpu"
+    )
     x, y = (vl.generate_batch([conv], "asymspec", CFG)[0] for vl in (one, two))
     assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]
     assert without_time(y.stats) == without_time(x.stats)

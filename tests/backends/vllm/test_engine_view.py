@@ -10,7 +10,9 @@ from asymspec_vl.backends.vllm.engine_view import EngineView
 
 class StandInAsyncLLM:
     def __init__(self):
-        self.vllm_config = SimpleNamespace(model_config=SimpleNamespace(max_model_len=2048))
+        self.vllm_config = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=2048)
+        )
         self.engine_core, self.calls, self.stopped = object(), [], False
 
     async def collective_rpc(self, method, args=()):
@@ -35,14 +37,20 @@ def test_the_view_calls_worker_rpcs_from_a_thread_while_the_loop_runs():
                 await asyncio.sleep(0.005)
 
         beat = asyncio.create_task(heartbeat())
-        result = await asyncio.to_thread(view.collective_rpc, "asymspec_image_embeddings", (1, 2))
+        result = await asyncio.to_thread(
+            view.collective_rpc, "asymspec_image_embeddings", (1, 2)
+        )
         await beat
         return view, result, ticks
 
     view, result, ticks = asyncio.run(serve())
-    assert result == ["asymspec_image_embeddings(1, 2)"] and engine.calls == [("asymspec_image_embeddings", (1, 2))]
+    assert result == ["asymspec_image_embeddings(1, 2)"] and engine.calls == [
+        ("asymspec_image_embeddings", (1, 2))
+    ]
     assert len(ticks) == 3
-    assert view.max_model_len == 2048 and view.llm_engine.vllm_config is engine.vllm_config
+    assert (
+        view.max_model_len == 2048 and view.llm_engine.vllm_config is engine.vllm_config
+    )
     assert view.llm_engine.engine_core is engine.engine_core
     view.shutdown()
     assert engine.stopped

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import random_request, runner_of, summary
 
 pytestmark = pytest.mark.vllm
@@ -26,8 +25,11 @@ def uneven_heads(tmp_path_factory):
     from asymspec_vl import AsymSpecVL
     from asymspec_vl.toy.tiny import TinySizes, write_tiny_models
 
-    paths = write_tiny_models(tmp_path_factory.mktemp("uneven-heads"), seed=7,
-                              verifier_sizes=TinySizes(heads=4, kv_heads=1))
+    paths = write_tiny_models(
+        tmp_path_factory.mktemp("uneven-heads"),
+        seed=7,
+        verifier_sizes=TinySizes(heads=4, kv_heads=1),
+    )
     names = dict(drafter=str(paths["vl_drafter"]), verifier=str(paths["verifier"]))
     hf = AsymSpecVL.from_pretrained(**names, device="cpu")
     vl = AsymSpecVL.from_pretrained(**names, backend="vllm", block_size=16)
@@ -42,12 +44,23 @@ def test_drafter_attention_is_planned_for_the_drafters_heads(uneven_heads):
 
     hf, vl = uneven_heads
     reqs = [random_request(s) for s in range(6)]
-    for method in ("asymspec", "scd"):  # asymspec: x_full and x_comp passes; scd: x_comp drafting and scoring
+    for method in (
+        "asymspec",
+        "scd",
+    ):  # asymspec: x_full and x_comp passes; scd: x_comp drafting and scoring
         cfg = AsymSpecConfig(K=2, max_new_tokens=16)
-        assert summary(vl.generate_batch(reqs, method, cfg)) == summary(hf.generate_batch(reqs, method, cfg)), method
+        assert summary(vl.generate_batch(reqs, method, cfg)) == summary(
+            hf.generate_batch(reqs, method, cfg)
+        ), method
     runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
-    assert {g.get_metadata_builder().num_heads for g in runner.drafter.draft_attn_groups} == {2}
-    assert {g.get_metadata_builder().num_heads for groups in runner.attn_groups for g in groups} == {4}
+    assert {
+        g.get_metadata_builder().num_heads for g in runner.drafter.draft_attn_groups
+    } == {2}
+    assert {
+        g.get_metadata_builder().num_heads
+        for groups in runner.attn_groups
+        for g in groups
+    } == {4}
 
 
 def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
@@ -60,15 +73,32 @@ def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
     hf, vl = uneven_heads
     runner = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0]))
     drafter_layer = sorted(runner.drafter._draft_attn_layer_names)[0]
-    verifier_layer = next(n for gs in runner.attn_groups for g in gs for n in g.layer_names
-                          if n not in runner.drafter._draft_attn_layer_names)
+    verifier_layer = next(
+        n
+        for gs in runner.attn_groups
+        for g in gs
+        for n in g.layer_names
+        if n not in runner.drafter._draft_attn_layer_names
+    )
     by_verifier, by_drafter = [], []
-    hooks = [runner.model.register_forward_pre_hook(
-                 lambda m, a: by_verifier.append(get_forward_context().attn_metadata[verifier_layer])),
-             runner.drafter.model.register_forward_pre_hook(
-                 lambda m, a: by_drafter.append(get_forward_context().attn_metadata[drafter_layer]))]
+    hooks = [
+        runner.model.register_forward_pre_hook(
+            lambda m, a: by_verifier.append(
+                get_forward_context().attn_metadata[verifier_layer]
+            )
+        ),
+        runner.drafter.model.register_forward_pre_hook(
+            lambda m, a: by_drafter.append(
+                get_forward_context().attn_metadata[drafter_layer]
+            )
+        ),
+    ]
     try:
-        vl.generate_batch([random_request(s) for s in range(3)], "asymspec", AsymSpecConfig(K=2, max_new_tokens=8))
+        vl.generate_batch(
+            [random_request(s) for s in range(3)],
+            "asymspec",
+            AsymSpecConfig(K=2, max_new_tokens=8),
+        )
     finally:
         for h in hooks:
             h.remove()
@@ -77,30 +107,54 @@ def test_drafter_layers_never_read_the_verifiers_metadata(uneven_heads):
 
 
 # -- 2. a bounded engine cache; one speculative engine serves every K --------------------------------
-def test_engine_cache_shuts_the_previous_engine_down_before_the_next_starts(monkeypatch):
+def test_engine_cache_shuts_the_previous_engine_down_before_the_next_starts(
+    monkeypatch,
+):
     from asymspec_vl.backends.vllm import engine as ve
 
     events = []
-    monkeypatch.setattr(ve, "shutdown_engine", lambda llm: events.append(("shutdown", llm)))
-    monkeypatch.setattr(ve, "_release_process_memory", lambda: events.append(("release",)))
-    cache = ve.EngineCache(lambda spec: events.append(("build", spec)) or spec, capacity=1)
+    monkeypatch.setattr(
+        ve, "shutdown_engine", lambda llm: events.append(("shutdown", llm))
+    )
+    monkeypatch.setattr(
+        ve, "_release_process_memory", lambda: events.append(("release",))
+    )
+    cache = ve.EngineCache(
+        lambda spec: events.append(("build", spec)) or spec, capacity=1
+    )
     floor = ve.EngineSpec("verifier")
-    k2 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 2))
+    k2 = ve.EngineSpec(
+        "verifier", "drafter", cache.speculative_K("verifier", "drafter", 2)
+    )
     assert k2.K == ve.DEFAULT_SPEC_TOKENS
     cache.get(floor)
     cache.get(k2)
-    assert events == [("build", floor), ("shutdown", floor), ("release",), ("build", k2)]
-    assert cache.speculative_K("verifier", "drafter", 3) == k2.K  # served by the live engine
-    k6 = ve.EngineSpec("verifier", "drafter", cache.speculative_K("verifier", "drafter", 6))
+    assert events == [
+        ("build", floor),
+        ("shutdown", floor),
+        ("release",),
+        ("build", k2),
+    ]
+    assert (
+        cache.speculative_K("verifier", "drafter", 3) == k2.K
+    )  # served by the live engine
+    k6 = ve.EngineSpec(
+        "verifier", "drafter", cache.speculative_K("verifier", "drafter", 6)
+    )
     assert k6.K == 6
     events.clear()
     cache.get(k6)  # a larger K restarts the speculative engine once ...
     assert events == [("shutdown", k2), ("release",), ("build", k6)]
-    assert cache.speculative_K("verifier", "drafter", 2) == 6  # ... and smaller ones never shrink it back
+    assert (
+        cache.speculative_K("verifier", "drafter", 2) == 6
+    )  # ... and smaller ones never shrink it back
     two = ve.EngineCache(lambda spec: spec, capacity=2)
     for spec in (floor, k6, ve.EngineSpec("drafter", images=True)):
         two.get(spec)
-    assert list(two.live) == [k6, ve.EngineSpec("drafter", images=True)]  # the least recently used went
+    assert list(two.live) == [
+        k6,
+        ve.EngineSpec("drafter", images=True),
+    ]  # the least recently used went
 
 
 def test_changing_method_and_K_starts_each_engine_once(tiny_models, tiny_vl):
@@ -109,22 +163,41 @@ def test_changing_method_and_K_starts_each_engine_once(tiny_models, tiny_vl):
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
     from asymspec_vl.core.methods import engine_order
 
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+    )
     built, build = [], vl.backend.engines.build
     vl.backend.engines.build = lambda spec: built.append(spec) or build(spec)
     reqs = [random_request(s) for s in range(3)]
     try:
-        for method, K in (("floor", 2), ("asymspec", 1), ("drafter", 2), ("asymspec", 3), ("scd", 2), ("sd", 4),
-                          ("asymspec", 4)):
+        for method, K in (
+            ("floor", 2),
+            ("asymspec", 1),
+            ("drafter", 2),
+            ("asymspec", 3),
+            ("scd", 2),
+            ("sd", 4),
+            ("asymspec", 4),
+        ):
             cfg = AsymSpecConfig(K=K, max_new_tokens=10)
             got = vl.generate_batch(reqs, method, cfg)
             assert len(vl.backend.engines.live) <= 2
             if method == "asymspec" and K == 3:
-                assert summary(got) == summary(tiny_vl.generate_batch(reqs, method, cfg))
-        assert len(built) == len(set(built)) == 3  # verifier, speculative (K=4, serving K=1..4), drafter
-        assert engine_order(["floor", "asymspec", "drafter", "sd", "scd"]) == \
-            ["floor", "sd", "asymspec", "scd", "drafter"]  # one engine each; sd first (it may have its own)
+                assert summary(got) == summary(
+                    tiny_vl.generate_batch(reqs, method, cfg)
+                )
+        assert (
+            len(built) == len(set(built)) == 3
+        )  # verifier, speculative (K=4, serving K=1..4), drafter
+        assert engine_order(["floor", "asymspec", "drafter", "sd", "scd"]) == [
+            "floor",
+            "sd",
+            "asymspec",
+            "scd",
+            "drafter",
+        ]  # one engine each; sd first (it may have its own)
     finally:
         vl.backend.close()
 
@@ -140,16 +213,25 @@ def test_a_closed_engine_releases_its_model_and_kv_cache(tiny_models):
 
     def vllm_models() -> list[str]:
         gc.unfreeze()  # vLLM freezes the heap after start-up: frozen objects are not listed
-        return [type(o).__name__ for o in gc.get_objects()
-                if isinstance(o, torch.nn.Module) and type(o).__module__.startswith("vllm.model_executor.models")
-                and type(o).__name__.endswith(("ForCausalLM", "ForConditionalGeneration"))]
+        return [
+            type(o).__name__
+            for o in gc.get_objects()
+            if isinstance(o, torch.nn.Module)
+            and type(o).__module__.startswith("vllm.model_executor.models")
+            and type(o).__name__.endswith(("ForCausalLM", "ForConditionalGeneration"))
+        ]
 
     gc.collect()
     before = vllm_models()
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm")
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+    )
     try:
-        vl.generate_batch([random_request(0)], "floor", AsymSpecConfig(max_new_tokens=3))
+        vl.generate_batch(
+            [random_request(0)], "floor", AsymSpecConfig(max_new_tokens=3)
+        )
         assert len(vllm_models()) > len(before)
     finally:
         vl.backend.close()
@@ -182,25 +264,42 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
-def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(tiny_models, tiny_vl, tmp_path):
+def test_drafter_alone_probe_and_asymspec_run_with_multiprocessing(
+    tiny_models, tiny_vl, tmp_path
+):
     """The GPU default: engine core and workers in their own processes, insecure serialization off. The
     drafter-alone baseline's image embeddings and the probe go through named worker methods."""
     from asymspec_vl import AsymSpecConfig
 
     script = tmp_path / "multiproc.py"
-    script.write_text(MULTIPROC_SCRIPT.format(tests=str(Path(__file__).parents[2]), drafter=str(tiny_models["vl_drafter"]),
-                                              verifier=str(tiny_models["verifier"])))
+    script.write_text(
+        MULTIPROC_SCRIPT.format(
+            tests=str(Path(__file__).parents[2]),
+            drafter=str(tiny_models["vl_drafter"]),
+            verifier=str(tiny_models["verifier"]),
+        )
+    )
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "HF_HUB_OFFLINE": "1"}
     env.pop("VLLM_ALLOW_INSECURE_SERIALIZATION", None)
-    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, run.stdout[-3000:] + run.stderr[-3000:]
-    got = json.loads(line[0][len("RESULT "):])
+    got = json.loads(line[0][len("RESULT ") :])
     reqs = [random_request(s) for s in range(3)]
     cfg = AsymSpecConfig(K=2, max_new_tokens=10)
     for method in ("drafter", "asymspec"):
-        assert got[method] == [r.token_ids for r in tiny_vl.generate_batch(reqs, method, cfg)], method
-    assert got["counters"]["vision_tower_calls"] == 3 and got["counters"]["engine_K"] >= 2
+        assert got[method] == [
+            r.token_ids for r in tiny_vl.generate_batch(reqs, method, cfg)
+        ], method
+    assert (
+        got["counters"]["vision_tower_calls"] == 3 and got["counters"]["engine_K"] >= 2
+    )
     assert got["timing"]["steps"] > 0 and got["timing"]["seconds"]["verifier"] > 0
 
 
@@ -210,36 +309,55 @@ def test_asymspec_with_the_cpu_platforms_default_compilation(tiny_models, tiny_v
     dropped) for the verifier and for the drafter's decode-shaped passes (the x_comp scoring pass, the x_full
     passes after a step's first, sd's x_comp drafting passes; drafter_graphs.py). Tokens, sources and step
     counts equal the same engine's with its drafter eager, and the transformers backend's."""
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
     from vllm.config import CompilationMode
 
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm", enforce_eager=False)
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+        enforce_eager=False,
+    )
     reqs = [random_request(s) for s in range(4)]
     try:
         llm = vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
-        assert llm.llm_engine.vllm_config.compilation_config.mode == CompilationMode.DYNAMO_TRACE_ONCE
+        assert (
+            llm.llm_engine.vllm_config.compilation_config.mode
+            == CompilationMode.DYNAMO_TRACE_ONCE
+        )
         graphs = runner_of(llm).drafter.graphs
         assert graphs.enabled
         compiled = []  # token counts of the passes that ran compiled
         forward = graphs.forward
-        graphs.forward = lambda ids, *a: compiled.append(ids.shape[0]) or forward(ids, *a)
-        for method, cfg in (("asymspec", AsymSpecConfig(K=2, max_new_tokens=12, bonus="fused")),
-                            ("sd", AsymSpecConfig(K=2, max_new_tokens=12))):
+        graphs.forward = lambda ids, *a: (
+            compiled.append(ids.shape[0]) or forward(ids, *a)
+        )
+        for method, cfg in (
+            ("asymspec", AsymSpecConfig(K=2, max_new_tokens=12, bonus="fused")),
+            ("sd", AsymSpecConfig(K=2, max_new_tokens=12)),
+        ):
             compiled.clear()
             got = summary(vl.generate_batch(reqs, method, cfg))
-            assert compiled and min(compiled) <= len(reqs), method  # one-token-a-row passes ran compiled
+            assert compiled and min(compiled) <= len(reqs), (
+                method
+            )  # one-token-a-row passes ran compiled
             graphs.enabled = False  # the same engine, every drafter pass eager
             try:
                 eager = summary(vl.generate_batch(reqs, method, cfg))
             finally:
                 graphs.enabled = True
-            assert got == eager == summary(tiny_vl.generate_batch(reqs, method, cfg)), (method, cfg.K)
+            assert got == eager == summary(tiny_vl.generate_batch(reqs, method, cfg)), (
+                method,
+                cfg.K,
+            )
     finally:
         vl.backend.close()
 
 
-def test_a_compiled_drafter_first_traced_at_the_whole_budget_reads_the_right_mrope_positions(tiny_models, tiny_vl):
+def test_a_compiled_drafter_first_traced_at_the_whole_budget_reads_the_right_mrope_positions(
+    tiny_models, tiny_vl
+):
     """On a GPU the drafter's first compiled call is the profile run at max_num_batched_tokens tokens: Dynamo
     then traces the whole positions buffer, and a (3, N) buffer would be contiguous there, its row stride baked
     in for every shorter pass (wrong H and W rows). Here the CPU warm-up is made to trace at the whole budget
@@ -248,21 +366,34 @@ def test_a_compiled_drafter_first_traced_at_the_whole_budget_reads_the_right_mro
     from asymspec_vl import AsymSpecConfig, AsymSpecVL
 
     budget = 64
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm", enforce_eager=False, max_num_seqs=budget,
-                                    max_num_batched_tokens=budget)
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+        enforce_eager=False,
+        max_num_seqs=budget,
+        max_num_batched_tokens=budget,
+    )
     reqs = [random_request(s) for s in range(6)]
     try:
-        graphs = runner_of(vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])).drafter.graphs
-        assert graphs.enabled and graphs.positions.shape[-1] > budget  # vLLM's (3, N + 1) layout
+        graphs = runner_of(
+            vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+        ).drafter.graphs
+        assert (
+            graphs.enabled and graphs.positions.shape[-1] > budget
+        )  # vLLM's (3, N + 1) layout
         for method in ("asymspec", "scd"):
             cfg = AsymSpecConfig(K=2, max_new_tokens=12)
-            assert summary(vl.generate_batch(reqs, method, cfg)) == summary(tiny_vl.generate_batch(reqs, method, cfg)), method
+            assert summary(vl.generate_batch(reqs, method, cfg)) == summary(
+                tiny_vl.generate_batch(reqs, method, cfg)
+            ), method
     finally:
         vl.backend.close()
 
 
-def test_the_cpu_warm_up_first_traces_the_whole_budget_as_the_gpu_profile_run(tiny_models, monkeypatch):
+def test_the_cpu_warm_up_first_traces_the_whole_budget_as_the_gpu_profile_run(
+    tiny_models, monkeypatch
+):
     """The GPU's first compiled call is the profile run at max_num_batched_tokens; the CPU build's warm-up alone
     traces at min(max(16, max_num_seqs), budget). vllm_patches/hooks/cpu_patch.py runs the profile run's pass
     first, so every compiled CPU engine is traced at the GPU's shapes (verifier and drafter)."""
@@ -271,15 +402,26 @@ def test_the_cpu_warm_up_first_traces_the_whole_budget_as_the_gpu_profile_run(ti
 
     sizes = []
     dummy_run = AsymSpecProposer.dummy_run
-    monkeypatch.setattr(AsymSpecProposer, "dummy_run",
-                        lambda self, n, *a, **k: sizes.append(n) or dummy_run(self, n, *a, **k))
-    vl = AsymSpecVL.from_pretrained(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]),
-                                    backend="vllm", enforce_eager=False, max_num_seqs=4, max_num_batched_tokens=96)
+    monkeypatch.setattr(
+        AsymSpecProposer,
+        "dummy_run",
+        lambda self, n, *a, **k: sizes.append(n) or dummy_run(self, n, *a, **k),
+    )
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+        enforce_eager=False,
+        max_num_seqs=4,
+        max_num_batched_tokens=96,
+    )
     try:
         vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
     finally:
         vl.backend.close()
-    assert sizes[:2] == [96, 16], sizes  # the profile run's whole budget first, then the CPU warm-up's size
+    assert sizes[:2] == [96, 16], (
+        sizes
+    )  # the profile run's whole budget first, then the CPU warm-up's size
 
 
 # -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------
@@ -289,17 +431,19 @@ def test_a_rank_local_device_error_is_a_request_error_only_without_tensor_parall
     from vllm_patches.requests.faults import request_errors
 
     assert issubclass(torch.OutOfMemoryError, request_errors(1))
-    assert not issubclass(torch.OutOfMemoryError, request_errors(2)) and request_errors(2) == (AsymSpecError,)
+    assert not issubclass(torch.OutOfMemoryError, request_errors(2)) and request_errors(
+        2
+    ) == (AsymSpecError,)
 
 
 def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parallelism():
     """One rank's out-of-memory in the vision tower: with one rank the request fails alone and the batch goes
     on; with two it propagates (the worker raises and vLLM stops every worker) instead of being caught on one
     rank while the other waits in the vision tower's collective."""
-    from vllm_patches.requests.faults import request_errors
     from asymspec_vl.core.sources import RowLedger
     from vllm_patches.drafter.full_view import FullRow, FullView
     from vllm_patches.drafter.proposer import AsymSpecProposer, DraftPlan
+    from vllm_patches.requests.faults import request_errors
     from vllm_patches.requests.request_args import EngineFacts
     from vllm_patches.requests.rows import RowState
 
@@ -315,15 +459,23 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
         proposer.full = FullView(Images(), None)
         proposer.full.drafter = types.SimpleNamespace(
             request_errors=request_errors(world_size),
-            facts=EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7))
-        proposer.fail = lambda req_id, state, err, world_size=world_size: failed.setdefault(world_size, []).append(req_id)
+            facts=EngineFacts(K=2, vocab_size=10, max_model_len=64, image_token_id=7),
+        )
+        proposer.fail = lambda req_id, state, err, world_size=world_size: (
+            failed.setdefault(world_size, []).append(req_id)
+        )
         rows = [(r, RowState(None, 2), [1, 7, 7, 2]) for r in ("ok", "oom", "ok2")]
         for r, _, feed in rows:
-            proposer.full.rows[r] = FullRow(RowLedger(prompt=feed), torch.arange(4), 0, sees_image=True)
+            proposer.full.rows[r] = FullRow(
+                RowLedger(prompt=feed), torch.arange(4), 0, sees_image=True
+            )
         plan = DraftPlan(list(rows), [])
         if world_size == 1:
             images = proposer.full.images_for(plan, proposer.fail)
-            assert [r for r, _, _ in plan.full_rows] == ["ok", "ok2"] and images.embeddings.shape == (4, 4)
+            assert [r for r, _, _ in plan.full_rows] == [
+                "ok",
+                "ok2",
+            ] and images.embeddings.shape == (4, 4)
         else:
             with pytest.raises(torch.OutOfMemoryError):
                 proposer.full.images_for(plan, proposer.fail)
@@ -374,34 +526,59 @@ if __name__ == "__main__":
 
 
 @pytest.mark.timeout(1200)  # its subprocess may take up to 900 s
-def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(tiny_models, tiny_vl, tmp_path,
-                                                                            record_property):
+def test_tensor_parallel_engine_agrees_and_stops_loudly_on_a_rank_local_fault(
+    tiny_models, tiny_vl, tmp_path, record_property
+):
     """TP=2 on the CPU build (its shared-memory communicator on AVX-512 CPUs, torch.distributed's gloo on the
     others: the test reports which served it): AsymSpec's tokens equal the transformers backend's (the ranks
-    compare their failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the engine with
+    compare their failed requests every step); then an out-of-memory in the vision tower on rank 1 only stops the
+    engine with
     an error within seconds, where catching it on that rank alone left rank 0 waiting in the vision tower's
     collective."""
     from asymspec_vl import AsymSpecConfig
 
     script = tmp_path / "tp2.py"
-    script.write_text(TP2_SCRIPT.format(tests=str(Path(__file__).parents[2]), drafter=str(tiny_models["vl_drafter"]),
-                                        verifier=str(tiny_models["verifier"])))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-           "HF_HUB_OFFLINE": "1"}
+    script.write_text(
+        TP2_SCRIPT.format(
+            tests=str(Path(__file__).parents[2]),
+            drafter=str(tiny_models["vl_drafter"]),
+            verifier=str(tiny_models["verifier"]),
+        )
+    )
+    env = {
+        **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
     try:
-        run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=900)
+        run = subprocess.run(
+            [sys.executable, str(script)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"the TP=2 engine hung after a rank-local fault: {(e.stderr or b'')[-2000:]!r}")
+        pytest.fail(
+            f"the TP=2 engine hung after a rank-local fault: {(e.stderr or b'')[-2000:]!r}"
+        )
     line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
     assert line, run.stdout[-3000:] + run.stderr[-3000:]
-    got = json.loads(line[0][len("RESULT "):])
+    got = json.loads(line[0][len("RESULT ") :])
     record_property("tp_communicator", got["communicator"])
     print(f"TP=2 served by the {got['communicator'][0]} communicator")
     reqs = [random_request(s) for s in range(3)]
-    assert got["tokens"] == [r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec",
-                                                                         AsymSpecConfig(K=2, max_new_tokens=10))]
+    assert got["tokens"] == [
+        r.token_ids
+        for r in tiny_vl.generate_batch(
+            reqs, "asymspec", AsymSpecConfig(K=2, max_new_tokens=10)
+        )
+    ]
     assert sorted(got["ranks"]) == [0, 1]
-    assert got["after_fault"] != "completed" and got["seconds"] < 150, got  # the old code: 300 s (vLLM's step timeout)
+    assert got["after_fault"] != "completed" and got["seconds"] < 150, (
+        got
+    )  # the old code: 300 s (vLLM's step timeout)
     assert "out of memory in the vision tower on rank 1" in run.stdout + run.stderr
 
 
@@ -416,7 +593,9 @@ def test_full_view_pool_is_laid_out_in_the_kernels_block_size(monkeypatch):
 
     class Backend:
         @staticmethod
-        def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+        def get_kv_cache_shape(
+            num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"
+        ):
             return (2, num_blocks, block_size, num_kv_heads, head_size)
 
     class Layer:
@@ -425,19 +604,31 @@ def test_full_view_pool_is_laid_out_in_the_kernels_block_size(monkeypatch):
 
         def get_kv_cache_spec(self, vllm_config):
             bs = vllm_config.cache_config.block_size
-            return types.SimpleNamespace(num_kv_heads=2, head_size=8, dtype=torch.float32, block_size=bs,
-                                         real_page_size_bytes=2 * bs * 2 * 8 * 4)
+            return types.SimpleNamespace(
+                num_kv_heads=2,
+                head_size=8,
+                dtype=torch.float32,
+                block_size=bs,
+                real_page_size_bytes=2 * bs * 2 * 8 * 4,
+            )
 
     monkeypatch.setenv("ASYMSPEC_FULL_VIEW_TOKENS", "200")
-    config = types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=32, cache_dtype="auto"),
-                                   scheduler_config=types.SimpleNamespace(max_num_seqs=4),
-                                   model_config=types.SimpleNamespace(max_model_len=64))
+    config = types.SimpleNamespace(
+        cache_config=types.SimpleNamespace(block_size=32, cache_dtype="auto"),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=4),
+        model_config=types.SimpleNamespace(max_model_len=64),
+    )
     layers = {"draft.0": Layer(), "draft.1": Layer()}
     reserved = reserve_bytes(layers, config, torch.device("cpu"))
     pool = FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=16)
-    assert pool.block_size == 16 and pool.num_blocks == 7 * 2 + 1  # ceil(200 / 32) scheduler blocks, in halves
+    assert (
+        pool.block_size == 16 and pool.num_blocks == 7 * 2 + 1
+    )  # ceil(200 / 32) scheduler blocks, in halves
     assert pool.tensors["draft.0"].shape == (2, 15, 16, 2, 8)
-    assert sum(t.numel() * t.element_size() for t in pool.tensors.values()) <= reserved.numel()
+    assert (
+        sum(t.numel() * t.element_size() for t in pool.tensors.values())
+        <= reserved.numel()
+    )
     assert len(pool.reserve("r", 33)) == 3
     with pytest.raises(ValueError, match="does not divide"):
         FullViewPool(layers, config, torch.device("cpu"), kernel_block_size=24)
@@ -451,9 +642,15 @@ def test_v2_model_runner_is_refused(tiny_models, monkeypatch):
 
     vllm_patches.apply()
     monkeypatch.setattr(envs, "VLLM_USE_V2_MODEL_RUNNER", True, raising=False)
-    args = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
-                      speculative_config={"method": "asymspec", "model": str(tiny_models["vl_drafter"]),
-                                          "num_speculative_tokens": 2})
+    args = EngineArgs(
+        model=str(tiny_models["verifier"]),
+        max_model_len=1024,
+        speculative_config={
+            "method": "asymspec",
+            "model": str(tiny_models["vl_drafter"]),
+            "num_speculative_tokens": 2,
+        },
+    )
     with pytest.raises(ValueError, match="VLLM_USE_V2_MODEL_RUNNER"):
         args.create_engine_config()
 
@@ -466,14 +663,30 @@ def test_asymspec_engines_get_the_worker_extension(tiny_models):
     from vllm_patches.hooks.worker_extension import WORKER_EXTENSION
 
     vllm_patches.apply()
-    spec = {"method": "asymspec", "model": str(tiny_models["vl_drafter"]), "num_speculative_tokens": 2}
-    config = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec
-                        ).create_engine_config()
+    spec = {
+        "method": "asymspec",
+        "model": str(tiny_models["vl_drafter"]),
+        "num_speculative_tokens": 2,
+    }
+    config = EngineArgs(
+        model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec
+    ).create_engine_config()
     assert config.parallel_config.worker_extension_cls == WORKER_EXTENSION
-    assert not config.speculative_config.enforce_eager  # the drafter compiles where the verifier does
-    eager = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024,
-                       speculative_config={**spec, "enforce_eager": True}).create_engine_config()
-    assert eager.speculative_config.enforce_eager  # the switch that keeps every drafter pass eager
-    mine = EngineArgs(model=str(tiny_models["verifier"]), max_model_len=1024, speculative_config=spec,
-                      worker_extension_cls="my.Extension").create_engine_config()
+    assert (
+        not config.speculative_config.enforce_eager
+    )  # the drafter compiles where the verifier does
+    eager = EngineArgs(
+        model=str(tiny_models["verifier"]),
+        max_model_len=1024,
+        speculative_config={**spec, "enforce_eager": True},
+    ).create_engine_config()
+    assert (
+        eager.speculative_config.enforce_eager
+    )  # the switch that keeps every drafter pass eager
+    mine = EngineArgs(
+        model=str(tiny_models["verifier"]),
+        max_model_len=1024,
+        speculative_config=spec,
+        worker_extension_cls="my.Extension",
+    ).create_engine_config()
     assert mine.parallel_config.worker_extension_cls == "my.Extension"

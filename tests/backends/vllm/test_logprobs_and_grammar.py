@@ -28,15 +28,25 @@ def test_the_top_list_is_cut_at_the_requests_rank_and_the_emitted_token_keeps_it
     got = from_vllm(entries, [6, 4], ["draft", "fused"], "asymspec", CFG)
     assert [(t.token_id, t.logprob) for t in got] == [(6, -1.0), (4, -9.0)]
     assert got[0].top == [(5, -0.5), (6, -1.0)]  # rank 3 (token 7) is past logprobs=2
-    assert got[1].top == [(8, -0.5), (9, -1.0)]  # the emitted token at rank 40 is not in the top list
+    assert got[1].top == [
+        (8, -0.5),
+        (9, -1.0),
+    ]  # the emitted token at rank 40 is not in the top list
     assert [t.distribution for t in got] == ["a", "fused"]
 
 
 def test_each_tokens_distribution_follows_its_source_and_method():
     entries = [entry(1, 2), entry(1, 2), entry(1, 2)]
-    assert [t.distribution for t in from_vllm(entries, [1, 2, 1], ["draft", "bonus", "verifier"], "asymspec",
-                                              CFG)] == ["a", "t", "t"]
-    assert {t.distribution for t in from_vllm(entries, [1, 2, 1], ["draft", "fused", "bonus"], "sd", CFG)} == {"t"}
+    assert [
+        t.distribution
+        for t in from_vllm(
+            entries, [1, 2, 1], ["draft", "bonus", "verifier"], "asymspec", CFG
+        )
+    ] == ["a", "t", "t"]
+    assert {
+        t.distribution
+        for t in from_vllm(entries, [1, 2, 1], ["draft", "fused", "bonus"], "sd", CFG)
+    } == {"t"}
 
 
 def test_a_missing_entry_is_refused_never_an_empty_list():
@@ -51,21 +61,47 @@ def test_xgrammar_is_pinned_where_auto_would_fall_back_and_an_explicit_backend_i
     from vllm.config import StructuredOutputsConfig
 
     assert grammar.pinned(None) == {"backend": "xgrammar"}
-    assert grammar.pinned({"backend": "auto", "disable_any_whitespace": True}) == \
-        {"backend": "xgrammar", "disable_any_whitespace": True}
+    assert grammar.pinned({"backend": "auto", "disable_any_whitespace": True}) == {
+        "backend": "xgrammar",
+        "disable_any_whitespace": True,
+    }
     assert grammar.pinned({"backend": "guidance"}) == {"backend": "guidance"}
     assert grammar.pinned(StructuredOutputsConfig(backend="auto")).backend == "xgrammar"
-    assert grammar.pinned(StructuredOutputsConfig(backend="outlines")).backend == "outlines"
+    assert (
+        grammar.pinned(StructuredOutputsConfig(backend="outlines")).backend
+        == "outlines"
+    )
 
 
-@pytest.mark.parametrize("constraint", [
-    {"json": {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}},
-    {"regex": "(abc"}, {"grammar": "root ::= ("}])
-def test_a_constraint_xgrammar_cannot_compile_is_a_config_error_naming_the_field(constraint):
-    with pytest.raises(ConfigError, match=r"^response_format: the \w+ constraint cannot be compiled \(xgrammar"):
-        grammar.check_compiles(structured_output_of(constraint), field="response_format")
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {
+            "json": {
+                "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                "$ref": "#/$defs/a",
+            }
+        },
+        {"regex": "(abc"},
+        {"grammar": "root ::= ("},
+    ],
+)
+def test_a_constraint_xgrammar_cannot_compile_is_a_config_error_naming_the_field(
+    constraint,
+):
+    with pytest.raises(
+        ConfigError,
+        match=r"^response_format: the \w+ constraint cannot be compiled \(xgrammar",
+    ):
+        grammar.check_compiles(
+            structured_output_of(constraint), field="response_format"
+        )
 
 
 def test_a_good_constraint_compiles():
-    grammar.check_compiles(structured_output_of({"json": {"type": "object", "properties": {"n": {"type": "integer"}}}}))
+    grammar.check_compiles(
+        structured_output_of(
+            {"json": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+        )
+    )
     grammar.check_compiles(structured_output_of({"regex": "[0-9]+"}))

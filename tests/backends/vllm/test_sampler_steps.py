@@ -4,10 +4,10 @@ request samples, and min_tokens counts the answer's own tokens, not the hidden p
 (vllm_patches/requests/hidden_tokens.py), so the stop token is held up to exactly position min_tokens - 1."""
 
 import pytest
+from helpers import random_request
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.core.methods import METHODS
-from helpers import random_request
 
 pytestmark = pytest.mark.vllm
 
@@ -20,7 +20,9 @@ REQS = [random_request(s) for s in (3, 4)]
 def pipes(tiny_models):
     from asymspec_vl import AsymSpecVL
 
-    paths = dict(drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"]))
+    paths = dict(
+        drafter=str(tiny_models["vl_drafter"]), verifier=str(tiny_models["verifier"])
+    )
     vl = AsymSpecVL.from_pretrained(**paths, backend="vllm", block_size=16)
     hf = AsymSpecVL.from_pretrained(**paths, device="cpu")
     yield vl, hf
@@ -33,10 +35,18 @@ def served_floor(vl, requests, cfg) -> list[list[int]]:
     from asymspec_vl.inputs.prompts import encode_request
 
     floor = METHODS["floor"]
-    asked = [vl.backend.served_request(encode_request(r, vl.pair.processor, vl.pair.tokenizer), floor, cfg)
-             for r in requests]
+    asked = [
+        vl.backend.served_request(
+            encode_request(r, vl.pair.processor, vl.pair.tokenizer), floor, cfg
+        )
+        for r in requests
+    ]
     assert {mode for _, _, mode in asked} == {"floor"}
-    outs = generate(vl.backend.served_engine(floor, cfg.K), [p for p, _, _ in asked], [s for _, s, _ in asked])
+    outs = generate(
+        vl.backend.served_engine(floor, cfg.K),
+        [p for p, _, _ in asked],
+        [s for _, s, _ in asked],
+    )
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
@@ -46,7 +56,9 @@ def test_a_step_without_drafts_samples_when_the_request_samples(pipes):
     assert greedy == [r.token_ids for r in hf.generate_batch(REQS, "floor", BASE)]
     for cfg in (HOT, HOT.replace(seed=9, top_k=20)):
         want = [r.token_ids for r in hf.generate_batch(REQS, "floor", cfg)]
-        assert want != greedy  # the draws differ from the greedy tokens: the test can tell them apart
+        assert (
+            want != greedy
+        )  # the draws differ from the greedy tokens: the test can tell them apart
         assert served_floor(vl, REQS, cfg) == want
 
 
@@ -56,7 +68,9 @@ def first_fresh(tokens: list[int], start: int) -> int:
 
 
 @pytest.mark.parametrize("method", ["asymspec", "sd"])
-def test_min_tokens_holds_the_stop_token_up_to_position_min_tokens_minus_one(pipes, method):
+def test_min_tokens_holds_the_stop_token_up_to_position_min_tokens_minus_one(
+    pipes, method
+):
     """The stop token is the free answer's token at position m - 1 (its first occurrence) and min_tokens is m: it
     is held there, so the answer goes on, as the transformers backend's does; counting the hidden prime token
     would release it one position early and end the answer at m tokens."""
@@ -66,5 +80,8 @@ def test_min_tokens_holds_the_stop_token_up_to_position_min_tokens_minus_one(pip
         m = first_fresh(free, 2) + 1
         cfg = BASE.replace(stop_token_ids=(free[m - 1],), min_tokens=m)
         got = vl.generate_batch([req], method, cfg)[0]
-        assert got.token_ids[:m - 1] == free[:m - 1] and got.token_ids[m - 1] != free[m - 1]
+        assert (
+            got.token_ids[: m - 1] == free[: m - 1]
+            and got.token_ids[m - 1] != free[m - 1]
+        )
         assert got.token_ids == hf.generate_batch([req], method, cfg)[0].token_ids

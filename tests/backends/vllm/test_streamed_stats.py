@@ -7,9 +7,15 @@ from asymspec_vl.core.methods import METHODS
 
 
 def test_floor_on_the_speculative_engine_streams_one_verifier_token_per_step():
-    labels = StreamedStats(METHODS["floor"], "floor", 2, 1)  # the server's K stays in the config
+    labels = StreamedStats(
+        METHODS["floor"], "floor", 2, 1
+    )  # the server's K stays in the config
     sources, stats = labels.step(0, 4)  # four tokens arrived at once
-    assert sources == [T.VERIFIER] * 4 and (stats.steps, stats.drafted, stats.emitted) == (4, 0, 4)
+    assert sources == [T.VERIFIER] * 4 and (
+        stats.steps,
+        stats.drafted,
+        stats.emitted,
+    ) == (4, 0, 4)
 
 
 def test_asymspec_streams_at_most_k_plus_one_tokens_a_step():

@@ -7,8 +7,8 @@ import re
 
 import jsonschema
 import pytest
-
 from asymspec_vl.evals.toy.eval import request_of
+
 from asymspec_vl.toy import world
 
 pytestmark = pytest.mark.vllm
@@ -16,9 +16,12 @@ pytestmark = pytest.mark.vllm
 N = 4
 METHODS = ("asymspec", "sd", "scd", "floor", "drafter")
 SCHEMAS = {
-    "object_with_an_integer": {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0,
-                                                                          "maximum": 99}},
-                               "required": ["count"], "additionalProperties": False},
+    "object_with_an_integer": {
+        "type": "object",
+        "properties": {"count": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["count"],
+        "additionalProperties": False,
+    },
     "enum_string": {"type": "string", "enum": ["red", "green", "blue"]},
 }
 PRIME_REGEX = "\nyes|no"  # "\n" is the prime token: a grammar advanced by it would leave only "yes"
@@ -29,9 +32,16 @@ def vl():
     from asymspec_vl import AsymSpecVL
 
     # without disable_any_whitespace the toy models fill a JSON answer with whitespace up to max_new_tokens
-    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", backend="vllm", dtype="float32",
-                                    structured_outputs_config={"backend": "xgrammar",
-                                                               "disable_any_whitespace": True})
+    vl = AsymSpecVL.from_pretrained(
+        drafter="embedded",
+        verifier="embedded",
+        backend="vllm",
+        dtype="float32",
+        structured_outputs_config={
+            "backend": "xgrammar",
+            "disable_any_whitespace": True,
+        },
+    )
     yield vl
     vl.backend.close()
 
@@ -40,7 +50,9 @@ def vl():
 def test_every_answer_parses_and_matches_its_schema(vl, method):
     reqs = [request_of(e) for e in world.heldout(N)]
     for name, schema in SCHEMAS.items():
-        results = vl.generate_batch(reqs, method, {"max_new_tokens": 24, "structured_output": {"json": schema}})
+        results = vl.generate_batch(
+            reqs, method, {"max_new_tokens": 24, "structured_output": {"json": schema}}
+        )
         for r in results:
             assert r.finish_reason == "stop", (name, r.text, r.error)
             jsonschema.validate(json.loads(r.text), schema)
@@ -51,9 +63,14 @@ def test_the_prime_token_does_not_advance_the_grammar(vl, method):
     """On the speculative engine the prompt's last token comes out as a hidden first output: before the fix the
     grammar accepted it ("\\n"), so the answer was "yes" alone, which the regular expression does not match."""
     reqs = [request_of(e) for e in world.heldout(N)]
-    results = vl.generate_batch(reqs, method, {"max_new_tokens": 8, "structured_output": {"regex": PRIME_REGEX}})
+    results = vl.generate_batch(
+        reqs, method, {"max_new_tokens": 8, "structured_output": {"regex": PRIME_REGEX}}
+    )
     for r in results:
-        assert r.finish_reason == "stop" and re.fullmatch(PRIME_REGEX, r.text), (r.text, r.error)
+        assert r.finish_reason == "stop" and re.fullmatch(PRIME_REGEX, r.text), (
+            r.text,
+            r.error,
+        )
 
 
 def test_a_constraint_the_engine_cannot_compile_is_a_config_error_and_the_engine_lives():
@@ -64,17 +81,31 @@ def test_a_constraint_the_engine_cannot_compile_is_a_config_error_and_the_engine
     from asymspec_vl import AsymSpecVL
     from asymspec_vl.core.errors import ConfigError
 
-    cycle = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
-    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", backend="vllm", dtype="float32")
+    cycle = {
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+        "$ref": "#/$defs/a",
+    }
+    vl = AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier="embedded", backend="vllm", dtype="float32"
+    )
     try:
         reqs = [request_of(e) for e in world.heldout(1)]
         for bad in ({"json": cycle}, {"regex": "(abc"}, {"grammar": "root ::= ("}):
-            with pytest.raises(ConfigError, match="structured_output.*cannot be compiled"):
-                vl.generate_batch(reqs, "floor", {"max_new_tokens": 4, "structured_output": bad})
-        good = vl.generate_batch(reqs, "asymspec", {"max_new_tokens": 4,
-                                                    "structured_output": {"regex": "[0-9]+"}})[0]
+            with pytest.raises(
+                ConfigError, match="structured_output.*cannot be compiled"
+            ):
+                vl.generate_batch(
+                    reqs, "floor", {"max_new_tokens": 4, "structured_output": bad}
+                )
+        good = vl.generate_batch(
+            reqs,
+            "asymspec",
+            {"max_new_tokens": 4, "structured_output": {"regex": "[0-9]+"}},
+        )[0]
         assert not good.error and re.fullmatch("[0-9]+", good.text)
         llm = vl.backend.engine(vl.backend.engine_for("floor", 2)[0])
-        assert llm.llm_engine.vllm_config.structured_outputs_config.backend == "xgrammar"
+        assert (
+            llm.llm_engine.vllm_config.structured_outputs_config.backend == "xgrammar"
+        )
     finally:
         vl.backend.close()

@@ -17,8 +17,11 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
         looked_up.append((method.name, K, speculative))
         return "the speculative engine", method.name
 
-    llm = SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(
-        model_config=SimpleNamespace(max_model_len=40))))
+    llm = SimpleNamespace(
+        llm_engine=SimpleNamespace(
+            vllm_config=SimpleNamespace(model_config=SimpleNamespace(max_model_len=40))
+        )
+    )
     backend = VLLMBackend.__new__(VLLMBackend)
     backend.engine_for = engine_for
     backend.engine = {"the speculative engine": llm}.__getitem__
@@ -26,7 +29,12 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
     backend._params = lambda r, method, mode, cfg, room: (mode, room)
     comp = EncodedView([1, 2, 3])
     r = EncodedRequest(Prompts("", "", ""), EncodedView(list(range(10))), comp, comp)
-    prompt, params, mode = backend.served_request(r, METHODS["asymspec"], AsymSpecConfig(K=2))
+    prompt, params, mode = backend.served_request(
+        r, METHODS["asymspec"], AsymSpecConfig(K=2)
+    )
     assert looked_up == [("asymspec", 2, True)]
     assert prompt == ("prompt", llm) and mode == "asymspec"
-    assert params == ("asymspec", 40 - 10 - 2 - 1)  # the longest view, x_full, K drafts and one token
+    assert params == (
+        "asymspec",
+        40 - 10 - 2 - 1,
+    )  # the longest view, x_full, K drafts and one token

@@ -31,7 +31,13 @@ print(json.dumps(self_check(device="cpu", dtype="float32", vocab=64, batch=2, K=
 
 def run(mode: str) -> dict:
     env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", RUN, mode], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -39,9 +45,13 @@ def run(mode: str) -> dict:
 def test_the_kernel_agrees_with_the_reference_on_every_case_and_a_disagreement_is_named():
     cases = len(GATES) * len(DELTA_SOURCES) * len(BONUS_RULES)
     good = run("as-is")
-    assert good["cases"] == cases and good["mismatches"] == [] and good["device"] == "cpu"
+    assert (
+        good["cases"] == cases and good["mismatches"] == [] and good["device"] == "cpu"
+    )
     bad = run("off-by-one")
-    assert len(bad["mismatches"]) == cases and bad["mismatches"][0].startswith(f"gate={GATES[0]} ")
+    assert len(bad["mismatches"]) == cases and bad["mismatches"][0].startswith(
+        f"gate={GATES[0]} "
+    )
 
 
 def test_without_the_interpreter_the_check_refuses_to_run(monkeypatch):
@@ -52,6 +62,12 @@ def test_without_the_interpreter_the_check_refuses_to_run(monkeypatch):
 
 def test_random_steps_leave_no_decision_to_rounding():
     a, b, t, drafts, n, banned = random_step(3, 4, 3, 50, torch.float32, "cpu")
-    assert a.shape == b.shape == t.shape == (4, 4, 50) and drafts.shape == (4, 3) and banned.shape == (50,)
+    assert (
+        a.shape == b.shape == t.shape == (4, 4, 50)
+        and drafts.shape == (4, 3)
+        and banned.shape == (50,)
+    )
     at_drafts = t[:, :3].gather(-1, drafts[..., None]).squeeze(-1)
-    assert set(at_drafts.abs().unique().tolist()) == {25.0} and ((n >= 0) & (n <= 3)).all()
+    assert (
+        set(at_drafts.abs().unique().tolist()) == {25.0} and ((n >= 0) & (n <= 3)).all()
+    )

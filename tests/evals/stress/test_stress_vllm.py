@@ -11,31 +11,72 @@ worker processes, and a GPU-shaped engine (compiled, first traced at the whole b
 chunked prefills); the long run draws every axis at random."""
 
 import pytest
-
 from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
 
 CI_CASES = {  # seed -> the engine its rows run on
-    18: EngineCase(block_size=16, K=4, max_num_seqs=4, max_num_batched_tokens=32, prefix_caching=True, preempt=True),
-    2: EngineCase(block_size=48, K=3, max_num_seqs=3, prefix_caching=False, small_pool=True),
-    3: EngineCase(block_size=128, K=5, max_num_seqs=6, max_num_batched_tokens=64, prefix_caching=True),
-    4: EngineCase(block_size=32, K=2, max_num_seqs=2, prefix_caching=True, tp=2, processes=True),
+    18: EngineCase(
+        block_size=16,
+        K=4,
+        max_num_seqs=4,
+        max_num_batched_tokens=32,
+        prefix_caching=True,
+        preempt=True,
+    ),
+    2: EngineCase(
+        block_size=48, K=3, max_num_seqs=3, prefix_caching=False, small_pool=True
+    ),
+    3: EngineCase(
+        block_size=128,
+        K=5,
+        max_num_seqs=6,
+        max_num_batched_tokens=64,
+        prefix_caching=True,
+    ),
+    4: EngineCase(
+        block_size=32, K=2, max_num_seqs=2, prefix_caching=True, tp=2, processes=True
+    ),
     # GPU-shaped (issue 32): compiled and first traced at the whole budget, seeded sampled rows in chunked prefills
-    5: EngineCase(block_size=16, K=3, max_num_seqs=4, max_num_batched_tokens=48, prefix_caching=True, compiled=True),
+    5: EngineCase(
+        block_size=16,
+        K=3,
+        max_num_seqs=4,
+        max_num_batched_tokens=48,
+        prefix_caching=True,
+        compiled=True,
+    ),
 }
 GPU_SHAPED = {5}
 MAX_ROWS, MAX_NEW = 9, 24
 
 
 def ci_workload(seed):
-    return draw(seed, max_rows=MAX_ROWS, engine=CI_CASES[seed], max_new=MAX_NEW, gpu_shaped=seed in GPU_SHAPED)
+    return draw(
+        seed,
+        max_rows=MAX_ROWS,
+        engine=CI_CASES[seed],
+        max_new=MAX_NEW,
+        gpu_shaped=seed in GPU_SHAPED,
+    )
 
 
 def test_ci_cases_cover_every_stress_axis():
     axes = set().union(*(ci_workload(seed).axes() for seed in CI_CASES))
-    required = {f"mode={m}" for m in MODES} | {"image", "text", "K_below_engine", "rows_reused", "mixed_methods",
-                                                "chunked_prefill", "preemption", "small_pool", "processes", "tp=2",
-                                                "prefix_caching=True", "prefix_caching=False",
-                                                "compiled", "sampled"}
+    required = {f"mode={m}" for m in MODES} | {
+        "image",
+        "text",
+        "K_below_engine",
+        "rows_reused",
+        "mixed_methods",
+        "chunked_prefill",
+        "preemption",
+        "small_pool",
+        "processes",
+        "tp=2",
+        "prefix_caching=True",
+        "prefix_caching=False",
+        "compiled",
+        "sampled",
+    }
     assert required <= axes, sorted(required - axes)
     assert {16, 32, 48, 128} <= {case.block_size for case in CI_CASES.values()}
 
@@ -49,17 +90,27 @@ def test_workloads_round_trip_and_shrink_to_what_fails():
     from asymspec_vl.evals.stress.workload import Workload
 
     engine = dataclasses.replace(CI_CASES[18], small_pool=True)
-    w = next(w for w in (draw(seed, engine=engine) for seed in range(100)) if any(r.mode == "floor" for r in w.rows))
+    w = next(
+        w
+        for w in (draw(seed, engine=engine) for seed in range(100))
+        if any(r.mode == "floor" for r in w.rows)
+    )
     assert Workload.from_json(w.to_json()) == w
     floors = [r for r in w.rows if r.mode == "floor"]
 
     def run(trial):  # fails while a floor row runs on a preempting engine
         bad = trial.engine.preempt and any(r.mode == "floor" for r in trial.rows)
-        return CaseReport(trial.seed, trial.to_json(), mismatches=[Mismatch("tokens", 0, "x")] if bad else [])
+        return CaseReport(
+            trial.seed,
+            trial.to_json(),
+            mismatches=[Mismatch("tokens", 0, "x")] if bad else [],
+        )
 
     best = shrink(w, run, log=lambda line: None)
     assert [r.mode for r in best.rows] == ["floor"] and best.rows[0] == floors[-1]
-    assert best.engine == dataclasses.replace(PLAIN_ENGINE, block_size=16, K=4, max_num_seqs=4, preempt=True)
+    assert best.engine == dataclasses.replace(
+        PLAIN_ENGINE, block_size=16, K=4, max_num_seqs=4, preempt=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +138,12 @@ def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
 
 # -- what the stress run found ---------------------------------------------------------------------
 def test_floor_rows_on_a_speculative_engine_count_no_draft_positions():
-    """Found by the stress run (seed 1): a Floor request on the speculative engine (how `serve` runs Floor) reported accepted_at
+    """Found by the stress run (seed 1): a Floor request on the speculative engine (how `serve` runs Floor) reported
+    accepted_at
     [0] * K where the transformers backend and the verifier engine report [] (Floor drafts nothing), so its
     acceptance_per_position was K zeros instead of none."""
-    from vllm_patches.requests.stats import EngineStats
-
     from asymspec_vl.core.trace import Stats
+    from vllm_patches.requests.stats import EngineStats
 
     floor = EngineStats(4, "floor")
     floor.record(0, 1, 1)
@@ -104,24 +155,48 @@ def test_floor_rows_on_a_speculative_engine_count_no_draft_positions():
 
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
-def test_a_stop_token_equal_to_the_prompts_last_token_does_not_end_the_request(tiny_models, reference):
+def test_a_stop_token_equal_to_the_prompts_last_token_does_not_end_the_request(
+    tiny_models, reference
+):
     """Found by the stress run (seeds 126, 136): the prime token (x_comp's last token, moved to the output side and
     emitted by the prefill in place of a sample) went through vLLM's stop check, so a request whose stop tokens
     include it (Qwen's templates end the prompt with "\\n": a common stop) finished at once with no tokens and
     finish_reason "stop", where the transformers backend decodes its answer."""
     from asymspec_vl.evals.stress.case import run_case
     from asymspec_vl.evals.stress.workload import RowSpec, Workload, make_request
+
     from asymspec_vl.inputs.prompts import encode_request
 
     pair = reference.pair
     rows = []
-    for mode, seed, image in (("asymspec", 1, True), ("scd", 2, True), ("sd", 3, False), ("floor", 4, True),
-                              ("asymspec", 5, False)):
+    for mode, seed, image in (
+        ("asymspec", 1, True),
+        ("scd", 2, True),
+        ("sd", 3, False),
+        ("floor", 4, True),
+        ("asymspec", 5, False),
+    ):
         row = RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image)
-        last = encode_request(make_request(row), pair.processor, pair.tokenizer).comp.ids[-1]
-        rows.append(RowSpec(mode=mode, K=2, max_new=12, request_seed=seed, image=image, stop_token_ids=(last, 2)))
+        last = encode_request(
+            make_request(row), pair.processor, pair.tokenizer
+        ).comp.ids[-1]
+        rows.append(
+            RowSpec(
+                mode=mode,
+                K=2,
+                max_new=12,
+                request_seed=seed,
+                image=image,
+                stop_token_ids=(last, 2),
+            )
+        )
     w = Workload(0, EngineCase(block_size=16, K=2, max_num_seqs=4), tuple(rows))
-    report = run_case(w, {**tiny_models, "root": tiny_models["verifier"].parent}, reference, logit_steps=2)
+    report = run_case(
+        w,
+        {**tiny_models, "root": tiny_models["verifier"].parent},
+        reference,
+        logit_steps=2,
+    )
     assert not report.mismatches, report.mismatches
 
 
@@ -135,14 +210,28 @@ def test_the_prime_token_passes_vllms_stop_check_and_nothing_else_does():
     from vllm_patches.requests.hidden_tokens import prime_passes_stop_check
 
     def request(outputs):
-        params = types.SimpleNamespace(min_tokens=0, eos_token_id=None, stop_token_ids=[212], repetition_detection=None)
-        return types.SimpleNamespace(pooling_params=None, sampling_params=params, output_token_ids=outputs,
-                                     num_output_tokens=len(outputs), num_tokens=10 + len(outputs), max_tokens=8,
-                                     status=None, stop_reason=None)
+        params = types.SimpleNamespace(
+            min_tokens=0,
+            eos_token_id=None,
+            stop_token_ids=[212],
+            repetition_detection=None,
+        )
+        return types.SimpleNamespace(
+            pooling_params=None,
+            sampling_params=params,
+            output_token_ids=outputs,
+            num_output_tokens=len(outputs),
+            num_tokens=10 + len(outputs),
+            max_tokens=8,
+            status=None,
+            stop_reason=None,
+        )
 
     first = request([])
     with prime_passes_stop_check([first]):
-        first.output_token_ids.append(212)  # the prime: the prompt's last token, a stop token here
+        first.output_token_ids.append(
+            212
+        )  # the prime: the prompt's last token, a stop token here
         first.num_output_tokens = 1
         assert not check_stop(first, max_model_len=4096)
     assert first.sampling_params.min_tokens == 0
@@ -153,7 +242,9 @@ def test_the_prime_token_passes_vllms_stop_check_and_nothing_else_does():
 
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
-def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(tiny_models, reference):
+def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(
+    tiny_models, reference
+):
     """Found by the long stress run (seed 108: block 32, prefix caching, forced preemption): issue 23's finding 2
     on a real engine. Row 1 (text-only asymspec, K=1) is preempted after 5 tokens and resumes on its own two
     prefix-cached blocks; meanwhile an sd / plain row in a reused batch row, its block table's tail still naming
@@ -162,8 +253,12 @@ def test_a_preempted_request_resuming_from_the_prefix_cache_keeps_its_b(tiny_mod
     num_blocks_per_row to the null block."""
     from asymspec_vl.evals.stress.case import run_case
 
-    report = run_case(draw(108, tp=False), {**tiny_models, "root": tiny_models["verifier"].parent}, reference,
-                      logit_steps=6)
+    report = run_case(
+        draw(108, tp=False),
+        {**tiny_models, "root": tiny_models["verifier"].parent},
+        reference,
+        logit_steps=6,
+    )
     assert report.resumptions > 0
     assert not report.mismatches, report.mismatches
 
@@ -173,17 +268,23 @@ def found_case(workload_json: str, tiny_models, reference):
     from asymspec_vl.evals.stress.case import run_case
     from asymspec_vl.evals.stress.workload import Workload
 
-    return run_case(Workload.from_json(workload_json), {**tiny_models, "root": tiny_models["verifier"].parent},
-                    reference, logit_steps=3)
+    return run_case(
+        Workload.from_json(workload_json),
+        {**tiny_models, "root": tiny_models["verifier"].parent},
+        reference,
+        logit_steps=3,
+    )
 
 
 # Found by the first GPU-shaped stress run (seed 2: eager, budget 32, forced preemption, seeded sampled rows).
-PREEMPTED_SAMPLING = ('''{"engine": {"K": 2, "block_size": 16, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 4, "preempt": true, "prefix_caching": false, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 1, "arrival": 12, "config": {"gate": "lambda", "seed": 399822, "temperature": 0.8}, "image": true, "max_new": 14, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 37, "mode": "plain", "request_seed": 172478, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {"seed": 848498, "temperature": 0.8}, "image": false, "max_new": 39, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 8, "config": {"seed": 760293, "temperature": 0.8}, "image": false, "max_new": 29, "mode": "asymspec", "request_seed": 749890, "stop_token_ids": null}, {"K": 2, "arrival": 11, "config": {}, "image": true, "max_new": 39, "mode": "floor", "request_seed": 758930, "stop_token_ids": [115, 167, 345]}], "seed": 2}''')  # noqa: E501 (the workload as the stress run printed it)
+PREEMPTED_SAMPLING = """{"engine": {"K": 2, "block_size": 16, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 4, "preempt": true, "prefix_caching": false, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 1, "arrival": 12, "config": {"gate": "lambda", "seed": 399822, "temperature": 0.8}, "image": true, "max_new": 14, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 37, "mode": "plain", "request_seed": 172478, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {"seed": 848498, "temperature": 0.8}, "image": false, "max_new": 39, "mode": "asymspec", "request_seed": 451589, "stop_token_ids": null}, {"K": 2, "arrival": 8, "config": {"seed": 760293, "temperature": 0.8}, "image": false, "max_new": 29, "mode": "asymspec", "request_seed": 749890, "stop_token_ids": null}, {"K": 2, "arrival": 11, "config": {}, "image": true, "max_new": 39, "mode": "floor", "request_seed": 758930, "stop_token_ids": [115, 167, 345]}], "seed": 2}"""  # noqa: E501 (the workload as the stress run printed it)
 
 
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
-def test_a_preempted_sampling_request_draws_its_dropped_drafts_again_from_the_same_stream(tiny_models, reference):
+def test_a_preempted_sampling_request_draws_its_dropped_drafts_again_from_the_same_stream(
+    tiny_models, reference
+):
     """Row 0 (asymspec, temperature 0.8, seeded) is preempted twice; the scheduler drops the drafts of its last
     proposal, whose draws had advanced the request's generator: resumed, it drew its drafts from a stream one
     proposal ahead of the transformers loop's, and its tokens parted from the second on. The proposer now
@@ -194,12 +295,14 @@ def test_a_preempted_sampling_request_draws_its_dropped_drafts_again_from_the_sa
 
 
 # Found by the GPU-shaped long run (seed 107: budget 32, 8 sequences, K 5, prefix caching; eager too).
-TRIMMED_DRAFTS = ('''{"engine": {"K": 5, "block_size": 32, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 8, "preempt": false, "prefix_caching": true, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 5, "arrival": 7, "config": {"beta": 2.0, "bonus": "fused", "gamma": 1.0, "gate": "kl"}, "image": false, "max_new": 3, "mode": "asymspec", "request_seed": 950826, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 21, "mode": "plain", "request_seed": 950826, "stop_token_ids": [66, 150, 343]}, {"K": 3, "arrival": 10, "config": {"gamma": 0.2, "seed": 320387, "temperature": 0.8}, "image": true, "max_new": 6, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": [141, 350, 375]}, {"K": 4, "arrival": 0, "config": {}, "image": false, "max_new": 39, "mode": "scd", "request_seed": 917807, "stop_token_ids": null}, {"K": 1, "arrival": 11, "config": {}, "image": false, "max_new": 28, "mode": "plain", "request_seed": 853130, "stop_token_ids": [36, 148, 235]}, {"K": 5, "arrival": 12, "config": {}, "image": true, "max_new": 28, "mode": "plain", "request_seed": 404107, "stop_token_ids": [153, 291, 321]}, {"K": 4, "arrival": 14, "config": {}, "image": true, "max_new": 30, "mode": "plain", "request_seed": 738597, "stop_token_ids": [97, 107, 179]}, {"K": 1, "arrival": 16, "config": {"gamma": 1.0}, "image": true, "max_new": 19, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": null}], "seed": 107}''')  # noqa: E501 (the workload as the stress run printed it)
+TRIMMED_DRAFTS = """{"engine": {"K": 5, "block_size": 32, "compiled": false, "max_num_batched_tokens": 32, "max_num_seqs": 8, "preempt": false, "prefix_caching": true, "processes": false, "small_pool": false, "tp": 1}, "rows": [{"K": 5, "arrival": 7, "config": {"beta": 2.0, "bonus": "fused", "gamma": 1.0, "gate": "kl"}, "image": false, "max_new": 3, "mode": "asymspec", "request_seed": 950826, "stop_token_ids": null}, {"K": 2, "arrival": 0, "config": {}, "image": true, "max_new": 21, "mode": "plain", "request_seed": 950826, "stop_token_ids": [66, 150, 343]}, {"K": 3, "arrival": 10, "config": {"gamma": 0.2, "seed": 320387, "temperature": 0.8}, "image": true, "max_new": 6, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": [141, 350, 375]}, {"K": 4, "arrival": 0, "config": {}, "image": false, "max_new": 39, "mode": "scd", "request_seed": 917807, "stop_token_ids": null}, {"K": 1, "arrival": 11, "config": {}, "image": false, "max_new": 28, "mode": "plain", "request_seed": 853130, "stop_token_ids": [36, 148, 235]}, {"K": 5, "arrival": 12, "config": {}, "image": true, "max_new": 28, "mode": "plain", "request_seed": 404107, "stop_token_ids": [153, 291, 321]}, {"K": 4, "arrival": 14, "config": {}, "image": true, "max_new": 30, "mode": "plain", "request_seed": 738597, "stop_token_ids": [97, 107, 179]}, {"K": 1, "arrival": 16, "config": {"gamma": 1.0}, "image": true, "max_new": 19, "mode": "asymspec", "request_seed": 883636, "stop_token_ids": null}], "seed": 107}"""  # noqa: E501 (the workload as the stress run printed it)
 
 
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
-def test_no_running_request_verifies_fewer_drafts_than_it_proposed(tiny_models, reference):
+def test_no_running_request_verifies_fewer_drafts_than_it_proposed(
+    tiny_models, reference
+):
     """With more running requests than the step's token budget holds at K + 1 tokens each, vLLM's scheduler gave
     the last ones fewer tokens than their drafts (or none): the last row (asymspec, K 1) verified no drafts for
     three steps and emitted the verifier's tokens. The scheduler hook now starts no more requests than the budget
@@ -212,4 +315,6 @@ def test_the_budget_room_keeps_every_running_decode_whole():
     from vllm_patches.hooks.scheduler_patch import budget_room
 
     assert [budget_room(32, 5, running) for running in (0, 3, 5, 6)] == [5, 2, 0, 0]
-    assert budget_room(4, 5, 0) == 1 and budget_room(4, 5, 1) == 0  # one request always may run
+    assert (
+        budget_room(4, 5, 0) == 1 and budget_room(4, 5, 1) == 0
+    )  # one request always may run

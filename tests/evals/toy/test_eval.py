@@ -6,10 +6,10 @@ forced rejections, and `asymspec-vl eval toy` writes its table and resumes."""
 import json
 
 import pytest
+from asymspec_vl.evals.toy.eval import BASE, VARIANTS, request_of
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.toy import world
-from asymspec_vl.evals.toy.eval import BASE, VARIANTS, request_of
 
 N = 60  # the fixed held-out sample: 20 questions of each type
 
@@ -18,7 +18,9 @@ N = 60  # the fixed held-out sample: 20 questions of each type
 def toy_vl():
     from asymspec_vl import AsymSpecVL
 
-    return AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")
+    return AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier="embedded", device="cpu"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +45,33 @@ def test_embedded_is_the_shipped_toy_pair():
     from asymspec_vl.toy import PAIR_DIR
 
     paths = embedded_models()
-    assert paths == {"drafter": str(PAIR_DIR / "drafter"), "verifier": str(PAIR_DIR / "verifier"),
-                     "text_drafter": None}
+    assert paths == {
+        "drafter": str(PAIR_DIR / "drafter"),
+        "verifier": str(PAIR_DIR / "verifier"),
+        "text_drafter": None,
+    }
     assert resolve("text_drafter", "embedded") is None
     manifest = json.loads((PAIR_DIR / "manifest.json").read_text())
-    assert manifest["heldout"]["asymspec-K2-b1"]["Overall"] >= manifest["heldout"]["floor"]["Overall"] + 20
+    assert (
+        manifest["heldout"]["asymspec-K2-b1"]["Overall"]
+        >= manifest["heldout"]["floor"]["Overall"] + 20
+    )
 
 
 def test_asymspec_recovers_what_the_caption_leaves_out(results):
     examples, res = results
-    floor, drafter = _accuracy(examples, res["floor"]), _accuracy(examples, res["drafter"])
+    floor, drafter = (
+        _accuracy(examples, res["floor"]),
+        _accuracy(examples, res["drafter"]),
+    )
     asymspec = _accuracy(examples, res["asymspec-K2-b1"])
     assert floor <= 25.0  # the caption has no digits: the verifier alone guesses
     assert asymspec - floor >= 20.0
     assert drafter - floor >= 20.0
     # the verifier's arithmetic: AsymSpec (with the fused bonus) beats the drafter alone on products
-    assert _accuracy(examples, res["asymspec-K2-b1-fused"], "mult") > _accuracy(examples, res["drafter"], "mult")
+    assert _accuracy(examples, res["asymspec-K2-b1-fused"], "mult") > _accuracy(
+        examples, res["drafter"], "mult"
+    )
 
 
 def test_responses_follow_the_answer_format(results):
@@ -75,13 +88,26 @@ def test_cached_loop_equals_algorithm_1_on_the_toy_pair(toy_vl):
 
     pair, be = toy_vl.pair, toy_vl.backend
     reqs = [request_of(e) for e in world.heldout(9)]
-    for cfg in (BASE.replace(gate="fixed", gamma=1.0), BASE.replace(K=4, bonus="fused")):
+    for cfg in (
+        BASE.replace(gate="fixed", gamma=1.0),
+        BASE.replace(K=4, bonus="fused"),
+    ):
         cached = [r.token_ids for r in toy_vl.generate_batch(reqs, "asymspec", cfg)]
         ref = []
         for r in reqs:
             enc = encode_request(r, pair.processor, pair.tokenizer)
-            ref.append(reference_asymspec(be.drafter, be.verifier, enc.full, enc.comp, cfg, pair.banned_mask(be.device),
-                                      pair.stop_ids(cfg), cfg.max_new_tokens))
+            ref.append(
+                reference_asymspec(
+                    be.drafter,
+                    be.verifier,
+                    enc.full,
+                    enc.comp,
+                    cfg,
+                    pair.banned_mask(be.device),
+                    pair.stop_ids(cfg),
+                    cfg.max_new_tokens,
+                )
+            )
         assert cached == ref
 
 
@@ -90,13 +116,22 @@ def test_ledger_keeps_the_last_committed_token_pending():
     from asymspec_vl.core.sources import RowLedger
 
     row = RowLedger(prompt=[1, 2, 3], n_cached=2, speculative=[(2, 3), (3, 7), (4, 8)])
-    assert row.commit([7]) == [3, 4]  # 7 (the emitted token) equals the draft at slot 3: still re-read
+    assert row.commit([7]) == [
+        3,
+        4,
+    ]  # 7 (the emitted token) equals the draft at slot 3: still re-read
     assert row.pending([7]) == [7] and row.n_cached == 3
 
 
-@pytest.mark.parametrize("cfg", [AsymSpecConfig(K=2, gate="fixed", gamma=1.0, beta=10.0, max_new_tokens=24),
-                                 AsymSpecConfig(K=4, gate="fixed", gamma=1.0, beta=1.0, bonus="fused",
-                                                max_new_tokens=24)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(K=2, gate="fixed", gamma=1.0, beta=10.0, max_new_tokens=24),
+        AsymSpecConfig(
+            K=4, gate="fixed", gamma=1.0, beta=1.0, bonus="fused", max_new_tokens=24
+        ),
+    ],
+)
 def test_forced_rejections_fuse_and_never_emit_a_structural_token(toy_vl, cfg):
     """Nor a thinking marker: x_comp closes an empty think block that x_full lacks, so delta = a - b is large
     on <think> / </think>, and without the ban a fused argmax emitted them."""
@@ -104,23 +139,47 @@ def test_forced_rejections_fuse_and_never_emit_a_structural_token(toy_vl, cfg):
 
     vocab = toy_vl.pair.tokenizer.get_vocab()
     structural = {vocab[t] for t in STRUCTURAL_TOKENS + THINK_MARKERS}
-    res = toy_vl.generate_batch([request_of(e) for e in world.heldout(12)], "asymspec", cfg)
+    res = toy_vl.generate_batch(
+        [request_of(e) for e in world.heldout(12)], "asymspec", cfg
+    )
     assert not structural & {t for r in res for t in r.token_ids}
-    assert sum(t.source == "fused" for r in res for t in r.trace) >= 12  # rejections happened
+    assert (
+        sum(t.source == "fused" for r in res for t in r.trace) >= 12
+    )  # rejections happened
 
 
 def test_eval_toy_command_writes_the_table_and_resumes(tmp_path, capsys):
     from asymspec_vl.cli import main
 
-    args = ["eval", "toy", "--n", "6", "--variants", "floor,asymspec-K2-b1", "--batch", "4", "--out",
-            str(tmp_path), "--no-progress"]
+    args = [
+        "eval",
+        "toy",
+        "--n",
+        "6",
+        "--variants",
+        "floor,asymspec-K2-b1",
+        "--batch",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "| Floor |" in printed and "| AsymSpec K=2 β=1 |" in printed
-    for f in ("results.jsonl", "table.md", "table.csv", "table.json", "table.png", "manifest.json"):
+    for f in (
+        "results.jsonl",
+        "table.md",
+        "table.csv",
+        "table.json",
+        "table.png",
+        "manifest.json",
+    ):
         assert (tmp_path / f).is_file()
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
-    assert len(lines) == 12 and {json.loads(x)["qtype"] for x in lines} == set(world.QTYPES)
+    assert len(lines) == 12 and {json.loads(x)["qtype"] for x in lines} == set(
+        world.QTYPES
+    )
     assert main(args) == 0  # resumed: nothing left to do
     assert (tmp_path / "results.jsonl").read_text().splitlines() == lines
     assert main(["eval", "score", str(tmp_path / "results.jsonl")]) == 0
@@ -130,7 +189,9 @@ def test_eval_toy_command_writes_the_table_and_resumes(tmp_path, capsys):
 def test_eval_toy_refuses_bad_options(tmp_path):
     from asymspec_vl.cli import main
 
-    assert main(["eval", "toy", "--n", "0", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert (
+        main(["eval", "toy", "--n", "0", "--out", str(tmp_path), "--no-progress"]) == 2
+    )
     with pytest.raises(SystemExit):
         main(["eval", "toy", "--variants", "asymspec-K3", "--out", str(tmp_path)])
 
@@ -143,12 +204,30 @@ def test_the_demo_opens_on_toy_examples_the_pair_answers(toy_vl):
     from asymspec_vl.demo.service import DemoService
 
     service = DemoService(toy_vl, BASE)
-    toy = [e for e in json.loads((EXAMPLES_DIR / "examples.json").read_text()) if e["image"].startswith("toy-")]
+    toy = [
+        e
+        for e in json.loads((EXAMPLES_DIR / "examples.json").read_text())
+        if e["image"].startswith("toy-")
+    ]
     assert [e["image"] for e in toy] == ["toy-mult.png", "toy-sum.png", "toy-read.png"]
     for e in toy:
-        *_, results = list(service.answer(str(EXAMPLES_DIR / e["image"]), e["question"], e["caption"], e["ocr"],
-                                          2, 1.0, 0.5, "cda", 48))[-1]
-        got = {m: world.extract_answer(results[m]["text"]) for m in ("asymspec", "floor", "drafter")}
+        *_, results = list(
+            service.answer(
+                str(EXAMPLES_DIR / e["image"]),
+                e["question"],
+                e["caption"],
+                e["ocr"],
+                2,
+                1.0,
+                0.5,
+                "cda",
+                48,
+            )
+        )[-1]
+        got = {
+            m: world.extract_answer(results[m]["text"])
+            for m in ("asymspec", "floor", "drafter")
+        }
         assert got["asymspec"] == e["answer"] != got["floor"], (e["question"], got)
         if e["image"] == "toy-mult.png":
             assert got["drafter"] != e["answer"], got

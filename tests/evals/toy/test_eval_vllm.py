@@ -2,9 +2,9 @@
 responses for every variant of `eval toy` on a held-out sample (engines start once per module)."""
 
 import pytest
+from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 
 from asymspec_vl.toy import world
-from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 
 pytestmark = pytest.mark.vllm
 
@@ -15,8 +15,12 @@ N = 12
 def pipes():
     from asymspec_vl import AsymSpecVL
 
-    hf = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", device="cpu")
-    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded", backend="vllm", dtype="float32")
+    hf = AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier="embedded", device="cpu"
+    )
+    vl = AsymSpecVL.from_pretrained(
+        drafter="embedded", verifier="embedded", backend="vllm", dtype="float32"
+    )
     yield hf, vl
     vl.backend.close()
 
@@ -29,5 +33,9 @@ def test_vllm_tokens_equal_transformers(pipes, key):
     expected = hf.generate_batch(reqs, v.method, v.config())
     got = vl.generate_batch(reqs, v.method, v.config())
     assert [r.token_ids for r in got] == [r.token_ids for r in expected]
-    assert [[t.source for t in r.trace] for r in got] == [[t.source for t in r.trace] for r in expected]
-    assert [(r.stats.steps, r.stats.accepted) for r in got] == [(r.stats.steps, r.stats.accepted) for r in expected]
+    assert [[t.source for t in r.trace] for r in got] == [
+        [t.source for t in r.trace] for r in expected
+    ]
+    assert [(r.stats.steps, r.stats.accepted) for r in got] == [
+        (r.stats.steps, r.stats.accepted) for r in expected
+    ]

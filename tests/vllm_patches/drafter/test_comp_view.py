@@ -1,4 +1,5 @@
-"""vllm_patches.drafter.comp_view on a real vLLM BlockTable and stand-in requests: where x_comp drafts write their KV."""
+"""vllm_patches.drafter.comp_view on a real vLLM BlockTable and stand-in requests: where x_comp drafts write their
+KV."""
 
 import types
 
@@ -15,9 +16,16 @@ def block_table(rows: list[list[int]]):
     """vLLM's own BlockTable (CPU) with these rows, added as the runner adds them."""
     from vllm.v1.worker.block_table import BlockTable
 
-    table = BlockTable(BLOCK, max_num_reqs=4, max_num_blocks_per_req=6, max_num_batched_tokens=64,
-                       pin_memory=False, device=torch.device("cpu"), kernel_block_size=BLOCK,
-                       cp_kv_cache_interleave_size=1)
+    table = BlockTable(
+        BLOCK,
+        max_num_reqs=4,
+        max_num_blocks_per_req=6,
+        max_num_batched_tokens=64,
+        pin_memory=False,
+        device=torch.device("cpu"),
+        kernel_block_size=BLOCK,
+        cp_kv_cache_interleave_size=1,
+    )
     for i, ids in enumerate(rows):
         table.add_row(ids, i)
     return table
@@ -33,14 +41,25 @@ def proposer_on(table, num_tokens: dict[str, int]):
             written.append((req_id, int(row.block_table[row.start // block_size])))
         return torch.zeros(len(batch), 2), torch.arange(len(batch))
 
-    requests = {r: types.SimpleNamespace(num_tokens=n, output_token_ids=[3]) for r, n in num_tokens.items()}
-    runner = types.SimpleNamespace(input_batch=types.SimpleNamespace(block_table=[table], num_reqs=len(requests)),
-                                   requests=requests)
+    requests = {
+        r: types.SimpleNamespace(num_tokens=n, output_token_ids=[3])
+        for r, n in num_tokens.items()
+    }
+    runner = types.SimpleNamespace(
+        input_batch=types.SimpleNamespace(block_table=[table], num_reqs=len(requests)),
+        requests=requests,
+    )
     logits = torch.zeros(1, V)
     logits[0, 1] = 1
-    proposer = types.SimpleNamespace(runner=runner, kv_cache_gid=0, device=torch.device("cpu"), uses_mrope=False,
-                                     facts=types.SimpleNamespace(vocab_size=V), pass_req_ids=[],
-                                     model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)))
+    proposer = types.SimpleNamespace(
+        runner=runner,
+        kv_cache_gid=0,
+        device=torch.device("cpu"),
+        uses_mrope=False,
+        facts=types.SimpleNamespace(vocab_size=V),
+        pass_req_ids=[],
+        model=types.SimpleNamespace(compute_logits=lambda h: logits.expand(len(h), V)),
+    )
     return proposer, run_pass, written
 
 
@@ -52,21 +71,35 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
     0, never to block 6."""
     table = block_table([[5, 6, 7], [6, 7, 8]])
     table.add_row([9], 0)  # row 0 reused: count 1, tail [6, 7] stale
-    assert table.get_cpu_tensor()[0, :3].tolist() == [9, 6, 7] and table.num_blocks_per_row[0] == 1
+    assert (
+        table.get_cpu_tensor()[0, :3].tolist() == [9, 6, 7]
+        and table.num_blocks_per_row[0] == 1
+    )
     proposer, run_pass, written = proposer_on(table, {"new": 3, "live": 9})
 
     rows = [(0, "new", RowState(None, 4)), (1, "live", RowState(None, 2))]
-    starts = {2: "new", 3: "new", 4: "new", 5: "new", 8: "live", 9: "live"}  # cache slot -> the row at it
+    starts = {
+        2: "new",
+        3: "new",
+        4: "new",
+        5: "new",
+        8: "live",
+        9: "live",
+    }  # cache slot -> the row at it
 
     def by_start(proposer_, batch, block_size, token_ids=None, decode=False):
         proposer_.pass_req_ids = [starts[row.start] for row in batch]
         return run_pass(proposer_, batch, block_size, token_ids)
 
     monkeypatch.setattr(comp_view, "run_pass", by_start)
-    drafts = comp_view.CompView(proposer, None).draft(rows, proposer.runner.input_batch, proposer.runner.requests)
+    drafts = comp_view.CompView(proposer, None).draft(
+        rows, proposer.runner.input_batch, proposer.runner.requests
+    )
     assert drafts == {"new": [1] * 4, "live": [1] * 2}
     new_blocks = [b for rid, b in written if rid == "new"]
-    assert new_blocks == [9, 9, 0, 0], written  # slots 2, 3 in its own block; 4, 5 through the null block
+    assert new_blocks == [9, 9, 0, 0], (
+        written
+    )  # slots 2, 3 in its own block; 4, 5 through the null block
     assert 6 not in new_blocks and 7 not in new_blocks
     assert [b for rid, b in written if rid == "live"] == [8, 8]
 
@@ -74,7 +107,10 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
 def test_allocated_blocks_zero_what_a_row_does_not_own():
     table = block_table([[5, 6, 7], [1, 2]])
     table.add_row([9], 0)
-    assert comp_view.allocated_blocks(table, 2)[:, :4].tolist() == [[9, 0, 0, 0], [1, 2, 0, 0]]
+    assert comp_view.allocated_blocks(table, 2)[:, :4].tolist() == [
+        [9, 0, 0, 0],
+        [1, 2, 0, 0],
+    ]
 
 
 def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
@@ -87,13 +123,30 @@ def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):
     passes = []
 
     def record(proposer_, batch, block_size, token_ids=None, decode=False):
-        proposer_.pass_req_ids = [starts[(row.start, int(row.block_table[0]))] for row in batch]
+        proposer_.pass_req_ids = [
+            starts[(row.start, int(row.block_table[0]))] for row in batch
+        ]
         passes.append(sorted(proposer_.pass_req_ids))
         return run_pass(proposer_, batch, block_size, token_ids)
 
-    starts.update({(3, 7): "p", (4, 7): "p", (3, 8): "q", (4, 8): "q", (5, 9): "fit", (6, 9): "fit"})
+    starts.update(
+        {
+            (3, 7): "p",
+            (4, 7): "p",
+            (3, 8): "q",
+            (4, 8): "q",
+            (5, 9): "fit",
+            (6, 9): "fit",
+        }
+    )
     monkeypatch.setattr(comp_view, "run_pass", record)
-    rows = [(0, "p", RowState(None, 2)), (1, "q", RowState(None, 2)), (2, "fit", RowState(None, 2))]
-    comp_view.CompView(proposer, None).draft(rows, proposer.runner.input_batch, proposer.runner.requests)
+    rows = [
+        (0, "p", RowState(None, 2)),
+        (1, "q", RowState(None, 2)),
+        (2, "fit", RowState(None, 2)),
+    ]
+    comp_view.CompView(proposer, None).draft(
+        rows, proposer.runner.input_batch, proposer.runner.requests
+    )
     assert passes == [["fit"], ["fit"], ["p"], ["p"], ["q"], ["q"]]
     assert [b for rid, b in written if rid == "p"] == [7, 0]

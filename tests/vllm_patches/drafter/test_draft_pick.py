@@ -17,8 +17,14 @@ V, STOP, BANNED = 8, 3, 5
 
 def row(cfg: AsymSpecConfig, y_len: int, stop_ids=(STOP,)) -> RowState:
     gen = sampling.generators(cfg, 1, "cpu")[0] if cfg.samples else None
-    return RowState(AsymSpecRequest(METHODS["asymspec"], cfg, stop_ids=stop_ids), cfg.K, req_id="r",
-                    banned=torch.zeros(V, dtype=torch.bool), generator=gen, y_len=y_len)
+    return RowState(
+        AsymSpecRequest(METHODS["asymspec"], cfg, stop_ids=stop_ids),
+        cfg.K,
+        req_id="r",
+        banned=torch.zeros(V, dtype=torch.bool),
+        generator=gen,
+        y_len=y_len,
+    )
 
 
 def stop_favoured() -> torch.Tensor:
@@ -32,10 +38,18 @@ def test_draft_k_is_judged_at_output_position_y_len_plus_k():
     best token), draft 2 at position 3 (free: the stop token itself)."""
     cfg = AsymSpecConfig(K=3, min_tokens=3)
     banned = torch.zeros(1, V, dtype=torch.bool)
-    got = [int(draft_pick.pick(stop_favoured(), [row(cfg, 1)], k, banned)[0]) for k in range(3)]
+    got = [
+        int(draft_pick.pick(stop_favoured(), [row(cfg, 1)], k, banned)[0])
+        for k in range(3)
+    ]
     assert got == [1, 1, STOP]
-    assert int(draft_pick.pick(stop_favoured(), [row(cfg, 3)], 0, banned)[0]) == STOP  # y_len itself at the limit
-    assert int(draft_pick.pick(stop_favoured(), [row(cfg, 0, stop_ids=())], 0, banned)[0]) == STOP  # no stop set
+    assert (
+        int(draft_pick.pick(stop_favoured(), [row(cfg, 3)], 0, banned)[0]) == STOP
+    )  # y_len itself at the limit
+    assert (
+        int(draft_pick.pick(stop_favoured(), [row(cfg, 0, stop_ids=())], 0, banned)[0])
+        == STOP
+    )  # no stop set
 
 
 def test_a_sampled_draft_is_never_a_banned_token():
@@ -48,6 +62,10 @@ def test_a_sampled_draft_is_never_a_banned_token():
     for seed in range(20):
         cfg = AsymSpecConfig(K=2, temperature=1.0, seed=seed)
         got = int(draft_pick.pick(logits, [row(cfg, 0)], 0, banned)[0])
-        want = int(sampling.draw(sampling.filtered_logprobs(logits, cfg, banned[0]), sampling.generators(cfg, 1,
-                                                                                                         "cpu"))[0])
+        want = int(
+            sampling.draw(
+                sampling.filtered_logprobs(logits, cfg, banned[0]),
+                sampling.generators(cfg, 1, "cpu"),
+            )[0]
+        )
         assert got == want != BANNED

@@ -1,4 +1,5 @@
-"""vllm_patches.drafter.full_view on a stand-in drafter handle: the x_full prefill in chunks and the image embeddings it reads."""
+"""vllm_patches.drafter.full_view on a stand-in drafter handle: the x_full prefill in chunks and the image embeddings
+it reads."""
 
 import types
 
@@ -18,7 +19,9 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     embeddings 0..1, the second chunk's 4 read embeddings 2..5, never 0..3 again."""
     feed = [1, 2] + [IMAGE] * 6
     state = RowState(None, 2)
-    embeddings = torch.arange(6.).repeat_interleave(H).view(6, H)  # embedding j is all j
+    embeddings = (
+        torch.arange(6.0).repeat_interleave(H).view(6, H)
+    )  # embedding j is all j
     images = FullViewImages(embeddings, [torch.tensor(feed) == IMAGE])
     read = []
 
@@ -31,12 +34,20 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
         return torch.zeros(n, H), torch.tensor([n - 1])
 
     drafter = types.SimpleNamespace(
-        max_batched_tokens=4, device=torch.device("cpu"), uses_mrope=False,
-        model=types.SimpleNamespace(embed_input_ids=embed_input_ids, compute_logits=lambda h: torch.zeros(len(h), V)))
+        max_batched_tokens=4,
+        device=torch.device("cpu"),
+        uses_mrope=False,
+        model=types.SimpleNamespace(
+            embed_input_ids=embed_input_ids,
+            compute_logits=lambda h: torch.zeros(len(h), V),
+        ),
+    )
     view = full_view.FullView(None, None)
     view.drafter = drafter
     view.pool = types.SimpleNamespace(block_size=4, tensors={}, blocks={"r": [3, 4, 5]})
-    view.rows["r"] = full_view.FullRow(RowLedger(prompt=list(feed)), torch.arange(len(feed)), 0, True)
+    view.rows["r"] = full_view.FullRow(
+        RowLedger(prompt=list(feed)), torch.arange(len(feed)), 0, True
+    )
     monkeypatch.setattr(full_view, "run_pass", run_pass)
     last = view.first_pass([("r", state, feed)], images)
     assert read == [[0.0, 1.0], [2.0, 3.0, 4.0, 5.0]]

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import torch
 
-from vllm_patches.hooks import harness
 from vllm_patches import sampler
 from vllm_patches.drafter.proposer import AsymSpecProposer
+from vllm_patches.hooks import harness
 
 ROOT = Path(__file__).resolve().parents[3]
 V = 5
@@ -30,13 +30,26 @@ class FakeProposer:
     step_logits = AsymSpecProposer.step_logits
 
     def __init__(self):
-        self.runner = SimpleNamespace(requests={"r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
-                                                "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[])})
+        self.runner = SimpleNamespace(
+            requests={
+                "r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
+                "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[]),
+            }
+        )
         self.states = {"r0": FakeState([3, 4]), "r1": FakeState([1, 1])}
         self.a = torch.arange(2 * 3 * V, dtype=torch.float32).view(2, 3, V)
-        self.full = SimpleNamespace(logits=lambda req_ids, n: torch.stack([self.a[int(r[1:]), :n] for r in req_ids]),
-                                    rows={r: SimpleNamespace(ledger=SimpleNamespace(prompt=[1, 2, 3])) for r in self.states})
-        self.comp = SimpleNamespace(logits=lambda token_index: token_index.float()[:, None].expand(-1, V) * 10)
+        self.full = SimpleNamespace(
+            logits=lambda req_ids, n: torch.stack(
+                [self.a[int(r[1:]), :n] for r in req_ids]
+            ),
+            rows={
+                r: SimpleNamespace(ledger=SimpleNamespace(prompt=[1, 2, 3]))
+                for r in self.states
+            },
+        )
+        self.comp = SimpleNamespace(
+            logits=lambda token_index: token_index.float()[:, None].expand(-1, V) * 10
+        )
 
     def row(self, req_id):
         return self.states[req_id]
@@ -45,13 +58,22 @@ class FakeProposer:
         return {req_id: state.drafts for req_id, state, _ in plan.full_rows}
 
 
-
 def _step(drafter):
     """One sampler group of rows r0, r1 with 2 drafts each (the rule reads t and b)."""
     logits = torch.randn(6, V)
     batch = SimpleNamespace(req_ids=["r0", "r1"])
     drafts = torch.tensor([[3, 4], [1, 1]])
-    return sampler._logits(SimpleNamespace(reads=("t", "b")), drafter, batch, logits, torch.arange(6), [0, 3, 6], [0, 1], drafts, None)
+    return sampler._logits(
+        SimpleNamespace(reads=("t", "b")),
+        drafter,
+        batch,
+        logits,
+        torch.arange(6),
+        [0, 3, 6],
+        [0, 1],
+        drafts,
+        None,
+    )
 
 
 def test_no_hook_without_a_recording_and_none_left_after_one():
@@ -64,13 +86,25 @@ def test_no_hook_without_a_recording_and_none_left_after_one():
     harness.record(drafter, "proposals", on=False)
     assert harness.hooked(drafter)  # the steps recording is still on
     harness.record(drafter, "steps", on=False)
-    assert not harness.hooked(drafter) and sampler._logits is original and "propose" not in vars(drafter)
+    assert (
+        not harness.hooked(drafter)
+        and sampler._logits is original
+        and "propose" not in vars(drafter)
+    )
 
 
 def test_the_hot_path_holds_no_capture_code():
     """The drafting passes, the proposer and the sampler's loop name no recording (the harness wraps them)."""
-    for name in ("drafter/full_view.py", "drafter/comp_view.py", "drafter/proposer.py", "sampler.py"):
-        code = "\n".join(line.split("#")[0] for line in (ROOT / "vllm_patches" / name).read_text().splitlines())
+    for name in (
+        "drafter/full_view.py",
+        "drafter/comp_view.py",
+        "drafter/proposer.py",
+        "sampler.py",
+    ):
+        code = "\n".join(
+            line.split("#")[0]
+            for line in (ROOT / "vllm_patches" / name).read_text().splitlines()
+        )
         recording = r"LogitCapture|StepCapture|\.capture\b|step_capture|harness\.|record_"  # not CUDA-graph capture
         assert not re.search(recording, code.split('"""', 2)[-1]), name
 
@@ -88,7 +122,9 @@ def test_a_recording_holds_what_the_rule_read_and_what_was_drafted():
     finally:
         harness.record(drafter, "proposals", on=False)
         harness.record(drafter, "steps", on=False)
-    assert torch.equal(proposals["r0"]["b"][0]["b"], out["b"][0]) and proposals["r0"]["b"][0]["tokens"] == [7, 8, 9, 3, 4]
+    assert torch.equal(proposals["r0"]["b"][0]["b"], out["b"][0]) and proposals["r0"][
+        "b"
+    ][0]["tokens"] == [7, 8, 9, 3, 4]
     assert proposals["r1"]["b"][0]["tokens"] == [6, 1, 1]
     a = proposals["r0"]["a"][0]
     assert (a["y"], a["drafts"], proposals["r0"]["x_full"]) == ([9], [3, 4], (1, 2, 3))

@@ -1,14 +1,15 @@
-"""vllm_patches.hooks.runner_patch hooks on a stand-in runner: what a tensor-parallel rank does when its sampler fails."""
+"""vllm_patches.hooks.runner_patch hooks on a stand-in runner: what a tensor-parallel rank does when its sampler
+fails."""
 
 import types
 
 import pytest
 import torch
 
-from vllm_patches.requests import faults
-from vllm_patches.hooks import runner_patch
 from vllm_patches import sampler
+from vllm_patches.hooks import runner_patch
 from vllm_patches.hooks.runner_state import RunnerState
+from vllm_patches.requests import faults
 
 
 class Exited(BaseException):
@@ -17,19 +18,34 @@ class Exited(BaseException):
 
 def runner_with(world_size: int):
     return types.SimpleNamespace(
-        vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        drafter=types.SimpleNamespace(world_size=world_size), asymspec=RunnerState(), requests={}, sampler=None,
-        input_batch=types.SimpleNamespace(update_async_output_token_ids=lambda: None, req_ids=[], num_logprobs={},
-                                          max_num_logprobs=None))
+        vllm_config=types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="asymspec")
+        ),
+        drafter=types.SimpleNamespace(world_size=world_size),
+        asymspec=RunnerState(),
+        requests={},
+        sampler=None,
+        input_batch=types.SimpleNamespace(
+            update_async_output_token_ids=lambda: None,
+            req_ids=[],
+            num_logprobs={},
+            max_num_logprobs=None,
+        ),
+    )
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_a_rank_local_sampler_failure_ends_the_rank_under_tensor_parallelism(monkeypatch, world_size):
+def test_a_rank_local_sampler_failure_ends_the_rank_under_tensor_parallelism(
+    monkeypatch, world_size
+):
     """Finding 6: an error in the gate's path (first-sight row(), b's compute_logits) on one rank: with TP the
     rank ends its process (vLLM then stops the engine) instead of raising while the other ranks wait in the
     logits all-gather until vLLM's 300 s timeout; with one rank it raises as before."""
+
     def fails(*args):
-        raise torch.OutOfMemoryError("simulated out of memory in compute_logits on this rank")
+        raise torch.OutOfMemoryError(
+            "simulated out of memory in compute_logits on this rank"
+        )
 
     def exit_(code):
         raise Exited(code)
@@ -49,8 +65,8 @@ def test_a_rank_local_sampler_failure_ends_the_rank_under_tensor_parallelism(mon
 def test_the_runners_asymspec_state_is_one_object_the_worker_rpcs_and_hooks_share():
     """Timing switched on by the worker RPC is the timer the hooks count steps and phases on (it lived in a loose
     runner attribute beside two more)."""
-    from vllm_patches.probes.phase_timing import timed
     from vllm_patches.hooks.worker_extension import AsymSpecWorkerExtension
+    from vllm_patches.probes.phase_timing import timed
 
     runner = runner_with(1)
     worker = AsymSpecWorkerExtension()

@@ -3,8 +3,12 @@
 import types
 
 from asymspec_vl import AsymSpecConfig
-from vllm_patches.requests.request_args import EngineFacts, make_extra_args, parse_request_args
 from vllm_patches.hooks.scheduler_patch import full_view_blocks
+from vllm_patches.requests.request_args import (
+    EngineFacts,
+    make_extra_args,
+    parse_request_args,
+)
 
 FACTS = EngineFacts(K=2, vocab_size=100, max_model_len=64)
 
@@ -12,16 +16,26 @@ FACTS = EngineFacts(K=2, vocab_size=100, max_model_len=64)
 def request(x_full_len: int, prompt_len: int, max_tokens: int, mode: str = "asymspec"):
     from vllm import SamplingParams
 
-    extra = make_extra_args(mode, AsymSpecConfig(K=2, max_new_tokens=max_tokens), x_full=list(range(1, x_full_len + 1)))
-    return types.SimpleNamespace(sampling_params=SamplingParams(temperature=0, extra_args=extra),
-                                 prompt_token_ids=list(range(prompt_len)), max_tokens=max_tokens)
+    extra = make_extra_args(
+        mode,
+        AsymSpecConfig(K=2, max_new_tokens=max_tokens),
+        x_full=list(range(1, x_full_len + 1)),
+    )
+    return types.SimpleNamespace(
+        sampling_params=SamplingParams(temperature=0, extra_args=extra),
+        prompt_token_ids=list(range(prompt_len)),
+        max_tokens=max_tokens,
+    )
 
 
 def test_admission_reserves_the_whole_view_and_the_k_plus_1_lookahead():
     """x_full 10 + 5 answer tokens + K=2 drafts + 1 (a fused bonus's a_{K+1}) = 18 tokens: 5 blocks of 4 (without
     the lookahead 15 would take 4, and the last step's drafts would find the pool full)."""
+
     def blocks(r):
-        return full_view_blocks(r, parse_request_args(r.sampling_params.extra_args, FACTS), 2, block_size=4)
+        return full_view_blocks(
+            r, parse_request_args(r.sampling_params.extra_args, FACTS), 2, block_size=4
+        )
 
     assert blocks(request(10, 6, 5)) == 5
     assert blocks(request(6, 10, 5)) == 5  # x_comp longer: its length

@@ -1,4 +1,5 @@
-"""vllm_patches.probes.phase_timing: the phase timer's device brackets ask nothing of the CUDA driver where CUDA does not
+"""vllm_patches.probes.phase_timing: the phase timer's device brackets ask nothing of the CUDA driver where CUDA does
+not
 run (there each query costs a driver probe per call, which the phase it closes would be charged)."""
 
 import torch

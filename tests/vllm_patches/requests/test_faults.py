@@ -1,4 +1,5 @@
-"""vllm_patches.requests.faults on small stand-ins: tensor-parallel ranks compare their failed requests over any communicator."""
+"""vllm_patches.requests.faults on small stand-ins: tensor-parallel ranks compare their failed requests over any
+communicator."""
 
 import multiprocessing as mp
 import os
@@ -13,12 +14,18 @@ class ShmLikeGroup:
     does on AVX-512 CPUs (`shm_all_gather_impl` not implemented for 'Long'); its cpu_group is real gloo."""
 
     def __init__(self, rank: int, world_size: int):
-        self.rank_in_group, self.world_size, self.device = rank, world_size, torch.device("cpu")
+        self.rank_in_group, self.world_size, self.device = (
+            rank,
+            world_size,
+            torch.device("cpu"),
+        )
         self.cpu_group = torch.distributed.group.WORLD
 
     def all_gather(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         if x.dtype == torch.int64:
-            raise NotImplementedError('"shm_all_gather_impl" not implemented for \'Long\'')
+            raise NotImplementedError(
+                "\"shm_all_gather_impl\" not implemented for 'Long'"
+            )
         out = [torch.empty_like(x) for _ in range(self.world_size)]
         torch.distributed.all_gather(out, x)
         return torch.cat(out, dim)
@@ -36,7 +43,9 @@ CASES = [  # (rank 0 failed, rank 1 failed, the ranks agree)
 def _rank(rank: int, init_file: str, results) -> None:
     from vllm_patches.requests.faults import RanksDisagreeError, check_ranks_agree
 
-    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=2
+    )
     group = ShmLikeGroup(rank, 2)
     outcome = []
     try:

@@ -1,12 +1,13 @@
-"""vllm_patches.requests.pool_ledger and the scheduler hooks around it, on a stand-in scheduler: the scheduler's share of
+"""vllm_patches.requests.pool_ledger and the scheduler hooks around it, on a stand-in scheduler: the scheduler's share
+of
 the drafter's x_full pool."""
 
 import types
 
 from vllm_patches.hooks import scheduler_patch
+from vllm_patches.hooks.scheduler_patch import STATE_ATTR, RequestState, SchedulerState
 from vllm_patches.requests.pool_ledger import PoolLedger
 from vllm_patches.requests.request_args import EngineFacts
-from vllm_patches.hooks.scheduler_patch import STATE_ATTR, SchedulerState, RequestState
 
 
 def test_waiting_requests_that_do_not_fit_are_held_in_queue_order():
@@ -25,7 +26,9 @@ def test_reserved_from_admission_to_release_with_its_peak():
     pool.admit("c", 0)  # a request without an x_full view holds nothing
     assert pool.reserved == {"a": 3, "b": 5} and pool.free == 2 and pool.peak == 8
     pool.release("a")
-    pool.release("a")  # a request freed twice (finished, then aborted) gives its blocks back once
+    pool.release(
+        "a"
+    )  # a request freed twice (finished, then aborted) gives its blocks back once
     assert pool.reserved == {"b": 5} and pool.free == 5 and pool.peak == 8
     assert pool.could_ever_fit(10) and not pool.could_ever_fit(11)
 
@@ -41,9 +44,17 @@ class Waiting(list):
 
 def scheduler_with(pool, waiting):
     return types.SimpleNamespace(
-        vllm_config=types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="asymspec")),
-        asymspec=SchedulerState(EngineFacts(K=2, vocab_size=10, max_model_len=64), pool), waiting=Waiting(waiting),
-        requests={r.request_id: r for r in waiting}, running=[], max_num_scheduled_tokens=8192)  # room for all
+        vllm_config=types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="asymspec")
+        ),
+        asymspec=SchedulerState(
+            EngineFacts(K=2, vocab_size=10, max_model_len=64), pool
+        ),
+        waiting=Waiting(waiting),
+        requests={r.request_id: r for r in waiting},
+        running=[],
+        max_num_scheduled_tokens=8192,
+    )  # room for all
 
 
 def waiting_request(req_id, blocks):
@@ -63,8 +74,11 @@ def test_schedule_never_reserves_more_than_the_pool_and_gives_the_held_back_thei
         seen.append([r.request_id for r in s.waiting])
         scheduled = list(s.waiting)
         s.waiting[:] = []
-        return types.SimpleNamespace(scheduled_new_reqs=[types.SimpleNamespace(req_id=r.request_id)
-                                                         for r in scheduled])
+        return types.SimpleNamespace(
+            scheduled_new_reqs=[
+                types.SimpleNamespace(req_id=r.request_id) for r in scheduled
+            ]
+        )
 
     scheduler_patch.schedule(schedule, scheduler)
     pool = scheduler.asymspec.pool
