@@ -1,4 +1,5 @@
-"""The interface both backends implement (transformers: hf.py; vLLM: vllm.py), as the API uses them."""
+"""The interface both backends implement, as the API uses them (transformers: hf/hf_backend.py; vLLM:
+vllm/vllm_backend.py)."""
 
 from __future__ import annotations
 
