@@ -71,13 +71,13 @@ def add_model_args(
         "--drafter",
         default=None,
         help=f"VL drafter: hub id, local path, or 'embedded' (the offline toy pair) (default: {drafter}; "
-        "embedded when --verifier is embedded)",
+        "embedded when --verifier is embedded or embedded-llama)",
     )
     g.add_argument(
         "--verifier",
         default=None,
-        help=f"text-only verifier: hub id, local path, or 'embedded' (default: {verifier}; embedded when "
-        "--drafter is embedded)",
+        help=f"text-only verifier: hub id, local path, 'embedded', or 'embedded-llama' (a toy Llama of "
+        f"another vocabulary: a cross-family pair) (default: {verifier}; embedded when --drafter is embedded)",
     )
     p.set_defaults(
         pair_defaults=(drafter, verifier)
