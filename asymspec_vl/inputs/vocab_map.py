@@ -115,6 +115,26 @@ def special_roles(tok, eos_ids: set[int] | None = None) -> dict[str, int]:
     return roles
 
 
+def _preferred(tok):
+    """Sort key of (id, bytes) items: a SentencePiece byte-fallback token (`<0x61>`) after the ordinary piece of the
+    same string (`a`), whatever their ids (Llama-2 and Gemma number the byte tokens first): the pair then commits
+    the piece the verifier writes itself. Ties by id."""
+    pieces = {i: piece for piece, i in tok.get_vocab().items()}
+    sentencepiece = not _is_byte_level(tok)
+
+    def key(item: tuple[int, bytes]) -> tuple[bool, int]:
+        piece = pieces.get(item[0], "")
+        fallback = (
+            sentencepiece
+            and len(piece) == 6
+            and piece.startswith("<0x")
+            and piece.endswith(">")
+        )
+        return fallback, item[0]
+
+    return key
+
+
 def build_vocab_map(
     drafter_tok,
     verifier_tok,
@@ -134,17 +154,17 @@ def build_vocab_map(
         return VocabMap.same_vocabulary(Vv)
     d_bytes, v_bytes = token_bytes(drafter_tok), token_bytes(verifier_tok)
     by_bytes = {}
-    for i, s in sorted(d_bytes.items()):
-        by_bytes.setdefault(s, i)  # duplicates (rare): the lowest id
+    for i, s in sorted(d_bytes.items(), key=_preferred(drafter_tok)):
+        by_bytes.setdefault(
+            s, i
+        )  # one string twice: the ordinary piece, else the lowest id
     pairs: dict[int, int] = {}  # verifier id -> drafter id
-    for j, s in sorted(v_bytes.items()):
-        if (
-            s in by_bytes
-            and by_bytes[s] not in pairs.values()
-            and j < Vv
-            and by_bytes[s] < Vd
-        ):
-            pairs[j] = by_bytes[s]
+    paired: set[int] = set()  # the drafter ids in pairs
+    for j, s in sorted(v_bytes.items(), key=_preferred(verifier_tok)):
+        i = by_bytes.get(s)
+        if i is not None and i not in paired and j < Vv and i < Vd:
+            pairs[j] = i
+            paired.add(i)
     d_roles, v_roles = (
         special_roles(drafter_tok, drafter_eos),
         special_roles(verifier_tok, verifier_eos),

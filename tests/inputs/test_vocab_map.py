@@ -93,3 +93,23 @@ def test_unpairable_end_tokens_are_a_typed_error():
         VocabularyMismatchError, match="cannot be paired: end of turn / EOS"
     ):
         build_vocab_map(d, v)
+
+
+def test_a_byte_fallback_token_yields_to_the_ordinary_piece_of_the_same_string():
+    """Llama-2 and Gemma number their `<0xNN>` byte tokens first: the drafter's `a` pairs with the verifier's own
+    piece `a`, not with `<0x61>` (which decodes the same, but which the verifier never writes for `a`)."""
+    words = [f"w{i}" for i in range(300)]
+    d = word_level(words + ["a"])
+    v = word_level(["<0x61>"] + words + ["a"])
+    pairs = dict(
+        zip(
+            build_vocab_map(d, v).drafter_ids.tolist(),
+            build_vocab_map(d, v).verifier_ids.tolist(),
+        )
+    )
+    a_d, a_v, byte_v = (
+        d.convert_tokens_to_ids("a"),
+        v.convert_tokens_to_ids("a"),
+        v.convert_tokens_to_ids("<0x61>"),
+    )
+    assert byte_v < a_v and pairs[a_d] == a_v and byte_v not in pairs.values()
