@@ -93,6 +93,7 @@ def test_config_from_args_round_trips_every_field():
         min_tokens=2,
         structured_output={"regex": "[0-9]+"},
         logprobs=3,
+        prompt_logprobs=2,
     )
     assert all(getattr(changed, f) != getattr(AsymSpecConfig(), f) for f in FIELDS)
     argv = ["--image", "x", "--question", "q"]

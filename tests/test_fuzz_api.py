@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from helpers import random_image
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -26,6 +26,7 @@ from asymspec_vl.core.config import BONUS_RULES, DELTA_SOURCES, GATES
 from asymspec_vl.core.methods import NAMES as METHODS
 
 MAX_EXAMPLES = 120
+EXPLICIT = 4  # the @example cases of the API fuzz
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
@@ -242,6 +243,12 @@ def test_public_api_gives_a_result_or_a_typed_error(embedded_vl):
         method=methods,
         batch=st.booleans(),
     )
+    # one of each kind of bad input, whatever the generated ones reach (the generated sequence shifts with the
+    # modules other tests imported before this one)
+    @example(b"not an image", "q?", "", "", None, "asymspec", False)
+    @example(random_image(2, 8, 40), "", "", "", None, "floor", True)
+    @example(random_image(3, 8, 40), "q?", "", "", {"K": 0}, "asymspec", False)
+    @example(random_image(4, 8, 40), "q?", "\ud800", "", None, "asymspec", False)
     def check(image, question, caption, ocr, config, method, batch):
         try:
             if batch:  # a valid request beside the random one: only the random one may be named as bad
@@ -274,7 +281,7 @@ def test_public_api_gives_a_result_or_a_typed_error(embedded_vl):
 
     check()
     print(f"\n{sum(outcomes.values())} fuzz cases: {dict(sorted(outcomes.items()))}")
-    assert sum(outcomes.values()) == MAX_EXAMPLES
+    assert sum(outcomes.values()) == MAX_EXAMPLES + EXPLICIT
     assert (
         outcomes["result"] >= 10
     )  # the fuzzing reaches decoding, not only the validation
