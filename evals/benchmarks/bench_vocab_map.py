@@ -21,6 +21,8 @@ import time
 
 import torch
 from asymspec_vl.evals.report import markdown_table
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
 
 from asymspec_vl.core import gate, vocab_align
 from asymspec_vl.core.config import AsymSpecConfig
@@ -110,8 +112,6 @@ def bench(
 
 def build_seconds(drafter_size: int, verifier_size: int, shared: int) -> float:
     """Seconds build_vocab_map takes on two word-level tokenizers of these sizes sharing `shared` strings."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
 
     def tokenizer(words: list[str]):
         vocab = {w: i for i, w in enumerate(["</s>", *words])}
