@@ -117,10 +117,12 @@ def move_logprobs(out, params, hidden: bool, primed: bool) -> None:
     row goes too; the prime's row (the verifier's scores of the prompt's last token after the rest, the
     position vLLM's prompt logprobs lack since the prefill stopped before it) ends the prompt logprobs when
     they are asked. Rows the client did not ask for (prompt_logprobs raised the engine's `logprobs`) are dropped."""
-    from vllm.v1.outputs import LogprobsLists, LogprobsTensors  # lazy: loads vLLM
-
     rows = out.new_logprobs
-    if rows is not None and hidden:
+    if rows is None:  # the common step (this runs for every output): nothing to move
+        return
+    if hidden:
+        from vllm.v1.outputs import LogprobsLists, LogprobsTensors  # lazy: loads vLLM
+
         if primed and params.prompt_logprobs is not None:
             width = (
                 rows.logprobs.shape[1]
