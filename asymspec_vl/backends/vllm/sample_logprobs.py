@@ -27,16 +27,11 @@ def from_vllm(
             raise MissingLogprobsError(
                 f"the engine's logprobs entry of token {tok} lacks that token: {entry}"
             )
-        top = sorted(
-            (x.rank, i, x.logprob)
-            for i, x in entry.items()
-            if x.rank is not None and x.rank <= cfg.logprobs
-        )
         out.append(
             TokenLogprob(
                 tok,
                 entry[tok].logprob,
-                [(i, lp) for _, i, lp in top],
+                ranked(entry, cfg.logprobs),
                 distribution(method, cfg, source),
             )
         )
@@ -58,14 +53,18 @@ def prompt_from_vllm(entries, prompt: list[int], k: int) -> list[PromptLogprob |
             raise MissingLogprobsError(
                 f"the engine's prompt logprobs entry of token {tok} lacks that token"
             )
-        top = sorted(
-            (x.rank, i, x.logprob)
-            for i, x in entry.items()
-            if x.rank is not None and x.rank <= k
-        )
         out.append(
-            PromptLogprob(
-                tok, entry[tok].logprob, entry[tok].rank, [(i, lp) for _, i, lp in top]
-            )
+            PromptLogprob(tok, entry[tok].logprob, entry[tok].rank, ranked(entry, k))
         )
     return out
+
+
+def ranked(entry: dict, k: int) -> list[tuple[int, float]]:
+    """(token id, logprob) of an entry's tokens of rank <= k, best first (vLLM adds the scored token beside its
+    top-k when that token ranks lower)."""
+    top = sorted(
+        (x.rank, i, x.logprob)
+        for i, x in entry.items()
+        if x.rank is not None and x.rank <= k
+    )
+    return [(i, lp) for _, i, lp in top]
