@@ -29,6 +29,10 @@ verification are
 always a prefix of the request's last proposal: the scheduler only trims them (to the step's token budget, to
 max_model_len, to none for a prefill chunk), so the proposer's stored logits belong to them; a step with no
 drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw from filtered(t)).
+On a cross-family engine (proposer.vmap, a VocabMap) every group is decided by core/vocab_align.py's greedy rules
+(the transformers loop's): t in verifier ids, a and b in the drafter's, drafts in verifier ids, each row's
+verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_scores (sampling and min_tokens are
+refused there: engine_map.cross_family_refusal).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+from asymspec_vl.core import vocab_align
 from asymspec_vl.core.logprobs import step_scores
 from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
 from asymspec_vl.core.min_tokens import hold_stops
@@ -147,7 +152,13 @@ def sample(
                 k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids)
                 for k, x in step_logits.items()
             }
-        if cfg is not None and cfg.samples:
+        if (
+            proposer.vmap is not None
+        ):  # a cross-family engine: the greedy rules across the map
+            outcome = vocab_align.decide(
+                method.name, cfg, step_logits, drafts, states[0].banned_v, proposer.vmap
+            )
+        elif cfg is not None and cfg.samples:
             outcome = method.sample(
                 cfg,
                 step_logits,
@@ -163,7 +174,9 @@ def sample(
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(
         sampled_token_ids=out.to(logits.device),
-        logprobs_tensors=_logprobs(batch, vllm_sampler, out, logits, first, decided),
+        logprobs_tensors=_logprobs(
+            batch, vllm_sampler, out, logits, first, decided, proposer.vmap
+        ),
     )
 
 
@@ -215,13 +228,14 @@ def _logprobs(
     logits: torch.Tensor,
     first: list[int],
     decided: list,
+    vmap=None,
 ):
     """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
     asks for them: position j of row i reads the raw scores its token was chosen from (core/logprobs.py's
     step_scores: t, or for a decided row of a method with a config a, the fused scores or SCD's contrastive target),
     at logits row first[i] + j (clamped to the row's last). decided: (method, cfg, rows, logits by name, outcome,
     number of drafts) of each group the rules decided; vllm_sampler: vLLM's Sampler (logprobs_mode, and its
-    compute_logprobs and gather_logprobs)."""
+    compute_logprobs and gather_logprobs); vmap: a cross-family engine's map (step_scores reads it)."""
     k = batch.max_num_logprobs
     if k is None:
         return None
@@ -249,6 +263,7 @@ def _logprobs(
             {name: x[sel] for name, x in step_logits.items()},
             outcome.num_accepted[sel.to(outcome.num_accepted.device)],
             n,
+            vmap,
         )  # [G', n + 1, V]
         at = torch.tensor(
             [rows[g] * width + j for g in asking for j in range(n + 1)],

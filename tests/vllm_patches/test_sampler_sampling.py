@@ -44,6 +44,7 @@ def stand_in(states, b, q, t, outputs):
         row=states.__getitem__,
         comp=types.SimpleNamespace(logits=lambda i: b[i]),
         full=types.SimpleNamespace(logits=store.gather, draft_logits=store),
+        vmap=None,  # one vocabulary
     )
     proposer.step_logits = types.MethodType(AsymSpecProposer.step_logits, proposer)
     batch = sampler.StepBatch(

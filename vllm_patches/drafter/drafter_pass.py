@@ -37,6 +37,9 @@ class DrafterHandle:
     )
     kv_cache_gid: int  # the KV cache group of the drafter's layers on the verifier's block table (x_comp)
     request_errors: tuple  # exceptions of a request's device work that fail only that request (faults.py)
+    vmap: object = (
+        None  # a cross-family pair's core.vocab_align.VocabMap; None: one vocabulary
+    )
 
 
 @dataclass

@@ -210,19 +210,19 @@ class FullView:
             )  # [live]
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)
-        drafts = torch.stack(
-            drafted, 1
-        ).tolist()  # [R, max passes]: the step's one wait for the device
+        own, drafts = drafts_both_ids(
+            torch.stack(drafted, 1), drafter.vmap
+        )  # [R, max passes] each: the step's one wait for the device
         self.draft_logits.store_rows([req_id for req_id, _, _ in rows], a, passes)
         out = {}
-        for (req_id, state, _), view, row_drafts, n, start in zip(
-            rows, views, drafts, passes, starts
+        for (req_id, state, _), view, own_drafts, row_drafts, n, start in zip(
+            rows, views, own, drafts, passes, starts
         ):
-            # the passes after the feed read d_1 .. d_{n-1}
+            # the passes after the feed read d_1 .. d_{n-1} (in the drafter's ids)
             view.ledger.speculative.extend(
-                (start + j, d) for j, d in enumerate(row_drafts[: n - 1])
+                (start + j, d) for j, d in enumerate(own_drafts[: n - 1])
             )
-            state.drafts = row_drafts[: state.K]
+            state.drafts = row_drafts[: state.K]  # the engine's (verifier) ids
             out[req_id] = state.drafts
         return out
 
@@ -289,3 +289,16 @@ class FullView:
     def block_table(self, req_id: str) -> torch.Tensor:
         """The row's x_full blocks in order. -> [num_blocks] int32 (host)."""
         return torch.tensor(self.pool.blocks[req_id], dtype=torch.int32)
+
+
+def drafts_both_ids(drafted: torch.Tensor, vmap) -> tuple[list, list]:
+    """The drafts [R, n] (drafter ids, on the device) on the host, in the drafter's ids and in the engine's: one
+    gather through a cross-family pair's map (VocabMap, or None: one vocabulary, the same lists) and one copy."""
+    if vmap is None:
+        drafts = drafted.tolist()
+        return drafts, drafts
+    d2v = vmap.to(drafted.device)[
+        2
+    ]  # [Vd] verifier id of each drafter id (-1: unshared, never picked)
+    own, theirs = torch.stack([drafted, d2v[drafted]]).tolist()
+    return own, theirs

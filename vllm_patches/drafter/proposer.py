@@ -37,6 +37,11 @@ from vllm.v1.spec_decode.eagle import SpecDecodeBaseProposer
 from asymspec_vl.core.errors import AsymSpecError
 
 from .. import switches
+from ..requests.engine_map import (
+    cross_family_refusal,
+    engine_vocab_map,
+    to_drafter_ids,
+)
 from ..requests.faults import check_ranks_agree, request_errors, stop_rank_on_error
 from ..requests.request_args import engine_facts
 from ..requests.rows import RequestRegistry, RowState
@@ -147,8 +152,16 @@ class AsymSpecProposer(DraftModelProposer):
                 self.device,
             ),
         )
+        # a cross-family pair's map (None: one vocabulary, today's path): the proposer's ids cross it at its
+        # boundary (docs/cross-family.md, "vLLM engine")
+        self.vmap = engine_vocab_map(self.vllm_config)
         self.registry = RequestRegistry(
-            self.facts, banned, self.device, self.request_errors, self.full.release
+            self.facts,
+            banned,
+            self.device,
+            self.request_errors,
+            self.full.release,
+            self.vmap,
         )
 
     def initialize_attn_backend(
@@ -178,6 +191,7 @@ class AsymSpecProposer(DraftModelProposer):
             self.max_batched_tokens,
             self.kv_cache_gid,
             self.request_errors,
+            self.vmap,
         )
         self.full.lay_out(drafter, self.block_size)
         self.comp = CompView(drafter, self.full.draft_logits)
@@ -288,14 +302,17 @@ class AsymSpecProposer(DraftModelProposer):
         state = self.registry.rows.get(req_id)
         if state is None:
             state = self.registry.add(req_id, self.runner.requests[req_id])
+            prime = [state.prime] if state.prime is not None else []
+            x_comp = list(self.runner.requests[req_id].prompt_token_ids) + prime
+            if self.vmap is not None:
+                refusal = cross_family_refusal(state.request, x_comp, self.vmap)
+                if refusal is not None:
+                    self.fail(req_id, state, refusal)
+                    return state
+                x_comp = to_drafter_ids(self.vmap, [], x_comp)  # the drafter's x_comp
             if state.request is not None and state.request.reads_full_view:
-                prime = [state.prime] if state.prime is not None else []
                 try:
-                    self.full.open(
-                        req_id,
-                        state.request,
-                        list(self.runner.requests[req_id].prompt_token_ids) + prime,
-                    )
+                    self.full.open(req_id, state.request, x_comp)
                 except self.request_errors as e:
                     self.fail(req_id, state, e)
         return state
@@ -323,6 +340,8 @@ class AsymSpecProposer(DraftModelProposer):
             if view == "x_full":
                 y = state.committed(self.runner.requests[req_id].output_token_ids)
                 try:  # blocks for the feed and the K drafts (admission control keeps room for them)
+                    if self.vmap is not None:  # the drafter's ledger holds drafter ids
+                        y = to_drafter_ids(self.vmap, state.y_drafter, y)
                     feed = self.full.commit(req_id, y, state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)

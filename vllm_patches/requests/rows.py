@@ -38,7 +38,15 @@ class RowState:
         None  # (held-back token, outputs before it) of a resumed request
     )
     failed: str | None = None  # "ErrorType: message" once the request cannot be served
-    banned: torch.Tensor | None = None  # [V] bool
+    banned: torch.Tensor | None = (
+        None  # [V] bool (across a vocabulary map: [Vd], the drafter's picks)
+    )
+    banned_v: torch.Tensor | None = (
+        None  # across a vocabulary map: [Vv] bool, the verifier-id mask the rules read
+    )
+    y_drafter: list[int] = field(
+        default_factory=list
+    )  # across a vocabulary map: y in drafter ids (engine_map.to_drafter_ids)
     banned_ids: tuple[
         int, ...
     ] = ()  # the ids set in `banned` (groups rows that share a mask)
@@ -93,11 +101,14 @@ class RequestRegistry:
         device: torch.device,
         request_errors: tuple[type[BaseException], ...],
         release: Callable[[str], None],
+        vmap=None,
     ):
-        """request_errors: exceptions of a request's device work that fail only that request
+        """vmap: a cross-family engine's VocabMap (None: one vocabulary).
+        request_errors: exceptions of a request's device work that fail only that request
         (faults.request_errors); release(req_id) frees a request's caches."""
         self.facts, self.default_banned, self.device = facts, default_banned, device
         self.request_errors, self.release = request_errors, release
+        self.vmap = vmap
         self.rows: dict[str, RowState] = {}
         self.errors: dict[
             str, str
@@ -122,7 +133,15 @@ class RequestRegistry:
         ):  # the transformers backend's stream for the same seed
             state.generator = sampling.generators(state.request.cfg, 1, self.device)[0]
         state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
-        state.banned = token_mask(state.banned_ids, self.facts.vocab_size, self.device)
+        if self.vmap is None:
+            state.banned = token_mask(
+                state.banned_ids, self.facts.vocab_size, self.device
+            )
+        else:  # banned_ids are verifier ids: the rules read them so, the drafter picks over its shared set
+            state.banned_v = token_mask(
+                state.banned_ids, self.vmap.verifier_size, self.device
+            )
+            state.banned = self.vmap.drafter_banned(state.banned_v, self.device)
         return state
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import torch
+
 import vllm_patches
 from vllm_patches.requests.request_args import (
     pack_tensor,
@@ -34,7 +36,7 @@ from vllm_patches.requests.stats import EngineStats, from_output
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ModelPairError
+from ...core.errors import ConfigError, ModelPairError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
@@ -75,10 +77,13 @@ class VLLMBackend:
         loop=None,
     ):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
-        if not pair.vmap.identity:
+        vmap = pair.vmap
+        if not vmap.identity and vmap.drafter_size != vmap.verifier_size:
             raise ModelPairError(
-                f"{drafter} and {verifier} have two vocabularies ({pair.vmap.size} shared tokens):"
-                " a cross-family pair runs on the transformers backend (backend='hf') only for now"
+                f"{drafter} and {verifier} have two vocabularies ({vmap.size} shared tokens) of different sizes "
+                f"({vmap.drafter_size} and {vmap.verifier_size} logits): the vLLM engine does not run such a "
+                "cross-family pair yet (vLLM's draft-model config needs one logit count, and a drafter x_comp in "
+                "its own template needs its own KV cache; docs/cross-family.md, 'vLLM engine'); use backend='hf'"
             )
         self.pair, self.drafter, self.verifier, self.text_drafter = (
             pair,
@@ -224,6 +229,8 @@ class VLLMBackend:
         max_model_len is each source's context."""
         method = method if isinstance(method, Method) else method_named(method)
         check_prompt_logprobs(method.name, cfg)
+        if not self.pair.vmap.identity:
+            self._refuse_across_map(r, method, cfg)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         llm = self.engine(spec)
         length = max_model_len(llm)
@@ -233,6 +240,30 @@ class VLLMBackend:
             self._params(r, method, mode, cfg, room),
             mode,
         )
+
+    def _refuse_across_map(
+        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
+    ) -> None:
+        """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
+        'vLLM engine'): sampling, min_tokens, the drafter alone (its engine speaks drafter ids), and a drafter
+        x_comp the drafter frames in its own template (its own KV cache)."""
+        loop.refuse_across_map(cfg)
+        if cfg.min_tokens:
+            raise ConfigError(
+                "min_tokens is not run on the vLLM engine for a cross-family pair yet (backend='hf' runs it)"
+            )
+        if method.engine == "drafter":
+            raise ModelPairError(
+                f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
+                "speaks the drafter's ids; not ported yet (backend='hf' runs it)"
+            )
+        v2d = self.pair.vmap.to("cpu")[3]
+        if bool((v2d[torch.tensor(r.comp.ids, dtype=torch.long)] < 0).any()):
+            raise ModelPairError(
+                "this request's x_comp holds verifier tokens outside the shared set, so the drafter reads x_comp in "
+                "its own template, of another length: the vLLM engine's x_comp view shares the verifier's positions "
+                "and needs its own KV cache for that (not ported yet; backend='hf' runs it)"
+            )
 
     def served_engine(self, method: Method, K: int):
         """The engine a server runs the method on (served_request's)."""
@@ -273,6 +304,10 @@ class VLLMBackend:
         from vllm import SamplingParams  # lazy: loads vLLM
 
         banned = self.pair.banned_ids()
+        if (
+            mode == "plain" and not self.pair.vmap.identity
+        ):  # Floor across a map: the shared set only
+            banned = sorted(set(banned) | set(unshared_verifier_ids(self.pair.vmap)))
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
             ignore_eos=True,
@@ -401,6 +436,11 @@ class StreamedStats:
 def _collapse_runs(ids: list[int], token: int) -> list[int]:
     """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
     return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
+
+
+def unshared_verifier_ids(vmap) -> list[int]:
+    """The verifier ids a cross-family pair can never commit (outside its shared set)."""
+    return vmap.verifier_banned(None, "cpu").nonzero().flatten().tolist()
 
 
 def max_model_len(llm) -> int:

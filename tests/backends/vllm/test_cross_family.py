@@ -1,0 +1,127 @@
+"""Cross-family pairs on the vLLM engine (docs/cross-family.md, "vLLM engine"): the permuted-verifier oracle (a
+verifier whose ids are permuted: same strings, embedding and output rows permuted alike) batched through the
+speculative engine gives exactly the transformers backend's answers, traces and statistics for the same pair, and
+the unpermuted pair's answers under the permutation; what is not ported is refused with a typed error."""
+
+import pytest
+from helpers import random_request
+from xfamily_models import write_other_vocabulary
+
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
+from asymspec_vl.core.errors import ConfigError, ModelPairError
+
+pytestmark = pytest.mark.vllm
+
+N_REQUESTS = 6
+
+
+@pytest.fixture(scope="module")
+def permuted(tiny_models, tmp_path_factory):
+    return write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("perm"), seed=5
+    )
+
+
+@pytest.fixture(scope="module")
+def pipes(tiny_models, permuted):
+    folder, _ = permuted
+    hf_one = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        device="cpu",
+    )
+    hf_two = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device="cpu"
+    )
+    vllm_two = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(folder),
+        backend="vllm",
+        block_size=16,
+    )
+    yield hf_one, hf_two, vllm_two
+    vllm_two.backend.close()
+
+
+def _summary(results):
+    return [
+        (
+            r.token_ids,
+            [t.source for t in r.trace],
+            r.finish_reason,
+            r.stats.steps,
+            r.stats.drafted,
+            r.stats.accepted,
+            r.stats.emitted,
+            r.stats.accepted_at,
+        )
+        for r in results
+    ]
+
+
+@pytest.mark.parametrize(
+    "method, cfg",
+    [
+        ("asymspec", AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=16)),
+        (
+            "asymspec",
+            AsymSpecConfig(
+                K=2, bonus="fused", gate="lambda", beta=0.5, max_new_tokens=16
+            ),
+        ),
+        ("sd", AsymSpecConfig(K=2, max_new_tokens=16)),
+        ("scd", AsymSpecConfig(K=2, max_new_tokens=16)),
+        ("floor", AsymSpecConfig(K=2, max_new_tokens=16)),
+    ],
+)
+def test_permuted_verifier_on_vllm_equals_transformers_batched(
+    pipes, permuted, method, cfg
+):
+    hf_one, hf_two, vllm_two = pipes
+    _, new_of = permuted
+    assert not vllm_two.pair.vmap.identity
+    reqs = [random_request(s) for s in range(N_REQUESTS)]
+    expected = hf_two.generate_batch(reqs, method, cfg)
+    got = vllm_two.generate_batch(reqs, method, cfg)
+    assert _summary(got) == _summary(expected)
+    # the oracle: the unpermuted pair's answers, moved through the permutation
+    unpermuted = hf_one.generate_batch(reqs, method, cfg)
+    assert [r.token_ids for r in got] == [
+        [new_of[i] for i in r.token_ids] for r in unpermuted
+    ]
+    if method == "asymspec":
+        sources = {s for row in _summary(got) for s in row[1]}
+        assert {"draft", "fused"} <= sources  # both gate outcomes were exercised
+
+
+def test_logprobs_across_the_map_equal_transformers(pipes):
+    _, hf_two, vllm_two = pipes
+    cfg = AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=8, logprobs=2)
+    reqs = [random_request(s) for s in range(2)]
+    for x, y in zip(
+        hf_two.generate_batch(reqs, "asymspec", cfg),
+        vllm_two.generate_batch(reqs, "asymspec", cfg),
+    ):
+        assert y.token_ids == x.token_ids
+        for a, b in zip(x.logprobs, y.logprobs):
+            assert (a.token_id, a.distribution) == (b.token_id, b.distribution)
+            assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "method, cfg, error",
+    [
+        ("asymspec", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
+        ("asymspec", AsymSpecConfig(K=2, min_tokens=2), ConfigError),
+        ("drafter", AsymSpecConfig(K=2), ModelPairError),
+    ],
+)
+def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
+    _, _, vllm_two = pipes
+    with pytest.raises(error, match="cross-family"):
+        vllm_two.generate_batch([random_request(0)], method, cfg)
+
+
+def test_a_pair_of_two_vocabulary_sizes_is_refused_naming_them():
+    with pytest.raises(ModelPairError, match="different sizes"):
+        AsymSpecVL.from_pretrained(verifier="embedded-llama", backend="vllm")

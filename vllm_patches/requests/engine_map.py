@@ -1,0 +1,62 @@
+"""The vocabulary map of an asymspec engine's pair, built in the worker from the two models' names by the same
+ModelPair.load the client uses (so both backends read one map and one set of rules); None for one vocabulary
+(a same-family pair keeps today's unmapped path), and what a cross-family engine refuses per request."""
+
+from __future__ import annotations
+
+import torch
+
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.vocab_align import VocabMap
+
+
+def engine_vocab_map(vllm_config) -> VocabMap | None:
+    """The map between the drafter's (draft model's) and the verifier's (target's) vocabularies, or None when
+    both tokenizers are one vocabulary."""
+    from asymspec_vl.pair.model_pair import ModelPair  # lazy: loads transformers
+
+    draft = vllm_config.speculative_config.draft_model_config
+    target = vllm_config.model_config
+    # the drafter's own folder: vLLM gives the draft ModelConfig the target's tokenizer (speculative.py)
+    vmap = ModelPair.load(
+        draft.model, target.tokenizer, trust_remote_code=target.trust_remote_code
+    ).vmap
+    return None if vmap.identity else vmap
+
+
+def cross_family_refusal(
+    request, prompt_ids: list[int], vmap: VocabMap
+) -> Exception | None:
+    """Why a cross-family engine cannot serve this request (None: it can). request: the parsed AsymSpecRequest
+    (None: a plain request); prompt_ids: its verifier x_comp ids as the engine holds them (the prime included)."""
+    if request is None:
+        return ConfigError(
+            "a cross-family engine (two vocabularies) serves asymspec requests only (extra_args['asymspec']): a "
+            "plain speculative request's prompt is not known to lie in the shared set"
+        )
+    if request.cfg.samples or request.cfg.min_tokens:
+        return ConfigError(
+            "temperature > 0 and min_tokens are not run on the vLLM engine for a cross-family pair yet; the greedy "
+            "rules are (docs/cross-family.md, 'vLLM engine')"
+        )
+    v2d = vmap.to("cpu")[3]
+    unshared = (v2d[torch.tensor(prompt_ids, dtype=torch.long)] < 0).sum().item()
+    if unshared:
+        return ConfigError(
+            f"the verifier's x_comp holds {unshared} token(s) outside the shared set: the drafter's x_comp then "
+            "needs its own template and KV cache, not yet ported to the vLLM engine (docs/cross-family.md)"
+        )
+    return None
+
+
+def to_drafter_ids(vmap: VocabMap, known: list[int], y: list[int]) -> list[int]:
+    """y (verifier ids) in drafter ids, extending `known` (y's translation so far, a prefix) by one gather of the
+    new tokens; a y shorter than `known` (a held-back token) cuts it. ConfigError for an unshared token."""
+    del known[len(y) :]
+    if len(y) > len(known):
+        known.extend(
+            vmap.to_drafter_ids(
+                torch.tensor(y[len(known) :], dtype=torch.long)
+            ).tolist()
+        )
+    return known
