@@ -203,7 +203,7 @@ def _logits(
         token_index = torch.cat(
             [logits_indices[first[i] : first[i] + n + 1] for i in index]
         )
-        out["b"] = proposer.step_logits("b", req_ids, n + 1, token_index)
+        out["b"] = proposer.step_logits("b", req_ids, n + 1, token_index, drafts)
     if "a" in method.reads:
         stored = proposer.row(
             req_ids[0]

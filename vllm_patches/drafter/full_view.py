@@ -6,6 +6,10 @@ It holds one record per request (`FullRow`: its ledger, rope positions, M-RoPE d
 beside the pool blocks, image entry and stored logits its caches key by request.
 The drafted tokens stay on the device until the last pass; a goes to the view's buffer, the drafts to the
 request's state.
+A cross-family pair's drafter reads x_comp in its own ids and template (another length than the verifier's
+stream), so its x_comp view is a second FullView on the same pool (`tag` keeps its blocks apart): opened on the
+drafter's x_comp ids (`open_ids`), it drafts for SD / SCD as this view drafts, and `score` gives b at the verified
+positions ([pending, d_1..d_n] fed, the logits of the last n + 1 read).
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ class FullViewImages:
 class FullView:
     """The x_full view of the proposer's drafter, with the caches it owns."""
 
-    def __init__(self, images: ImageCache | None, draft_logits: DraftLogits):
+    def __init__(
+        self, images: ImageCache | None, draft_logits: DraftLogits, tag: str = ""
+    ):
         self.drafter: DrafterHandle | None = (
             None  # bound with the pool (lay_out), before any request
         )
@@ -74,18 +80,26 @@ class FullView:
         self.rows: dict[
             str, FullRow
         ] = {}  # req_id -> its x_full view, from open to release
+        self.tag = (
+            tag  # the pool key of a request is req_id + tag (two views on one pool)
+        )
 
-    def lay_out(self, drafter: DrafterHandle, kernel_block_size: int) -> None:
-        """The drafter, and its x_full pool in the kernel's block size, once the KV cache config is final."""
+    def lay_out(
+        self,
+        drafter: DrafterHandle,
+        kernel_block_size: int,
+        pool: FullViewPool | None = None,
+    ) -> None:
+        """The drafter, and its x_full pool in the kernel's block size, once the KV cache config is final
+        (`pool`: another view's, shared)."""
         self.drafter = drafter
-        self.pool = FullViewPool(
+        self.pool = pool or FullViewPool(
             drafter.attn_layers, drafter.vllm_config, drafter.device, kernel_block_size
         )
 
     def open(self, req_id: str, request, x_comp: list[int]) -> None:
         """A request's x_full view, on its first step: its prompt (x_comp when patch 5 is off and x_full is not
         longer), rope positions and images. request: its parsed AsymSpecRequest."""
-        drafter = self.drafter
         ids, grid, pixels = request.x_full, request.image_grid_thw, request.pixel_values
         if not switches.enabled("no_length_gate") and len(ids) <= len(x_comp):
             ids, grid, pixels = (
@@ -93,6 +107,14 @@ class FullView:
                 None,
                 None,
             )  # the original aug-substitution gate (patch 5 off)
+        self._open(req_id, ids, grid, pixels)
+
+    def open_ids(self, req_id: str, ids: list[int]) -> None:
+        """A text view of the request on the prompt `ids` (a cross-family drafter's own x_comp)."""
+        self._open(req_id, ids, None, None)
+
+    def _open(self, req_id: str, ids: list[int], grid, pixels) -> None:
+        drafter = self.drafter
         positions, delta = prompt_positions(
             drafter.model, ids, grid, drafter.facts.image_token_id, drafter.uses_mrope
         )
@@ -109,13 +131,13 @@ class FullView:
         ledger = self.rows[req_id].ledger
         ledger.commit(y)
         feed = ledger.pending(y)
-        self.pool.reserve(req_id, ledger.n_cached + len(feed) + lookahead)
+        self.pool.reserve(req_id + self.tag, ledger.n_cached + len(feed) + lookahead)
         return feed
 
     def release(self, req_id: str) -> None:
         self.rows.pop(req_id, None)
         if self.pool is not None:
-            self.pool.release(req_id)
+            self.pool.release(req_id + self.tag)
         if self.images is not None:
             self.images.drop(req_id)
         self.draft_logits.release(req_id)
@@ -276,6 +298,44 @@ class FullView:
                     last[chunk[j][0]] = row_logits
         return last
 
+    def score(self, rows: list[tuple[str, list[int]]], n_out: int) -> torch.Tensor:
+        """Feed each row's tokens (its pending committed tokens, then the drafts being verified; the commit
+        reserved their blocks) in chunks of at most max_num_batched_tokens, and return the logits after each
+        row's last n_out tokens. rows: (req_id, tokens), every row at least n_out tokens. -> [R * n_out, V]."""
+        drafter = self.drafter
+        feeds = [tokens for _, tokens in rows]
+        out: list[list[torch.Tensor]] = [[] for _ in rows]
+        for chunk in chunk_feeds([len(f) for f in feeds], drafter.max_batched_tokens):
+            batch, at, offset = [], [], 0
+            for r, lo, hi in chunk:
+                req_id = rows[r][0]
+                batch.append(self.pass_row(req_id, hi - lo))
+                self.rows[req_id].ledger.speculative.extend(
+                    (batch[-1].start + j, t) for j, t in enumerate(feeds[r][lo:hi])
+                )
+                first = max(
+                    lo, len(feeds[r]) - n_out
+                )  # the row's tokens whose logits are read
+                at.extend(offset + j - lo for j in range(first, hi))
+                offset += hi - lo
+            ids = to_device(
+                torch.tensor([t for r, lo, hi in chunk for t in feeds[r][lo:hi]]),
+                drafter.device,
+            )
+            hidden, _ = run_pass(
+                drafter, batch, self.pool.block_size, self.pool.tensors, token_ids=ids
+            )
+            logits = drafter.model.compute_logits(
+                hidden[to_device(torch.tensor(at, dtype=torch.long), drafter.device)]
+            )
+            k = 0
+            for r, lo, hi in chunk:
+                m = hi - max(lo, len(feeds[r]) - n_out)
+                if m > 0:
+                    out[r].append(logits[k : k + m])
+                    k += m
+        return torch.cat([x for row in out for x in row])
+
     def pass_row(self, req_id: str, length: int, offset: int = 0) -> PassRow:
         """The row's next `length` cache slots of x_full, `offset` slots past what its ledger lists (drafts
         not yet recorded there)."""
@@ -288,7 +348,7 @@ class FullView:
 
     def block_table(self, req_id: str) -> torch.Tensor:
         """The row's x_full blocks in order. -> [num_blocks] int32 (host)."""
-        return torch.tensor(self.pool.blocks[req_id], dtype=torch.int32)
+        return torch.tensor(self.pool.blocks[req_id + self.tag], dtype=torch.int32)
 
 
 def drafts_both_ids(drafted: torch.Tensor, vmap) -> tuple[list, list]:

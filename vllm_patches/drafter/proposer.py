@@ -24,11 +24,16 @@ handle (drafter_pass.DrafterHandle), never the proposer; the gate/fusion math do
 the methods' rules, reading the drafter's logits by name: step_logits); requests are parsed and failed by the
 registry (rows.py). The proposer owns the worker's step: each runner hook (hooks/runner_patch.py) calls one of
 its methods, on_scheduled, keep_verifier_metadata, after_verifier, draft, take_errors, profile_vision_tower.
+A cross-family pair (two vocabularies: `vmap`, requests/engine_map.py) crosses its map at this boundary: the
+committed tokens go to the drafter in its ids (RowState.y_drafter), the drafts come back in the verifier's
+(full_view.drafts_both_ids), and the drafter reads x_comp in its own ids and template, as a second FullView on the
+x_full pool (`comp_own`: b, and the drafts of SD / SCD) instead of the verifier's stream (docs/cross-family.md,
+"vLLM engine"). A same-family pair (vmap None) never touches any of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from vllm.v1.spec_decode.draft_model import DraftModelProposer
@@ -68,6 +73,9 @@ class DraftPlan:
         tuple[str, RowState, list[int]]
     ]  # (req_id, state, x_full tokens to feed first)
     comp_rows: list[tuple[int, str, RowState]]  # (batch index, req_id, state)
+    own_comp_rows: list[tuple[str, RowState, list[int]]] = field(
+        default_factory=list
+    )  # a cross-family pair's x_comp rows: (req_id, state, drafter-id tokens to feed first)
 
 
 def run_eagerly(model: torch.nn.Module) -> None:
@@ -153,14 +161,19 @@ class AsymSpecProposer(DraftModelProposer):
             ),
         )
         # a cross-family pair's map (None: one vocabulary, today's path): the proposer's ids cross it at its
-        # boundary (docs/cross-family.md, "vLLM engine")
+        # boundary, and the drafter's x_comp is its own view on the x_full pool (docs/cross-family.md)
         self.vmap = engine_vocab_map(self.vllm_config)
+        self.comp_own = (
+            FullView(None, self.full.draft_logits, tag="/x_comp")
+            if self.vmap is not None
+            else None
+        )
         self.registry = RequestRegistry(
             self.facts,
             banned,
             self.device,
             self.request_errors,
-            self.full.release,
+            self.release_views,
             self.vmap,
         )
 
@@ -194,6 +207,8 @@ class AsymSpecProposer(DraftModelProposer):
             self.vmap,
         )
         self.full.lay_out(drafter, self.block_size)
+        if self.comp_own is not None:
+            self.comp_own.lay_out(drafter, self.block_size, self.full.pool)
         self.comp = CompView(drafter, self.full.draft_logits)
 
     def dummy_run(
@@ -254,8 +269,11 @@ class AsymSpecProposer(DraftModelProposer):
         out = self.graphs.keep_verifier_output(
             out, self.comp.verifier_common.num_actual_tokens
         )
-        with stop_rank_on_error(self.world_size, "the x_comp pass"):
-            self.comp.score(input_ids, positions)
+        if (
+            self.vmap is None
+        ):  # a cross-family drafter reads its own x_comp (own_b), not the verifier's stream
+            with stop_rank_on_error(self.world_size, "the x_comp pass"):
+                self.comp.score(input_ids, positions)
         return out
 
     def step_logits(
@@ -264,13 +282,39 @@ class AsymSpecProposer(DraftModelProposer):
         req_ids: list[str],
         n: int,
         token_index: torch.Tensor | None = None,
+        drafts: torch.Tensor | None = None,
     ):
         """The drafter's logits of this step by name, for the rows `req_ids`: "b" on x_comp at the verified
-        token indices token_index [G * n] -> [G, n, V]; otherwise ("a", and a sampling sd / scd row's drafting
+        token indices token_index [G * n] -> [G, n, V] (a cross-family pair: on its own x_comp view after the
+        drafts [G, n - 1] being verified, own_b); otherwise ("a", and a sampling sd / scd row's drafting
         logits q) the first n stored x_full logits -> [G, n, V]."""
+        if name == "b" and self.vmap is not None:
+            return self.own_b(req_ids, n, drafts)
         if name == "b":
             return self.comp.logits(token_index).view(len(req_ids), n, -1)
         return self.full.logits(req_ids, n)
+
+    def own_b(self, req_ids: list[str], n: int, drafts: torch.Tensor) -> torch.Tensor:
+        """b of a cross-family pair: each row's drafter x_comp view fed its pending committed tokens and the
+        drafts being verified (drafts [G, n - 1] verifier ids, moved to the drafter's by one gather), the logits
+        after the last n read. -> [G, n, Vd]."""
+        drafts_d = self.vmap.to("cpu")[3][drafts.cpu()].tolist()  # [G, n - 1]
+        rows = []
+        for req_id, own in zip(req_ids, drafts_d):
+            state = self.registry.rows[req_id]
+            y = to_drafter_ids(
+                self.vmap,
+                state.y_drafter,
+                state.committed(self.runner.requests[req_id].output_token_ids),
+            )
+            rows.append((req_id, self.comp_own.commit(req_id, y, n) + own))
+        return self.comp_own.score(rows, n).view(len(req_ids), n, -1)
+
+    def release_views(self, req_id: str) -> None:
+        """Free a request's drafter views (its x_full view; a cross-family pair's own x_comp view)."""
+        self.full.release(req_id)
+        if self.comp_own is not None:
+            self.comp_own.release(req_id)
 
     def draft(self, req_ids: list[str], sampled: list[list[int]]) -> list[list[int]]:
         """This step's drafts for the batch `req_ids` (vLLM's order) after it committed `sampled`: commit and plan
@@ -304,12 +348,14 @@ class AsymSpecProposer(DraftModelProposer):
             state = self.registry.add(req_id, self.runner.requests[req_id])
             prime = [state.prime] if state.prime is not None else []
             x_comp = list(self.runner.requests[req_id].prompt_token_ids) + prime
-            if self.vmap is not None:
-                refusal = cross_family_refusal(state.request, x_comp, self.vmap)
+            if self.vmap is not None:  # the drafter's own x_comp (ids and template)
+                refusal = cross_family_refusal(state.request)
                 if refusal is not None:
                     self.fail(req_id, state, refusal)
                     return state
-                x_comp = to_drafter_ids(self.vmap, [], x_comp)  # the drafter's x_comp
+                x_comp = state.request.x_comp_drafter
+                if state.request.reads_drafter_comp:
+                    self.comp_own.open_ids(req_id, x_comp)
             if state.request is not None and state.request.reads_full_view:
                 try:
                     self.full.open(req_id, state.request, x_comp)
@@ -347,10 +393,25 @@ class AsymSpecProposer(DraftModelProposer):
                     self.fail(req_id, state, e)
                     continue
                 plan.full_rows.append((req_id, state, feed))
+            elif (
+                self.vmap is not None
+            ):  # a cross-family drafter drafts on its own x_comp view
+                y = to_drafter_ids(
+                    self.vmap,
+                    state.y_drafter,
+                    state.committed(self.runner.requests[req_id].output_token_ids),
+                )
+                try:
+                    feed = self.comp_own.commit(req_id, y, state.K + 1)
+                except AsymSpecError as e:
+                    self.fail(req_id, state, e)
+                    continue
+                plan.own_comp_rows.append((req_id, state, feed))
             else:
                 plan.comp_rows.append((i, req_id, state))
         # shortest feeds first: attention backends that split decodes from prefills expect decodes first
         plan.full_rows.sort(key=lambda row: len(row[2]))
+        plan.own_comp_rows.sort(key=lambda row: len(row[2]))
         return plan
 
     def propose(
@@ -361,6 +422,8 @@ class AsymSpecProposer(DraftModelProposer):
         drafts = {}
         if plan.full_rows:
             drafts.update(self.full.draft(plan.full_rows, images))
+        if plan.own_comp_rows:
+            drafts.update(self.comp_own.draft(plan.own_comp_rows, None))
         if plan.comp_rows:
             drafts.update(
                 self.comp.draft(

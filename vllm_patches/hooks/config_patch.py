@@ -9,7 +9,9 @@ is compiled and its decode-shaped passes replay CUDA graphs as the verifier's en
 GPU model runner (VLLM_USE_V2_MODEL_RUNNER=1) is refused: the patches hook the V1 runner. An asymspec request
 (extra_args["asymspec"]) may set min_p, which vLLM refuses with speculative decoding (SamplingParams
 _validate_spec_decode): its method's sampled rule applies it. Engines get the asymspec worker extension (named worker
-RPCs) unless they name another.
+RPCs) unless they name another. vLLM's draft-model check that both models have one logit count is skipped for
+"asymspec": a cross-family pair (two vocabularies) crosses the workers' vocabulary map (requests/engine_map.py),
+whose build refuses two logit counts under one vocabulary (VocabularyMismatchError).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def patch_speculative_config() -> None:
 
     install(SpeculativeConfig, "__init__", speculative_config_init)
     install(SpeculativeConfig, "uses_draft_model", uses_draft_model)
+    install(
+        SpeculativeConfig,
+        "verify_equal_vocab_size_if_draft_model",
+        verify_equal_vocab_size,
+    )
     install(EngineArgs, "create_engine_config", create_engine_config)
     install(SamplingParams, "_validate_spec_decode", validate_spec_decode)
 
@@ -46,13 +53,28 @@ def speculative_config_init(original, spec, *args, **kwargs) -> None:
     if kwargs.get("method") != METHOD:
         return original(spec, *args, **kwargs)
     _refuse_v2_runner()
-    original(
-        spec,
-        *args,
-        **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True},
-    )
+    _BUILDING.append(spec)
+    try:
+        original(
+            spec,
+            *args,
+            **{**kwargs, "method": "draft_model", "disable_padded_drafter_batch": True},
+        )
+    finally:
+        _BUILDING.pop()
     spec.method = METHOD
     _check(spec)
+
+
+_BUILDING: list = []  # the asymspec SpeculativeConfig being built (vLLM validates it as a draft model inside)
+
+
+def verify_equal_vocab_size(original, spec) -> None:
+    """vLLM's check that the draft model has the target's logit count, except for "asymspec" (a cross-family pair
+    crosses the workers' vocabulary map)."""
+    if spec.method == METHOD or any(spec is s for s in _BUILDING):
+        return None
+    return original(spec)
 
 
 def validate_spec_decode(original, params, speculative_config) -> None:
@@ -125,9 +147,5 @@ def _check(spec) -> None:
             f"speculative method {METHOD!r}: the target (verifier) must be a text-only model; "
             f"{target.model} is multimodal. The drafter reads the images."
         )
-    if target.get_vocab_size() != draft.get_vocab_size():
-        raise ValueError(
-            f"speculative method {METHOD!r}: the verifier ({target.get_vocab_size()} logits) and "
-            f"the drafter ({draft.get_vocab_size()} logits) must share one vocabulary: "
-            "delta-fusion adds drafter logits to verifier logits token by token."
-        )
+    # two logit counts: a cross-family pair, whose map the workers build (requests/engine_map.py); its build
+    # refuses two logit counts under one vocabulary

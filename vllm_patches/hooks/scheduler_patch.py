@@ -274,13 +274,18 @@ def full_view_blocks(
     request, parsed: AsymSpecRequest, engine_K: int, block_size: int
 ) -> int:
     """Pool blocks a request's x_full view can grow to: prompt + max_tokens + K + 1, at the engine's K (its
-    request's K is at most that); none for a method that does not draft on x_full."""
-    if not parsed.reads_full_view:
-        return 0
-    length = max(
-        len(parsed.x_full), len(request.prompt_token_ids or ())
-    )  # x_comp when the length gate is off
-    return blocks_for(length + request.max_tokens + engine_K + 1, block_size)
+    request's K is at most that); none for a method that does not draft on x_full. A cross-family request's
+    own x_comp view (x_comp_drafter, in the same pool) counts alike."""
+    blocks = 0
+    if parsed.reads_full_view:
+        length = max(
+            len(parsed.x_full), len(request.prompt_token_ids or ())
+        )  # x_comp when the length gate is off
+        blocks += blocks_for(length + request.max_tokens + engine_K + 1, block_size)
+    if parsed.x_comp_drafter is not None and parsed.reads_drafter_comp:
+        length = len(parsed.x_comp_drafter)
+        blocks += blocks_for(length + request.max_tokens + engine_K + 1, block_size)
+    return blocks
 
 
 def step_counts(scheduler_output, runner_output) -> dict[str, tuple[int, int]]:

@@ -24,27 +24,23 @@ def engine_vocab_map(vllm_config) -> VocabMap | None:
     return None if vmap.identity else vmap
 
 
-def cross_family_refusal(
-    request, prompt_ids: list[int], vmap: VocabMap
-) -> Exception | None:
+def cross_family_refusal(request) -> Exception | None:
     """Why a cross-family engine cannot serve this request (None: it can). request: the parsed AsymSpecRequest
-    (None: a plain request); prompt_ids: its verifier x_comp ids as the engine holds them (the prime included)."""
+    (None: a plain request)."""
     if request is None:
         return ConfigError(
             "a cross-family engine (two vocabularies) serves asymspec requests only (extra_args['asymspec']): a "
-            "plain speculative request's prompt is not known to lie in the shared set"
+            "plain speculative request carries no x_comp in the drafter's ids"
         )
     if request.cfg.samples or request.cfg.min_tokens:
         return ConfigError(
             "temperature > 0 and min_tokens are not run on the vLLM engine for a cross-family pair yet; the greedy "
             "rules are (docs/cross-family.md, 'vLLM engine')"
         )
-    v2d = vmap.to("cpu")[3]
-    unshared = (v2d[torch.tensor(prompt_ids, dtype=torch.long)] < 0).sum().item()
-    if unshared:
+    if request.x_comp_drafter is None and request.reads_drafter_comp:
         return ConfigError(
-            f"the verifier's x_comp holds {unshared} token(s) outside the shared set: the drafter's x_comp then "
-            "needs its own template and KV cache, not yet ported to the vLLM engine (docs/cross-family.md)"
+            f"mode {request.method.name!r} on a cross-family engine needs extra_args['asymspec']['x_comp_drafter'] "
+            "(x_comp in the drafter's own ids and template)"
         )
     return None
 

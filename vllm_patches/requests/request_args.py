@@ -54,7 +54,15 @@ GREEDY_BELOW = (
 )
 REQUEST_KEY = "asymspec_request"  # extra_args key of the parsed AsymSpecRequest, set by the scheduler for the workers
 MODES = SPECULATIVE_ENGINE_MODES  # methods.py: the methods an asymspec engine runs per request
-FIELDS = ("mode", "config", "x_full", "pixel_values", "image_grid_thw", "banned")
+FIELDS = (
+    "mode",
+    "config",
+    "x_full",
+    "pixel_values",
+    "image_grid_thw",
+    "banned",
+    "x_comp_drafter",  # a cross-family pair's x_comp in the drafter's own ids (docs/cross-family.md)
+)
 # a structured output travels as SamplingParams.structured_outputs (vLLM's scheduler applies it), never here
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(AsymSpecConfig)} - {
     "structured_output"
@@ -80,6 +88,9 @@ class EngineFacts:
     image_token_id: int | None = None  # None: the drafter reads no images
     patch_dim: int | None = None  # C * temporal_patch * patch * patch
     merge_size: int = 1
+    verifier_vocab_size: int | None = (
+        None  # the verifier's logits (banned ids are its); None: vocab_size
+    )
 
 
 def engine_facts(vllm_config) -> EngineFacts:
@@ -106,6 +117,7 @@ def engine_facts(vllm_config) -> EngineFacts:
             else None
         ),
         merge_size=getattr(vision, "spatial_merge_size", 1),
+        verifier_vocab_size=vllm_config.model_config.get_vocab_size(),
     )
 
 
@@ -122,6 +134,8 @@ class AsymSpecRequest:
     stop_ids: tuple[
         int, ...
     ] = ()  # what ends the answer (vLLM's all_stop_token_ids): held below cfg.min_tokens
+    # a cross-family pair's x_comp in the drafter's ids (its own KV view: the drafter's b, and SD / SCD drafts)
+    x_comp_drafter: list[int] | None = None
 
     @property
     def K(self) -> int:
@@ -137,6 +151,11 @@ class AsymSpecRequest:
         """The drafting source's logits per step: a_1..a_K, and a_{K+1} when it also reads d_K."""
         return self.K + self.method.drafts_last(self.cfg)
 
+    @property
+    def reads_drafter_comp(self) -> bool:
+        """The method's drafter reads x_comp (its b, or its drafts)."""
+        return "b" in self.method.reads or self.method.draft_view == "x_comp"
+
 
 def make_extra_args(
     mode: str,
@@ -145,6 +164,7 @@ def make_extra_args(
     pixel_values=None,
     image_grid_thw=None,
     banned=None,
+    x_comp_drafter=None,
 ) -> dict:
     """The extra_args dict for one request (client side)."""
     args: dict = {
@@ -160,6 +180,8 @@ def make_extra_args(
         )
     if banned is not None:
         args["banned"] = sorted(int(b) for b in banned)
+    if x_comp_drafter is not None:
+        args["x_comp_drafter"] = list(x_comp_drafter)
     return {KEY: args}
 
 
@@ -278,7 +300,13 @@ def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecRequest:
             f'extra_args["{KEY}"]["mode"]={mode!r} must be one of {MODES}'
         )
     cfg = _config(raw.get("config", {}), facts)
-    banned = tuple(_token_ids(raw.get("banned", []), "banned", facts.vocab_size))
+    banned = tuple(
+        _token_ids(
+            raw.get("banned", []),
+            "banned",
+            facts.verifier_vocab_size or facts.vocab_size,
+        )
+    )
     x_full = raw.get("x_full")
     method = METHODS[mode]
     if x_full is None and "x_full" in method.views:
@@ -295,7 +323,20 @@ def parse_request_args(extra_args: dict, facts: EngineFacts) -> AsymSpecRequest:
                 f"{facts.max_model_len}"
             )
     pixel_values, grid = _image_inputs(raw, x_full, facts)
-    return AsymSpecRequest(method, cfg, x_full, pixel_values, grid, banned)
+    request = AsymSpecRequest(method, cfg, x_full, pixel_values, grid, banned)
+    x_comp_drafter = raw.get("x_comp_drafter")
+    if x_comp_drafter is not None:
+        request.x_comp_drafter = _token_ids(
+            x_comp_drafter, "x_comp_drafter", facts.vocab_size
+        )
+        if not request.x_comp_drafter:
+            raise RequestArgsError("x_comp_drafter is empty")
+        if len(request.x_comp_drafter) >= facts.max_model_len:
+            raise PromptTooLongError(
+                f"x_comp_drafter has {len(request.x_comp_drafter)} tokens; the engine's max_model_len is "
+                f"{facts.max_model_len}"
+            )
+    return request
 
 
 def _config(raw, facts: EngineFacts) -> AsymSpecConfig:

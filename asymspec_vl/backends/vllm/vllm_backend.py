@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-import torch
-
 import vllm_patches
 from vllm_patches.requests.request_args import (
     pack_tensor,
@@ -77,14 +75,6 @@ class VLLMBackend:
         loop=None,
     ):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
-        vmap = pair.vmap
-        if not vmap.identity and vmap.drafter_size != vmap.verifier_size:
-            raise ModelPairError(
-                f"{drafter} and {verifier} have two vocabularies ({vmap.size} shared tokens) of different sizes "
-                f"({vmap.drafter_size} and {vmap.verifier_size} logits): the vLLM engine does not run such a "
-                "cross-family pair yet (vLLM's draft-model config needs one logit count, and a drafter x_comp in "
-                "its own template needs its own KV cache; docs/cross-family.md, 'vLLM engine'); use backend='hf'"
-            )
         self.pair, self.drafter, self.verifier, self.text_drafter = (
             pair,
             drafter,
@@ -245,8 +235,7 @@ class VLLMBackend:
         self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling, min_tokens, the drafter alone (its engine speaks drafter ids), and a drafter
-        x_comp the drafter frames in its own template (its own KV cache)."""
+        'vLLM engine'): sampling, min_tokens, the drafter alone (its engine speaks drafter ids)."""
         loop.refuse_across_map(cfg)
         if cfg.min_tokens:
             raise ConfigError(
@@ -256,13 +245,6 @@ class VLLMBackend:
             raise ModelPairError(
                 f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
                 "speaks the drafter's ids; not ported yet (backend='hf' runs it)"
-            )
-        v2d = self.pair.vmap.to("cpu")[3]
-        if bool((v2d[torch.tensor(r.comp.ids, dtype=torch.long)] < 0).any()):
-            raise ModelPairError(
-                "this request's x_comp holds verifier tokens outside the shared set, so the drafter reads x_comp in "
-                "its own template, of another length: the vLLM engine's x_comp view shares the verifier's positions "
-                "and needs its own KV cache for that (not ported yet; backend='hf' runs it)"
             )
 
     def served_engine(self, method: Method, K: int):
@@ -328,6 +310,13 @@ class VLLMBackend:
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
+        # a cross-family pair's drafter reads x_comp in its own ids and template (its own KV view on the engine)
+        own_comp = (
+            r.drafter_comp
+            if r.drafter_comp is not None
+            and ("b" in method.reads or method.draft_view == "x_comp")
+            else None
+        )
         extra = vllm_patches.make_extra_args(
             mode,
             cfg,
@@ -335,6 +324,7 @@ class VLLMBackend:
             pixel_values=full.pixel_values if full else None,
             image_grid_thw=full.image_grid_thw if full else None,
             banned=banned,
+            x_comp_drafter=own_comp.ids if own_comp else None,
         )
         return SamplingParams(**kw, extra_args=extra)
 
