@@ -1,14 +1,21 @@
-"""Cross-family pairs on the vLLM engine (docs/cross-family.md, "vLLM engine"): the permuted-verifier oracle (a
-verifier whose ids are permuted: same strings, embedding and output rows permuted alike) batched through the
-speculative engine gives exactly the transformers backend's answers, traces and statistics for the same pair, and
-the unpermuted pair's answers under the permutation; what is not ported is refused with a typed error."""
+"""Cross-family pairs on the vLLM engine (docs/cross-family.md, "vLLM engine"):
+- the embedded cross-family pair (`embedded-llama`: two tokenizers, 426 and 276 logits, the drafter's x_comp in its
+  own template, of another length than the verifier's) batched on vLLM gives exactly the transformers backend's
+  answers, traces and statistics, every method the engine runs;
+- the permuted-verifier oracle (a verifier whose ids are permuted: same strings, embedding and output rows permuted
+  alike) on vLLM gives the transformers backend's run of the same pair, and the unpermuted pair's answers under
+  the permutation, with logprobs;
+- what is not ported is refused with a typed error."""
 
 import pytest
+from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 from helpers import random_request
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
 from asymspec_vl.core.errors import ConfigError, ModelPairError
+from asymspec_vl.inputs.conversation import encode
+from asymspec_vl.toy import world
 
 pytestmark = pytest.mark.vllm
 
@@ -122,6 +129,44 @@ def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
         vllm_two.generate_batch([random_request(0)], method, cfg)
 
 
-def test_a_pair_of_two_vocabulary_sizes_is_refused_naming_them():
-    with pytest.raises(ModelPairError, match="different sizes"):
-        AsymSpecVL.from_pretrained(verifier="embedded-llama", backend="vllm")
+@pytest.fixture(scope="module")
+def llama_pipes():
+    hf = AsymSpecVL.from_pretrained(
+        verifier="embedded-llama", device="cpu", backend="hf"
+    )
+    vl = AsymSpecVL.from_pretrained(
+        verifier="embedded-llama", backend="vllm", block_size=16
+    )
+    yield hf, vl
+    vl.backend.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "asymspec-K2-b1",
+        "asymspec-K4-b0",
+        "asymspec-K2-b1-fused",
+        "sd",
+        "scd",
+        "floor",
+    ],
+)
+def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
+    hf, vl = llama_pipes
+    vmap = vl.pair.vmap
+    assert vmap.drafter_size != vmap.verifier_size  # two logit counts
+    reqs = [request_of(e) for e in world.heldout(12)]
+    pair = vl.pair
+    encoded = [encode(r, pair.processor, pair.tokenizer, pair.cross_map) for r in reqs]
+    assert any(
+        len(e.drafter_comp.ids) != len(e.comp.ids) for e in encoded
+    )  # the drafter's x_comp in its own template: its own KV view on vLLM
+    variant = VARIANTS[key]
+    expected = hf.generate_batch(reqs, variant.method, variant.config())
+    got = vl.generate_batch(reqs, variant.method, variant.config())
+    assert _summary(got) == _summary(expected)
+    shared = set(vmap.verifier_ids.tolist())
+    assert all(set(r.token_ids) <= shared for r in got)
+    if key.startswith("asymspec"):
+        assert sum(r.stats.accepted for r in got) > 0
