@@ -148,13 +148,18 @@ def sample(
             produced = [
                 s.num_committed(batch.outputs[i]) for s, i in zip(states, index)
             ]
+            stops = {  # across a map the drafter's logits hold its own ids of the stop tokens
+                k: stop_ids
+                if k == "t" or states[0].stop_ids_d is None
+                else states[0].stop_ids_d
+                for k in step_logits
+            }
             step_logits = {
-                k: hold_stops(x, produced, 0, cfg.min_tokens, stop_ids)
+                k: hold_stops(x, produced, 0, cfg.min_tokens, stops[k])
                 for k, x in step_logits.items()
             }
-        if (
-            proposer.vmap is not None
-        ):  # a cross-family engine: the greedy rules across the map
+        # a cross-family engine: the greedy rules across the map (vocab_align.py, the transformers loop's)
+        if proposer.vmap is not None:
             outcome = vocab_align.decide(
                 method.name, cfg, step_logits, drafts, states[0].banned_v, proposer.vmap
             )

@@ -27,7 +27,7 @@ def pick(
             [s.y_len],
             k,
             s.request.cfg.min_tokens,
-            s.request.stop_ids,
+            s.request.stop_ids if s.stop_ids_d is None else s.stop_ids_d,
         )[0, 0]
     tokens = greedy(logits, banned)  # [R]
     for r, s in enumerate(states):

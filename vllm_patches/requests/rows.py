@@ -17,6 +17,7 @@ import torch
 
 from asymspec_vl.core import sampling
 from asymspec_vl.core.methods import PLAIN_SPECULATIVE, Method
+from asymspec_vl.core.min_tokens import MinTokens
 from asymspec_vl.inputs.vocab import token_mask
 
 from . import hidden_tokens
@@ -47,6 +48,9 @@ class RowState:
     y_drafter: list[int] = field(
         default_factory=list
     )  # across a vocabulary map: y in drafter ids (engine_map.to_drafter_ids)
+    # across a vocabulary map: the stop tokens in drafter ids (those the map pairs), held in the drafter's logits
+    # below min_tokens (core.min_tokens.MinTokens.mapped's rule); None: the request's stop_ids
+    stop_ids_d: tuple[int, ...] | None = None
     banned_ids: tuple[
         int, ...
     ] = ()  # the ids set in `banned` (groups rows that share a mask)
@@ -142,6 +146,9 @@ class RequestRegistry:
                 state.banned_ids, self.vmap.verifier_size, self.device
             )
             state.banned = self.vmap.drafter_banned(state.banned_v, self.device)
+            state.stop_ids_d = tuple(
+                MinTokens(0, set(state.request.stop_ids), []).mapped(self.vmap).stop_ids
+            )
         return state
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:

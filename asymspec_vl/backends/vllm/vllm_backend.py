@@ -34,7 +34,7 @@ from vllm_patches.requests.stats import EngineStats, from_output
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ConfigError, ModelPairError
+from ...core.errors import ModelPairError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
@@ -237,10 +237,6 @@ class VLLMBackend:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
         'vLLM engine'): sampling, min_tokens, the drafter alone (its engine speaks drafter ids)."""
         loop.refuse_across_map(cfg)
-        if cfg.min_tokens:
-            raise ConfigError(
-                "min_tokens is not run on the vLLM engine for a cross-family pair yet (backend='hf' runs it)"
-            )
         if method.engine == "drafter":
             raise ModelPairError(
                 f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
