@@ -14,7 +14,6 @@ from ..requests.mrope import generated_positions
 from .draft_logits import DraftLogits
 from .draft_pick import pick
 from .drafter_pass import DrafterHandle, PassRow, run_pass, to_device
-from .full_view import drafts_both_ids
 
 
 class CompView:
@@ -48,15 +47,9 @@ class CompView:
                 positions.unsqueeze(0).expand(3, -1).contiguous()
             )  # text: t = h = w
         metadata, slot_mapping = drafter.attention.build(common)
-        input_ids = input_ids[:n]
-        if (
-            drafter.vmap is not None
-        ):  # the verifier's ids in the drafter's: one gather a step (unshared -> 0,
-            # only in a prompt the proposer then fails: engine_map.cross_family_refusal)
-            input_ids = drafter.vmap.to(input_ids.device)[3][input_ids].clamp(min=0)
         if drafter.graphs.enabled:
             self.hidden = drafter.graphs.forward(
-                input_ids,
+                input_ids[:n],
                 positions,
                 metadata,
                 common.slot_mapping,
@@ -71,7 +64,7 @@ class CompView:
             skip_compiled=True,
         ):
             self.hidden = drafter.model(
-                input_ids=input_ids, positions=positions, inputs_embeds=None
+                input_ids=input_ids[:n], positions=positions, inputs_embeds=None
             )
 
     def logits(self, token_indices: torch.Tensor) -> torch.Tensor:
@@ -110,10 +103,6 @@ class CompView:
                 ),
                 drafter.device,
             )  # [G]
-            if (
-                drafter.vmap is not None
-            ):  # the last committed token in the drafter's ids
-                tokens = drafter.vmap.to(drafter.device)[3][tokens]
             banned = torch.stack(
                 [
                     state.banned if state.banned is not None else no_ban
@@ -155,8 +144,7 @@ class CompView:
                 )
                 tokens = new if index is None else tokens.index_put((index,), new)
                 drafted.append(tokens)
-            _, verifier_ids = drafts_both_ids(torch.stack(drafted, 1), drafter.vmap)
-            for (_, req_id, state), row in zip(group, verifier_ids):
+            for (_, req_id, state), row in zip(group, torch.stack(drafted, 1).tolist()):
                 drafts[req_id] = row[: state.K]
         return drafts
 

@@ -80,6 +80,7 @@ class Drafter:
     capture = step_capture = None
     world_size = 1
     step_logits = AsymSpecProposer.step_logits
+    vmap = None  # one vocabulary
 
     def __init__(self):
         self.rows = {

@@ -28,6 +28,7 @@ class FakeState:
 
 class FakeProposer:
     step_logits = AsymSpecProposer.step_logits
+    vmap = None  # one vocabulary
 
     def __init__(self):
         self.runner = SimpleNamespace(
