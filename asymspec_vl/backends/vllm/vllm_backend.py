@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import torch
+
 import vllm_patches
 from vllm_patches.requests.request_args import (
     pack_tensor,
@@ -38,8 +40,10 @@ from ...core.errors import ModelPairError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
+from ...core.min_tokens import MinTokens
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
+from ...inputs.vocab import token_mask
 from ...pair.model_pair import ModelPair
 from .engine import (
     EngineCache,
@@ -181,12 +185,30 @@ class VLLMBackend:
             for _ in reqs
         ]
         start = time.perf_counter()
+        to_verifier = self._to_verifier_ids(method)
         progress = partial(
-            self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step
+            self._progress,
+            rows,
+            StreamedStats(method, mode, cfg.K, len(reqs)),
+            on_step,
+            to_verifier,
         )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self.row(o, method, mode, elapsed, cfg) for o in finals]
+        rows = [self.row(o, method, mode, elapsed, cfg) for o in finals]
+        for row in rows:
+            row.token_ids = to_verifier(row.token_ids)
+        return rows
+
+    def _to_verifier_ids(self, method: Method) -> Callable[[list[int]], list[int]]:
+        """The engine's output ids -> the verifier's: the drafter alone of a cross-family pair answers in the
+        drafter's ids (every one shared: its logit_bias bans the others), one gather; otherwise as they are."""
+        vmap = self.pair.vmap
+        if method.engine != "drafter" or vmap.identity:
+            return list
+        return lambda ids: vmap.to_verifier_ids(
+            torch.tensor(ids, dtype=torch.long)
+        ).tolist()
 
     def engine_request(
         self,
@@ -220,7 +242,7 @@ class VLLMBackend:
         method = method if isinstance(method, Method) else method_named(method)
         check_prompt_logprobs(method.name, cfg)
         if not self.pair.vmap.identity:
-            self._refuse_across_map(r, method, cfg)
+            self._refuse_across_map(r, method, cfg, speculative)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         llm = self.engine(spec)
         length = max_model_len(llm)
@@ -232,15 +254,19 @@ class VLLMBackend:
         )
 
     def _refuse_across_map(
-        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
+        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig, speculative: bool
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling, min_tokens, the drafter alone (its engine speaks drafter ids)."""
+        'vLLM engine'): sampling; for the drafter alone (its plain engine speaks the drafter's ids, moved to the
+        verifier's by `run`) a server's request, logprobs and structured output."""
         loop.refuse_across_map(cfg)
-        if method.engine == "drafter":
+        if method.engine == "drafter" and (
+            speculative or cfg.logprobs is not None or cfg.structured_output is not None
+        ):
             raise ModelPairError(
                 f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
-                "speaks the drafter's ids; not ported yet (backend='hf' runs it)"
+                "speaks the drafter's ids; a server's request, logprobs and structured output are not ported "
+                "there yet (backend='hf' runs them)"
             )
 
     def served_engine(self, method: Method, K: int):
@@ -257,7 +283,8 @@ class VLLMBackend:
         if view.pixel_values is not None:
             # vLLM's processor expands each image's single placeholder token itself
             prompt["prompt_token_ids"] = _collapse_runs(
-                view.ids, self.pair.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+                view.ids,
+                self._drafter_tokenizer().convert_tokens_to_ids("<|image_pad|>"),
             )
             packed = llm.collective_rpc(
                 "asymspec_image_embeddings",
@@ -271,6 +298,11 @@ class VLLMBackend:
             }
         return prompt
 
+    def _drafter_tokenizer(self):
+        """The drafter's tokenizer (the views it reads are in its ids; one with the verifier's in a same-family
+        pair)."""
+        return getattr(self.pair.processor, "tokenizer", self.pair.processor)
+
     def _params(
         self,
         r: EncodedRequest,
@@ -282,14 +314,24 @@ class VLLMBackend:
         from vllm import SamplingParams  # lazy: loads vLLM
 
         banned = self.pair.banned_ids()
-        if (
-            mode == "plain" and not self.pair.vmap.identity
+        stop_ids = self.pair.stop_ids(cfg)
+        vmap = self.pair.vmap
+        if mode == "plain" and not vmap.identity and method.engine == "drafter":
+            # the drafter alone across a map: its shared tokens only, the stop tokens in its ids (the rule of
+            # vocab_align.decide_drafter and MinTokens.mapped)
+            banned = vmap.drafter_banned(
+                token_mask(banned, vmap.verifier_size, "cpu"), "cpu"
+            )
+            banned = banned.nonzero().flatten().tolist()
+            stop_ids = MinTokens(0, stop_ids, []).mapped(vmap).stop_ids
+        elif (
+            mode == "plain" and not vmap.identity
         ):  # Floor across a map: the shared set only
-            banned = sorted(set(banned) | set(unshared_verifier_ids(self.pair.vmap)))
+            banned = sorted(set(banned) | set(unshared_verifier_ids(vmap)))
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
             ignore_eos=True,
-            stop_token_ids=sorted(self.pair.stop_ids(cfg)),
+            stop_token_ids=sorted(stop_ids),
             detokenize=bool(cfg.stop),
             **sampling_params(cfg),
         )
@@ -325,9 +367,11 @@ class VLLMBackend:
         return SamplingParams(**kw, extra_args=extra)
 
     @staticmethod
-    def _progress(rows, streamed: StreamedStats, on_step, step_outputs: dict) -> None:
+    def _progress(
+        rows, streamed: StreamedStats, on_step, to_verifier, step_outputs: dict
+    ) -> None:
         for i, o in step_outputs.items():
-            tokens = list(o.outputs[0].token_ids)
+            tokens = to_verifier(list(o.outputs[0].token_ids))
             rows[i].sources, rows[i].stats = streamed.step(
                 i, len(tokens) - len(rows[i].token_ids)
             )

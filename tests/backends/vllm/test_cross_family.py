@@ -5,6 +5,7 @@
 - the permuted-verifier oracle (a verifier whose ids are permuted: same strings, embedding and output rows permuted
   alike) on vLLM gives the transformers backend's run of the same pair, and the unpermuted pair's answers under
   the permutation, with logprobs;
+- min_tokens across the map holds each model's own ids of the stop tokens;
 - what is not ported is refused with a typed error."""
 
 import pytest
@@ -119,7 +120,7 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
     "method, cfg, error",
     [
         ("asymspec", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
-        ("drafter", AsymSpecConfig(K=2), ModelPairError),
+        ("drafter", AsymSpecConfig(K=2, logprobs=1), ModelPairError),
     ],
 )
 def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
@@ -149,6 +150,7 @@ def llama_pipes():
         "sd",
         "scd",
         "floor",
+        "drafter",
     ],
 )
 def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
