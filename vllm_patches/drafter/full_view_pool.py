@@ -8,7 +8,8 @@ of a block table point at it.
 
 Size: FULL_VIEW_TOKENS_ENV tokens, by default min(max_num_seqs * max_model_len, 65536). The scheduler patch
 admits an asymspec request only when the pool can hold its whole x_full view (prompt + max_tokens + K + 1),
-counting in blocks of the scheduler's block size, so a running request never runs out.
+counting in blocks of the scheduler's block size, so a running request never runs out. A cross-family pair's
+drafter keeps its own x_comp view in the same pool (full_view.FullView with a tag), and admission counts it too.
 
 When: the memory is reserved while the drafter loads (`reserve_bytes`), so vLLM's memory profile counts it
 before it sizes its own KV cache, and the pool is laid out once the KV cache config is final

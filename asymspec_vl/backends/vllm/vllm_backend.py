@@ -14,6 +14,10 @@ Engines start lazily and are kept in a bounded cache (vllm_engine.EngineCache: o
 one speculative engine per drafter serves every K up to its num_speculative_tokens, so changing K or β
 starts nothing. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
 engine's max_model_len as the context) and statistics match the transformers backend.
+A cross-family pair (two vocabularies, pair.vmap) runs greedily on the same engines: the speculative engine's
+requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map, docs/cross-family.md),
+Floor's and the drafter's plain engines ban the tokens outside the shared set, the drafter's answer comes back in
+the verifier's ids.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
         )
     )
     backend = VLLMBackend.__new__(VLLMBackend)
-    backend.pair = SimpleNamespace(vmap=SimpleNamespace(identity=True))  # one vocabulary
+    # one vocabulary
+    backend.pair = SimpleNamespace(vmap=SimpleNamespace(identity=True))
     backend.engine_for = engine_for
     backend.engine = {"the speculative engine": llm}.__getitem__
     backend._prompt = lambda engine, r, method: ("prompt", engine)
