@@ -266,8 +266,8 @@ class VLLMBackend:
         loop.refuse_across_map(cfg)
         if cfg.structured_output is not None:
             raise ConfigError(
-                "structured_output is not run for a cross-family pair on the vLLM engine yet: vLLM's grammar "
-                "checks the drafts in a way the map's rules do not expect (docs/cross-family.md)"
+                "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
+                "allow no token of the shared set (docs/cross-family.md)"
             )
         if method.engine == "drafter" and (speculative or cfg.logprobs is not None):
             raise ModelPairError(
