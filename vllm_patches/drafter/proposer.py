@@ -269,9 +269,8 @@ class AsymSpecProposer(DraftModelProposer):
         out = self.graphs.keep_verifier_output(
             out, self.comp.verifier_common.num_actual_tokens
         )
-        if (
-            self.vmap is None
-        ):  # a cross-family drafter reads its own x_comp (own_b), not the verifier's stream
+        # a cross-family drafter reads its own x_comp (own_b), not the verifier's stream
+        if self.vmap is None:
             with stop_rank_on_error(self.world_size, "the x_comp pass"):
                 self.comp.score(input_ids, positions)
         return out
@@ -357,7 +356,9 @@ class AsymSpecProposer(DraftModelProposer):
                 if refusal is not None:
                     self.fail(req_id, state, refusal)
                     return state
-                x_comp = state.request.x_comp_drafter
+                x_comp = (
+                    state.request.x_comp_drafter or []
+                )  # [] where the method reads none
                 if state.request.reads_drafter_comp:
                     self.comp_own.open_ids(req_id, x_comp)
             if state.request is not None and state.request.reads_full_view:
@@ -399,13 +400,13 @@ class AsymSpecProposer(DraftModelProposer):
                 plan.full_rows.append((req_id, state, feed))
             elif (
                 self.vmap is not None
-            ):  # a cross-family drafter drafts on its own x_comp view
-                y = to_drafter_ids(
-                    self.vmap,
-                    state.y_drafter,
-                    state.committed(self.runner.requests[req_id].output_token_ids),
-                )
+            ):  # a cross-family drafter drafts on its own x_comp
                 try:
+                    y = to_drafter_ids(
+                        self.vmap,
+                        state.y_drafter,
+                        state.committed(self.runner.requests[req_id].output_token_ids),
+                    )
                     feed = self.comp_own.commit(req_id, y, state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)
