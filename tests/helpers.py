@@ -1,7 +1,13 @@
 """Test helpers: stand-in images and requests (no real image data is available offline)."""
 
+import os
+
 import numpy as np
 from PIL import Image
+
+# The device the transformers-backend tests decode on: "cpu" (CI); on a CUDA machine
+# ASYMSPEC_TEST_DEVICE=cuda runs the same oracle tests on the GPU (tests/on_gpu.sh).
+TEST_DEVICE = os.environ.get("ASYMSPEC_TEST_DEVICE", "cpu")
 
 
 def random_image(seed: int, min_side: int = 32, max_side: int = 200) -> Image.Image:
