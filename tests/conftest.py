@@ -26,7 +26,7 @@ def tiny_models(tmp_path_factory):
 def tiny_vl(tiny_models):
     """An AsymSpecVL pipeline on the tiny models (transformers backend, float32, on TEST_DEVICE: the CPU
     unless ASYMSPEC_TEST_DEVICE says otherwise)."""
-    from helpers import TEST_DEVICE
+    from helpers import ON_TEST_DEVICE
 
     from asymspec_vl import AsymSpecVL
 
@@ -34,7 +34,7 @@ def tiny_vl(tiny_models):
         drafter=str(tiny_models["vl_drafter"]),
         verifier=str(tiny_models["verifier"]),
         text_drafter=str(tiny_models["text_drafter"]),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
 
 

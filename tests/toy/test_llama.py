@@ -8,7 +8,7 @@ import hashlib
 import json
 
 import pytest
-from helpers import TEST_DEVICE
+from helpers import ON_TEST_DEVICE
 
 from asymspec_vl.toy import PAIR_DIR, world
 from asymspec_vl.toy.train import LLAMA_RECIPE, ToyTrainConfig, train_family_verifier
@@ -129,7 +129,7 @@ def llama_vl():
     from asymspec_vl import AsymSpecVL
 
     return AsymSpecVL.from_pretrained(
-        verifier="embedded-llama", device=TEST_DEVICE, backend="hf"
+        verifier="embedded-llama", **ON_TEST_DEVICE, backend="hf"
     )
 
 
@@ -210,7 +210,7 @@ def test_train_family_verifier_writes_a_loadable_llama_verifier(tmp_path):
     vl = AsymSpecVL.from_pretrained(
         drafter=str(PAIR_DIR / "drafter"),
         verifier=str(tmp_path / "verifier-llama"),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     assert type(vl.backend.verifier).__name__ == "LlamaForCausalLM"
     res = vl.generate_batch(

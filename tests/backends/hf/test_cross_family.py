@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from core.xfamily_reference import asymspec_row, scd_row, sd_row
-from helpers import TEST_DEVICE, random_request
+from helpers import ON_TEST_DEVICE, random_request
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
@@ -66,10 +66,10 @@ def test_permuted_verifier_ids_give_exactly_the_same_run(
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
         verifier=str(tiny_models["verifier"]),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), device=TEST_DEVICE
+        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
     )
     assert one.pair.vmap.identity and not two.pair.vmap.identity
     assert two.pair.vmap.size == len(
@@ -138,7 +138,7 @@ def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
         verifier=str(folder),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     assert (
@@ -162,7 +162,7 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
         verifier=str(folder),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     unshared = sorted(
         set(range(vl.pair.vmap.drafter_size)) - set(vl.pair.vmap.drafter_ids.tolist())
@@ -180,7 +180,7 @@ def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
         verifier=str(permuted[0]),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     with pytest.raises(ConfigError, match="cross-family"):
         vl.generate_batch(
@@ -208,10 +208,10 @@ def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
         verifier=str(tiny_models["verifier"]),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), device=TEST_DEVICE
+        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
     )
     free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
     stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
@@ -251,7 +251,7 @@ def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, remov
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
         verifier=str(folder),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     cfg = CFG.replace(logprobs=len(shared) + 5)
@@ -293,10 +293,10 @@ def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permut
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["vl_drafter"]),
         verifier=str(tiny_models["verifier"]),
-        device=TEST_DEVICE,
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device=TEST_DEVICE
+        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), **ON_TEST_DEVICE
     )
     x, y = (vl.generate_batch([conv], "asymspec", CFG)[0] for vl in (one, two))
     assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]
