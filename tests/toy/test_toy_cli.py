@@ -7,6 +7,7 @@ import json
 import shlex
 
 import pytest
+from PIL import Image
 from asymspec_vl.evals.toy.eval import quick_heldout
 
 import asymspec_vl.toy.cli as toy_cli
@@ -49,10 +50,6 @@ def test_toy_train_runs_train_pair_with_the_scaled_recipe(
     assert main(argv) == 0
     [(args, kwargs)] = job.calls
     assert args == (out, ToyTrainConfig(seed=3, eval_n=7).scaled(0.5))
-    assert (
-        args[1].verifier_steps == ToyTrainConfig().verifier_steps // 2
-        or args[1] != ToyTrainConfig()
-    )
     assert kwargs == {"workers": 1, "heldout": quick_heldout}
     printed = capsys.readouterr().out
     assert json.loads(printed[: printed.index("\nmodels:") + 1]) == {
@@ -217,7 +214,5 @@ def test_toy_example_writes_the_heldout_scenes_and_their_commands(tmp_path, caps
         assert args[args.index("--image") + 1] == str(out / f"{ex.uid}.png")
         assert args[args.index("--question") + 1] == ex.question
         assert args[args.index("--caption") + 1] == ex.caption
-        from PIL import Image  # lazy: the PNG is read back only here
-
         with Image.open(out / f"{ex.uid}.png") as img:
             assert img.size == ex.image().size
