@@ -7,8 +7,8 @@ import json
 import shlex
 
 import pytest
-from PIL import Image
 from asymspec_vl.evals.toy.eval import quick_heldout
+from PIL import Image
 
 import asymspec_vl.toy.cli as toy_cli
 import asymspec_vl.toy.train as toy_train
