@@ -78,7 +78,9 @@ def test_the_ends_of_a_range_and_what_is_no_number_pass():
         offered, K=1, beta=10, gamma=0.01, max_new_tokens=1024, temperature=0, top_p=1
     )
     # no number: left to AsymSpecConfig (a bool is no number, whatever Python says)
-    check_in_range(offered, K="17", beta=None, gamma=True, max_new_tokens=[2000])
+    check_in_range(
+        offered, K="17", beta=None, gamma=True, top_p=False, max_new_tokens=[2000]
+    )
 
 
 def test_the_first_value_out_of_range_is_the_one_named():
