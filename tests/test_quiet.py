@@ -9,10 +9,17 @@ import sys
 from asymspec_vl.quiet import VLLM_LOG_STREAM, results_only_stdout, stdout_to_stderr
 
 
+def command_stdout(monkeypatch):
+    """The process's own stdout as a command has it when piped: a block-buffered stream on fd 1 (which capfd has
+    pointed at a capture file), so what print() leaves in the buffer shows where the buffer is flushed to."""
+    stream = open(1, "w", closefd=False, buffering=-1)  # noqa: SIM115 (flushed by the tests, fd 1 kept open)
+    assert not stream.line_buffering
+    monkeypatch.setattr(sys, "stdout", stream)
+    monkeypatch.setattr(sys, "__stdout__", stream)
+
+
 def test_stdout_to_stderr_moves_fd_1_and_print_for_a_stretch(capfd, monkeypatch):
-    monkeypatch.setattr(
-        sys, "stdout", sys.__stdout__
-    )  # print() writes to fd 1, as in a command
+    command_stdout(monkeypatch)
     print("before")
     with stdout_to_stderr():
         print("chatter")  # sys.stdout writes to fd 1, which points at stderr here
@@ -22,15 +29,15 @@ def test_stdout_to_stderr_moves_fd_1_and_print_for_a_stretch(capfd, monkeypatch)
     sys.stdout.flush()
     out, err = capfd.readouterr()
     assert out == "before\nafter\n"
-    assert err == "chatter\nc++ line\nchild\n"
+    # print()'s buffer reaches fd 1 (stderr then) when the stretch ends, after what was written to fd 1 directly
+    assert err == "c++ line\nchild\nchatter\n"
 
 
 def test_results_only_stdout_keeps_print_on_stdout_and_sends_the_rest_to_stderr(
     capfd, monkeypatch
 ):
     monkeypatch.delenv(VLLM_LOG_STREAM[0], raising=False)
-    # the process's own stdout (capfd has pointed its descriptor 1 at a capture file)
-    monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+    command_stdout(monkeypatch)
     print("before")
     with results_only_stdout():
         assert sys.stdout is not sys.__stdout__
@@ -42,6 +49,7 @@ def test_results_only_stdout_keeps_print_on_stdout_and_sends_the_rest_to_stderr(
         )  # read by vLLM and its engine processes
     assert sys.stdout is sys.__stdout__
     print("after")
+    sys.stdout.flush()
     os.write(1, b"fd 1 back\n")
     sys.stdout.flush()
     out, err = capfd.readouterr()
