@@ -287,8 +287,12 @@ def test_the_llama_tokenizer_reads_spaces_as_the_sentencepiece_mark_and_digits_o
     )
     pieces = tok.tokenize("The answer is 126.")
     assert pieces == ["The", f"{SPACE}answer", f"{SPACE}is", SPACE, "1", "2", "6", "."]
-    backend = tok.backend_tokenizer  # the pre-tokenizer bounds every merge: a number is never one piece
-    words = backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str("is 126."))
+    backend = (
+        tok.backend_tokenizer
+    )  # the pre-tokenizer bounds every merge: a number is never one piece
+    words = backend.pre_tokenizer.pre_tokenize_str(
+        backend.normalizer.normalize_str("is 126.")
+    )
     assert [w for w, _ in words] == ["is", SPACE, "1", "2", "6", "."]
     for text in (
         "What is 9 × 14? The answer is 126.",
