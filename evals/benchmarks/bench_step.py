@@ -57,7 +57,7 @@ def buckets(stamps: list[tuple[int, float]], width: int) -> dict[int, float]:
     return {k: sum(v) / len(v) for k, v in sorted(per.items())}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--K", type=int, default=AsymSpecConfig.K)
     ap.add_argument("--bucket", type=int, default=64)
     ap.add_argument("--skip-naive", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     if not args.drafter:
         paths = write_tiny_models(tempfile.mkdtemp(prefix="bench-step-"))
