@@ -1,6 +1,7 @@
 """evals/benchmarks/bench_step.py on the tiny models: every requested token is generated, the printed split of a
 step's time adds up (parts to the total, percentages to 100), MAL is tokens over steps, and the table of step time
-by generated length has one row per bucket, the from-scratch column filled unless skipped. Never timed."""
+by generated length has one row per bucket, the from-scratch column filled unless skipped; bad counts are
+argument errors. Never timed."""
 
 import re
 
@@ -95,3 +96,14 @@ def test_skip_naive_leaves_the_from_scratch_column_empty(capsys, tiny_models):
     assert "K=3; 12 tokens in" in out
     rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+|-)$", out, re.M)
     assert rows and all(r[2] == "-" for r in rows)
+
+
+@pytest.mark.parametrize("args", [["--bucket", "0"], ["--tokens", "-3"], ["--K", "x"]])
+def test_bad_counts_are_argument_errors(capsys, monkeypatch, args):
+    def refused_first(*a, **k):
+        raise AssertionError(f"{args} accepted: the models were being written")
+
+    monkeypatch.setattr(bench_step, "write_tiny_models", refused_first)
+    with pytest.raises(SystemExit) as e:
+        bench_step.main(args)
+    assert e.value.code == 2 and args[0] in capsys.readouterr().err

@@ -79,7 +79,11 @@ def test_the_shipped_weights_are_reported_bit_identical_with_no_difference(
 
 
 @pytest.mark.parametrize("n", ["0", "2", "x"])
-def test_a_held_out_set_without_every_question_type_is_refused(capsys, n):
+def test_a_held_out_set_without_every_question_type_is_refused(capsys, monkeypatch, n):
+    def refused_first(*args, **kwargs):
+        raise AssertionError(f"--n {n} accepted: training started")
+
+    monkeypatch.setattr(train, "train_pair", refused_first)
     with pytest.raises(SystemExit) as e:
         bench_toy_train.main(["--n", n])
     assert e.value.code == 2 and "--n" in capsys.readouterr().err
