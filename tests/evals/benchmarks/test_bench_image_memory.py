@@ -1,4 +1,4 @@
-"""evals/benchmarks/bench_image_memory.py at a 256-pixel side against the server it starts (embedded pair,
+"""evals/benchmarks/bench_image_memory.py at a 1536-pixel side against the server it starts (embedded pair,
 transformers backend): each case's statuses (one, two in one request, four at once, the JPEG), the resident memory
 figures it reports, the payload's size, the JSON it prints equal to the file it writes; bomb() is the black image
 it claims; rss() counts a process's children. Never timed: no memory figure is compared with a limit."""
@@ -51,12 +51,12 @@ def test_rss_counts_the_children():
 def test_every_case_is_measured_and_reported(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(bim, "SETTLE_S", 0.2)  # time
     out = tmp_path / "memory.json"
-    result = bim.main(["--side", "256", "--out", str(out)])
+    result = bim.main(["--side", "1536", "--out", str(out)])
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed == result == json.loads(out.read_text())
-    png = base64.b64decode(bim.bomb(256).split(",", 1)[1])
-    assert result["side"] == 256
-    assert result["payload_kb"] == pytest.approx(len(png) / 1024, abs=1)
+    png = base64.b64decode(bim.bomb(1536).split(",", 1)[1])  # 6.8 KB
+    assert result["side"] == 1536
+    assert result["payload_kb"] == pytest.approx(len(png) / 1024, abs=0.5)
     assert [result[k]["status"] for k in ("one", "two", "jpeg")] == [200] * 3
     assert result["four_at_once"]["status"] == [200] * 4
     for case in ("one", "two", "four_at_once", "jpeg"):
