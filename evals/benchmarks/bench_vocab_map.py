@@ -25,6 +25,7 @@ from asymspec_vl.evals.report import markdown_table
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
+from asymspec_vl.commands import positive_int
 from asymspec_vl.core import gate, vocab_align
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.vocab_align import VocabMap
@@ -139,17 +140,34 @@ def build_seconds(drafter_size: int, verifier_size: int, shared: int) -> float:
     return time.perf_counter() - start
 
 
+def shape_list(text: str) -> list[tuple[int, int]]:
+    """argparse type: a comma list of BxK (both integers >= 1) as [(B, K), ...]."""
+    try:
+        return [
+            (positive_int(b), positive_int(k))
+            for b, k in (s.split("x") for s in text.split(","))
+        ]
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma list of BxK (e.g. 1x2,8x4)"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--shapes", default="1x2,1x4,8x4", help="comma list of BxK")
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument(
+        "--shapes",
+        type=shape_list,
+        default=shape_list("1x2,1x4,8x4"),
+        help="comma list of BxK",
+    )
+    ap.add_argument("--repeat", type=positive_int, default=20)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU's figures")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     maps = {
         f"Qwen3 {V_QWEN3:,} -> Llama-3 {V_LLAMA3:,} ({SHARED:,} shared, random)": random_map(
             V_QWEN3, V_LLAMA3, SHARED
@@ -162,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [
         bench(name, vmap, B, K, args.repeat, device=args.device)
         for name, vmap in maps.items()
-        for B, K in shapes
+        for B, K in args.shapes
     ]
     print(markdown_table(rows, COLUMNS))
     where = (
