@@ -132,7 +132,10 @@ def test_the_transformers_backend_refuses_structured_output_by_name():
         ConfigError, match="served by the vLLM backend only"
     ):  # the backend, as the server calls it
         vl.backend.run(
-            [], METHODS["sd"], AsymSpecConfig(structured_output={"regex": "a"})
+            [],
+            vl.backend.plan_request(
+                METHODS["sd"], AsymSpecConfig(structured_output={"regex": "a"})
+            ),
         )
 
 
