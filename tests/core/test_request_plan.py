@@ -69,6 +69,21 @@ def served_request(runner, settings, loop):
     return loop.run_until_complete(answer())
 
 
+def close_on(loop, runner) -> None:
+    """The runner shut down inside its event loop (as the server's lifespan does), then the loop's last tasks (vLLM's
+    output handler) cancelled and the loop closed."""
+
+    async def shut():
+        runner.close()
+        left = asyncio.all_tasks() - {asyncio.current_task()}
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+
+    loop.run_until_complete(shut())
+    loop.close()
+
+
 def test_a_plan_reseeded_keeps_its_engine_method_and_K():
     plan = RequestPlan(METHODS["sd"], AsymSpecConfig(K=3, seed=1), "engine", "sd")
     again = plan.with_seed(7)
@@ -132,8 +147,9 @@ def test_a_library_request_on_vllm_makes_one_plan_and_looks_its_engine_up_once(
         result = library_request(vl)
     finally:
         vl.close()
-    assert made == ["asymspec"]
-    assert looked_up == [("asymspec", 2, False)]
+    assert (made, looked_up) == (["asymspec"], [("asymspec", 2, False)]), (
+        f"{len(made)} plans, {len(looked_up)} engine lookups: {looked_up}"
+    )
     assert result.finish_reason in ("stop", "length") and result.method == "asymspec"
 
 
@@ -166,9 +182,9 @@ def test_a_served_request_on_vllm_makes_one_plan_and_looks_its_engine_up_once(
         )  # the server's start looked up each method's engine once
         reply = served_request(runner, settings, loop)
     finally:
-        runner.close()
-        loop.close()
-    assert made == ["asymspec"]
-    assert looked_up == [("asymspec", 2, True)]
+        close_on(loop, runner)
+    assert (made, looked_up) == (["asymspec"], [("asymspec", 2, True)]), (
+        f"{len(made)} plans, {len(looked_up)} engine lookups: {looked_up}"
+    )
     assert reply.choices[0].finish_reason in ("stop", "length")
     assert reply.asymspec["method"] == "asymspec"
