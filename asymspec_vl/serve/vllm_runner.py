@@ -94,8 +94,8 @@ class VLLMRunner:
     def engine_request(
         self, enc: EncodedRequest, plan: RequestPlan
     ) -> tuple[dict, object]:
-        """(prompt, SamplingParams) as the vLLM backend submits them (blocking: the drafter engine's prompt
-        takes a vision-tower RPC)."""
+        """(prompt, SamplingParams) as the vLLM backend submits them (blocking: a structured output's grammar is
+        compiled to check it)."""
         return self.vl.backend.engine_request(enc, plan)
 
     async def stream(

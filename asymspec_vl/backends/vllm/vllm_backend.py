@@ -1,8 +1,9 @@
 """The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
 
   floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
-  drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
-            engine's own vision tower)
+  drafter   the VL drafter alone on x_question (plain engine; the image enters as the transformers
+            processor's pixel_values, which the engine's own vision tower embeds on the worker:
+            vllm_patches/hooks/pixel_inputs.py)
 Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling
 (temperature, top_p, top_k, min_p, seed) and min_tokens to SamplingParams too: vLLM's sampler reads them on the
 plain engines, the speculative engine's sampler runs each method's sampled rule on them (vllm_patches/sampler.py:
@@ -26,11 +27,7 @@ from collections.abc import Callable
 from functools import partial
 
 import vllm_patches
-from vllm_patches.requests.request_args import (
-    pack_tensor,
-    sampling_params,
-    unpack_tensor,
-)
+from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
 
 from ...core import loop
@@ -212,11 +209,11 @@ class VLLMBackend:
         llm = self.engine(plan.engine)
         length = max_model_len(llm)
         room = budget.room(r, plan.method, plan.cfg, lambda model: length)
-        return self._prompt(llm, r, plan.method), self._params(r, plan, room)
+        return self._prompt(r, plan.method), self._params(r, plan, room)
 
-    def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
+    def _prompt(self, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
-        on the drafter's, its image as embeddings from that engine's vision tower)."""
+        on the drafter's, its image as the processor's pixels, embedded inside that engine)."""
         view = r.view(
             method.scoring[0].view if method.engine == "drafter" else "x_comp"
         )
@@ -226,13 +223,9 @@ class VLLMBackend:
             prompt["prompt_token_ids"] = _collapse_runs(
                 view.ids, self.pair.tokenizer.convert_tokens_to_ids("<|image_pad|>")
             )
-            packed = llm.collective_rpc(
-                "asymspec_image_embeddings",
-                args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)),
-            )[0]
             prompt["multi_modal_data"] = {
                 "image": {
-                    "image_embeds": unpack_tensor(packed, "image embeddings"),
+                    "pixel_values": view.pixel_values,
                     "image_grid_thw": view.image_grid_thw,
                 }
             }

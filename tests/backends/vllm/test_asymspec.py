@@ -412,8 +412,7 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         reqs = [random_request(s) for s in range(6)]
         rows = small.run(
             [encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs],
-            "asymspec",
-            cfg,
+            small.plan_request("asymspec", cfg),
         )
         assert [r.token_ids for r in rows] == [
             r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec", cfg)

@@ -26,7 +26,7 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
     backend = VLLMBackend.__new__(VLLMBackend)
     backend.engine_for = engine_for
     backend.engine = {"the speculative engine": llm}.__getitem__
-    backend._prompt = lambda engine, r, method: ("prompt", engine)
+    backend._prompt = lambda r, method: ("prompt", method.name)
     backend._params = lambda r, plan, room: (plan.mode, room)
     comp = EncodedView([1, 2, 3])
     r = EncodedRequest(Prompts("", "", ""), EncodedView(list(range(10))), comp, comp)
@@ -35,7 +35,7 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
     )
     prompt, params = backend.engine_request(r, plan)
     assert looked_up == [("asymspec", 2, True)]
-    assert prompt == ("prompt", llm) and plan.mode == "asymspec"
+    assert prompt == ("prompt", "asymspec") and plan.mode == "asymspec"
     assert params == (
         "asymspec",
         40 - 10 - 2 - 1,
