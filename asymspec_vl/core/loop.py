@@ -34,6 +34,7 @@ from .logprobs import PromptLogprob, TokenLogprob, step_logprobs
 from .mapped_source import MappedSource
 from .methods import Method, Source
 from .min_tokens import MinTokens
+from .request_plan import RequestPlan
 from .sources import LogitSource
 from .stop_strings import StopStrings
 
@@ -137,6 +138,7 @@ class RowOutput:
     )
     # one per x_comp token when cfg.prompt_logprobs is set, None first (core/logprobs.py, prompt_logprobs)
     prompt_logprobs: list[PromptLogprob | None] | None = None
+    plan: RequestPlan | None = None  # what ran: set by the backend that ran the row
 
 
 def plan(

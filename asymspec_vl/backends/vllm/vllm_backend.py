@@ -1,8 +1,9 @@
 """The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
 
   floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
-  drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
-            engine's own vision tower)
+  drafter   the VL drafter alone on x_question (plain engine; the image enters as the transformers
+            processor's pixel_values, which the engine's own vision tower embeds on the worker:
+            vllm_patches/hooks/pixel_inputs.py)
 Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling
 (temperature, top_p, top_k, min_p, seed) and min_tokens to SamplingParams too: vLLM's sampler reads them on the
 plain engines, the speculative engine's sampler runs each method's sampled rule on them (vllm_patches/sampler.py:
@@ -12,8 +13,10 @@ the rules of asymspec_vl.core.sampling, the transformers backend's; a seed gives
   sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
 Engines start lazily and are kept in a bounded cache (vllm_engine.EngineCache: one at a time on a GPU);
 one speculative engine per drafter serves every K up to its num_speculative_tokens, so changing K or β
-starts nothing. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
-engine's max_model_len as the context) and statistics match the transformers backend.
+starts nothing. A request's engine and mode are looked up once, in plan_request (a core.request_plan.RequestPlan);
+run, engine_request and row read them from the plan, and each row carries it back. Prompts, banned tokens, stop
+tokens, token budget (the HF backend's room rule, with the engine's max_model_len as the context) and statistics
+match the transformers backend.
 """
 
 from __future__ import annotations
@@ -24,11 +27,7 @@ from collections.abc import Callable
 from functools import partial
 
 import vllm_patches
-from vllm_patches.requests.request_args import (
-    pack_tensor,
-    sampling_params,
-    unpack_tensor,
-)
+from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
 
 from ...core import loop
@@ -38,6 +37,7 @@ from ...core.errors import ModelPairError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
+from ...core.request_plan import RequestPlan
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
 from ...pair.model_pair import ModelPair
@@ -159,88 +159,61 @@ class VLLMBackend:
             self.engines.speculative_K(self.verifier, drafter, K),
         ), method.name
 
-    def context_length(
-        self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False
-    ) -> int:
-        """Every view of a request runs in one engine: its max_model_len."""
-        spec, _ = self.engine_for(method, cfg.K, speculative)
-        return max_model_len(self.engine(spec))
+    def plan_request(
+        self, method: Method | str, cfg: AsymSpecConfig, speculative: bool = False
+    ) -> RequestPlan:
+        """The request's plan: its engine and mode looked up once (engine_for; `speculative`: as a server holds its
+        engines, see engine_for). Everything after reads them from the plan."""
+        method = method if isinstance(method, Method) else method_named(method)
+        spec, mode = self.engine_for(method, cfg.K, speculative)
+        return RequestPlan(method, cfg, spec, mode)
+
+    def context_length(self, model: str, plan: RequestPlan) -> int:
+        """Every view of a request runs in its plan's engine: that engine's max_model_len."""
+        return max_model_len(self.engine(plan.engine))
 
     # -- running ---------------------------------------------------------------------------------
     def run(
         self,
         reqs: list[EncodedRequest],
-        method: Method,
-        cfg: AsymSpecConfig,
+        plan: RequestPlan,
         on_step: Callable | None = None,
     ) -> list[loop.RowOutput]:
-        """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
-        engine's message), the others finish as usual."""
-        spec, mode = self.engine_for(method, cfg.K)
-        llm = self.engine(spec)
-        prompts, params = zip(*(self.engine_request(r, method, cfg) for r in reqs))
+        """Decode the batch on the plan's engine; a request the engine fails comes back marked (finish_reason
+        "error", the engine's message), the others finish as usual; each row carries the plan back."""
+        llm = self.engine(plan.engine)
+        prompts, params = zip(*(self.engine_request(r, plan) for r in reqs))
         rows = [
             loop.RowOutput(
-                stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0))
+                stats=T.Stats(accepted_at=[0] * (plan.K if plan.mode != "plain" else 0))
             )
             for _ in reqs
         ]
         start = time.perf_counter()
         progress = partial(
-            self._progress, rows, StreamedStats(method, mode, cfg.K, len(reqs)), on_step
+            self._progress,
+            rows,
+            StreamedStats(plan.method, plan.mode, plan.K, len(reqs)),
+            on_step,
         )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        return [self.row(o, method, mode, elapsed, cfg) for o in finals]
+        return [self.row(o, plan, elapsed) for o in finals]
 
     def engine_request(
-        self,
-        r: EncodedRequest,
-        method: Method | str,
-        cfg: AsymSpecConfig,
-        speculative: bool = False,
+        self, r: EncodedRequest, plan: RequestPlan
     ) -> tuple[dict, object]:
-        """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
-        engine_for)."""
-        prompt, params, _ = self._request(r, method, cfg, speculative)
-        return prompt, params
-
-    def served_request(
-        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
-    ) -> tuple[dict, object, str]:
-        """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
-        every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
-        budget)."""
-        return self._request(r, method, cfg, speculative=True)
-
-    def _request(
-        self,
-        r: EncodedRequest,
-        method: Method | str,
-        cfg: AsymSpecConfig,
-        speculative: bool,
-    ) -> tuple[dict, object, str]:
-        """(prompt, SamplingParams, mode), the engine looked up once: every view of the request runs in it, so its
-        max_model_len is each source's context."""
-        method = method if isinstance(method, Method) else method_named(method)
-        check_prompt_logprobs(method.name, cfg)
-        spec, mode = self.engine_for(method, cfg.K, speculative)
-        llm = self.engine(spec)
+        """What the plan's engine receives for one request: its prompt and SamplingParams. Every view of the
+        request runs in that engine, so its max_model_len is each source's context."""
+        check_prompt_logprobs(plan.method.name, plan.cfg)
+        llm = self.engine(plan.engine)
         length = max_model_len(llm)
-        room = budget.room(r, method, cfg, lambda model: length)
-        return (
-            self._prompt(llm, r, method),
-            self._params(r, method, mode, cfg, room),
-            mode,
-        )
+        room = budget.room(r, plan.method, plan.cfg, lambda model: length)
+        return self._prompt(r, plan.method), self._params(r, plan, room)
 
-    def served_engine(self, method: Method, K: int):
-        """The engine a server runs the method on (served_request's)."""
-        return self.engine(self.engine_for(method, K, speculative=True)[0])
-
-    def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
+    def _prompt(self, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
-        on the drafter's, its image as embeddings from that engine's vision tower)."""
+        on the drafter's, its image as the processor's pixels, embedded inside that engine)."""
         view = r.view(
             method.scoring[0].view if method.engine == "drafter" else "x_comp"
         )
@@ -250,28 +223,18 @@ class VLLMBackend:
             prompt["prompt_token_ids"] = _collapse_runs(
                 view.ids, self.pair.tokenizer.convert_tokens_to_ids("<|image_pad|>")
             )
-            packed = llm.collective_rpc(
-                "asymspec_image_embeddings",
-                args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)),
-            )[0]
             prompt["multi_modal_data"] = {
                 "image": {
-                    "image_embeds": unpack_tensor(packed, "image embeddings"),
+                    "pixel_values": view.pixel_values,
                     "image_grid_thw": view.image_grid_thw,
                 }
             }
         return prompt
 
-    def _params(
-        self,
-        r: EncodedRequest,
-        method: Method,
-        mode: str,
-        cfg: AsymSpecConfig,
-        room: int,
-    ):
+    def _params(self, r: EncodedRequest, plan: RequestPlan, room: int):
         from vllm import SamplingParams  # lazy: loads vLLM
 
+        method, cfg = plan.method, plan.cfg
         banned = self.pair.banned_ids()
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
@@ -288,13 +251,13 @@ class VLLMBackend:
             )  # a constraint the engine cannot compile must not reach it
             kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if (
-            mode == "plain"
+            plan.mode == "plain"
         ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
         extra = vllm_patches.make_extra_args(
-            mode,
+            plan.mode,
             cfg,
             x_full=full.ids if full else None,
             pixel_values=full.pixel_values if full else None,
@@ -314,12 +277,10 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(
-        o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None
-    ) -> loop.RowOutput:
-        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason; with
-        cfg.logprobs the engine's logprobs, each named by its distribution)."""
-
+    def row(o, plan: RequestPlan, elapsed: float) -> loop.RowOutput:
+        """A finished RequestOutput as the plan's row (tokens, sources, statistics, finish reason; with
+        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it."""
+        method, mode, cfg = plan.method, plan.mode, plan.cfg
         completion = o.outputs[0]
         tokens = list(completion.token_ids)
         stats, sources, error = from_output(o.kv_transfer_params)
@@ -334,18 +295,20 @@ class VLLMBackend:
             try:
                 logprobs = (
                     from_vllm(completion.logprobs, tokens, sources, method.name, cfg)
-                    if cfg is not None and cfg.logprobs is not None
+                    if cfg.logprobs is not None
                     else None
                 )
                 prompt_lps = (
                     prompt_from_vllm(
                         o.prompt_logprobs, o.prompt_token_ids, cfg.prompt_logprobs
                     )
-                    if cfg is not None and cfg.prompt_logprobs is not None
+                    if cfg.prompt_logprobs is not None
                     else None
                 )
             except MissingLogprobsError as e:
-                return loop.RowOutput(tokens, sources, stats, "error", str(e))
+                return loop.RowOutput(
+                    tokens, sources, stats, "error", str(e), plan=plan
+                )
             return loop.RowOutput(
                 tokens,
                 sources,
@@ -354,6 +317,7 @@ class VLLMBackend:
                 text=text,
                 logprobs=logprobs,
                 prompt_logprobs=prompt_lps,
+                plan=plan,
             )
         return loop.RowOutput(
             tokens,
@@ -362,6 +326,7 @@ class VLLMBackend:
             "error",
             f"the engine finished the request with "
             f"'{completion.finish_reason}': {error or 'no detail'}",
+            plan=plan,
         )
 
 
