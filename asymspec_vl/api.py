@@ -18,8 +18,8 @@ from .core.errors import (
 )
 from .core.logprobs import PromptLogprob, TokenLogprob
 from .core.loop import RowOutput
-from .core.methods import Method
 from .core.methods import method as method_named
+from .core.request_plan import RequestPlan
 from .core.structured import refuse_on_backend
 from .core.trace import Stats
 from .inputs import budget
@@ -298,16 +298,13 @@ class AsymSpecVL:
         Breaking out of the loop (or stream.close()) stops the decoding; once the loop ends `stream.result`
         is the GenerationResult. Arguments and errors as generate's (a bad argument is raised at once)."""
         cfg = with_overrides(config, overrides)
+        plan = self.backend.plan_request(method_named(method), cfg)
         request = Request(
             image, question, caption, ocr, full_context, compressed_context
         )
-        self._validated(
-            [request], method_named(method), cfg
-        )  # bad input raises here, not in the worker
+        self._validated([request], plan)  # bad input raises here, not in the worker
         return TextStream(
-            lambda on_step: self.generate_batch(
-                [request], method, cfg, on_step, "raise"
-            )[0],
+            lambda on_step: self._generate([request], plan, on_step, "raise")[0],
             self.decode,
             cfg.stop,
             cfg.include_stop_str_in_output,
@@ -342,8 +339,22 @@ class AsymSpecVL:
         message in `error`; with on_error="raise" a RequestFailedError carries all results. Keyword
         overrides replace AsymSpecConfig fields of `config` (max_new_tokens=64, K=4, ...)."""
         cfg = with_overrides(config, overrides)
-        chosen = method_named(method)
-        self.pair.check_stop_ids(cfg)
+        return self._generate(
+            requests,
+            self.backend.plan_request(method_named(method), cfg),
+            on_step,
+            on_error,
+        )
+
+    def _generate(
+        self,
+        requests: list[Request],
+        plan: RequestPlan,
+        on_step: Callable | None,
+        on_error: str,
+    ) -> list[GenerationResult]:
+        """generate_batch on the request's plan (made once, where the method and config were parsed)."""
+        self.pair.check_stop_ids(plan.cfg)
         if not is_one_of(on_error, ON_ERROR):
             raise ConfigError(
                 f"on_error={on_error!r} is invalid: expected one of {ON_ERROR}"
@@ -352,22 +363,21 @@ class AsymSpecVL:
             raise ConfigError(
                 f"on_step must be callable or None, got {type(on_step).__name__}"
             )
-        encoded = self._validated(requests, chosen, cfg)
+        encoded = self._validated(requests, plan)
         if not encoded:
             return []
-        outputs = self.backend.run(encoded, chosen, cfg, on_step=on_step)
-        results = [self._result(e, o, method, cfg) for e, o in zip(encoded, outputs)]
+        outputs = self.backend.run(encoded, plan, on_step=on_step)
+        results = [self._result(e, o) for e, o in zip(encoded, outputs)]
         failed = [i for i, r in enumerate(results) if r.finish_reason == "error"]
         if failed and on_error == "raise":
             raise RequestFailedError(results, failed)
         return results
 
-    def _validated(
-        self, requests, method: Method, cfg: AsymSpecConfig
-    ) -> list[EncodedRequest]:
+    def _validated(self, requests, plan: RequestPlan) -> list[EncodedRequest]:
         """Encode every request and check it fits the models' context; collect every bad one by index."""
+        method, cfg = plan.method, plan.cfg
         refuse_on_backend(cfg, self.backend.name)
-        context = partial(self.backend.context_length, method=method, cfg=cfg)
+        context = partial(self.backend.context_length, plan=plan)
         if not isinstance(requests, (list, tuple)):
             raise InputError(
                 f"requests must be a list of Request or Conversation, got {type(requests).__name__}"
@@ -391,9 +401,8 @@ class AsymSpecVL:
     def decode(self, token_ids: list[int]) -> str:
         return self.pair.decode(token_ids)
 
-    def _result(
-        self, enc, out: RowOutput, method: str, cfg: AsymSpecConfig
-    ) -> GenerationResult:
+    def _result(self, enc, out: RowOutput) -> GenerationResult:
+        """The row as the result; its method and config are the plan the backend ran (carried back on the row)."""
         pieces = trace_pieces(self.pair.tokenizer, out.token_ids)
         trace = [
             TraceToken(i, p, s) for i, p, s in zip(out.token_ids, pieces, out.sources)
@@ -407,8 +416,8 @@ class AsymSpecVL:
             trace,
             out.stats,
             enc.prompts,
-            method,
-            cfg,
+            out.plan.method.name,
+            out.plan.cfg,
             out.finish_reason,
             dict(enc.meta),
             out.error,

@@ -24,14 +24,17 @@ def tiny_models(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_vl(tiny_models):
-    """An AsymSpecVL pipeline on the tiny models (transformers backend, CPU, float32)."""
+    """An AsymSpecVL pipeline on the tiny models (transformers backend, float32, on TEST_DEVICE: the CPU
+    unless ASYMSPEC_TEST_DEVICE says otherwise)."""
+    from helpers import ON_TEST_DEVICE
+
     from asymspec_vl import AsymSpecVL
 
     return AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["vl_drafter"]),
         verifier=str(tiny_models["verifier"]),
         text_drafter=str(tiny_models["text_drafter"]),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
 
 

@@ -44,12 +44,12 @@ def test_drafter_alone_equals_transformers_generate(tiny_vl):
         req = random_request(i)
         ours = tiny_vl.generate_batch([req], method="drafter", config=CFG)[0]
         enc = encode_request(req, pair.processor, pair.tokenizer).question
-        ids = torch.tensor([enc.ids])
+        ids = torch.tensor([enc.ids], device=model.device)
         ref = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids),
-            pixel_values=enc.pixel_values,
-            image_grid_thw=enc.image_grid_thw,
+            pixel_values=enc.pixel_values.to(model.device, model.dtype),
+            image_grid_thw=enc.image_grid_thw.to(model.device),
             max_new_tokens=CFG.max_new_tokens,
             do_sample=False,
             suppress_tokens=pair.banned_ids(),
@@ -69,7 +69,7 @@ def test_floor_equals_transformers_generate_and_prompts_are_exact(tiny_vl):
     res = tiny_vl.generate_batch([req], method="floor", config=CFG)[0]
     ids = pair.tokenizer(
         res.prompts.x_comp, return_tensors="pt", add_special_tokens=False
-    )["input_ids"]
+    )["input_ids"].to(model.device)
     ref = model.generate(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),

@@ -27,6 +27,7 @@ The rest of the method:
   the tokens emitted without a decision (prime, re-emit)           hidden_tokens.py
   per-request statistics and token labels                          stats.py
   named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, phase_timing.py
+  the drafter alone's images as pixels (its engine's vision tower)  pixel_inputs.py
 vLLM's hooks, file by file:
   SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config,
     SamplingParams._validate_spec_decode                                              config_patch.py
@@ -34,6 +35,7 @@ vLLM's hooks, file by file:
     _build_attention_metadata, _model_forward, _sample, propose_draft_token_ids,
     sample_tokens, profile_run                                                        runner_patch.py
   CPUModelRunner: __init__, load_model                                                cpu_patch.py
+  Qwen2VLMultiModalDataParser._parse_image_data (Qwen2/3-VL)                          pixel_inputs.py
   Scheduler: __init__, add_request, schedule, _free_request, _preempt_request,
     update_from_output                                                                scheduler_patch.py
 """
@@ -46,6 +48,7 @@ from .hooks.config_patch import METHOD, patch_speculative_config
 from .hooks.cpu_generators import patch_cpu_generators
 from .hooks.cpu_patch import patch_cpu_runner
 from .hooks.engine_gauges import patch_engine_core
+from .hooks.pixel_inputs import patch_pixel_inputs
 from .hooks.runner_patch import patch_model_runner
 from .hooks.scheduler_patch import patch_scheduler
 from .requests.request_args import make_extra_args
@@ -84,6 +87,7 @@ def apply() -> None:
     patch_model_runner()
     patch_scheduler()
     patch_engine_core()
+    patch_pixel_inputs()
     if is_cpu_build():
         patch_cpu_runner()
         patch_cpu_generators()

@@ -15,7 +15,7 @@ processor, min_tokens.py); stop strings end a row as vLLM's detokenizer ends it 
 each committed token gets its logprob from the step's logits (logprobs.py).
 A cross-family pair (a VocabMap that is not the identity) keeps y and the drafts in verifier ids: the drafter's
 sources read them through the map (mapped_source.py), draft over the shared set, and the rules of
-vocab_align.py decide.
+vocab_align.py decide (vocab_sampling.py's at temperature > 0).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import sampling, vocab_align
+from . import sampling, vocab_align, vocab_sampling
 from . import trace as T
 from .config import AsymSpecConfig
-from .errors import ConfigError
 from .gate import StepOutcome, greedy
 from .logprobs import PromptLogprob, TokenLogprob, step_logprobs
 from .mapped_source import MappedSource
 from .methods import Method, Source
 from .min_tokens import MinTokens
+from .request_plan import RequestPlan
 from .sources import LogitSource
 from .stop_strings import StopStrings
 
@@ -80,6 +80,16 @@ class Plan:
         self, logits: dict[str, torch.Tensor], drafts: torch.Tensor
     ) -> StepOutcome:
         """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K]."""
+        if self.vmap is not None and self.cfg.samples:
+            return vocab_sampling.sample(
+                self.method.name,
+                self.cfg,
+                logits,
+                drafts,
+                self.banned,
+                self.vmap,
+                self.gens,
+            )
         if self.vmap is not None:
             return vocab_align.decide(
                 self.method.name, self.cfg, logits, drafts, self.banned, self.vmap
@@ -90,7 +100,11 @@ class Plan:
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
         """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution. Across a
-        map: greedy over the drafter's shared tokens [B, Vd], returned in verifier ids."""
+        map: over the drafter's shared tokens [B, Vd] (vocab_sampling.pick when sampling), in verifier ids."""
+        if self.vmap is not None and self.cfg.samples:
+            return vocab_sampling.pick(
+                logits, self.cfg, self.banned, self.vmap, self.gens
+            )
         if self.vmap is not None:
             picked = greedy(
                 logits, self.vmap.drafter_banned(self.banned, logits.device)
@@ -124,6 +138,7 @@ class RowOutput:
     )
     # one per x_comp token when cfg.prompt_logprobs is set, None first (core/logprobs.py, prompt_logprobs)
     prompt_logprobs: list[PromptLogprob | None] | None = None
+    plan: RequestPlan | None = None  # what ran: set by the backend that ran the row
 
 
 def plan(
@@ -138,7 +153,6 @@ def plan(
     if vmap is not None and vmap.identity:
         vmap = None
     if vmap is not None:
-        refuse_across_map(cfg)
         inner = source
 
         def source(
@@ -150,15 +164,6 @@ def plan(
     return Plan(
         method, cfg, drafter, [source(s) for s in method.scoring], banned, vmap=vmap
     )
-
-
-def refuse_across_map(cfg: AsymSpecConfig) -> None:
-    """ConfigError for what a cross-family pair does not run yet: sampling."""
-    if cfg.samples:
-        raise ConfigError(
-            "temperature > 0: not run for a cross-family pair (two vocabularies) yet; the greedy "
-            "rules of every method are, with logprobs and min_tokens (docs/cross-family.md)"
-        )
 
 
 def run(

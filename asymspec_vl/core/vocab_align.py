@@ -81,6 +81,21 @@ class VocabMap:
             self._cache[key] = (d, v, d2v, v2d)
         return self._cache[key]
 
+    def in_drafter_order(
+        self, device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The shared set ordered by drafter id (cached per device): (drafter ids [S] increasing, their verifier
+        ids [S], position [Vv] of each verifier id in that order, -1 off the shared set). The sampled rules
+        draw in this order (vocab_sampling.py)."""
+        key = ("drafter-order", str(device))
+        if key not in self._cache:
+            d, v, _, _ = self.to(device)
+            order = d.argsort()
+            pos = torch.full((self.verifier_size,), -1, dtype=torch.long, device=device)
+            pos[v[order]] = torch.arange(order.numel(), device=device)
+            self._cache[key] = (d[order], v[order], pos)
+        return self._cache[key]
+
     def to_drafter_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Verifier ids (all in the shared set) -> drafter ids, same shape."""
         out = self.to(ids.device)[3][ids]

@@ -34,22 +34,21 @@ def mixed_jobs():
 
 
 def mixed_waves_check(vl, hf, run: AttentionRun) -> Check:
-    from ..core.methods import method as method_named  # lazy: loads torch
-
     reqs, jobs = requests(), mixed_jobs()
     encoded = [encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs]
     backend = vl.backend
     llm = backend.engine(backend.engine_for("asymspec", 4)[0])
     configs = [AsymSpecConfig(K=K, max_new_tokens=n) for _, _, K, n in jobs]
+    plans = [
+        backend.plan_request(method, cfg)
+        for (_, method, _, _), cfg in zip(jobs, configs)
+    ]
     engine_jobs = [
-        backend.engine_request(encoded[row], method, cfg)
-        for (row, method, _, _), cfg in zip(jobs, configs)
+        backend.engine_request(encoded[row], plan)
+        for (row, _, _, _), plan in zip(jobs, plans)
     ]
     finals = run_in_waves(llm, engine_jobs, IN_FLIGHT)
-    got = [
-        backend.row(o, method_named(method), method, 0.0)
-        for (_, method, _, _), o in zip(jobs, finals)
-    ]
+    got = [backend.row(o, plan, 0.0) for plan, o in zip(plans, finals)]
     expected = [
         hf.generate_batch([reqs[row]], method, cfg)[0]
         for (row, method, _, _), cfg in zip(jobs, configs)

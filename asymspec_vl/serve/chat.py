@@ -1,9 +1,10 @@
-"""One chat completion, from a checked ChatJob to the answer: fetch the image, complete the verifier's view, encode
-the three views and check they fit, then decode, as one JSON response or as server-sent events (each decoding
-step's tokens in one chunk). Every check runs before the first token, so a bad request gets its HTTP error even
-when it asked to stream; a failure after that ends the stream with an error event. A request past the server's
-timeout, or whose client left, is aborted in the engine; so is one still running when the drain after SIGTERM
-expires (--drain-timeout): it ends with ServerShuttingDownError (503 JSON, or a last error event and [DONE])."""
+"""One chat completion, from a checked ChatJob to the answer: make its plan (method, config, engine: once, by the
+runner), fetch the image, complete the verifier's view, encode the three views and check they fit, then decode,
+as one JSON response or as server-sent events (each decoding step's tokens in one chunk). Every check runs before
+the first token, so a bad request gets its HTTP error even when it asked to stream; a failure after that ends the
+stream with an error event. A request past the server's timeout, or whose client left, is aborted in the engine; so
+is one still running when the drain after SIGTERM expires (--drain-timeout): it ends with ServerShuttingDownError
+(503 JSON, or a last error event and [DONE])."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..core.errors import AsymSpecError, ConfigError
-from ..core.methods import METHODS, Method
+from ..core.methods import METHODS
+from ..core.request_plan import RequestPlan
 from ..inputs import budget
 from ..inputs.conversation import Conversation, encode
 from ..inputs.image_fit import processor_fit
@@ -48,7 +50,7 @@ class Prepared:
     """A request ready to decode."""
 
     job: ChatJob
-    method: Method
+    plan: RequestPlan  # the runner's, made once in prepare (job.method and job.cfg on its engine)
     enc: EncodedRequest
     views: list[View]  # per image of the conversation
     started: float  # time.monotonic() when the request arrived
@@ -131,17 +133,17 @@ class ChatService:
             )
         job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
-        method = METHODS[job.method]
+        plan = self.runner.plan(METHODS[job.method], job.cfg)
         late = f"preparing the request took over {self.settings.request_timeout_s} s"
         enc, views, warnings = await self._within(
-            self._views(job, method), deadline, late
+            self._views(job, plan), deadline, late
         )
         for warning in warnings:
             logger.warning("asymspec-vl serve: %s: %s", job.response_id, warning)
-        return Prepared(job, method, enc, views, started, deadline, warnings)
+        return Prepared(job, plan, enc, views, started, deadline, warnings)
 
     async def _views(
-        self, job: ChatJob, method: Method
+        self, job: ChatJob, plan: RequestPlan
     ) -> tuple[EncodedRequest, list[View], tuple[str, ...]]:
         """Each image fetched and given its verifier view (the client's, or the captioners' behind their cache),
         then the conversation encoded and checked to fit; and the warnings about the images (notes.py). The
@@ -167,7 +169,7 @@ class ChatService:
                     for im, c, o in zip(images, job.captions, job.ocrs)
                 ]
                 enc = await asyncio.to_thread(
-                    self._encode, conversation_request(job, images, views), method, job
+                    self._encode, conversation_request(job, images, views), plan
                 )
                 return enc, views, answer_warnings(self.toy, images)
             finally:
@@ -177,19 +179,17 @@ class ChatService:
                     images = None
                     await asyncio.to_thread(release_memory)
 
-    def _encode(
-        self, request: Conversation, method: Method, job: ChatJob
-    ) -> EncodedRequest:
+    def _encode(self, request: Conversation, plan: RequestPlan) -> EncodedRequest:
         pair = self.runner.vl.pair
         enc = encode(request, pair.processor, pair.tokenizer, pair.cross_map)
-        budget.check_fits(enc, method, job.cfg, self.runner.context_of(method, job.cfg))
+        budget.check_fits(enc, plan.method, plan.cfg, self.runner.context_of(plan))
         return enc
 
     async def progress(self, p: Prepared) -> AsyncIterator[Progress]:
         """The runner's steps, each awaited against the request's deadline; leaving early aborts the request."""
         first = True
         late = f"the request ran over the server's timeout of {self.settings.request_timeout_s} s and was aborted"
-        async with aclosing(self.runner.stream(p.enc, p.method, p.job.cfg)) as steps:
+        async with aclosing(self.runner.stream(p.enc, p.plan)) as steps:
             while True:
                 try:
                     step = await self._within(anext(steps), p.deadline, late)

@@ -25,16 +25,15 @@ def choices_of(p: Prepared) -> list[Prepared]:
         return [p]
     out = []
     for i in range(job.n):
-        cfg = (
-            job.cfg if job.cfg.seed is None else job.cfg.replace(seed=job.cfg.seed + i)
-        )
+        plan = p.plan if job.cfg.seed is None else p.plan.with_seed(job.cfg.seed + i)
         # each choice streams its usage chunk: events() reads it and sends one with the sum instead
         out.append(
             dataclasses.replace(
                 p,
                 job=dataclasses.replace(
-                    job, cfg=cfg, choice=i, include_usage=job.stream
+                    job, cfg=plan.cfg, choice=i, include_usage=job.stream
                 ),
+                plan=plan,
             )
         )
     return out

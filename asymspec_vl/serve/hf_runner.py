@@ -16,6 +16,7 @@ from ..api import AsymSpecVL
 from ..core.config import AsymSpecConfig
 from ..core.loop import RowOutput
 from ..core.methods import METHODS, Method
+from ..core.request_plan import RequestPlan
 from ..inputs.prompts import EncodedRequest
 from .runner import Progress
 from .settings import ServeSettings
@@ -28,8 +29,7 @@ class _BatchLeft(Exception):
 @dataclass(eq=False)  # a job is itself: compared by identity (its fields hold tensors)
 class _Job:
     enc: EncodedRequest
-    method: Method
-    cfg: AsymSpecConfig
+    plan: RequestPlan
     loop: asyncio.AbstractEventLoop
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     abandoned: bool = False
@@ -61,13 +61,16 @@ class HFRunner:
         )
         return cls(vl, settings.engine_kwargs.get("max_num_seqs", 16))
 
-    def context_of(self, method: Method, cfg: AsymSpecConfig):
-        return lambda model: self.vl.backend.context_length(model, method, cfg)
+    def plan(self, method: Method, cfg: AsymSpecConfig) -> RequestPlan:
+        return self.vl.backend.plan_request(method, cfg)
+
+    def context_of(self, plan: RequestPlan):
+        return lambda model: self.vl.backend.context_length(model, plan)
 
     async def stream(
-        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+        self, enc: EncodedRequest, plan: RequestPlan
     ) -> AsyncIterator[Progress]:
-        job = _Job(enc, method, cfg, asyncio.get_running_loop())
+        job = _Job(enc, plan, asyncio.get_running_loop())
         self.jobs.put(job)
         try:
             while True:
@@ -95,12 +98,7 @@ class HFRunner:
                 waiting.append(job)
             waiting = [j for j in waiting if not j.abandoned]
             if waiting:
-                batch = [
-                    j
-                    for j in waiting
-                    if (j.method.name, j.cfg)
-                    == (waiting[0].method.name, waiting[0].cfg)
-                ]
+                batch = [j for j in waiting if j.plan == waiting[0].plan]
                 batch = batch[: self.max_batch]
                 waiting = [
                     j for j in waiting if j not in batch
@@ -117,7 +115,7 @@ class HFRunner:
         self.running = batch
         try:
             rows = self.vl.backend.run(
-                [j.enc for j in batch], batch[0].method, batch[0].cfg, on_step=on_step
+                [j.enc for j in batch], batch[0].plan, on_step=on_step
             )
         except _BatchLeft:
             return

@@ -54,14 +54,15 @@ def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
 def asymspec_object(
     vl, job: ChatJob, enc: EncodedRequest, row: RowOutput, views: list[View]
 ) -> dict:
-    """The statistics beside the answer; `view` is the one image's sources, `views` every image's in order."""
+    """The statistics beside the answer; `view` is the one image's sources, `views` every image's in order. The
+    method and config are the plan the runner ran, carried back on the row."""
     config = {
         k: v
-        for k, v in job.cfg.to_dict().items()
+        for k, v in row.plan.cfg.to_dict().items()
         if k not in ("max_new_tokens", "stop_token_ids", "structured_output")
     }
     out = {
-        "method": job.method,
+        "method": row.plan.method.name,
         **row.stats.to_dict(),
         "fused": row.sources.count(FUSED),
         "config": config,

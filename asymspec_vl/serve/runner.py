@@ -12,6 +12,7 @@ from ..core.config import AsymSpecConfig
 from ..core.logprobs import TokenLogprob
 from ..core.loop import RowOutput
 from ..core.methods import Method
+from ..core.request_plan import RequestPlan
 from ..inputs.prompts import EncodedRequest
 
 
@@ -31,14 +32,15 @@ class Runner(Protocol):
     vl: AsymSpecVL  # the model pair (tokenizer, processor) and its backend
     methods: tuple[str, ...]  # the methods this server runs
 
-    def context_of(self, method: Method, cfg: AsymSpecConfig) -> Callable[[str], int]:
-        """The context window of each model ("drafter", "sd_drafter", "verifier") in a run of `method`."""
+    def plan(self, method: Method, cfg: AsymSpecConfig) -> RequestPlan:
+        """The request's plan on this server's engines (made once per request, where the server prepares it)."""
 
-    def stream(
-        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
-    ) -> AsyncIterator[Progress]:
-        """Decode one request; a Progress after every step it took, the last one with `row`. Closing the iterator
-        early (a client gone, a timeout) aborts the request in the engine."""
+    def context_of(self, plan: RequestPlan) -> Callable[[str], int]:
+        """The context window of each model ("drafter", "sd_drafter", "verifier") in a run of the plan."""
+
+    def stream(self, enc: EncodedRequest, plan: RequestPlan) -> AsyncIterator[Progress]:
+        """Decode one request; a Progress after every step it took, the last one with `row` (which carries the
+        plan back). Closing the iterator early (a client gone, a timeout) aborts the request in the engine."""
 
     async def engine_gauges(self) -> dict[str, float]:
         """Figures read from the engines for /metrics (e.g. requests they hold)."""

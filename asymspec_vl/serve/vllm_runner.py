@@ -5,9 +5,10 @@
   drafter engine      (--drafter-engine) the VL drafter as target: method "drafter"; on a GPU it takes a share of
                       its own (--drafter-memory, a gpu_memory_utilization), started after the speculative one
 The backend builds them (vllm_engine.build_engine, as AsyncLLMs seen through EngineView) and fixes the set at start.
-A request becomes exactly what the vLLM backend submits (VLLMBackend.served_request: prompt, stop and banned
-tokens, budget, extra_args). Floor reads what SD reads (x_comp, the same budget): on the speculative engine it is
-its own request in mode "floor" (no drafts).
+A request's plan is the vLLM backend's (VLLMBackend.plan_request, speculative: the engines a server holds), made
+once where the server prepares the request; it becomes exactly what the vLLM backend submits
+(VLLMBackend.engine_request: prompt, stop and banned tokens, budget, extra_args). Floor reads what SD reads
+(x_comp, the same budget): on the speculative engine it is its own request in mode "floor" (no drafts).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..backends.vllm.sample_logprobs import from_vllm
 from ..backends.vllm.vllm_backend import StreamedStats, VLLMBackend
 from ..core.config import AsymSpecConfig
 from ..core.methods import METHODS, Method
+from ..core.request_plan import RequestPlan
 from ..inputs.prompts import EncodedRequest
 from ..pair.defaults import resolve
 from ..pair.model_pair import ModelPair
@@ -77,31 +79,34 @@ class VLLMRunner:
         return cls(AsymSpecVL(pair, backend, names), views)
 
     def _spec_of(self, method: Method) -> EngineSpec:
+        """The engine the server runs `method` on (which methods it serves, at start)."""
         return self.vl.backend.engine_for(method, self.speculative.K, speculative=True)[
             0
         ]
 
-    def context_of(self, method: Method, cfg: AsymSpecConfig):
-        length = self.views[self._spec_of(method)].max_model_len
+    def plan(self, method: Method, cfg: AsymSpecConfig) -> RequestPlan:
+        return self.vl.backend.plan_request(method, cfg, speculative=True)
+
+    def context_of(self, plan: RequestPlan):
+        length = self.views[plan.engine].max_model_len
         return lambda model: length
 
     def engine_request(
-        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
-    ) -> tuple[dict, object, str]:
-        """(prompt, SamplingParams, mode) as the vLLM backend submits them (blocking: the drafter engine's prompt
-        takes a vision-tower RPC)."""
-        return self.vl.backend.served_request(enc, method, cfg)
+        self, enc: EncodedRequest, plan: RequestPlan
+    ) -> tuple[dict, object]:
+        """(prompt, SamplingParams) as the vLLM backend submits them (blocking: a structured output's grammar is
+        compiled to check it)."""
+        return self.vl.backend.engine_request(enc, plan)
 
     async def stream(
-        self, enc: EncodedRequest, method: Method, cfg: AsymSpecConfig
+        self, enc: EncodedRequest, plan: RequestPlan
     ) -> AsyncIterator[Progress]:
-        prompt, params, mode = await asyncio.to_thread(
-            self.engine_request, enc, method, cfg
-        )
-        engine = self.views[self._spec_of(method)].engine
+        prompt, params = await asyncio.to_thread(self.engine_request, enc, plan)
+        engine = self.views[plan.engine].engine
+        method, cfg = plan.method, plan.cfg
         start, labels, seen = (
             time.perf_counter(),
-            StreamedStats(method, mode, cfg.K, 1),
+            StreamedStats(method, plan.mode, plan.K, 1),
             0,
         )
         async for out in engine.generate(
@@ -109,9 +114,7 @@ class VLLMRunner:
         ):
             tokens = list(out.outputs[0].token_ids)
             if out.finished:
-                row = VLLMBackend.row(
-                    out, method, mode, time.perf_counter() - start, cfg
-                )
+                row = VLLMBackend.row(out, plan, time.perf_counter() - start)
                 yield Progress(tokens, row, row.logprobs)
                 continue
             # each token's distribution from its streamed label (provisional where outputs of steps arrive merged)

@@ -30,6 +30,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from serve_support import ServerProcess, chat_body  # noqa: E402
 
+from asymspec_vl.commands import positive_int  # noqa: E402
+
+SETTLE_S = 2  # seconds after the replies before "after" is read
+
 
 def bomb(side: int, fmt: str = "PNG") -> str:
     buf = io.BytesIO()
@@ -74,7 +78,7 @@ def measured(server: ServerProcess, body: dict, copies: int = 1) -> dict:
             )
         )
     elapsed = time.perf_counter() - start
-    time.sleep(2)
+    time.sleep(SETTLE_S)
     done.set()
     sampler.join()
     gb = 1e9
@@ -93,9 +97,9 @@ def measured(server: ServerProcess, body: dict, copies: int = 1) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--side", type=int, default=7900)
+    ap.add_argument("--side", type=positive_int, default=7900)
     ap.add_argument("--backend", default="hf")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument(
@@ -103,7 +107,7 @@ def main() -> None:
         nargs="*",
         help="after --: more `asymspec-vl serve` options (--max-server-pixels N)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     url = bomb(args.side)
     server = ServerProcess(
         [
@@ -149,6 +153,7 @@ def main() -> None:
     print(json.dumps(result))
     if args.out:
         args.out.write_text(json.dumps(result) + "\n")
+    return result
 
 
 if __name__ == "__main__":

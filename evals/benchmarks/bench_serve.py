@@ -29,6 +29,7 @@ import httpx
 import numpy as np
 from asymspec_vl.evals.report import markdown_table, write_table
 
+from asymspec_vl.commands import comma_list, positive_int
 from asymspec_vl.toy import world
 
 METHODS = ("floor", "asymspec")
@@ -194,7 +195,7 @@ def run(
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -204,19 +205,25 @@ def main() -> None:
         "--server-args", default="--drafter embedded --verifier embedded --ocr none"
     )
     ap.add_argument(
-        "--requests", type=int, default=32, help="requests per method and concurrency"
+        "--requests",
+        type=positive_int,
+        default=32,
+        help="requests per method and concurrency",
     )
-    ap.add_argument("--tokens", type=int, default=48, help="max_tokens of each request")
-    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument(
+        "--tokens", type=positive_int, default=48, help="max_tokens of each request"
+    )
+    ap.add_argument(
+        "--concurrency",
+        type=lambda s: [positive_int(c) for c in comma_list(s)],
+        default=[1, 4, 16],
+    )
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--out", default=None, help="write bench_serve.{md,csv,json} here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    levels, methods = (
-        [int(c) for c in args.concurrency.split(",")],
-        args.methods.split(","),
-    )
+    levels, methods = args.concurrency, args.methods.split(",")
     print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS), flush=True)
     if args.url:
         rows = run(args.url, headers, methods, levels, args.requests, args.tokens)

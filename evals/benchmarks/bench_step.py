@@ -22,6 +22,7 @@ from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
 from asymspec_vl.backends.hf.reference import reference_asymspec
+from asymspec_vl.commands import positive_int
 from asymspec_vl.core import loop, methods
 from asymspec_vl.inputs.prompts import encode_request
 from asymspec_vl.toy.tiny import write_tiny_models
@@ -57,17 +58,17 @@ def buckets(stamps: list[tuple[int, float]], width: int) -> dict[int, float]:
     return {k: sum(v) / len(v) for k, v in sorted(per.items())}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--drafter")
     ap.add_argument("--verifier")
-    ap.add_argument("--tokens", type=int, default=384)
-    ap.add_argument("--K", type=int, default=AsymSpecConfig.K)
-    ap.add_argument("--bucket", type=int, default=64)
+    ap.add_argument("--tokens", type=positive_int, default=384)
+    ap.add_argument("--K", type=positive_int, default=AsymSpecConfig.K)
+    ap.add_argument("--bucket", type=positive_int, default=64)
     ap.add_argument("--skip-naive", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.manual_seed(0)
     if not args.drafter:
         paths = write_tiny_models(tempfile.mkdtemp(prefix="bench-step-"))

@@ -21,9 +21,20 @@ from pathlib import Path
 from asymspec_vl.evals.jobs import ResultsLog
 from asymspec_vl.evals.toy.eval import evaluate, table
 
+from asymspec_vl.commands import positive_int
 from asymspec_vl.toy import PAIR_DIR, world
 
 KEYS = ["drafter", "floor", "asymspec-K2-b1", "asymspec-K4-b1", "asymspec-K2-b1-fused"]
+
+
+def heldout_count(text: str) -> int:
+    """argparse type: a held-out size that asks every question type at least once (the table has a column each)."""
+    n = positive_int(text)
+    if n < len(world.QTYPES):
+        raise argparse.ArgumentTypeError(
+            f"--n {n}: at least {len(world.QTYPES)}, one question of each type {world.QTYPES}"
+        )
+    return n
 
 
 def table_of(drafter: Path, verifier: Path, n: int, out: Path) -> dict[str, dict]:
@@ -51,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default=None, help="where to train (default: a temporary folder)"
     )
     ap.add_argument(
-        "--n", type=int, default=300, help="held-out questions for the comparison"
+        "--n",
+        type=heldout_count,
+        default=300,
+        help="held-out questions for the comparison (at least one per question type)",
     )
     ap.add_argument("--workers", type=int, default=2, choices=(1, 2))
     ap.add_argument(

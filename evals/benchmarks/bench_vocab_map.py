@@ -1,6 +1,7 @@
-"""Benchmark: the cost per decode step of a cross-family pair's vocabulary map (core/vocab_align.py), on the CPU.
+"""Benchmark: the cost per decode step of a cross-family pair's vocabulary map (core/vocab_align.py).
 
     python -m asymspec_vl.evals.benchmarks.bench_vocab_map [--shapes 1x2,1x4,8x4] [--repeat 20] [--threads 1]
+                                                           [--device cuda]
 
 Two pairs: the real sizes (a Qwen3 drafter, Vd = 151,936, with a Llama-3 verifier, Vv = 128,256, sharing
 109,566 tokens: random logits and a random map of those sizes) and the embedded toy pair (`embedded-llama`: the
@@ -24,6 +25,7 @@ from asymspec_vl.evals.report import markdown_table
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
+from asymspec_vl.commands import positive_int
 from asymspec_vl.core import gate, vocab_align
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.vocab_align import VocabMap
@@ -46,14 +48,17 @@ COLUMNS = [
 ]
 
 
-def timed(fn, repeat: int, warmup: int = 2) -> float:
-    """Median seconds of fn() over `repeat` calls."""
+def timed(fn, repeat: int, device: str = "cpu", warmup: int = 2) -> float:
+    """Median seconds of fn() over `repeat` calls (on CUDA each call waits for its kernels)."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
     for _ in range(warmup):
         fn()
+    sync()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -78,7 +83,13 @@ def toy_map() -> VocabMap:
 
 
 def bench(
-    name: str, vmap: VocabMap, B: int, K: int, repeat: int, seed: int = 0
+    name: str,
+    vmap: VocabMap,
+    B: int,
+    K: int,
+    repeat: int,
+    seed: int = 0,
+    device: str = "cpu",
 ) -> dict:
     g = torch.Generator().manual_seed(seed)
     Vd, Vv = vmap.drafter_size, vmap.verifier_size
@@ -91,13 +102,14 @@ def bench(
     a_v, b_v = (
         torch.randn(B, K + 1, Vv, generator=g) for _ in range(2)
     )  # the same-family step's inputs
+    a, b, t, drafts, a_v, b_v = (x.to(device) for x in (a, b, t, drafts, a_v, b_v))
     cfg = AsymSpecConfig(K=K, beta=1.0)
-    vmap.to("cpu")  # the map's device tensors, built once per pair
-    move = timed(lambda: vmap.to_verifier_space(a), repeat)
+    vmap.to(device)  # the map's device tensors, built once per pair
+    move = timed(lambda: vmap.to_verifier_space(a), repeat, device)
     mapped = timed(
-        lambda: vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap), repeat
+        lambda: vocab_align.asymspec_step(a, b, t, drafts, cfg, vmap), repeat, device
     )
-    one = timed(lambda: gate.asymspec_step(a_v, b_v, t, drafts, cfg), repeat)
+    one = timed(lambda: gate.asymspec_step(a_v, b_v, t, drafts, cfg), repeat, device)
     ms = lambda s: round(1e3 * s, 3)  # noqa: E731
     return {
         "pair": name,
@@ -128,16 +140,34 @@ def build_seconds(drafter_size: int, verifier_size: int, shared: int) -> float:
     return time.perf_counter() - start
 
 
+def shape_list(text: str) -> list[tuple[int, int]]:
+    """argparse type: a comma list of BxK (both integers >= 1) as [(B, K), ...]."""
+    try:
+        return [
+            (positive_int(b), positive_int(k))
+            for b, k in (s.split("x") for s in text.split(","))
+        ]
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma list of BxK (e.g. 1x2,8x4)"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--shapes", default="1x2,1x4,8x4", help="comma list of BxK")
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument(
+        "--shapes",
+        type=shape_list,
+        default=shape_list("1x2,1x4,8x4"),
+        help="comma list of BxK",
+    )
+    ap.add_argument("--repeat", type=positive_int, default=20)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for a GPU's figures")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     maps = {
         f"Qwen3 {V_QWEN3:,} -> Llama-3 {V_LLAMA3:,} ({SHARED:,} shared, random)": random_map(
             V_QWEN3, V_LLAMA3, SHARED
@@ -148,12 +178,17 @@ def main(argv: list[str] | None = None) -> None:
         f"toy embedded-llama ({toy.drafter_size} -> {toy.verifier_size}, {toy.size} shared)"
     ] = toy
     rows = [
-        bench(name, vmap, B, K, args.repeat)
+        bench(name, vmap, B, K, args.repeat, device=args.device)
         for name, vmap in maps.items()
-        for B, K in shapes
+        for B, K in args.shapes
     ]
     print(markdown_table(rows, COLUMNS))
-    print(f"CPU, {args.threads} thread(s), float32, median of {args.repeat}")
+    where = (
+        torch.cuda.get_device_name(args.device)
+        if args.device.startswith("cuda")
+        else f"CPU, {args.threads} thread(s)"
+    )
+    print(f"{where}, float32, median of {args.repeat}")
     seconds = build_seconds(V_QWEN3, V_LLAMA3, SHARED)
     print(
         f"building the map once ({V_QWEN3:,} x {V_LLAMA3:,}, {SHARED:,} shared): {seconds:.2f} s"

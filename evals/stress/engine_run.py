@@ -11,6 +11,7 @@ from asymspec_vl.backends.vllm.engine import EngineSpec
 from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
 from asymspec_vl.core.loop import RowOutput
 from asymspec_vl.core.methods import METHODS
+from asymspec_vl.core.request_plan import RequestPlan
 from asymspec_vl.inputs.prompts import EncodedRequest
 from vllm_patches.probes import probe
 
@@ -121,9 +122,8 @@ def run_on_engine(
         except Exception as err:  # the engine died: report it with the workload, go on with the next one
             run.error = f"{type(err).__name__}: {err}"
             return run
-        for i, (row, (_, rid, _, _, mode)) in enumerate(zip(workload.rows, items)):
-            method = METHODS["sd" if row.mode == "plain" else row.mode]
-            run.rows[i] = VLLMBackend.row(finals[rid], method, mode, 0.0)
+        for i, (_, rid, _, _, plan) in enumerate(items):
+            run.rows[i] = VLLMBackend.row(finals[rid], plan, 0.0)
         for req_id, entries in probe.captured_step_logits(llm).items():
             rid = req_id.rsplit("-", 1)[
                 0
@@ -138,10 +138,12 @@ def run_on_engine(
 
 def _request(
     backend: VLLMBackend, row: RowSpec, enc: EncodedRequest
-) -> tuple[dict, object, str]:
-    """(prompt, SamplingParams, mode) of a row on the speculative engine."""
+) -> tuple[dict, object, RequestPlan]:
+    """(prompt, SamplingParams, plan) of a row on the speculative engine (a plain row: the verifier's greedy
+    tokens by vLLM's own sampler, read back as SD's)."""
     if row.mode != "plain":
-        return backend.served_request(enc, METHODS[row.mode], row.cfg())
+        plan = backend.plan_request(METHODS[row.mode], row.cfg(), speculative=True)
+        return (*backend.engine_request(enc, plan), plan)
     from vllm import SamplingParams  # lazy: loads vLLM
 
     return (
@@ -149,7 +151,7 @@ def _request(
         SamplingParams(
             temperature=0.0, max_tokens=row.max_new, ignore_eos=True, detokenize=False
         ),
-        "plain",
+        RequestPlan(METHODS["sd"], row.cfg(), mode="plain"),
     )
 
 

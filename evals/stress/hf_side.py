@@ -55,7 +55,8 @@ class Reference:
     def alone(self, row: RowSpec, enc: EncodedRequest) -> RowOutput:
         """The row's request decoded alone on the transformers backend; plain rows: the verifier's greedy output."""
         if row.mode != "plain":
-            return self.vl.backend.run([enc], METHODS[row.mode], row.cfg())[0]
+            plan = self.vl.backend.plan_request(METHODS[row.mode], row.cfg())
+            return self.vl.backend.run([enc], plan)[0]
         ids = torch.tensor([enc.comp.ids])
         with torch.no_grad():
             out = self.vl.backend.verifier.generate(

@@ -103,10 +103,11 @@ def test_the_vllm_backend_sets_structured_outputs_for_every_method():
     r = EncodedRequest(Prompts("", "", ""), view, view, view)
     cfg = AsymSpecConfig(structured_output={"choice": ["red", "blue"]})
     from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.core.request_plan import RequestPlan
 
     for name, method in METHODS.items():
         mode = "plain" if method.engine != "speculative" else name
-        params = backend._params(r, method, mode, cfg, room=8)
+        params = backend._params(r, RequestPlan(method, cfg, mode=mode), room=8)
         assert params.structured_outputs.choice == ["red", "blue"], name
 
 
@@ -132,7 +133,10 @@ def test_the_transformers_backend_refuses_structured_output_by_name():
         ConfigError, match="served by the vLLM backend only"
     ):  # the backend, as the server calls it
         vl.backend.run(
-            [], METHODS["sd"], AsymSpecConfig(structured_output={"regex": "a"})
+            [],
+            vl.backend.plan_request(
+                METHODS["sd"], AsymSpecConfig(structured_output={"regex": "a"})
+            ),
         )
 
 

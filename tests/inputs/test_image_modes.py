@@ -200,3 +200,143 @@ def test_negative_mode_i_values_are_refused_not_wrapped(lowest):
     img = Image.fromarray(np.array([[lowest, 7]], dtype=np.int32), "I")
     with pytest.raises(InvalidImageError, match=f"values in \\[{lowest}, 7\\]"):
         load_image(img)
+
+
+# image_modes itself, called directly on small real images of each mode: each result against the pixels computed
+# here from the source values (Pillow's own conversion only for the colour spaces the contract leaves to it).
+GRAYS = np.array([[0, 17, 128], [200, 254, 255]], dtype=np.uint8)  # [2, 3]
+ALPHAS = np.array([[0, 255, 128], [64, 1, 200]], dtype=np.uint8)  # [2, 3]
+
+
+def on_white(value: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """value composited onto white by alpha (0..255), as floats."""
+    value, alpha = np.asarray(value, float), np.asarray(alpha, float)
+    return value * alpha / 255.0 + 255.0 * (1 - alpha / 255.0)
+
+
+def test_image_to_rgb_of_each_eight_bit_and_alpha_mode():
+    from asymspec_vl.inputs.image_modes import image_to_rgb
+
+    rgb = np.stack([GRAYS, 255 - GRAYS, GRAYS // 2], axis=-1)  # [2, 3, 3]
+    gray3 = np.repeat(GRAYS[..., None], 3, axis=-1)
+    palette = Image.fromarray(rgb).quantize(colors=6, method=Image.Quantize.MEDIANCUT)
+    cases = {
+        "1": (
+            Image.fromarray(GRAYS > 127),
+            np.repeat((GRAYS > 127)[..., None] * 255, 3, axis=-1),
+            0,
+        ),
+        "L": (Image.fromarray(GRAYS), gray3, 0),
+        "P": (palette, np.asarray(palette.convert("RGB")), 0),
+        "RGB": (Image.fromarray(rgb), rgb, 0),
+        "RGBX": (Image.fromarray(rgb).convert("RGBX"), rgb, 0),
+        "CMYK": (Image.fromarray(rgb).convert("CMYK"), rgb, 0),
+        "LA": (
+            Image.fromarray(np.stack([GRAYS, ALPHAS], axis=-1), "LA"),
+            np.repeat(on_white(GRAYS, ALPHAS)[..., None], 3, axis=-1),
+            1,
+        ),
+        "RGBA": (
+            Image.fromarray(np.concatenate([rgb, ALPHAS[..., None]], axis=-1), "RGBA"),
+            on_white(rgb, ALPHAS[..., None]),
+            1,
+        ),
+    }
+    for mode, (img, expected, tolerance) in cases.items():
+        assert img.mode == mode
+        out = image_to_rgb(img, "the image")
+        assert out.mode == "RGB" and out.size == (3, 2), mode
+        assert np.abs(np.asarray(out).astype(float) - expected).max() <= tolerance, mode
+
+
+@pytest.mark.parametrize("mode", ["YCbCr", "LAB", "HSV"])
+def test_image_to_rgb_reads_colour_spaces_by_pillows_own_conversion(mode):
+    from asymspec_vl.inputs.image_modes import image_to_rgb
+
+    img = rgb_ramp().convert(mode)
+    assert np.array_equal(
+        np.asarray(image_to_rgb(img, "x")), np.asarray(img.convert("RGB"))
+    )
+
+
+def test_a_transparent_palette_entry_is_white_and_an_opaque_palette_is_not_composited():
+    from asymspec_vl.inputs.image_modes import image_to_rgb
+
+    img = Image.fromarray(np.array([[0, 1], [1, 2]], dtype=np.uint8), "P")
+    img.putpalette([10, 20, 30, 200, 0, 0, 0, 0, 255] + [0] * 759)
+    opaque = np.asarray(image_to_rgb(img, "x"))
+    assert opaque[0, 0].tolist() == [10, 20, 30] and opaque[1, 1].tolist() == [
+        0,
+        0,
+        255,
+    ]
+    img.info["transparency"] = 1  # palette entry 1 is see-through
+    out = np.asarray(image_to_rgb(img, "x"))
+    assert out[0, 1].tolist() == out[1, 0].tolist() == [255, 255, 255]
+    assert out[0, 0].tolist() == [10, 20, 30] and out[1, 1].tolist() == [0, 0, 255]
+
+
+def test_image_to_rgb_of_wide_modes_scales_to_eight_bits():
+    from asymspec_vl.inputs.image_modes import image_to_rgb
+
+    wide = np.array([[0, 1, 128], [32768, 65534, 65535]])  # [2, 3]
+    eight = np.floor(wide * 255 / 65535 + 0.5).astype(
+        int
+    )  # rounded half up, computed here
+    floats = np.array([[0.0, 0.002, 0.5], [0.501, 0.999, 1.0]], dtype=np.float32)
+    for img, expected in (
+        (Image.frombytes("I;16", (3, 2), wide.astype("<u2").tobytes()), eight),
+        (Image.frombytes("I;16B", (3, 2), wide.astype(">u2").tobytes()), eight),
+        (Image.fromarray(wide.astype(np.int32)), eight),  # mode I holding 16-bit data
+        (Image.fromarray(floats), np.rint(floats.astype(np.float64) * 255).astype(int)),
+    ):
+        out = np.asarray(image_to_rgb(img, "x")).astype(int)
+        assert (out == expected[..., None]).all(), img.mode
+
+
+def test_array_to_rgb_dtypes_and_channels():
+    from asymspec_vl.inputs.image_modes import array_to_rgb
+
+    rgb = np.stack([GRAYS, 255 - GRAYS, GRAYS // 2], axis=-1)
+    assert np.array_equal(np.asarray(array_to_rgb(rgb, "x")), rgb)
+    assert np.array_equal(
+        np.asarray(array_to_rgb(GRAYS[..., None], "x"))[..., 1], GRAYS
+    )  # [H, W, 1]: gray
+    assert (
+        np.asarray(array_to_rgb(GRAYS > 127, "x"))[..., 0].tolist()
+        == ((GRAYS > 127) * 255).tolist()
+    )
+    two = np.asarray(array_to_rgb(np.stack([GRAYS, ALPHAS], axis=-1), "x")).astype(
+        float
+    )  # gray + alpha
+    assert np.abs(two[..., 2] - on_white(GRAYS, ALPHAS)).max() <= 1
+
+
+@pytest.mark.parametrize(
+    "pixels, words",
+    [
+        (
+            np.zeros((2, 3, 5), np.uint8),
+            r"shape \(2, 3, 5\): expected \[H, W\] or \[H, W, C\]",
+        ),
+        (np.zeros((2, 3, 3, 1), np.uint8), r"shape \(2, 3, 3, 1\)"),
+        (np.zeros((0, 3), np.uint8), r"no pixels \(3x0\)"),
+        (np.zeros((2, 3), np.int16), "dtype int16, whose pixel range is ambiguous"),
+        (np.full((2, 3), 1.5), r"float pixels in \[1.5, 1.5\]"),
+        (np.full((2, 3), np.nan, np.float32), "NaN or infinite"),
+    ],
+)
+def test_array_to_rgb_refuses_by_the_callers_name(pixels, words):
+    from asymspec_vl.inputs.image_modes import array_to_rgb
+
+    with pytest.raises(InvalidImageError, match=rf"^the upload .*{words}"):
+        array_to_rgb(pixels, "the upload")
+
+
+def test_image_to_rgb_refuses_an_unknown_mode_naming_it():
+    from asymspec_vl.inputs.image_modes import image_to_rgb
+
+    with pytest.raises(InvalidImageError, match=r"^scan.png has pixel mode 'La'"):
+        image_to_rgb(Image.new("La", (2, 2)), "scan.png")
+    with pytest.raises(InvalidImageError, match=r"values in \[0, 70000\]"):
+        image_to_rgb(Image.fromarray(np.array([[0, 70000]], dtype=np.int32)), "x")

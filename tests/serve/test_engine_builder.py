@@ -101,9 +101,14 @@ def test_floor_is_its_own_request_on_the_speculative_engine(built):
         EncodedView([1]),
     )
     cfg = AsymSpecConfig(K=3, max_new_tokens=8)
-    prompt, params, mode = runner.engine_request(enc, METHODS["floor"], cfg)
-    _, sd_params, sd_mode = runner.engine_request(enc, METHODS["sd"], cfg)
-    assert (mode, sd_mode, prompt) == ("floor", "sd", {"prompt_token_ids": [1, 2, 3]})
+    floor, sd = runner.plan(METHODS["floor"], cfg), runner.plan(METHODS["sd"], cfg)
+    prompt, params = runner.engine_request(enc, floor)
+    _, sd_params = runner.engine_request(enc, sd)
+    assert (floor.mode, sd.mode, prompt) == (
+        "floor",
+        "sd",
+        {"prompt_token_ids": [1, 2, 3]},
+    )
     assert params.extra_args["asymspec"] == {
         **sd_params.extra_args["asymspec"],
         "mode": "floor",
@@ -112,7 +117,7 @@ def test_floor_is_its_own_request_on_the_speculative_engine(built):
         sd_params.max_tokens,
         sd_params.stop_token_ids,
     )
-    assert runner._spec_of(METHODS["floor"]) == runner.speculative
+    assert floor.engine == runner._spec_of(METHODS["floor"]) == runner.speculative
 
 
 def test_build_engine_gives_the_drafter_engine_its_gpu_share(monkeypatch):

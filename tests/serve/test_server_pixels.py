@@ -132,7 +132,7 @@ def test_the_chat_service_holds_a_requests_pixels_until_it_is_encoded(monkeypatc
     async def view(im, c, o):
         return SimpleNamespace(caption=c, ocr=o)
 
-    def encode(request, method, job):
+    def encode(request, plan):
         log.append("encoded")
         return "enc"
 

@@ -982,11 +982,12 @@ def test_the_response_summarises_speculative_decoding_as_vllm_counts_it():
 
 
 def stand_in_service(stream, **kw):
-    """A ChatService on a runner whose stream is `stream(enc, method, cfg)`, and a Prepared request for it."""
+    """A ChatService on a runner whose stream is `stream(enc, plan)`, and a Prepared request for it."""
     import time
     from types import SimpleNamespace
 
     from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.core.request_plan import RequestPlan
     from asymspec_vl.serve.captioning import View, ViewMaker
     from asymspec_vl.serve.chat import ChatService, Prepared
     from asymspec_vl.serve.metrics import ServeMetrics
@@ -1000,7 +1001,12 @@ def stand_in_service(stream, **kw):
     service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
     j = job(body(stream=True))
     return service, Prepared(
-        j, METHODS[j.method], None, [View()], time.monotonic(), 10**9
+        j,
+        RequestPlan(METHODS[j.method], j.cfg),
+        None,
+        [View()],
+        time.monotonic(),
+        10**9,
     )
 
 
@@ -1012,7 +1018,7 @@ def test_a_stream_closed_by_its_client_counts_as_disconnected():
 
     from asymspec_vl.serve.runner import Progress
 
-    async def endless(enc, method, cfg):
+    async def endless(enc, plan):
         tokens = []
         while True:
             tokens.append(1)
@@ -1058,12 +1064,13 @@ def test_the_hf_runner_batches_only_requests_of_one_method_and_config():
     from asymspec_vl import AsymSpecConfig
     from asymspec_vl.core.loop import RowOutput
     from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.core.request_plan import RequestPlan
     from asymspec_vl.serve.hf_runner import HFRunner
 
     started, release, batches = threading.Event(), threading.Event(), []
 
-    def run(encs, method, cfg, on_step=None):
-        batches.append((method.name, cfg.K, [int(e.sum()) for e in encs]))
+    def run(encs, plan, on_step=None):
+        batches.append((plan.method.name, plan.K, [int(e.sum()) for e in encs]))
         started.set()
         release.wait(30)
         return [RowOutput(token_ids=[int(e.sum())]) for e in encs]
@@ -1072,7 +1079,7 @@ def test_the_hf_runner_batches_only_requests_of_one_method_and_config():
 
     async def answer(value: int, method: str, K: int):
         stream = runner.stream(
-            torch.full((3,), value), METHODS[method], AsymSpecConfig(K=K)
+            torch.full((3,), value), RequestPlan(METHODS[method], AsymSpecConfig(K=K))
         )
         return [p.token_ids async for p in stream][-1]
 
@@ -1115,6 +1122,7 @@ def test_the_hf_runner_keeps_decoding_a_batch_when_one_of_its_clients_leaves():
     from asymspec_vl import AsymSpecConfig
     from asymspec_vl.core.loop import RowOutput
     from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.core.request_plan import RequestPlan
     from asymspec_vl.serve.hf_runner import HFRunner
 
     busy, release, left, steps = (
@@ -1124,9 +1132,9 @@ def test_the_hf_runner_keeps_decoding_a_batch_when_one_of_its_clients_leaves():
         [],
     )
 
-    def run(encs, method, cfg, on_step=None):
+    def run(encs, plan, on_step=None):
         rows = [RowOutput(token_ids=[int(e.sum())]) for e in encs]
-        if method.name == "floor":  # the batch the two others queue behind
+        if plan.method.name == "floor":  # the batch the two others queue behind
             busy.set()
             release.wait(30)
             return rows
@@ -1142,11 +1150,14 @@ def test_the_hf_runner_keeps_decoding_a_batch_when_one_of_its_clients_leaves():
     async def main():
         cfg = AsymSpecConfig(K=2)
         blocker = asyncio.ensure_future(
-            anext(runner.stream(torch.full((3,), 9), METHODS["floor"], cfg))
+            anext(
+                runner.stream(torch.full((3,), 9), RequestPlan(METHODS["floor"], cfg))
+            )
         )
         await asyncio.get_running_loop().run_in_executor(None, busy.wait, 30)
-        leaving = runner.stream(torch.full((3,), 1), METHODS["asymspec"], cfg)
-        staying = runner.stream(torch.full((3,), 2), METHODS["asymspec"], cfg)
+        asymspec = RequestPlan(METHODS["asymspec"], cfg)
+        leaving = runner.stream(torch.full((3,), 1), asymspec)
+        staying = runner.stream(torch.full((3,), 2), asymspec)
 
         async def stay():
             return [p async for p in staying]
@@ -1238,7 +1249,7 @@ def test_the_serve_command_takes_the_connection_limits():
 
 
 def slow_stream(pause: float):
-    async def stream(enc, method, cfg):
+    async def stream(enc, plan):
         import asyncio
 
         from asymspec_vl.serve.runner import Progress
@@ -1403,7 +1414,7 @@ def test_the_chat_service_charges_every_image_before_decoding_any_and_returns_me
     service = chat.ChatService(
         settings(max_request_pixels=6_000_000), runner, SimpleNamespace(view=view), None
     )
-    monkeypatch.setattr(service, "_encode", lambda request, method, job: "enc")
+    monkeypatch.setattr(service, "_encode", lambda request, plan: "enc")
     job = SimpleNamespace(image_urls=["a", "b"], captions=["", ""], ocrs=["", ""])
     assert asyncio.run(service._views(job, None))[0] == "enc"
     assert len(decoded) == 2 and trims == [1]  # 6 MP decoded: memory returned

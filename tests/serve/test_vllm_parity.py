@@ -230,9 +230,10 @@ def test_choices_seed_each_child_as_vllms_parallel_sampling_does():
 
 def _prepared(j):
     from asymspec_vl.core.methods import METHODS
+    from asymspec_vl.core.request_plan import RequestPlan
     from asymspec_vl.serve.chat import Prepared
 
-    return Prepared(j, METHODS[j.method], None, [], 0.0, 0.0)
+    return Prepared(j, RequestPlan(METHODS[j.method], j.cfg), None, [], 0.0, 0.0)
 
 
 def test_the_engine_core_utility_reads_vllms_scheduler_figures():

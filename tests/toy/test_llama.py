@@ -8,6 +8,7 @@ import hashlib
 import json
 
 import pytest
+from helpers import ON_TEST_DEVICE
 
 from asymspec_vl.toy import PAIR_DIR, world
 from asymspec_vl.toy.train import LLAMA_RECIPE, ToyTrainConfig, train_family_verifier
@@ -128,7 +129,7 @@ def llama_vl():
     from asymspec_vl import AsymSpecVL
 
     return AsymSpecVL.from_pretrained(
-        verifier="embedded-llama", device="cpu", backend="hf"
+        verifier="embedded-llama", **ON_TEST_DEVICE, backend="hf"
     )
 
 
@@ -209,7 +210,7 @@ def test_train_family_verifier_writes_a_loadable_llama_verifier(tmp_path):
     vl = AsymSpecVL.from_pretrained(
         drafter=str(PAIR_DIR / "drafter"),
         verifier=str(tmp_path / "verifier-llama"),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
     assert type(vl.backend.verifier).__name__ == "LlamaForCausalLM"
     res = vl.generate_batch(
@@ -243,3 +244,153 @@ def test_verifier_batches_end_each_answer_with_the_llama_turn_end(tokenizers):
             assert ids[:2] == v_tok.convert_tokens_to_ids(
                 ["<|begin_of_text|>", "<|start_header_id|>"]
             )
+
+
+# toy/llama.py's builders on a small corpus and tiny widths: the tokenizer's pieces, specials and chat template, the
+# model's config, and the folder read back by transformers' Auto classes.
+SMALL = dict(
+    hidden=32,
+    layers=1,
+    heads=2,
+    kv_heads=1,
+    head_dim=16,
+    intermediate=64,
+    max_position=256,
+)
+CORPUS = [f"What is {i} × {i + 3}? The answer is {i * (i + 3)}." for i in range(40)] + [
+    "the red circle is left of the blue square"
+] * 5
+
+
+@pytest.fixture(scope="module")
+def small_llama_tokenizer():
+    from asymspec_vl.toy.llama import train_llama_tokenizer
+
+    return train_llama_tokenizer(CORPUS, vocab_size=120)
+
+
+def test_the_llama_tokenizer_reads_spaces_as_the_sentencepiece_mark_and_digits_one_by_one(
+    small_llama_tokenizer,
+):
+    from asymspec_vl.toy.llama import LLAMA_SPECIAL_TOKENS, SPACE
+
+    tok = small_llama_tokenizer
+    assert len(tok) == 120
+    assert (
+        tok.convert_ids_to_tokens(list(range(len(LLAMA_SPECIAL_TOKENS))))
+        == LLAMA_SPECIAL_TOKENS
+    )
+    assert (tok.bos_token, tok.eos_token, tok.pad_token, tok.unk_token) == (
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        "<|finetune_right_pad_id|>",
+        "<unk>",
+    )
+    pieces = tok.tokenize("The answer is 126.")
+    assert pieces == ["The", f"{SPACE}answer", f"{SPACE}is", SPACE, "1", "2", "6", "."]
+    backend = (
+        tok.backend_tokenizer
+    )  # the pre-tokenizer bounds every merge: a number is never one piece
+    words = backend.pre_tokenizer.pre_tokenize_str(
+        backend.normalizer.normalize_str("is 126.")
+    )
+    assert [w for w, _ in words] == ["is", SPACE, "1", "2", "6", "."]
+    for text in (
+        "What is 9 × 14? The answer is 126.",
+        "a\nb ~ {x}",
+    ):  # every character known, round trip
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids and tok.decode(ids) == text
+
+
+def test_the_llama_tokenizer_carries_llama_3s_chat_template(small_llama_tokenizer):
+    tok = small_llama_tokenizer
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [{"type": "image"}, {"type": "text", "text": "What is 2 × 3?"}],
+        },
+    ]
+    assert tok.apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    ) == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2 × 3?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    ids = tok.apply_chat_template(chat[1:], tokenize=True, add_generation_prompt=False)
+    assert (
+        ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+    )  # a turn ends at EOS
+
+
+def test_llama_model_takes_the_sizes_and_the_tokenizers_ids(small_llama_tokenizer):
+    import torch
+
+    from asymspec_vl.toy.llama import llama_model
+    from asymspec_vl.toy.tiny import TinySizes
+
+    tok, sizes = small_llama_tokenizer, TinySizes(**SMALL)
+    model = llama_model(tok, sizes, seed=1)
+    c = model.config
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert (c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers) == (
+        120,
+        32,
+        64,
+        1,
+    )
+    assert (
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.max_position_embeddings,
+    ) == (2, 1, 16, 256)
+    assert (c.bos_token_id, c.eos_token_id, c.pad_token_id) == (
+        tok.bos_token_id,
+        tok.eos_token_id,
+        tok.pad_token_id,
+    )
+    assert (
+        c.tie_word_embeddings
+        and model.lm_head.weight is model.model.embed_tokens.weight
+    )
+    assert c.rope_theta == 500_000.0
+    logits = model(torch.tensor([[1, 5, 9]])).logits
+    assert logits.shape == (1, 3, 120)
+    again, other = llama_model(tok, sizes, seed=1), llama_model(tok, sizes, seed=2)
+    first = model.model.layers[0].mlp.up_proj.weight
+    assert torch.equal(first, again.model.layers[0].mlp.up_proj.weight)  # seeded
+    assert not torch.equal(first, other.model.layers[0].mlp.up_proj.weight)
+
+
+def test_write_llama_model_is_read_back_by_transformers(
+    small_llama_tokenizer, tmp_path
+):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from asymspec_vl.toy.llama import llama_model, write_llama_model
+    from asymspec_vl.toy.tiny import TinySizes
+
+    tok, sizes = small_llama_tokenizer, TinySizes(**SMALL)
+    trained = llama_model(tok, sizes, seed=5)
+    with torch.no_grad():
+        trained.model.norm.weight.fill_(
+            0.5
+        )  # "trained": not what a fresh seed-0 model would hold
+    for folder, given in (("random", None), ("trained", trained)):
+        out = write_llama_model(tmp_path / folder, tok, sizes, seed=0, model=given)
+        assert out == tmp_path / folder
+        back = AutoModelForCausalLM.from_pretrained(out)
+        expected = given if given is not None else llama_model(tok, sizes, seed=0)
+        ids = torch.tensor([[1, 7, 30, 99]])
+        assert torch.allclose(back(ids).logits, expected(ids).logits, atol=1e-5)
+        back_tok = AutoTokenizer.from_pretrained(out)
+        text = "What is 9 × 14?"
+        assert back_tok(text)["input_ids"] == tok(text)["input_ids"]
+        assert (
+            back_tok.chat_template == tok.chat_template
+            and back_tok.eos_token == "<|eot_id|>"
+        )

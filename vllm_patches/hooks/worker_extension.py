@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..probes.phase_timing import PhaseTimer
-from ..requests.request_args import pack_tensor, unpack_tensor
+from ..requests.request_args import pack_tensor
 from . import harness
 from .graph_switch import switch
 from .runner_state import runner_state
@@ -33,26 +33,6 @@ class AsymSpecWorkerExtension:
                 "this engine runs no asymspec drafter (speculative method 'asymspec')"
             )
         return proposer
-
-    # -- a VL model alone (the drafter-alone baseline's engine) ------------------------------------
-    def asymspec_image_embeddings(
-        self, pixel_values: dict, image_grid_thw: dict
-    ) -> dict:
-        """The engine model's vision tower on one request's images -> [tokens, hidden * (1 + DeepStack levels)]
-        (vLLM's processor is bypassed so that the pixels are exactly the transformers processor's). Tensors
-        travel packed (request_args.pack_tensor): RPC arguments and results are untyped msgpack."""
-        model = self.model_runner.get_model()
-        device = next(model.parameters()).device
-        pixels, grid = (
-            unpack_tensor(pixel_values, "pixel_values"),
-            unpack_tensor(image_grid_thw, "image_grid_thw"),
-        )
-        with torch.inference_mode():
-            out = model.embed_multimodal(
-                pixel_values=pixels.to(device, model.visual.dtype),
-                image_grid_thw=grid.to(device),
-            )
-        return pack_tensor(torch.cat(list(out)))
 
     # -- an asymspec engine: counters, captured logits, phase timing --------------------------------
     def asymspec_counters(self) -> dict:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -12,6 +11,7 @@ from ...core import loop
 from ...core.config import AsymSpecConfig
 from ...core.logprobs import check_prompt_logprobs, prompt_logprobs
 from ...core.methods import Method
+from ...core.request_plan import RequestPlan
 from ...core.structured import refuse_on_backend
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest, EncodedView
@@ -59,7 +59,11 @@ class HFBackend:
         pair.check_output_dims(d, v, td)
         return cls(pair, d, v, td)
 
-    def context_length(self, model: str, method: Method, cfg: AsymSpecConfig) -> int:
+    def plan_request(self, method: Method, cfg: AsymSpecConfig) -> RequestPlan:
+        """One model set runs every method: no engine, no mode."""
+        return RequestPlan(method, cfg)
+
+    def context_length(self, model: str, plan: RequestPlan | None = None) -> int:
         return context_length(self.models[model])
 
     def close(self) -> None:
@@ -68,14 +72,25 @@ class HFBackend:
     def run(
         self,
         reqs: list[EncodedRequest],
-        method: Method,
-        cfg: AsymSpecConfig,
+        plan: RequestPlan,
         on_step: Callable | None = None,
     ) -> list[loop.RowOutput]:
-        """Decode the batch. If that fails, each request is decoded alone: one that fails alone comes back
-        marked (finish_reason "error", its exception as message) beside the others' results. A failure
-        of every request (or of a batch of one) is not about a request: its exception propagates, as does
-        any exception raised by on_step (the caller stopping the decoding)."""
+        """Decode the batch; each row carries the plan back. If that fails, each request is decoded alone: one
+        that fails alone comes back marked (finish_reason "error", its exception as message) beside the others'
+        results. A failure of every request (or of a batch of one) is not about a request: its exception
+        propagates, as does any exception raised by on_step (the caller stopping the decoding)."""
+        rows = self._run(reqs, plan.method, plan.cfg, on_step)
+        for row in rows:
+            row.plan = plan
+        return rows
+
+    def _run(
+        self,
+        reqs: list[EncodedRequest],
+        method: Method,
+        cfg: AsymSpecConfig,
+        on_step: Callable | None,
+    ) -> list[loop.RowOutput]:
         refuse_on_backend(cfg, self.name)
         check_prompt_logprobs(method.name, cfg)
         step = _CallerStep(on_step) if on_step else None
@@ -128,9 +143,9 @@ class HFBackend:
         cfg: AsymSpecConfig,
         on_step: Callable | None,
     ) -> list[loop.RowOutput]:
-        context = partial(self.context_length, method=method, cfg=cfg)
         max_new = [
-            min(cfg.max_new_tokens, budget.room(r, method, cfg, context)) for r in reqs
+            min(cfg.max_new_tokens, budget.room(r, method, cfg, self.context_length))
+            for r in reqs
         ]
         plan = loop.plan(
             method,

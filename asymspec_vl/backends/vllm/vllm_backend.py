@@ -1,8 +1,9 @@
 """The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
 
   floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
-  drafter   the VL drafter alone on x_question (plain engine; the image enters as embeddings from the
-            engine's own vision tower)
+  drafter   the VL drafter alone on x_question (plain engine; the image enters as the transformers
+            processor's pixel_values, which the engine's own vision tower embeds on the worker:
+            vllm_patches/hooks/pixel_inputs.py)
 Stop strings go to SamplingParams.stop (vLLM's output processor cuts them) on every engine; sampling
 (temperature, top_p, top_k, min_p, seed) and min_tokens to SamplingParams too: vLLM's sampler reads them on the
 plain engines, the speculative engine's sampler runs each method's sampled rule on them (vllm_patches/sampler.py:
@@ -12,8 +13,10 @@ the rules of asymspec_vl.core.sampling, the transformers backend's; a seed gives
   sd, scd   the same engine type, drafts from the drafter (the text drafter for sd, if given) on x_comp
 Engines start lazily and are kept in a bounded cache (vllm_engine.EngineCache: one at a time on a GPU);
 one speculative engine per drafter serves every K up to its num_speculative_tokens, so changing K or β
-starts nothing. Prompts, banned tokens, stop tokens, token budget (the HF backend's room rule, with the
-engine's max_model_len as the context) and statistics match the transformers backend.
+starts nothing. A request's engine and mode are looked up once, in plan_request (a core.request_plan.RequestPlan);
+run, engine_request and row read them from the plan, and each row carries it back. Prompts, banned tokens, stop
+tokens, token budget (the HF backend's room rule, with the engine's max_model_len as the context) and statistics
+match the transformers backend.
 A cross-family pair (two vocabularies, pair.vmap) runs greedily on the same engines: the speculative engine's
 requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map, docs/cross-family.md),
 Floor's and the drafter's plain engines ban the tokens outside the shared set, the drafter's answer comes back in
@@ -30,11 +33,7 @@ from functools import partial
 import torch
 
 import vllm_patches
-from vllm_patches.requests.request_args import (
-    pack_tensor,
-    sampling_params,
-    unpack_tensor,
-)
+from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
 
 from ...core import loop
@@ -45,6 +44,7 @@ from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
 from ...core.min_tokens import MinTokens
+from ...core.request_plan import RequestPlan
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import token_mask
@@ -162,44 +162,50 @@ class VLLMBackend:
             self.engines.speculative_K(self.verifier, drafter, K),
         ), method.name
 
-    def context_length(
-        self, model: str, method: Method, cfg: AsymSpecConfig, speculative: bool = False
-    ) -> int:
-        """Every view of a request runs in one engine: its max_model_len."""
-        spec, _ = self.engine_for(method, cfg.K, speculative)
-        return max_model_len(self.engine(spec))
+    def plan_request(
+        self, method: Method | str, cfg: AsymSpecConfig, speculative: bool = False
+    ) -> RequestPlan:
+        """The request's plan: its engine and mode looked up once (engine_for; `speculative`: as a server holds its
+        engines, see engine_for). Everything after reads them from the plan."""
+        method = method if isinstance(method, Method) else method_named(method)
+        if not self.pair.vmap.identity:
+            self._refuse_across_map(method, cfg, speculative)
+        spec, mode = self.engine_for(method, cfg.K, speculative)
+        return RequestPlan(method, cfg, spec, mode)
+
+    def context_length(self, model: str, plan: RequestPlan) -> int:
+        """Every view of a request runs in its plan's engine: that engine's max_model_len."""
+        return max_model_len(self.engine(plan.engine))
 
     # -- running ---------------------------------------------------------------------------------
     def run(
         self,
         reqs: list[EncodedRequest],
-        method: Method,
-        cfg: AsymSpecConfig,
+        plan: RequestPlan,
         on_step: Callable | None = None,
     ) -> list[loop.RowOutput]:
-        """Decode the batch; a request the engine fails comes back marked (finish_reason "error", the
-        engine's message), the others finish as usual."""
-        spec, mode = self.engine_for(method, cfg.K)
-        llm = self.engine(spec)
-        prompts, params = zip(*(self.engine_request(r, method, cfg) for r in reqs))
+        """Decode the batch on the plan's engine; a request the engine fails comes back marked (finish_reason
+        "error", the engine's message), the others finish as usual; each row carries the plan back."""
+        llm = self.engine(plan.engine)
+        prompts, params = zip(*(self.engine_request(r, plan) for r in reqs))
         rows = [
             loop.RowOutput(
-                stats=T.Stats(accepted_at=[0] * (cfg.K if mode != "plain" else 0))
+                stats=T.Stats(accepted_at=[0] * (plan.K if plan.mode != "plain" else 0))
             )
             for _ in reqs
         ]
         start = time.perf_counter()
-        to_verifier = self._to_verifier_ids(method)
+        to_verifier = self._to_verifier_ids(plan.method)
         progress = partial(
             self._progress,
             rows,
-            StreamedStats(method, mode, cfg.K, len(reqs)),
+            StreamedStats(plan.method, plan.mode, plan.K, len(reqs)),
             on_step,
             to_verifier,
         )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        rows = [self.row(o, method, mode, elapsed, cfg) for o in finals]
+        rows = [self.row(o, plan, elapsed) for o in finals]
         for row in rows:
             row.token_ids = to_verifier(row.token_ids)
         return rows
@@ -215,55 +221,27 @@ class VLLMBackend:
         ).tolist()
 
     def engine_request(
-        self,
-        r: EncodedRequest,
-        method: Method | str,
-        cfg: AsymSpecConfig,
-        speculative: bool = False,
+        self, r: EncodedRequest, plan: RequestPlan
     ) -> tuple[dict, object]:
-        """What the method's engine receives for one request: its prompt and SamplingParams (`speculative`: see
-        engine_for)."""
-        prompt, params, _ = self._request(r, method, cfg, speculative)
-        return prompt, params
-
-    def served_request(
-        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig
-    ) -> tuple[dict, object, str]:
-        """(prompt, SamplingParams, mode) of a request on the engines a server holds: the speculative engine runs
-        every method but the drafter alone, Floor in mode "floor" (it reads what SD reads, x_comp, with the same
-        budget)."""
-        return self._request(r, method, cfg, speculative=True)
-
-    def _request(
-        self,
-        r: EncodedRequest,
-        method: Method | str,
-        cfg: AsymSpecConfig,
-        speculative: bool,
-    ) -> tuple[dict, object, str]:
-        """(prompt, SamplingParams, mode), the engine looked up once: every view of the request runs in it, so its
-        max_model_len is each source's context."""
-        method = method if isinstance(method, Method) else method_named(method)
-        check_prompt_logprobs(method.name, cfg)
-        if not self.pair.vmap.identity:
-            self._refuse_across_map(r, method, cfg, speculative)
-        spec, mode = self.engine_for(method, cfg.K, speculative)
-        llm = self.engine(spec)
+        """What the plan's engine receives for one request: its prompt and SamplingParams. Every view of the
+        request runs in that engine, so its max_model_len is each source's context."""
+        check_prompt_logprobs(plan.method.name, plan.cfg)
+        llm = self.engine(plan.engine)
         length = max_model_len(llm)
-        room = budget.room(r, method, cfg, lambda model: length)
-        return (
-            self._prompt(llm, r, method),
-            self._params(r, method, mode, cfg, room),
-            mode,
-        )
+        room = budget.room(r, plan.method, plan.cfg, lambda model: length)
+        return self._prompt(r, plan.method), self._params(r, plan, room)
 
     def _refuse_across_map(
-        self, r: EncodedRequest, method: Method, cfg: AsymSpecConfig, speculative: bool
+        self, method: Method, cfg: AsymSpecConfig, speculative: bool
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
         'vLLM engine'): sampling, structured output; for the drafter alone (its plain engine speaks the drafter's
         ids, moved to the verifier's by `run`) a server's request and logprobs."""
-        loop.refuse_across_map(cfg)
+        if cfg.samples:
+            raise ConfigError(
+                "temperature > 0 is not run on the vLLM engine for a cross-family pair yet (backend='hf' runs it; "
+                "docs/cross-family.md, 'vLLM engine')"
+            )
         if cfg.structured_output is not None:
             raise ConfigError(
                 "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
@@ -276,13 +254,9 @@ class VLLMBackend:
                 "(backend='hf' runs them)"
             )
 
-    def served_engine(self, method: Method, K: int):
-        """The engine a server runs the method on (served_request's)."""
-        return self.engine(self.engine_for(method, K, speculative=True)[0])
-
-    def _prompt(self, llm, r: EncodedRequest, method: Method) -> dict:
+    def _prompt(self, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question
-        on the drafter's, its image as embeddings from that engine's vision tower)."""
+        on the drafter's, its image as the processor's pixels, embedded inside that engine)."""
         view = r.view(
             method.scoring[0].view if method.engine == "drafter" else "x_comp"
         )
@@ -293,13 +267,9 @@ class VLLMBackend:
                 view.ids,
                 self._drafter_tokenizer().convert_tokens_to_ids("<|image_pad|>"),
             )
-            packed = llm.collective_rpc(
-                "asymspec_image_embeddings",
-                args=(pack_tensor(view.pixel_values), pack_tensor(view.image_grid_thw)),
-            )[0]
             prompt["multi_modal_data"] = {
                 "image": {
-                    "image_embeds": unpack_tensor(packed, "image embeddings"),
+                    "pixel_values": view.pixel_values,
                     "image_grid_thw": view.image_grid_thw,
                 }
             }
@@ -310,20 +280,14 @@ class VLLMBackend:
         pair)."""
         return getattr(self.pair.processor, "tokenizer", self.pair.processor)
 
-    def _params(
-        self,
-        r: EncodedRequest,
-        method: Method,
-        mode: str,
-        cfg: AsymSpecConfig,
-        room: int,
-    ):
+    def _params(self, r: EncodedRequest, plan: RequestPlan, room: int):
         from vllm import SamplingParams  # lazy: loads vLLM
 
+        method, cfg = plan.method, plan.cfg
         banned = self.pair.banned_ids()
         stop_ids = self.pair.stop_ids(cfg)
         vmap = self.pair.vmap
-        if mode == "plain" and not vmap.identity and method.engine == "drafter":
+        if plan.mode == "plain" and not vmap.identity and method.engine == "drafter":
             # the drafter alone across a map: its shared tokens only, the stop tokens in its ids (the rule of
             # vocab_align.decide_drafter and MinTokens.mapped)
             banned = vmap.drafter_banned(
@@ -331,9 +295,7 @@ class VLLMBackend:
             )
             banned = banned.nonzero().flatten().tolist()
             stop_ids = MinTokens(0, stop_ids, []).mapped(vmap).stop_ids
-        elif (
-            mode == "plain" and not vmap.identity
-        ):  # Floor across a map: the shared set only
+        elif plan.mode == "plain" and not vmap.identity:  # Floor: the shared set only
             banned = sorted(set(banned) | set(unshared_verifier_ids(vmap)))
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
@@ -350,7 +312,7 @@ class VLLMBackend:
             )  # a constraint the engine cannot compile must not reach it
             kw["structured_outputs"] = cfg.structured_output.sampling_params()
         if (
-            mode == "plain"
+            plan.mode == "plain"
         ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
@@ -363,7 +325,7 @@ class VLLMBackend:
             else None
         )
         extra = vllm_patches.make_extra_args(
-            mode,
+            plan.mode,
             cfg,
             x_full=full.ids if full else None,
             pixel_values=full.pixel_values if full else None,
@@ -386,12 +348,10 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(
-        o, method: Method, mode: str, elapsed: float, cfg: AsymSpecConfig | None = None
-    ) -> loop.RowOutput:
-        """A finished RequestOutput as the method's row (tokens, sources, statistics, finish reason; with
-        cfg.logprobs the engine's logprobs, each named by its distribution)."""
-
+    def row(o, plan: RequestPlan, elapsed: float) -> loop.RowOutput:
+        """A finished RequestOutput as the plan's row (tokens, sources, statistics, finish reason; with
+        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it."""
+        method, mode, cfg = plan.method, plan.mode, plan.cfg
         completion = o.outputs[0]
         tokens = list(completion.token_ids)
         stats, sources, error = from_output(o.kv_transfer_params)
@@ -406,18 +366,20 @@ class VLLMBackend:
             try:
                 logprobs = (
                     from_vllm(completion.logprobs, tokens, sources, method.name, cfg)
-                    if cfg is not None and cfg.logprobs is not None
+                    if cfg.logprobs is not None
                     else None
                 )
                 prompt_lps = (
                     prompt_from_vllm(
                         o.prompt_logprobs, o.prompt_token_ids, cfg.prompt_logprobs
                     )
-                    if cfg is not None and cfg.prompt_logprobs is not None
+                    if cfg.prompt_logprobs is not None
                     else None
                 )
             except MissingLogprobsError as e:
-                return loop.RowOutput(tokens, sources, stats, "error", str(e))
+                return loop.RowOutput(
+                    tokens, sources, stats, "error", str(e), plan=plan
+                )
             return loop.RowOutput(
                 tokens,
                 sources,
@@ -426,6 +388,7 @@ class VLLMBackend:
                 text=text,
                 logprobs=logprobs,
                 prompt_logprobs=prompt_lps,
+                plan=plan,
             )
         return loop.RowOutput(
             tokens,
@@ -434,6 +397,7 @@ class VLLMBackend:
             "error",
             f"the engine finished the request with "
             f"'{completion.finish_reason}': {error or 'no detail'}",
+            plan=plan,
         )
 
 

@@ -9,12 +9,11 @@ import math
 import pytest
 import torch
 from core.xfamily_reference import asymspec_row, scd_row, sd_row
-from helpers import random_request
+from helpers import ON_TEST_DEVICE, random_request
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
 from asymspec_vl.backends.hf.reference import logits_after
-from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.prompts import encode_request
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread")]
@@ -66,10 +65,10 @@ def test_permuted_verifier_ids_give_exactly_the_same_run(
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
         verifier=str(tiny_models["verifier"]),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
     )
     assert one.pair.vmap.identity and not two.pair.vmap.identity
     assert two.pair.vmap.size == len(
@@ -136,7 +135,9 @@ def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(
 ):
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models["text_drafter"]),
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     assert (
@@ -158,7 +159,9 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
     (their logits raised) still drafts shared tokens, and every committed token is shared."""
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models["text_drafter"]),
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     unshared = sorted(
         set(range(vl.pair.vmap.drafter_size)) - set(vl.pair.vmap.drafter_ids.tolist())
@@ -172,18 +175,44 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
         assert set(res.token_ids) <= shared and res.token_ids
 
 
-def test_what_is_not_run_across_a_map_is_a_typed_error(tiny_models, permuted):
-    vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]),
-        verifier=str(permuted[0]),
-        device="cpu",
-    )
-    with pytest.raises(ConfigError, match="cross-family"):
-        vl.generate_batch(
-            TEXT_REQS[:1],
-            "asymspec",
-            AsymSpecConfig(K=2, max_new_tokens=4, temperature=0.7),
+SAMPLED = [
+    AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=10, temperature=0.8, seed=5),
+    AsymSpecConfig(
+        K=2, max_new_tokens=10, temperature=1.2, top_k=20, top_p=0.9, seed=9
+    ),
+]
+
+
+@pytest.mark.parametrize("cfg", SAMPLED, ids=["T0.8", "T1.2-topk-topp"])
+def test_sampled_runs_on_permuted_ids_are_the_same_run(tiny_models, permuted, cfg):
+    """Temperature > 0 across the map (core/vocab_sampling.py): seeded draws over the shared set in drafter-id
+    order, so the permuted verifier draws the same tokens: the same answers, traces and statistics."""
+    folder, new_of = permuted
+    one, two = (
+        AsymSpecVL.from_pretrained(
+            drafter=str(tiny_models["vl_drafter"]), verifier=v, **ON_TEST_DEVICE
         )
+        for v in (str(tiny_models["verifier"]), str(folder))
+    )
+    reqs = [random_request(i) for i in range(2)]
+    for m in METHODS:
+        xs, ys = one.generate_batch(reqs, m, cfg), two.generate_batch(reqs, m, cfg)
+        for x, y in zip(xs, ys):
+            assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]
+            assert [t.source for t in y.trace] == [t.source for t in x.trace], m
+            assert without_time(y.stats) == without_time(x.stats), m
+
+
+def test_sampled_runs_commit_only_shared_tokens(tiny_models, removed):
+    folder, _ = removed
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), **ON_TEST_DEVICE
+    )
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    cfg = AsymSpecConfig(K=2, max_new_tokens=12, temperature=1.5, seed=2)
+    for m in ("asymspec", "sd", "scd", "floor"):
+        for res in vl.generate_batch(TEXT_REQS, m, cfg):
+            assert res.token_ids and set(res.token_ids) <= shared, m
 
 
 @pytest.mark.parametrize(
@@ -204,10 +233,10 @@ def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
         verifier=str(tiny_models["verifier"]),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
     )
     free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
     stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
@@ -245,7 +274,9 @@ def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, remov
     distribution is normalised over it (the probabilities of all shared tokens sum to 1)."""
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models["text_drafter"]),
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     cfg = CFG.replace(logprobs=len(shared) + 5)
@@ -287,10 +318,10 @@ def test_a_conversation_on_the_permuted_pair_is_the_same_run(tiny_models, permut
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["vl_drafter"]),
         verifier=str(tiny_models["verifier"]),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), device="cpu"
+        drafter=str(tiny_models["vl_drafter"]), verifier=str(folder), **ON_TEST_DEVICE
     )
     x, y = (vl.generate_batch([conv], "asymspec", CFG)[0] for vl in (one, two))
     assert y.text == x.text and y.token_ids == [new_of[i] for i in x.token_ids]

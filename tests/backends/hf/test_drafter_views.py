@@ -74,10 +74,10 @@ def test_uncached_forward_with_mask_equals_cached(tiny_vl):
     as a packed-sequence boundary; the toolkit (reference.py included) always passes one."""
     pair, model = tiny_vl.pair, tiny_vl.backend.drafter
     view = encode_request(random_request(5), pair.processor, pair.tokenizer).full
-    ids = torch.tensor([view.ids])
+    ids = torch.tensor([view.ids], device=model.device)
     kw = dict(
-        pixel_values=view.pixel_values,
-        image_grid_thw=view.image_grid_thw,
+        pixel_values=view.pixel_values.to(model.device, model.dtype),
+        image_grid_thw=view.image_grid_thw.to(model.device),
         use_cache=False,
     )
     with torch.no_grad():

@@ -3,7 +3,7 @@ public API: the cached loop equals Algorithm 1 from scratch, and it runs the ver
 cross-modal case (kernels.dispatch), with the Triton kernel giving the same tokens as the torch path."""
 
 import pytest
-from helpers import random_request
+from helpers import ON_TEST_DEVICE, random_request
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
 from asymspec_vl.backends.hf.reference import reference_asymspec
@@ -46,7 +46,7 @@ def text_vl(tiny_models):
     return AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
         verifier=str(tiny_models["verifier"]),
-        device="cpu",
+        **ON_TEST_DEVICE,
     )
 
 

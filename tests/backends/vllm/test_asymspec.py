@@ -245,7 +245,7 @@ def test_bad_request_fails_alone(vl):
         for s in range(5)
     ]
     prompts, params = map(
-        list, zip(*(b.engine_request(e, "asymspec", cfg) for e in encs))
+        list, zip(*(b.engine_request(e, b.plan_request("asymspec", cfg)) for e in encs))
     )
     alone = [
         generate(llm, [p], [q])[0].outputs[0].token_ids
@@ -412,8 +412,7 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         reqs = [random_request(s) for s in range(6)]
         rows = small.run(
             [encode_request(r, vl.pair.processor, vl.pair.tokenizer) for r in reqs],
-            "asymspec",
-            cfg,
+            small.plan_request("asymspec", cfg),
         )
         assert [r.token_ids for r in rows] == [
             r.token_ids for r in tiny_vl.generate_batch(reqs, "asymspec", cfg)
@@ -428,9 +427,9 @@ def test_requests_wait_for_room_in_the_full_view_pool(vl, tiny_vl, monkeypatch):
         from asymspec_vl.backends.vllm.engine import generate
 
         enc = encode_request(reqs[0], vl.pair.processor, vl.pair.tokenizer)
-        prompt, params = small.engine_request(enc, "asymspec", cfg)
+        prompt, params = small.engine_request(enc, small.plan_request("asymspec", cfg))
         _, too_long = small.engine_request(
-            enc, "asymspec", cfg.replace(max_new_tokens=400)
+            enc, small.plan_request("asymspec", cfg.replace(max_new_tokens=400))
         )
         outs = generate(llm, [prompt] * 2, [too_long, params])
         assert outs[0].outputs[0].finish_reason == "error"
@@ -778,8 +777,10 @@ def test_in_a_batch_where_one_asymspec_row_asks_for_logprobs_it_gets_the_transfo
         for s in (3, 4)
     ]
     jobs = [
-        vl.backend.engine_request(encs[0], "asymspec", asks.replace(logprobs=None)),
-        vl.backend.engine_request(encs[1], "asymspec", asks),
+        vl.backend.engine_request(
+            encs[0], vl.backend.plan_request("asymspec", asks.replace(logprobs=None))
+        ),
+        vl.backend.engine_request(encs[1], vl.backend.plan_request("asymspec", asks)),
     ]  # the second row asks: its rows are mapped back
     from vllm import SamplingParams
 

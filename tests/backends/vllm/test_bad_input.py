@@ -98,9 +98,9 @@ def test_a_request_the_engine_fails_is_marked_and_the_others_come_back(
     real_params = type(vl.backend)._params
 
     def params(
-        self, r, method, mode, cfg, room
+        self, r, plan, room
     ):  # the poisoned request reaches the engine with broken pixels
-        p = real_params(self, r, method, mode, cfg, room)
+        p = real_params(self, r, plan, room)
         if "poison" in r.prompts.x_comp:
             p.extra_args["asymspec"]["pixel_values"] = pack_tensor(torch.zeros(3, 7))
         return p

@@ -34,18 +34,18 @@ def served_floor(vl, requests, cfg) -> list[list[int]]:
     from asymspec_vl.backends.vllm.engine import generate
     from asymspec_vl.inputs.prompts import encode_request
 
-    floor = METHODS["floor"]
+    plan = vl.backend.plan_request(METHODS["floor"], cfg, speculative=True)
     asked = [
-        vl.backend.served_request(
-            encode_request(r, vl.pair.processor, vl.pair.tokenizer), floor, cfg
+        vl.backend.engine_request(
+            encode_request(r, vl.pair.processor, vl.pair.tokenizer), plan
         )
         for r in requests
     ]
-    assert {mode for _, _, mode in asked} == {"floor"}
+    assert plan.mode == "floor"
     outs = generate(
-        vl.backend.served_engine(floor, cfg.K),
-        [p for p, _, _ in asked],
-        [s for _, s, _ in asked],
+        vl.backend.engine(plan.engine),
+        [p for p, _ in asked],
+        [s for _, s in asked],
     )
     return [list(o.outputs[0].token_ids) for o in outs]
 

@@ -10,7 +10,8 @@ from asymspec_vl.inputs.prompts import EncodedRequest, EncodedView, Prompts
 
 def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_engine():
     """served_request made the engine's spec 5 times for one asymspec request (its own, then once per source for
-    the room, then once more for the mode): it is made once, and every source's context is that engine's."""
+    the room, then once more for the mode): the plan looks it up once, and the request reads every source's
+    context from that engine."""
     looked_up = []
 
     def engine_for(method, K, speculative=False):
@@ -27,15 +28,16 @@ def test_a_served_request_looks_its_engine_up_once_and_takes_its_room_from_that_
     backend.pair = SimpleNamespace(vmap=SimpleNamespace(identity=True))
     backend.engine_for = engine_for
     backend.engine = {"the speculative engine": llm}.__getitem__
-    backend._prompt = lambda engine, r, method: ("prompt", engine)
-    backend._params = lambda r, method, mode, cfg, room: (mode, room)
+    backend._prompt = lambda r, method: ("prompt", method.name)
+    backend._params = lambda r, plan, room: (plan.mode, room)
     comp = EncodedView([1, 2, 3])
     r = EncodedRequest(Prompts("", "", ""), EncodedView(list(range(10))), comp, comp)
-    prompt, params, mode = backend.served_request(
-        r, METHODS["asymspec"], AsymSpecConfig(K=2)
+    plan = backend.plan_request(
+        METHODS["asymspec"], AsymSpecConfig(K=2), speculative=True
     )
+    prompt, params = backend.engine_request(r, plan)
     assert looked_up == [("asymspec", 2, True)]
-    assert prompt == ("prompt", llm) and mode == "asymspec"
+    assert prompt == ("prompt", "asymspec") and plan.mode == "asymspec"
     assert params == (
         "asymspec",
         40 - 10 - 2 - 1,

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from asymspec_vl.evals.toy.eval import BASE, VARIANTS, request_of
+from helpers import ON_TEST_DEVICE
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.toy import world
@@ -19,7 +20,7 @@ def toy_vl():
     from asymspec_vl import AsymSpecVL
 
     return AsymSpecVL.from_pretrained(
-        drafter="embedded", verifier="embedded", device="cpu"
+        drafter="embedded", verifier="embedded", **ON_TEST_DEVICE
     )
 
 
