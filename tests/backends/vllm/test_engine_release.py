@@ -69,7 +69,7 @@ def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
             and type(o).__module__.startswith("vllm.model_executor.models")
         ]
 
-    before = left()
+    before, hooks = left(), len(convert_frame._bytecode_hooks)
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["vl_drafter"]),
         verifier=str(tiny_models["verifier"]),
@@ -82,10 +82,9 @@ def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
             [random_request(0)], "asymspec", AsymSpecConfig(K=2, max_new_tokens=2)
         )
         assert out[0].token_ids and len(left()) > len(before)
-        assert any(
-            not isinstance(h, engine.WeakBytecodeHook)
-            for h in convert_frame._bytecode_hooks.values()
-        )  # the engine compiled: its models registered their hooks
+        assert (
+            len(convert_frame._bytecode_hooks) > hooks
+        )  # it compiled: its models' hooks
     finally:
         vl.backend.close()
     del vl
