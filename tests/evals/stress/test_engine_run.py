@@ -7,7 +7,6 @@ import os
 import types
 
 import pytest
-
 from asymspec_vl.evals.stress import engine_run
 from asymspec_vl.evals.stress.workload import EngineCase, RowSpec, Workload
 

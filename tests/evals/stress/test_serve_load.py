@@ -9,7 +9,6 @@ import sys
 import httpx
 import psutil
 import pytest
-
 from asymspec_vl.evals.stress import serve_load
 
 

@@ -4,9 +4,9 @@ exit status, the JSON lines of --out, one --workload case, and refused arguments
 against transformers) run in test_stress_vllm.py."""
 
 import json
+import re
 
 import pytest
-
 from asymspec_vl.evals.stress import __main__ as stress
 from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch
 from asymspec_vl.evals.stress.workload import Workload, draw
@@ -54,6 +54,7 @@ def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, ca
     ]
     assert all(steps == 6 and not here for _, steps, here in seen)
     assert out.count("\ncase ") + out.startswith("case ") == 3
+    assert len(re.findall(r": OK \(\d+\.\d\d GiB resident\)\n", out)) == 3
     assert (
         "cases run: 3, requests compared: 9, logit checks: 12, mismatches: 0 in 0 case(s)"
         in out
