@@ -33,8 +33,9 @@ def workload(engine: EngineCase, rows: list[tuple[str, int]]) -> Workload:
 def test_a_preempting_engine_gets_its_largest_request_and_a_quarter_of_the_next():
     engine = EngineCase(block_size=16, K=3, max_num_seqs=2, preempt=True)
     w = workload(engine, [("asymspec", 10), ("sd", 20), ("plain", 5)])
-    encs = [enc(40, 90), enc(100, 90), enc(20, 90)]
-    # blocks each needs: ceil((comp + max_new + K + 3) / 16) = 4, 8, 2; max_num_seqs 2: the largest + 1 + 4 // 4
+    encs = [enc(40, 90), enc(100, 90), enc(40, 90)]
+    # blocks each needs: ceil((comp + max_new + K + 3) / 16) = 4, 8, 4; max_num_seqs 2: the largest + 1 + a
+    # quarter of the next one's 4 (of the next max_num_seqs - 1 only: not of both 4s)
     assert engine_run.engine_kwargs(w, encs) == {
         "block_size": 16,
         "max_num_seqs": 2,
