@@ -3,7 +3,6 @@ the CPU build; issue 33's figures come from the full run): the request mix it se
 the resident memory it reads, and the exit status its checks give."""
 
 import json
-import os
 import sys
 import types
 
