@@ -3,12 +3,22 @@ preemption's KV blocks, the budget never below max_num_seqs), the small x_full p
 put back, and the arrival loop on a stand-in engine (requests added at their steps, idle stretches skipped, the
 rest aborted when a step fails)."""
 
+import gc
 import os
 import types
 
 import pytest
+import torch
 from asymspec_vl.evals.stress import engine_run
-from asymspec_vl.evals.stress.workload import EngineCase, RowSpec, Workload
+from asymspec_vl.evals.stress.hf_side import Reference
+from asymspec_vl.evals.stress.workload import (
+    EngineCase,
+    RowSpec,
+    Workload,
+    make_request,
+)
+
+from asymspec_vl.inputs.prompts import encode_request
 
 
 def enc(comp: int, full: int):
@@ -138,3 +148,39 @@ def test_a_failing_step_aborts_every_unfinished_request_and_raises():
     with pytest.raises(RuntimeError, match="engine core died"):
         engine_run.run_arrivals(llm, items)
     assert engine.aborted == ["b", "c"]  # "a" finished at step 1
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_case_leaves_no_engine_for_the_interpreters_next_collection(tiny_models):
+    """run_on_engine closes its engine with nothing of its own still holding it: the close's collection frees the
+    engine's model (and KV cache) at once, not the interpreter's next full collection (the stress run sat 1 GiB
+    higher after some cases)."""
+
+    def vllm_models() -> int:
+        gc.unfreeze()  # vLLM freezes the heap after start-up (not a collection)
+        return sum(
+            isinstance(o, torch.nn.Module)
+            and type(o).__module__.startswith("vllm.model_executor.models")
+            for o in gc.get_objects()
+        )
+
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    reference = Reference(paths)
+    w = workload(
+        EngineCase(block_size=16, K=2, max_num_seqs=2), [("plain", 3), ("sd", 3)]
+    )
+    pair = reference.pair
+    encs = [
+        encode_request(make_request(r), pair.processor, pair.tokenizer) for r in w.rows
+    ]
+    gc.collect()
+    before = vllm_models()
+    gc.disable()  # only the close's own collection runs
+    try:
+        run = engine_run.run_on_engine(w, pair, paths, encs)
+        left = vllm_models()
+    finally:
+        gc.enable()
+    assert run.error is None and all(row is not None for row in run.rows)
+    assert left == before
