@@ -23,6 +23,7 @@ import inspect
 import itertools
 import logging
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -51,6 +52,9 @@ DEFAULT_SPEC_TOKENS = (
     LIMITS.speculative_tokens
 )  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
+_caches: weakref.WeakSet = (
+    weakref.WeakSet()
+)  # every EngineCache of this process (their live engines)
 _stale_checked = (
     False  # whether this process looked for an earlier run's engine processes
 )
@@ -182,6 +186,7 @@ class EngineCache:
     def __init__(self, build: Callable[[EngineSpec], object], capacity: int):
         self.build, self.capacity, self.fixed = build, capacity, False
         self.live: OrderedDict[EngineSpec, object] = OrderedDict()
+        _caches.add(self)
 
     def start_fixed(self, specs: list[EngineSpec]) -> list:
         """Start these engines now, in order, and no others later; if one fails to start, those started are shut
@@ -310,7 +315,25 @@ def _release_process_memory() -> None:
     )  # lazy: loads vLLM
 
     PrecompileContext.clear()
+    if not any(
+        cache.live for cache in _caches
+    ):  # another backend's live engine still calls its graphs
+        forget_compiled_graphs()
     cleanup_dist_env_and_memory()
+
+
+COMPILED_FN_PREFIX = "__compiled_fn_"  # dynamo's name for a compiled graph it installs in the frame's globals
+
+
+def forget_compiled_graphs() -> None:
+    """With no engine left: take out the compiled graphs dynamo installed as globals of vLLM's model modules
+    (`__compiled_fn_<n>_<uuid>` in vllm.model_executor.models.qwen2 and the like, one per compiled model, each a
+    GraphModule with its fake tensors, about 10 MB; nothing else removes them, not even torch._dynamo.reset).
+    Only a closed engine's bytecode called them; a later engine compiles its own."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm.model_executor.models.") and module is not None:
+            for key in [k for k in vars(module) if k.startswith(COMPILED_FN_PREFIX)]:
+                delattr(module, key)
 
 
 def default_capacity() -> int:

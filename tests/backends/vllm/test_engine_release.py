@@ -3,6 +3,8 @@ compiled vLLM model registers one and nothing takes it out: the stress run's `--
 per compiled case) and torch's record of compiled artifacts."""
 
 import gc
+import sys
+import types
 import weakref
 
 import pytest
@@ -51,6 +53,36 @@ def test_releasing_the_process_memory_forgets_torchs_compiled_artifacts(monkeypa
     assert PrecompileContext._backend_artifacts_by_key == {}
 
 
+def test_releasing_the_process_memory_takes_out_the_compiled_graphs_of_vllms_models(
+    monkeypatch,
+):
+    """dynamo installs each compiled graph as a global of the compiled function's module; with no engine left in
+    any backend those of vLLM's model modules go, everything else stays."""
+    from vllm.distributed import parallel_state
+
+    monkeypatch.setattr(parallel_state, "cleanup_dist_env_and_memory", lambda: None)
+    graph = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    models = types.ModuleType("vllm.model_executor.models.stand_in")
+    other = types.ModuleType("stand_in_user_module")
+    for module in (models, other):
+        module.__compiled_fn_1_abc = graph
+        module.keep = 1
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    graph_ref = weakref.ref(graph)
+    del graph, module
+    busy = engine.EngineCache(lambda spec: spec, 1)
+    busy.live[engine.EngineSpec("m")] = "another backend's live engine"
+    engine._release_process_memory()
+    assert models.__compiled_fn_1_abc is graph_ref()  # its engine may still call it
+    busy.live.clear()
+    engine._release_process_memory()
+    assert not hasattr(models, "__compiled_fn_1_abc") and models.keep == 1
+    assert other.__compiled_fn_1_abc is graph_ref()  # not vLLM's: left alone
+    del other.__compiled_fn_1_abc
+    gc.collect()
+    assert graph_ref() is None
+
+
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
@@ -89,3 +121,10 @@ def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
         vl.backend.close()
     del vl
     assert left() == before
+    assert not [
+        key
+        for name, module in list(sys.modules.items())
+        if name.startswith("vllm.model_executor.models.")
+        for key in vars(module)
+        if key.startswith("__compiled_fn_")
+    ]  # dynamo's compiled graphs of its models went too
