@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vllm_patches.hooks import cpu_generators
-from vllm_patches.hooks._patching import is_patched, unwrap
+from vllm_patches.hooks._patching import is_patched
 
 
 def gen(seed: int) -> torch.Generator:
@@ -115,8 +115,11 @@ def test_the_patch_wraps_the_cpu_runner_once():
     names = ("_sample", "_bookkeeping_sync")
     own = {n: CPUModelRunner.__dict__.get(n) for n in names}
     try:
-        for n in names:
-            unwrap(CPUModelRunner, n)
+        for n in (
+            names
+        ):  # inherited from GPUModelRunner (patched there by runner_patch, or not)
+            if n in CPUModelRunner.__dict__:
+                delattr(CPUModelRunner, n)
         stock = {n: getattr(CPUModelRunner, n) for n in names}
         cpu_generators.patch_cpu_generators()
         patched = {n: CPUModelRunner.__dict__[n] for n in names}
