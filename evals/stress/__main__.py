@@ -5,9 +5,9 @@
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
 --cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
-seeded sampled rows; see workload.py), prints one line per case and at the end the cases run, requests compared and
-every mismatch with
-the workload that reproduces it (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
+seeded sampled rows; see workload.py), prints one line per case (with the process's resident memory after it)
+and at the end the cases run, requests compared and every mismatch with the workload that reproduces it
+(`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from asymspec_vl.cli import HelpFormatter
@@ -166,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"case {len(reports) + 1}: {describe(w)}", flush=True)
         report = run_case(w, paths, reference, args.logit_steps)
         reports.append(report)
-        print(f"  {line(report)}", flush=True)
+        rss = (
+            psutil.Process().memory_info().rss / 2**30
+        )  # flat over a long run (closed engines released)
+        print(f"  {line(report)} ({rss:.2f} GiB resident)", flush=True)
         for m in report.mismatches:
             print(
                 f"  - {m.what} row {m.row}: {m.detail[:600]}"

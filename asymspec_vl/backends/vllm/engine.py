@@ -19,9 +19,12 @@ starts), two on the CPU build. A speculative engine serves every K up to its num
 from __future__ import annotations
 
 import gc
+import inspect
 import itertools
 import logging
 import os
+import sys
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,6 +52,9 @@ DEFAULT_SPEC_TOKENS = (
     LIMITS.speculative_tokens
 )  # a speculative engine drafts up to max(this, the largest K asked for)
 _request_ids = itertools.count()
+_caches: weakref.WeakSet = (
+    weakref.WeakSet()
+)  # every EngineCache of this process (their live engines)
 _stale_checked = (
     False  # whether this process looked for an earlier run's engine processes
 )
@@ -180,6 +186,7 @@ class EngineCache:
     def __init__(self, build: Callable[[EngineSpec], object], capacity: int):
         self.build, self.capacity, self.fixed = build, capacity, False
         self.live: OrderedDict[EngineSpec, object] = OrderedDict()
+        _caches.add(self)
 
     def start_fixed(self, specs: list[EngineSpec]) -> list:
         """Start these engines now, in order, and no others later; if one fails to start, those started are shut
@@ -266,16 +273,67 @@ def _forget_closed_models() -> None:
     clear = getattr(func_utils.supports_kw, "cache_clear", None)
     if clear is not None:
         clear()
+    weaken_bytecode_hooks()
+
+
+class WeakBytecodeHook:
+    """A compiled model's dynamo bytecode hook that does not keep the model alive: it calls the model's
+    `bytecode_hook` while the model lives and takes itself out of dynamo's table when the model is collected."""
+
+    def __init__(self, hooks: dict, key: int, method):
+        self.method = weakref.WeakMethod(method, lambda _ref: hooks.pop(key, None))
+
+    def __call__(self, old_code, new_code):
+        method = self.method()
+        if method is not None:
+            method(old_code, new_code)
+
+
+def weaken_bytecode_hooks() -> None:
+    """Every compiled vLLM model registers its bound `bytecode_hook` in dynamo's process-wide table at load
+    (vllm/compilation/wrapper.py: `torch._dynamo.convert_frame.register_bytecode_hook(self.bytecode_hook)`, its
+    handle dropped), and nothing takes it out: the table kept each closed compiled engine's models, with their
+    VllmConfig, attention layers and KV cache (about 1 GB per compiled engine of the embedded pair on the CPU
+    build; `--gpu-shaped only` stress runs grew by that per compiled case). Each such hook becomes a weak one:
+    a live engine's models still see every bytecode dynamo makes, a closed one's are free to go."""
+    from torch._dynamo import convert_frame  # lazy: loads torch
+
+    hooks = convert_frame._bytecode_hooks  # handle id -> hook
+    for key, hook in list(hooks.items()):
+        if inspect.ismethod(hook):
+            hooks[key] = WeakBytecodeHook(hooks, key, hook)
 
 
 def _release_process_memory() -> None:
     """With no engine left in this process: free the device memory an in-process engine held and the
-    distributed state it set up (vLLM's own test clean-up)."""
+    distributed state it set up (vLLM's own test clean-up), and torch's record of the compiled engines' AOT
+    autograd artifacts (PrecompileContext keeps every one, its graphs and fake tensors, for a later `serialize`
+    that nothing here calls: about 10 MB per compiled engine)."""
+    from torch._dynamo.precompile_context import PrecompileContext  # lazy: loads torch
     from vllm.distributed.parallel_state import (
         cleanup_dist_env_and_memory,
     )  # lazy: loads vLLM
 
+    PrecompileContext.clear()
+    if not any(
+        cache.live for cache in _caches
+    ):  # another backend's live engine still calls its graphs
+        forget_compiled_graphs()
     cleanup_dist_env_and_memory()
+
+
+COMPILED_FN_PREFIX = "__compiled_fn_"  # dynamo's name for a compiled graph it installs in the frame's globals
+
+
+def forget_compiled_graphs() -> None:
+    """With no engine left: take out the compiled graphs dynamo installed as globals of vLLM's model modules
+    (`__compiled_fn_<n>_<uuid>` in vllm.model_executor.models.qwen2 and the like, one per compiled model, each a
+    GraphModule with its fake tensors, about 10 MB; nothing else removes them, not even torch._dynamo.reset).
+    Only a closed engine's bytecode called them; a later engine compiles its own."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm.model_executor.models.") and module is not None:
+            for key in [k for k in vars(module) if k.startswith(COMPILED_FN_PREFIX)]:
+                delattr(module, key)
 
 
 def default_capacity() -> int:

@@ -1,0 +1,177 @@
+"""The stress run's command line (evals/stress/__main__.py) with a stand-in case runner: which workloads it draws
+(seed after seed, GPU-shaped ones by --gpu-shaped), when it stops, the totals it prints, the reproduce lines, the
+exit status, the JSON lines of --out, one --workload case, and refused arguments. The cases themselves (vLLM
+against transformers) run in test_stress_vllm.py."""
+
+import json
+import re
+
+import pytest
+from asymspec_vl.evals.stress import __main__ as stress
+from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch
+from asymspec_vl.evals.stress.workload import Workload, draw
+
+
+@pytest.fixture
+def ran(monkeypatch, tmp_path):
+    """main() with a stand-in Reference and run_case: -> (exit status, stdout, the workloads run, here flags).
+    Seeds in `bad` report one token mismatch and 2 compared requests; the others 3 compared, none bad."""
+    (tmp_path / "verifier").mkdir()
+    (tmp_path / "verifier" / "config.json").write_text("{}")
+    monkeypatch.setattr(
+        stress, "write_tiny_models", lambda *a, **k: pytest.fail("models rewritten")
+    )
+    monkeypatch.setattr(stress, "Reference", lambda paths: ("reference", paths))
+    monkeypatch.setattr(stress.torch, "set_num_threads", lambda n: None)
+
+    def run(argv, capsys, bad=()):
+        seen = []
+
+        def run_case(w, paths, reference, logit_steps, here=False):
+            assert paths["verifier"] == tmp_path / "verifier"
+            assert reference == ("reference", paths)
+            seen.append((w, logit_steps, here))
+            r = CaseReport(w.seed, w.to_json(), requests=len(w.rows))
+            r.compared, r.logit_steps = (2, 5) if w.seed in bad else (3, 4)
+            if w.seed in bad:
+                r.mismatches.append(Mismatch("tokens", 1, "transformers [1] vllm [2]"))
+            return r
+
+        monkeypatch.setattr(stress, "run_case", run_case)
+        code = stress.main(["--models", str(tmp_path), *argv])
+        return code, capsys.readouterr().out, seen
+
+    return run
+
+
+def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, capsys):
+    code, out, seen = ran(["--seed", "5", "--cases", "3", "--no-tp"], capsys)
+    assert code == 0
+    assert [w for w, _, _ in seen] == [
+        draw(5, tp=False, gpu_shaped=True),  # mix: odd seeds are GPU-shaped
+        draw(6, tp=False, gpu_shaped=False),
+        draw(7, tp=False, gpu_shaped=True),
+    ]
+    assert all(steps == 6 and not here for _, steps, here in seen)
+    assert out.count("\ncase ") + out.startswith("case ") == 3
+    assert len(re.findall(r": OK \(\d+\.\d\d GiB resident\)\n", out)) == 3
+    assert (
+        "cases run: 3, requests compared: 9, logit checks: 12, mismatches: 0 in 0 case(s)"
+        in out
+    )
+    assert "reproduce" not in out
+
+
+@pytest.mark.parametrize(
+    "mode, shaped", [("only", [True, True]), ("off", [False, False])]
+)
+def test_gpu_shaped_only_and_off(ran, capsys, mode, shaped):
+    _, _, seen = ran(["--cases", "2", "--gpu-shaped", mode, "--seed", "8"], capsys)
+    assert [w for w, _, _ in seen] == [
+        draw(s, tp=True, gpu_shaped=g) for s, g in zip((8, 9), shaped)
+    ]
+
+
+def test_a_mismatch_is_counted_reproduced_and_ends_with_status_1(ran, capsys, tmp_path):
+    log = tmp_path / "reports.jsonl"
+    code, out, seen = ran(
+        [
+            "--seed",
+            "11",
+            "--cases",
+            "2",
+            "--gpu-shaped",
+            "only",
+            "--no-tp",
+            "--logit-steps",
+            "2",
+            "--out",
+            str(log),
+        ],
+        capsys,
+        bad={12},
+    )
+    assert code == 1
+    assert (
+        "cases run: 2, requests compared: 5, logit checks: 9, mismatches: 1 in 1 case(s)"
+        in out
+    )
+    assert (
+        "1 MISMATCH(ES)" in out and "- tokens row 1: transformers [1] vllm [2]" in out
+    )
+    reproduce = [ln for ln in out.splitlines() if ln.startswith("reproduce:")]
+    assert reproduce == [
+        "reproduce: python -m asymspec_vl.evals.stress --seed 12 --cases 1 --gpu-shaped only --no-tp"
+        f"   # or --workload '{seen[1][0].to_json()}'"
+    ]
+    reports = [
+        CaseReport.from_json(line) for line in log.read_text().splitlines()
+    ]  # one JSON line per case, appended
+    assert [r.seed for r in reports] == [11, 12]
+    assert [len(r.mismatches) for r in reports] == [0, 1]
+    assert all(steps == 2 for _, steps, _ in seen)
+
+
+def test_no_case_starts_after_the_time_is_up(ran, capsys):
+    code, out, seen = ran(["--seconds", "0"], capsys)
+    assert (code, seen) == (0, []) and "cases run: 0," in out
+
+
+def test_one_workload_runs_here_and_prints_its_report(ran, capsys):
+    w = draw(3, tp=True)
+    code, out, seen = ran(["--workload", w.to_json()], capsys, bad={3})
+    assert code == 1 and seen == [(w, 6, True)]
+    line = [ln for ln in out.splitlines() if ln.startswith(RESULT_PREFIX)]
+    report = CaseReport.from_json(line[0][len(RESULT_PREFIX) :])
+    assert Workload.from_json(report.workload) == w and report.compared == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gpu-shaped", "sometimes"],
+        ["--cases", "two"],
+        ["--seconds", "soon"],
+        ["--seed"],
+    ],
+)
+def test_bad_arguments_are_refused_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        stress.main(argv)
+    assert exit_.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_the_case_line_and_the_workload_description_read_their_numbers():
+    w = draw(4, tp=False, gpu_shaped=True)
+    text = stress.describe(w)
+    e = w.engine
+    assert text.startswith(f"seed=4 block={e.block_size} K={e.K} seqs={e.max_num_seqs}")
+    assert f"compiled={e.compiled} rows={len(w.rows)} (" in text
+    report = CaseReport(4, w.to_json(), requests=7, compared=6, logit_steps=12)
+    report.max_error = {"a": 2.5e-6, "b": 1e-7}
+    report.resumptions, report.seconds = 3, {"engine": 12.4, "reference": 3.6}
+    assert stress.line(report) == (
+        "6/7 requests, 12 logit checks (max rel. error a 2.5e-06 b 1.0e-07), 3 resumptions, "
+        "12 s vLLM + 4 s transformers: OK"
+    )
+    report.mismatches = [Mismatch("a", 0, "x"), Mismatch("b", 1, "y")]
+    assert stress.line(report).endswith(": 2 MISMATCH(ES)")
+
+
+def test_the_models_are_written_only_where_they_are_missing(monkeypatch, tmp_path):
+    written = []
+    monkeypatch.setattr(
+        stress, "write_tiny_models", lambda root, seed: written.append((root, seed))
+    )
+    paths = stress.model_paths(tmp_path)
+    assert written == [(tmp_path, 0)]
+    assert paths == {
+        "root": tmp_path,
+        "verifier": tmp_path / "verifier",
+        "vl_drafter": tmp_path / "vl_drafter",
+    }
+    (tmp_path / "verifier").mkdir()
+    (tmp_path / "verifier" / "config.json").write_text(json.dumps({}))
+    stress.model_paths(tmp_path)
+    assert len(written) == 1
