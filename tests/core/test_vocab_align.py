@@ -67,6 +67,24 @@ def pair_world(seed: int, strings: int = 40, B: int = 6, K: int = 3):
     return a, b, t, vmap.to_verifier_ids(drafts_d), vmap, pairs
 
 
+def permuted_verifier(t, vmap, pairs, seed: int):
+    """The same strings under other verifier ids: (perm old -> new [Vv], t with its columns permuted alike,
+    the map of the permuted pair)."""
+    perm = torch.randperm(
+        vmap.verifier_size, generator=torch.Generator().manual_seed(seed)
+    )
+    t2 = t[..., torch.argsort(perm)]  # t2[new] = t[old]
+    new_pairs = {int(perm[j]): d for j, d in pairs.items()}
+    vids = sorted(new_pairs)
+    vmap2 = VocabMap(
+        torch.tensor([new_pairs[j] for j in vids]),
+        torch.tensor(vids),
+        vmap.drafter_size,
+        vmap.verifier_size,
+    )
+    return perm, t2, vmap2
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize(
     "cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}"
@@ -141,19 +159,7 @@ def test_permuting_the_verifier_ids_changes_no_decision(seed, cfg):
     """Metamorphic oracle: the same strings under other verifier ids (t's columns permuted alike) give the same
     accepted counts and the same tokens, read back through the permutation; a wrong map fails this."""
     a, b, t, drafts, vmap, pairs = pair_world(seed)
-    perm = torch.randperm(
-        vmap.verifier_size, generator=torch.Generator().manual_seed(seed + 100)
-    )  # old -> new
-    inv = torch.argsort(perm)
-    t2 = t[..., inv]  # t2[new] = t[old]
-    new_pairs = {int(perm[j]): d for j, d in pairs.items()}
-    vids = sorted(new_pairs)
-    vmap2 = VocabMap(
-        torch.tensor([new_pairs[j] for j in vids]),
-        torch.tensor(vids),
-        vmap.drafter_size,
-        vmap.verifier_size,
-    )
+    perm, t2, vmap2 = permuted_verifier(t, vmap, pairs, seed + 100)
     for step in (
         lambda tt, dd, m: vocab_align.asymspec_step(a, b, tt, dd, cfg, m),
         lambda tt, dd, m: vocab_align.decide_sd(tt, dd, m),

@@ -9,7 +9,7 @@ from asymspec_vl.core import methods, sampling, vocab_sampling
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.vocab_align import VocabMap
 
-from .test_vocab_align import pair_world
+from .test_vocab_align import pair_world, permuted_verifier
 
 NAMES = ("asymspec", "sd", "scd", "floor", "drafter")
 CFGS = [
@@ -68,18 +68,7 @@ def test_a_permuted_verifier_draws_the_same_tokens(seed, name):
     permutation, and identical drafts from pick (the draws walk the shared set in drafter-id order)."""
     cfg = AsymSpecConfig(K=3, temperature=0.9, top_k=8, seed=seed)
     a, b, t, _, vmap, pairs = pair_world(seed, B=16)
-    perm = torch.randperm(
-        vmap.verifier_size, generator=torch.Generator().manual_seed(seed + 50)
-    )
-    t2 = t[..., torch.argsort(perm)]  # t2[new] = t[old]
-    new_pairs = {int(perm[j]): d for j, d in pairs.items()}
-    vids = sorted(new_pairs)
-    vmap2 = VocabMap(
-        torch.tensor([new_pairs[j] for j in vids]),
-        torch.tensor(vids),
-        vmap.drafter_size,
-        vmap.verifier_size,
-    )
+    perm, t2, vmap2 = permuted_verifier(t, vmap, pairs, seed + 50)
     drafts = torch.stack(
         [
             vocab_sampling.pick(a[:, k], cfg, None, vmap, gens(cfg, 16))

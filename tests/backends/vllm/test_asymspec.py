@@ -8,7 +8,7 @@ import copy
 
 import pytest
 import torch
-from helpers import random_image, random_request, runner_of
+from helpers import random_image, random_request, runner_of, summary
 
 pytestmark = pytest.mark.vllm
 
@@ -34,22 +34,6 @@ def vl(tiny_models):
 
 def _close(vl, method, K):
     vl.backend.close(vl.backend.engine_for(method, K)[0])
-
-
-def _summary(results):
-    return [
-        (
-            r.token_ids,
-            [t.source for t in r.trace],
-            r.finish_reason,
-            r.stats.steps,
-            r.stats.drafted,
-            r.stats.accepted,
-            r.stats.emitted,
-            r.stats.accepted_at,
-        )
-        for r in results
-    ]
 
 
 def _requests():
@@ -81,9 +65,9 @@ def test_asymspec_tokens_equal_transformers_one_by_one_and_batched(
 
     cfg = AsymSpecConfig(K=K, max_new_tokens=24, **cfg_kwargs)
     reqs = _requests()
-    expected = _summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
-    batched = _summary(vl.generate_batch(reqs, "asymspec", cfg))
-    single = _summary([vl.generate_batch([r], "asymspec", cfg)[0] for r in reqs])
+    expected = summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    batched = summary(vl.generate_batch(reqs, "asymspec", cfg))
+    single = summary([vl.generate_batch([r], "asymspec", cfg)[0] for r in reqs])
     assert batched == expected
     assert single == expected
     sources = {s for row in expected for s in row[1]}
@@ -100,7 +84,7 @@ def test_other_methods_equal_transformers(vl, tiny_vl, method):
     reqs = [
         random_request(s) for s in range(N_REQUESTS if method in ("sd", "scd") else 4)
     ]
-    assert _summary(vl.generate_batch(reqs, method, cfg)) == _summary(
+    assert summary(vl.generate_batch(reqs, method, cfg)) == summary(
         tiny_vl.generate_batch(reqs, method, cfg)
     )
     if method in ("sd", "floor", "drafter"):
@@ -469,11 +453,11 @@ def test_preempted_requests_resume_as_if_never_preempted(vl, tiny_vl):
             cfg = AsymSpecConfig(K=K, max_new_tokens=48)
             llm = small.engine(small.engine_for(method, K)[0])
             before = probe.counters(llm)["resumptions"]
-            got = _summary(cramped.generate_batch(reqs, method, cfg))
+            got = summary(cramped.generate_batch(reqs, method, cfg))
             assert probe.counters(llm)["resumptions"] > before, (
                 "no request was preempted: shrink the cache"
             )
-            assert got == _summary(tiny_vl.generate_batch(reqs, method, cfg)), (
+            assert got == summary(tiny_vl.generate_batch(reqs, method, cfg)), (
                 method,
                 K,
             )
@@ -522,7 +506,7 @@ def test_prompts_prefilled_in_chunks_give_the_same_tokens(vl, tiny_vl):
                 with_kwargs=True,
             )
             try:
-                assert _summary(chunked.generate_batch(reqs, method, cfg)) == _summary(
+                assert summary(chunked.generate_batch(reqs, method, cfg)) == summary(
                     tiny_vl.generate_batch(reqs, method, cfg)
                 ), method
             finally:
@@ -557,7 +541,7 @@ def test_stopping_a_stream_aborts_its_requests(vl, tiny_vl):
     )  # in-process engine core
     assert not llm.llm_engine.has_unfinished_requests()
     assert not scheduler.requests and not scheduler.asymspec.pool.reserved
-    assert _summary(vl.generate_batch(reqs[:1], "asymspec", cfg)) == _summary(
+    assert summary(vl.generate_batch(reqs[:1], "asymspec", cfg)) == summary(
         tiny_vl.generate_batch(reqs[:1], "asymspec", cfg)
     )
 
@@ -575,8 +559,8 @@ def test_stop_tokens_cut_like_transformers(vl, tiny_vl):
         sorted({r.token_ids[4] for r in free} | {r.token_ids[9] for r in free})
     )
     cfg = AsymSpecConfig(K=2, max_new_tokens=24, stop_token_ids=stops)
-    expected = _summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
-    assert _summary(vl.generate_batch(reqs, "asymspec", cfg)) == expected
+    expected = summary(tiny_vl.generate_batch(reqs, "asymspec", cfg))
+    assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == expected
     assert {row[2] for row in expected} >= {"stop"}
 
 
@@ -861,11 +845,11 @@ def test_a_stop_token_exactly_at_the_budget_is_a_stop(vl, tiny_vl):
             cfg = AsymSpecConfig(
                 K=2, max_new_tokens=i + 1, stop_token_ids=(free.token_ids[i],)
             )
-            expected = _summary(tiny_vl.generate_batch([req], method, cfg))
+            expected = summary(tiny_vl.generate_batch([req], method, cfg))
             assert (
                 expected[0][0] == free.token_ids[: i + 1] and expected[0][2] == "stop"
             )
-            assert _summary(vl.generate_batch([req], method, cfg)) == expected
+            assert summary(vl.generate_batch([req], method, cfg)) == expected
 
 
 def test_floor_runs_on_the_speculative_engine(vl, tiny_vl):

@@ -10,7 +10,7 @@
 
 import pytest
 from asymspec_vl.evals.toy.eval import VARIANTS, request_of
-from helpers import random_request
+from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
@@ -51,22 +51,6 @@ def pipes(tiny_models, permuted):
     vllm_two.backend.close()
 
 
-def _summary(results):
-    return [
-        (
-            r.token_ids,
-            [t.source for t in r.trace],
-            r.finish_reason,
-            r.stats.steps,
-            r.stats.drafted,
-            r.stats.accepted,
-            r.stats.emitted,
-            r.stats.accepted_at,
-        )
-        for r in results
-    ]
-
-
 @pytest.mark.parametrize(
     "method, cfg",
     [
@@ -91,14 +75,14 @@ def test_permuted_verifier_on_vllm_equals_transformers_batched(
     reqs = [random_request(s) for s in range(N_REQUESTS)]
     expected = hf_two.generate_batch(reqs, method, cfg)
     got = vllm_two.generate_batch(reqs, method, cfg)
-    assert _summary(got) == _summary(expected)
+    assert summary(got) == summary(expected)
     # the oracle: the unpermuted pair's answers, moved through the permutation
     unpermuted = hf_one.generate_batch(reqs, method, cfg)
     assert [r.token_ids for r in got] == [
         [new_of[i] for i in r.token_ids] for r in unpermuted
     ]
     if method == "asymspec":
-        sources = {s for row in _summary(got) for s in row[1]}
+        sources = {s for row in summary(got) for s in row[1]}
         assert {"draft", "fused"} <= sources  # both gate outcomes were exercised
 
 
@@ -171,7 +155,7 @@ def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
     variant = VARIANTS[key]
     expected = hf.generate_batch(reqs, variant.method, variant.config())
     got = vl.generate_batch(reqs, variant.method, variant.config())
-    assert _summary(got) == _summary(expected)
+    assert summary(got) == summary(expected)
     shared = set(vmap.verifier_ids.tolist())
     assert all(set(r.token_ids) <= shared for r in got)
     if key.startswith("asymspec"):
@@ -190,4 +174,4 @@ def test_embedded_llama_min_tokens_on_vllm_equals_transformers(llama_pipes, key)
     cfg = variant.config().replace(min_tokens=longest + 2)
     expected = hf.generate_batch(reqs, variant.method, cfg)
     assert all(len(r.token_ids) >= longest + 2 for r in expected)  # the hold mattered
-    assert _summary(vl.generate_batch(reqs, variant.method, cfg)) == _summary(expected)
+    assert summary(vl.generate_batch(reqs, variant.method, cfg)) == summary(expected)
