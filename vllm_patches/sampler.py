@@ -31,8 +31,11 @@ max_model_len, to none for a prefill chunk), so the proposer's stored logits bel
 drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw from filtered(t)).
 On a cross-family engine (proposer.vmap, a VocabMap) every group is decided by core/vocab_align.py's greedy rules
 (the transformers loop's): t in verifier ids, a and b in the drafter's, drafts in verifier ids, each row's
-verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_scores (sampling and min_tokens are
-refused there: engine_map.cross_family_refusal).
+verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_scores. A group that samples there
+takes core/vocab_sampling.py's sampled rule of its method (Plan.decide's), every draw over the shared set in
+drafter-id order with the rows' generators on the logits' device, after drafts drawn the same way (draft_pick.py;
+sd / scd's q is the drafter's own x_comp view's drafting logits, kept in draft_logits). What a cross-family
+engine refuses per request: engine_map.cross_family_refusal.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from asymspec_vl.core import vocab_align
+from asymspec_vl.core import vocab_align, vocab_sampling
 from asymspec_vl.core.logprobs import step_scores
 from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
 from asymspec_vl.core.min_tokens import hold_stops
@@ -158,8 +161,19 @@ def sample(
                 k: hold_stops(x, produced, 0, cfg.min_tokens, stops[k])
                 for k, x in step_logits.items()
             }
-        # a cross-family engine: the greedy rules across the map (vocab_align.py, the transformers loop's)
-        if proposer.vmap is not None:
+        # a cross-family engine: the rules across the map (vocab_sampling.py sampled, vocab_align.py greedy: the
+        # transformers loop's Plan.decide)
+        if proposer.vmap is not None and cfg is not None and cfg.samples:
+            outcome = vocab_sampling.sample(
+                method.name,
+                cfg,
+                step_logits,
+                drafts,
+                states[0].banned_v,
+                proposer.vmap,
+                [s.generator for s in states],
+            )
+        elif proposer.vmap is not None:
             outcome = vocab_align.decide(
                 method.name, cfg, step_logits, drafts, states[0].banned_v, proposer.vmap
             )

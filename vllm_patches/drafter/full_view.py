@@ -191,7 +191,9 @@ class FullView:
             len(rows), max(passes), first.shape[-1]
         )  # [R, max passes, V]
         a[:, 0] = first
-        tokens = pick(first, [s for _, s, _ in rows], 0, banned)  # [R] d_1 per row
+        tokens = pick(
+            first, [s for _, s, _ in rows], 0, banned, vmap=drafter.vmap
+        )  # [R] d_1 per row
         drafted = [tokens]
         tables = [self.block_table(req_id) for req_id, _, _ in rows]
         views = [self.rows[req_id] for req_id, _, _ in rows]
@@ -229,6 +231,7 @@ class FullView:
                 [rows[r][1] for r in live],
                 k,
                 banned if index is None else banned[index],
+                vmap=drafter.vmap,
             )  # [live]
             tokens = new if index is None else tokens.index_put((index,), new)
             drafted.append(tokens)

@@ -9,6 +9,9 @@ import torch
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.vocab_align import VocabMap
 
+# the methods a cross-family speculative engine samples (core/vocab_sampling.py's rules, sampler.py)
+SAMPLED_ACROSS_MAP = ("asymspec", "sd", "scd")
+
 
 def engine_vocab_map(vllm_config) -> VocabMap | None:
     """The map between the drafter's (draft model's) and the verifier's (target's) vocabularies, or None when
@@ -37,9 +40,10 @@ def cross_family_refusal(request, structured: bool = False) -> Exception | None:
             "structured output is not run for a cross-family pair yet (a grammar may allow no shared token; "
             "docs/cross-family.md, 'vLLM engine')"
         )
-    if request.cfg.samples:
+    if request.cfg.samples and request.method.name not in SAMPLED_ACROSS_MAP:
         return ConfigError(
-            "temperature > 0 is not run for a cross-family pair yet; the greedy rules are (docs/cross-family.md, "
+            f"temperature > 0 for mode {request.method.name!r} is not run for a cross-family pair on the vLLM "
+            f"engine: only {', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (docs/cross-family.md, "
             "'vLLM engine')"
         )
     if request.x_comp_drafter is None and request.reads_drafter_comp:

@@ -235,11 +235,14 @@ class VLLMBackend:
         self, method: Method, cfg: AsymSpecConfig, speculative: bool
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling, structured output; for the drafter alone (its plain engine speaks the drafter's
-        ids, moved to the verifier's by `run`) a server's request and logprobs."""
-        if cfg.samples:
+        'vLLM engine'): sampling for Floor and the drafter alone (asymspec, sd and scd sample on the speculative
+        engine), structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved to the
+        verifier's by `run`) a server's request and logprobs."""
+        if cfg.samples and method.name in ("floor", "drafter"):
             raise ConfigError(
-                "temperature > 0 is not run on the vLLM engine for a cross-family pair yet (backend='hf' runs it; "
+                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: it runs "
+                "on a plain engine whose own sampler draws over the whole vocabulary, not the shared set in the "
+                "drafter's id order the transformers backend draws from (backend='hf' runs it; "
                 "docs/cross-family.md, 'vLLM engine')"
             )
         if cfg.structured_output is not None:

@@ -6,7 +6,10 @@
   alike) on vLLM gives the transformers backend's run of the same pair, and the unpermuted pair's answers under
   the permutation, with logprobs;
 - min_tokens across the map holds each model's own ids of the stop tokens;
-- what is not ported is refused with a typed error."""
+- seeded sampling across the map (asymspec, sd, scd: every draw over the shared set in drafter-id order) gives the
+  transformers backend's tokens and traces, batched, and the permuted verifier's oracle holds under it;
+- what is not ported (Floor's and the drafter's sampling on their plain engines, ...) is refused with a typed
+  error."""
 
 import pytest
 from asymspec_vl.evals.toy.eval import VARIANTS, request_of
@@ -64,6 +67,10 @@ def pipes(tiny_models, permuted):
         ("sd", AsymSpecConfig(K=2, max_new_tokens=16)),
         ("scd", AsymSpecConfig(K=2, max_new_tokens=16)),
         ("floor", AsymSpecConfig(K=2, max_new_tokens=16)),
+        (
+            "asymspec",
+            AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=16, temperature=0.9, seed=4),
+        ),
     ],
 )
 def test_permuted_verifier_on_vllm_equals_transformers_batched(
@@ -103,7 +110,8 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
 @pytest.mark.parametrize(
     "method, cfg, error",
     [
-        ("asymspec", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
+        ("floor", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
+        ("drafter", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
         ("drafter", AsymSpecConfig(K=2, logprobs=1), ModelPairError),
         (
             "asymspec",
@@ -175,3 +183,34 @@ def test_embedded_llama_min_tokens_on_vllm_equals_transformers(llama_pipes, key)
     expected = hf.generate_batch(reqs, variant.method, cfg)
     assert all(len(r.token_ids) >= longest + 2 for r in expected)  # the hold mattered
     assert summary(vl.generate_batch(reqs, variant.method, cfg)) == summary(expected)
+
+
+HOT = {"temperature": 1.5, "seed": 7}
+
+
+@pytest.mark.parametrize(
+    "key, changes",
+    [
+        ("asymspec-K2-b1", HOT),
+        ("asymspec-K2-b1-fused", {**HOT, "top_k": 40, "top_p": 0.98}),
+        ("sd", HOT),
+        ("scd", {**HOT, "min_p": 0.02}),
+    ],
+)
+def test_embedded_llama_sampled_on_vllm_equals_transformers_batched(
+    llama_pipes, key, changes
+):
+    """Seeded sampling across the map: the drafts drawn over the shared set in drafter-id order by each request's
+    generator, then the method's sampled rule (core/vocab_sampling.py) with the same generator."""
+    hf, vl = llama_pipes
+    reqs = [request_of(e) for e in world.heldout(8)]
+    variant = VARIANTS[key]
+    cfg = variant.config().replace(**changes)
+    expected = hf.generate_batch(reqs, variant.method, cfg)
+    got = vl.generate_batch(reqs, variant.method, cfg)
+    assert summary(got) == summary(expected)
+    greedy = hf.generate_batch(reqs, variant.method, variant.config())
+    assert [r.token_ids for r in got] != [r.token_ids for r in greedy]  # it sampled
+    assert (
+        sum(r.stats.accepted for r in got) > 0
+    )  # the drafts were drawn, and some accepted

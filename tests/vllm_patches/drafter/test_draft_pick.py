@@ -5,9 +5,10 @@ distribution (a structural special token is never drafted, however likely the dr
 
 import torch
 
-from asymspec_vl.core import sampling
+from asymspec_vl.core import sampling, vocab_sampling
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.methods import METHODS
+from asymspec_vl.core.vocab_align import VocabMap
 from vllm_patches.drafter import draft_pick
 from vllm_patches.requests.request_args import AsymSpecRequest
 from vllm_patches.requests.rows import RowState
@@ -69,3 +70,28 @@ def test_a_sampled_draft_is_never_a_banned_token():
             )[0]
         )
         assert got == want != BANNED
+
+
+def test_a_sampled_draft_across_a_map_is_the_transformers_draw_in_drafter_ids():
+    """A cross-family row (vmap): the draw over the shared set in drafter-id order with its verifier-id mask
+    (vocab_sampling.pick, the transformers loop's Plan.pick), handed back in the drafter's ids; an unshared
+    drafter token is never drafted, however likely."""
+    # drafter 8 ids, verifier 6: verifier id v is drafter id 7 - v for v < 5; drafter ids 0, 1, 2 are unshared
+    vmap = VocabMap(torch.tensor([7, 6, 5, 4, 3]), torch.arange(5), V, 6)
+    banned_v = torch.zeros(6, dtype=torch.bool)
+    banned_v[1] = True  # drafter id 6
+    logits = torch.randn(1, V, generator=torch.Generator().manual_seed(0))
+    logits[0, 0] = 12.0  # unshared
+    drawn = set()
+    for seed in range(30):
+        cfg = AsymSpecConfig(K=2, temperature=2.0, seed=seed)
+        state = row(cfg, 0)
+        state.banned_v = banned_v
+        banned = vmap.drafter_banned(banned_v, "cpu")[None]
+        got = int(draft_pick.pick(logits, [state], 0, banned, vmap=vmap)[0])
+        want = vocab_sampling.pick(
+            logits, cfg, banned_v, vmap, sampling.generators(cfg, 1, "cpu")
+        )
+        assert got == 7 - int(want[0])
+        drawn.add(got)
+    assert drawn <= {7, 5, 4, 3} and len(drawn) > 1

@@ -45,7 +45,12 @@ def _request(mode, cfg=GREEDY, x_comp_drafter=None):
     "request_, refused",
     [
         (None, "asymspec requests only"),
-        (_request("asymspec", AsymSpecConfig(K=2, temperature=0.5)), "temperature"),
+        (_request("floor", AsymSpecConfig(K=2, temperature=0.5)), "temperature"),
+        (
+            _request("asymspec", AsymSpecConfig(K=2, temperature=0.5), [1]),
+            None,
+        ),  # asymspec, sd and scd sample over the shared set
+        (_request("sd", AsymSpecConfig(K=2, temperature=0.5), [1]), None),
         (_request("asymspec"), "x_comp_drafter"),
         (_request("scd"), "x_comp_drafter"),
         (_request("asymspec", x_comp_drafter=[1, 2]), None),
