@@ -318,3 +318,84 @@ def test_the_budget_room_keeps_every_running_decode_whole():
     assert (
         budget_room(4, 5, 0) == 1 and budget_room(4, 5, 1) == 0
     )  # one request always may run
+
+
+# -- cross-family cases (issue 34) -----------------------------------------------------------------
+CROSS_ENGINE = EngineCase(
+    block_size=16,
+    K=3,
+    max_num_seqs=3,
+    max_num_batched_tokens=32,
+    prefix_caching=True,
+    small_pool=True,
+    pair="cross",
+)
+
+
+def cross_workload():
+    """Every method the cross-family engine serves, image and text-only, a late arrival, stop tokens of the
+    same-family draw's range (outside the Llama verifier's 276), and one row of each kind it refuses."""
+    from asymspec_vl.evals.stress.workload import RowSpec, Workload
+
+    rows = (
+        RowSpec("asymspec", 3, 12, 1, config={"gamma": 0.2}),
+        RowSpec("scd", 2, 10, 2, image=False),
+        RowSpec("sd", 3, 10, 3, arrival=2),
+        RowSpec("floor", 2, 8, 4, stop_token_ids=(120, 350, 399)),
+        RowSpec("asymspec", 2, 10, 5, image=False, config={"bonus": "fused"}),
+        RowSpec("plain", 2, 8, 6),
+        RowSpec("asymspec", 2, 8, 7, config={"temperature": 0.8, "seed": 3}),
+    )
+    return Workload(0, CROSS_ENGINE, rows)
+
+
+@pytest.fixture(scope="module")
+def cross_reference(tiny_models):
+    from asymspec_vl.evals.stress.hf_side import Reference
+
+    return Reference(tiny_models, "cross")
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
+    tiny_models, cross_reference, monkeypatch
+):
+    """One cross-family case (the embedded pair embedded-llama on the engine and the transformers side): its pair
+    has two vocabularies (the map is not the identity), the refused rows are skipped and counted, every served
+    request equals transformers, a and b agree in the drafter's ids; and a reference answer that differs (row 0's
+    tokens moved by one) is reported as that row's token mismatch, nothing else."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import Workload
+
+    alone = cross_reference.alone
+
+    def one_wrong(row, enc):
+        out = alone(row, enc)
+        if row.request_seed == 1:
+            out.token_ids = [t + 1 for t in out.token_ids]
+        return out
+
+    monkeypatch.setattr(cross_reference, "alone", one_wrong)
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(cross_workload(), paths, cross_reference, logit_steps=3)
+    v = report.vocabulary
+    assert not v["identity"] and v["drafter"] != v["verifier"] > v["shared"]
+    assert not cross_reference.vmap.identity
+    assert report.skipped == {"plain": 1, "sampled": 1}
+    served = Workload.from_json(report.workload)
+    assert served.engine.pair == "cross" and [r.request_seed for r in served.rows] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+    shared = set(cross_reference.vmap.verifier_ids.tolist())
+    assert set(served.rows[3].stop_token_ids) <= shared
+    assert report.compared == report.requests == 5
+    assert [(m.what, m.row) for m in report.mismatches] == [("tokens", 0)], (
+        report.mismatches
+    )
+    assert report.logit_steps > 0
+    assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
