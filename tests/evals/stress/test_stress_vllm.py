@@ -321,32 +321,20 @@ def test_the_budget_room_keeps_every_running_decode_whole():
 
 
 # -- cross-family cases (issue 34) -----------------------------------------------------------------
-CROSS_ENGINE = EngineCase(
-    block_size=16,
-    K=3,
-    max_num_seqs=3,
-    max_num_batched_tokens=32,
-    prefix_caching=True,
-    small_pool=True,
-    pair="cross",
-)
-
-
 def cross_workload():
-    """Every method the cross-family engine serves, image and text-only, a late arrival, stop tokens of the
-    same-family draw's range (outside the Llama verifier's 276), and one row of each kind it refuses."""
-    from asymspec_vl.evals.stress.workload import RowSpec, Workload
+    """CI case 18's rows (every method the cross-family engine serves, image and text-only, late arrivals, stop
+    tokens of the same-family draw's range) on its preempting engine with the embedded cross-family pair, and one
+    row of each kind the engine refuses across a map (a plain speculative row, a sampled one)."""
+    import dataclasses
 
-    rows = (
-        RowSpec("asymspec", 3, 12, 1, config={"gamma": 0.2}),
-        RowSpec("scd", 2, 10, 2, image=False),
-        RowSpec("sd", 3, 10, 3, arrival=2),
-        RowSpec("floor", 2, 8, 4, stop_token_ids=(120, 350, 399)),
-        RowSpec("asymspec", 2, 10, 5, image=False, config={"bonus": "fused"}),
+    from asymspec_vl.evals.stress.workload import RowSpec, with_pair
+
+    w = with_pair(ci_workload(18), "cross")
+    refused = (
         RowSpec("plain", 2, 8, 6),
         RowSpec("asymspec", 2, 8, 7, config={"temperature": 0.8, "seed": 3}),
     )
-    return Workload(0, CROSS_ENGINE, rows)
+    return dataclasses.replace(w, rows=w.rows + refused)
 
 
 @pytest.fixture(scope="module")
@@ -365,37 +353,36 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
     has two vocabularies (the map is not the identity), the refused rows are skipped and counted, every served
     request equals transformers, a and b agree in the drafter's ids; and a reference answer that differs (row 0's
     tokens moved by one) is reported as that row's token mismatch, nothing else."""
-    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.case import run_case, served
     from asymspec_vl.evals.stress.workload import Workload
 
     alone = cross_reference.alone
 
     def one_wrong(row, enc):
         out = alone(row, enc)
-        if row.request_seed == 1:
+        if row == first:
             out.token_ids = [t + 1 for t in out.token_ids]
         return out
 
+    w = cross_workload()
+    first = served(w, cross_reference)[0].rows[0]  # as run_case serves it
     monkeypatch.setattr(cross_reference, "alone", one_wrong)
     paths = {**tiny_models, "root": tiny_models["verifier"].parent}
-    report = run_case(cross_workload(), paths, cross_reference, logit_steps=3)
+    report = run_case(w, paths, cross_reference, logit_steps=3)
     v = report.vocabulary
     assert not v["identity"] and v["drafter"] != v["verifier"] > v["shared"]
     assert not cross_reference.vmap.identity
     assert report.skipped == {"plain": 1, "sampled": 1}
-    served = Workload.from_json(report.workload)
-    assert served.engine.pair == "cross" and [r.request_seed for r in served.rows] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-    ]
+    ran = Workload.from_json(report.workload)
+    assert ran.engine.pair == "cross" and len(ran.rows) == len(w.rows) - 2
+    assert {r.mode for r in ran.rows} == {"asymspec", "sd", "scd", "floor"}
     shared = set(cross_reference.vmap.verifier_ids.tolist())
-    assert set(served.rows[3].stop_token_ids) <= shared
-    assert report.compared == report.requests == 5
+    stops = [r.stop_token_ids for r in ran.rows if r.stop_token_ids]
+    assert stops and all(set(s) <= shared for s in stops)
+    assert any(max(r.stop_token_ids) >= 276 for r in w.rows if r.stop_token_ids)
+    assert report.compared == report.requests == len(ran.rows)
     assert [(m.what, m.row) for m in report.mismatches] == [("tokens", 0)], (
         report.mismatches
     )
-    assert report.logit_steps > 0
+    assert report.logit_steps > 0 and report.resumptions > 0
     assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
