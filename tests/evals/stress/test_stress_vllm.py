@@ -8,7 +8,8 @@ verification steps must equal the transformers drafter's on the same tokens (ref
 The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
 "vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
 worker processes, and a GPU-shaped engine (compiled, first traced at the whole budget, seeded sampled rows in
-chunked prefills); the long run draws every axis at random."""
+chunked prefills), and a cross-family case (the embedded pair embedded-llama: two vocabularies, its refused rows
+skipped); the long run draws every axis at random."""
 
 import pytest
 from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
