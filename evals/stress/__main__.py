@@ -1,12 +1,15 @@
 """The long differential stress run of the vLLM path against the transformers backend (tiny models, CPU build).
 
-    python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--gpu-shaped MODE] [--out FILE]
+    python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--gpu-shaped MODE]
+        [--pairs same|cross|mix] [--out FILE]
     python -m asymspec_vl.evals.stress --shrink (--seed S | --workload JSON)
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
 --cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
-seeded sampled rows; see workload.py), prints one line per case (with the process's resident memory after it)
-and at the end the cases run, requests compared and every mismatch with the workload that reproduces it
+seeded sampled rows; see workload.py; by default every third one cross-family: the embedded pair `embedded-llama`,
+two vocabularies, on the engine and the transformers side alike, its sampled and plain rows skipped and counted,
+a and b compared in the drafter's ids, see hf_side.py), prints one line per case (with the process's resident
+memory after it) and at the end the cases run, requests compared and every mismatch with the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
@@ -27,7 +30,7 @@ from asymspec_vl.toy.tiny import write_tiny_models
 from .case import RESULT_PREFIX, CaseReport, run_case
 from .hf_side import Reference
 from .shrink import shrink
-from .workload import Workload, draw
+from .workload import Workload, draw, unserved_across_map, with_pair
 
 
 def model_paths(root: Path) -> dict:
@@ -48,13 +51,32 @@ def describe(w: Workload) -> str:
     return (
         f"seed={w.seed} block={e.block_size} K={e.K} seqs={e.max_num_seqs} budget={e.max_num_batched_tokens} "
         f"prefix_cache={e.prefix_caching} preempt={e.preempt} small_pool={e.small_pool} tp={e.tp} "
-        f"processes={e.processes} compiled={e.compiled} rows={len(w.rows)} ({modes})"
+        f"processes={e.processes} compiled={e.compiled} pair={e.pair} rows={len(w.rows)} ({modes})"
+        + skips(w)
     )
+
+
+def skips(w: Workload) -> str:
+    """What a cross-family case will skip (the rows the vLLM engine refuses across a map), for its case line."""
+    if w.engine.pair == "same":
+        return ""
+    why = [unserved_across_map(r) for r in w.rows]
+    counts = {k: why.count(k) for k in ("sampled", "plain") if why.count(k)}
+    if not counts:
+        return ", none skipped"
+    told = ", ".join(f"{n} {k}" for k, n in counts.items())
+    return f", skipped {told} (refused by the vLLM engine across a vocabulary map)"
 
 
 def line(report: CaseReport) -> str:
     status = "OK" if not report.mismatches else f"{len(report.mismatches)} MISMATCH(ES)"
-    return (
+    v = report.vocabulary
+    cross = (
+        f"cross-family ({v['shared']} shared of {v['drafter']} / {v['verifier']}), "
+        if v and not v["identity"]
+        else ""
+    )
+    return cross + (
         f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
         f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
         f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}"
@@ -65,7 +87,9 @@ def draw_case(seed: int, args) -> Workload:
     gpu_shaped = args.gpu_shaped == "only" or (
         args.gpu_shaped == "mix" and seed % 2 == 1
     )
-    return draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped)
+    cross = args.pairs == "cross" or (args.pairs == "mix" and seed % 3 == 2)
+    w = draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped)
+    return with_pair(w, "cross") if cross else w
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         help="GPU-shaped workloads: every second case (mix), every case, or none",
     )
     ap.add_argument(
+        "--pairs",
+        choices=("mix", "same", "cross"),
+        default="mix",
+        help="the pair each case loads: the tiny same-family models, the embedded cross-family pair "
+        "(embedded-llama), or every third case cross-family (mix)",
+    )
+    ap.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -132,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         1
     )  # tiny models: more OpenMP threads only spin against the engine (and other processes)
 
-    reference = Reference(paths)
+    references: dict[str, Reference] = {}
+
+    def reference(w: Workload) -> Reference:
+        """The transformers side of w's pair (loaded once)."""
+        if w.engine.pair not in references:
+            references[w.engine.pair] = Reference(paths, w.engine.pair)
+        return references[w.engine.pair]
+
     if args.shrink:
         w = (
             Workload.from_json(args.workload)
@@ -140,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             else draw_case(args.seed, args)
         )
         best = shrink(
-            w, lambda trial: run_case(trial, paths, reference, args.logit_steps)
+            w,
+            lambda trial: run_case(trial, paths, reference(trial), args.logit_steps),
         )
         print(
             f"smallest failing workload ({len(best.rows)} rows): --workload '{best.to_json()}'"
@@ -149,13 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     if (
         args.workload
     ):  # one case (also how engines with worker processes run: see case.py)
-        report = run_case(
-            Workload.from_json(args.workload),
-            paths,
-            reference,
-            args.logit_steps,
-            here=True,
-        )
+        w = Workload.from_json(args.workload)
+        report = run_case(w, paths, reference(w), args.logit_steps, here=True)
         print(RESULT_PREFIX + report.to_json(), flush=True)
         return int(bool(report.mismatches))
     start, reports = time.time(), []
@@ -165,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         w = draw_case(seed, args)
         print(f"case {len(reports) + 1}: {describe(w)}", flush=True)
-        report = run_case(w, paths, reference, args.logit_steps)
+        report = run_case(w, paths, reference(w), args.logit_steps)
         reports.append(report)
         rss = (
             psutil.Process().memory_info().rss / 2**30
@@ -190,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in bad:
         print(
             f"reproduce: python -m asymspec_vl.evals.stress --seed {r.seed} --cases 1 --gpu-shaped {args.gpu_shaped}"
+            f" --pairs {args.pairs}"
             f"{' --no-tp' if args.no_tp else ''}   # or --workload '{r.workload}'"
         )
     return int(bool(bad))

@@ -2,7 +2,11 @@
 the transformers backend (tokens, sources, finish, step counts) and, at up to `logit_steps` verification steps
 of each request whose rule reads them, the drafter's logits a and b with the transformers drafter's on the
 same tokens. Engines with worker processes run the case in a fresh interpreter (`python -m
-asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once per process."""
+asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once per process.
+A cross-family case (engine.pair "cross") runs on the reference's pair: the rows the engine refuses across the map
+are skipped (counted in CaseReport.skipped by reason), stop tokens outside the verifier's shared, unbanned ids are
+moved onto them (the same-family draw names ids of another vocabulary), and a, b are compared in the drafter's
+ids (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
 
 from __future__ import annotations
 
@@ -11,13 +15,14 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
+from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.prompts import encode_request
 
 from .engine_run import run_on_engine
 from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
-from .workload import Workload, make_request
+from .workload import Workload, make_request, unserved_across_map
 
 RESULT_PREFIX = "STRESS-RESULT "
 # Known findings of issue 23, by a piece of the error they end the engine or the request with.
@@ -58,6 +63,12 @@ class CaseReport:
         default_factory=lambda: {"engine": 0.0, "reference": 0.0}
     )  # vLLM start + run; transformers
     mismatches: list[Mismatch] = field(default_factory=list)
+    skipped: dict = field(
+        default_factory=dict
+    )  # rows not run, by reason (a cross-family case: "sampled", "plain")
+    vocabulary: dict = field(
+        default_factory=dict
+    )  # the pair's: drafter, verifier, shared sizes, identity (Reference.vocabulary)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -82,20 +93,26 @@ def run_case(
     """here: run in this process whatever the engine (the fresh interpreter of a worker-process case)."""
     if workload.engine.in_subprocess and not here:
         return _in_subprocess(workload, paths, logit_steps)
-
+    if workload.engine.pair != reference.name:
+        raise ConfigError(
+            f"the workload's pair {workload.engine.pair!r} is not the reference's {reference.name!r}"
+        )
+    workload, skipped = served(workload, reference)
     pair = reference.pair
     encs = [
-        encode_request(make_request(r), pair.processor, pair.tokenizer)
+        encode_request(make_request(r), pair.processor, pair.tokenizer, pair.cross_map)
         for r in workload.rows
     ]
     t0 = time.perf_counter()
-    run = run_on_engine(workload, pair, paths, encs)
+    run = run_on_engine(workload, pair, reference.paths, encs)
     t1 = time.perf_counter()
     report = CaseReport(
         workload.seed,
         workload.to_json(),
         requests=len(workload.rows),
         resumptions=run.resumptions,
+        skipped=skipped,
+        vocabulary=reference.vocabulary(),
     )
     if run.error:
         report.mismatches.append(
@@ -135,6 +152,31 @@ def run_case(
     return report
 
 
+def served(workload: Workload, reference: Reference) -> tuple[Workload, dict]:
+    """The workload the engine serves on the reference's pair, and the rows skipped by reason: all of it for one
+    vocabulary; across a map without the rows the engine refuses, each stop token outside the verifier's shared,
+    unbanned ids moved onto the one at its index modulo their count (idempotent: a served workload is its own)."""
+    if reference.vmap.identity:
+        return workload, {}
+    allowed = sorted(
+        set(reference.vmap.verifier_ids.tolist()) - set(reference.pair.banned_ids())
+    )
+    rows, skipped = [], {}
+    for r in workload.rows:
+        why = unserved_across_map(r)
+        if why:
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        if r.stop_token_ids is not None:
+            stops = {
+                i if i in allowed else allowed[i % len(allowed)]
+                for i in r.stop_token_ids
+            }
+            r = replace(r, stop_token_ids=tuple(sorted(stops)))
+        rows.append(r)
+    return replace(workload, rows=tuple(rows)), skipped
+
+
 def _compare_logits(
     report: CaseReport, reference: Reference, i: int, enc, steps: list[dict], k: int
 ) -> None:
@@ -144,11 +186,19 @@ def _compare_logits(
             if name not in entry:
                 continue
             got = entry[name]
-            ref = (
-                reference.b(enc, entry["y"], entry["drafts"])
-                if name == "b"
-                else reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
-            )
+            try:
+                ref = (
+                    reference.b(enc, entry["y"], entry["drafts"])
+                    if name == "b"
+                    else reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+                )
+            except (
+                ConfigError
+            ) as err:  # a token the map cannot move to the drafter's ids
+                report.mismatches.append(
+                    Mismatch(name, i, f"verification step {s}: {err}")
+                )
+                continue
             err = relative_error(got, ref)
             report.logit_steps += 1
             report.max_error[name] = max(report.max_error[name], err)

@@ -56,17 +56,23 @@ def engine_kwargs(workload: Workload, encs: list[EncodedRequest]) -> dict:
 
 
 def full_view_tokens(workload: Workload, encs: list[EncodedRequest]) -> int | None:
-    """ASYMSPEC_FULL_VIEW_TOKENS of a small x_full pool: about one and a half of the largest asymspec request."""
+    """ASYMSPEC_FULL_VIEW_TOKENS of a small x_full pool: about one and a half of the largest request's pool
+    blocks (pool_blocks)."""
     e = workload.engine
-    needs = [
-        len(enc.full.ids) + r.max_new + e.K + 3
-        for r, enc in zip(workload.rows, encs)
-        if r.mode == "asymspec"
-    ]
-    if not (e.small_pool and needs):
+    needs = [pool_blocks(r, enc, e) for r, enc in zip(workload.rows, encs)]
+    if not (e.small_pool and any(needs)):
         return None
-    blocks = -(-max(needs) // e.block_size)
+    blocks = max(needs)
     return (blocks + blocks // 2 + 2) * e.block_size
+
+
+def pool_blocks(row: RowSpec, enc: EncodedRequest, e) -> int:
+    """The x_full pool blocks a row can hold (vllm_patches scheduler_patch.full_view_blocks): its x_full view
+    (asymspec) and, across a vocabulary map, its own x_comp view in the drafter's ids (every drafting method)."""
+    views = [len(enc.full.ids)] if row.mode == "asymspec" else []
+    if enc.drafter_comp is not None and row.mode in ("asymspec", "sd", "scd"):
+        views.append(len(enc.drafter_comp.ids))
+    return sum(-(-(n + row.max_new + e.K + 3) // e.block_size) for n in views)
 
 
 @contextlib.contextmanager

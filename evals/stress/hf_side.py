@@ -1,5 +1,10 @@
-"""The reference side of the stress test: the transformers backend (float32, CPU) on the same tiny models, each
-request decoded alone, and the drafter's logits recomputed from scratch on the tokens an engine step read.
+"""The reference side of the stress test: the transformers backend (float32, CPU) on the same pair as the engine,
+each request decoded alone, and the drafter's logits recomputed from scratch on the tokens an engine step read.
+
+Pairs (PAIRS): "same" the tiny same-family models; "cross" the embedded cross-family pair (`embedded-llama`: the toy
+Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by its shipped paths). Across the map
+an engine step's y and drafts are verifier ids and a, b drafter-space logits: the reference drafter reads y and
+the drafts moved to its ids (VocabMap.to_drafter_ids), b after its own x_comp (EncodedRequest.drafter_comp).
 
 LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a and b. Both sides compute in
 float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
@@ -13,16 +18,36 @@ apart from each.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from asymspec_vl import AsymSpecVL
 from asymspec_vl.core.loop import RowOutput
 from asymspec_vl.core.methods import METHODS
 from asymspec_vl.inputs.prompts import EncodedRequest
+from asymspec_vl.pair.defaults import embedded_models
+from asymspec_vl.pair.model_source import EMBEDDED_LLAMA
 
 from .workload import RowSpec
 
 LOGIT_TOLERANCE = 1e-4
+PAIRS = ("same", "cross")
+
+
+def pair_paths(paths: dict, pair: str) -> dict:
+    """The drafter / verifier folders of a case's pair: the tiny models of `paths` ("same") or the embedded
+    cross-family pair ("cross"); "root" stays the tiny models' folder (a worker-process case's --models)."""
+    if pair == "same":
+        return paths
+    if pair != "cross":
+        raise ValueError(f"unknown pair {pair!r}: one of {PAIRS}")
+    models = embedded_models(EMBEDDED_LLAMA)
+    return {
+        **paths,
+        "verifier": Path(models["verifier"]),
+        "vl_drafter": Path(models["drafter"]),
+    }
 
 
 def summary(row: RowOutput) -> tuple:
@@ -41,16 +66,34 @@ def summary(row: RowOutput) -> tuple:
 
 
 class Reference:
-    def __init__(self, paths: dict):
+    def __init__(self, paths: dict, pair: str = "same"):
         # no text drafter: SD drafts with the VL drafter on x_comp, as the speculative engine does
+        self.name, self.paths = pair, pair_paths(paths, pair)
         self.vl = AsymSpecVL.from_pretrained(
-            drafter=str(paths["vl_drafter"]),
-            verifier=str(paths["verifier"]),
+            drafter=str(self.paths["vl_drafter"]),
+            verifier=str(self.paths["verifier"]),
             device="cpu",
             dtype="float32",
         )
         self.drafter = self.vl.backend.drafter
         self.pair = self.vl.pair
+        self.vmap = self.pair.vmap
+
+    def vocabulary(self) -> dict:
+        """The pair's vocabularies as a case reports them (identity: one vocabulary, a same-family pair)."""
+        m = self.vmap
+        return {
+            "drafter": m.drafter_size,
+            "verifier": m.verifier_size,
+            "shared": m.size,
+            "identity": m.identity,
+        }
+
+    def _drafter_ids(self, ids: list[int]) -> list[int]:
+        """Verifier ids an engine step read -> the drafter's (as they are for one vocabulary)."""
+        if self.vmap.identity or not ids:
+            return list(ids)
+        return self.vmap.to_drafter_ids(torch.tensor(ids, dtype=torch.long)).tolist()
 
     def alone(self, row: RowSpec, enc: EncodedRequest) -> RowOutput:
         """The row's request decoded alone on the transformers backend; plain rows: the verifier's greedy output."""
@@ -72,8 +115,10 @@ class Reference:
 
     @torch.no_grad()
     def b(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
-        """The drafter on x_comp + y + d_1..d_n: its logits at the n+1 verified positions. -> [n+1, V]"""
-        ids = torch.tensor([enc.comp.ids + y + drafts])
+        """The drafter on x_comp + y + d_1..d_n (its own x_comp and ids across a map): its logits at the n+1
+        verified positions. -> [n+1, Vd]"""
+        comp = enc.drafter_comp if enc.drafter_comp is not None else enc.comp
+        ids = torch.tensor([comp.ids + self._drafter_ids(y + drafts)])
         return (
             self.drafter(input_ids=ids, attention_mask=torch.ones_like(ids))
             .logits[0, -(len(drafts) + 1) :]
@@ -84,8 +129,9 @@ class Reference:
     def a(
         self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int
     ) -> torch.Tensor:
-        """The drafter on x_full + y + d_1..d_{m-1}, image included: its logits at the m draft positions. -> [m, V]"""
-        ids = torch.tensor([enc.full.ids + y + drafts[: m - 1]])
+        """The drafter on x_full + y + d_1..d_{m-1}, image included (y and the drafts in its ids): its logits at
+        the m draft positions. -> [m, Vd]"""
+        ids = torch.tensor([enc.full.ids + self._drafter_ids(y + drafts[: m - 1])])
         images = {}
         if enc.full.pixel_values is not None:
             images = {

@@ -43,6 +43,7 @@ def shrink(
         "processes",
         "tp",
         "compiled",
+        "pair",
     ):
         plain = getattr(PLAIN_ENGINE, name)
         if getattr(best.engine, name) != plain:

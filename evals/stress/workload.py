@@ -5,7 +5,9 @@ A workload is plain data (JSON round trip), so every mismatch prints the workloa
               the step's token budget (small: prompts prefill in chunks), prefix caching, a KV cache too small
               for the batch (vLLM preempts and recomputes), a small x_full pool (admission control waits),
               tensor parallelism and worker processes, and compilation (vLLM's CPU default, torch.compile traced
-              once: on the CPU build its first trace is the whole token budget, as a GPU's profile run)
+              once: on the CPU build its first trace is the whole token budget, as a GPU's profile run), and
+              the pair it loads: "same" (the tiny same-family models) or "cross" (the embedded cross-family
+              pair `embedded-llama`, two vocabularies; see hf_side.py)
   RowSpec     one request: its method on that one engine (asymspec, sd, scd, floor, or plain speculative
               decoding without extra_args), its own K (at most the engine's) and config, its answer budget and
               stop tokens, an image or text-only request, and the engine step it arrives at (rows finish and
@@ -15,6 +17,8 @@ GPU-shaped engines (`draw(..., gpu_shaped=True)`, drawn from a second generator 
 as they were): compiled, budgets from 16 to 2048 with max_num_seqs above and below them, seeded sampled rows
 beside greedy ones in chunked prefills, prefix caching on and off, block size 16 (FlashInfer's and FlashAttention's
 usual page size), TP=2.
+Cross-family cases (`with_pair(w, "cross")`) keep the draw; the rows the vLLM engine refuses across a vocabulary
+map (sampled ones, plain speculative ones: unserved_across_map) are skipped when the case runs, and said so.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class EngineCase:
     tp: int = 1
     processes: bool = False  # VLLM_ENABLE_V1_MULTIPROCESSING=1 (engine core and workers in their own processes)
     compiled: bool = False  # enforce_eager=False: vLLM's CPU compilation, first traced at the whole budget
+    pair: str = "same"  # "same": the tiny same-family models; "cross": the embedded cross-family pair
 
     @property
     def in_subprocess(self) -> bool:
@@ -146,6 +151,7 @@ class Workload:
             f"block_size={e.block_size}",
             f"tp={e.tp}",
             f"prefix_caching={e.prefix_caching}",
+            f"pair={e.pair}",
         }
         out |= {f"mode={r.mode}" for r in self.rows} | {
             "image" if r.image else "text" for r in self.rows
@@ -255,6 +261,22 @@ def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
         for r in w.rows
     )
     return Workload(w.seed, engine, rows[: 3 * engine.max_num_seqs])
+
+
+def with_pair(w: Workload, pair: str) -> Workload:
+    """w on the pair `pair` ("same" or "cross"), its draws unchanged."""
+    return dataclasses.replace(w, engine=dataclasses.replace(w.engine, pair=pair))
+
+
+def unserved_across_map(row: RowSpec) -> str | None:
+    """Why the vLLM engine refuses this row for a cross-family pair (None: it serves it): sampling is refused by
+    type (VLLMBackend._refuse_across_map), a plain speculative request carries no x_comp in the drafter's ids
+    (vllm_patches/requests/engine_map.py)."""
+    if "temperature" in row.config:
+        return "sampled"
+    if row.mode == "plain":
+        return "plain"
+    return None
 
 
 def _config(rng: random.Random) -> dict:

@@ -21,11 +21,15 @@ from asymspec_vl.evals.stress.workload import (
 from asymspec_vl.inputs.prompts import encode_request
 
 
-def enc(comp: int, full: int):
-    """An EncodedRequest stand-in: only the lengths of x_comp and x_full are read."""
+def enc(comp: int, full: int, drafter_comp: int | None = None):
+    """An EncodedRequest stand-in: only the lengths of x_comp, x_full and a cross-family pair's drafter x_comp
+    are read."""
     return types.SimpleNamespace(
         comp=types.SimpleNamespace(ids=[7] * comp),
         full=types.SimpleNamespace(ids=[7] * full),
+        drafter_comp=None
+        if drafter_comp is None
+        else types.SimpleNamespace(ids=[7] * drafter_comp),
     )
 
 
@@ -76,6 +80,22 @@ def test_a_small_pool_holds_about_one_and_a_half_of_the_largest_asymspec_request
     roomy = EngineCase(block_size=16, K=2, small_pool=False)
     assert (
         engine_run.full_view_tokens(workload(roomy, [("asymspec", 9)]), encs[:1])
+        is None
+    )
+
+
+def test_across_a_map_the_small_pool_also_holds_the_drafters_own_x_comp_view():
+    """Found by the first cross-family stress run (seed 7, small pool): a cross-family request's x_comp in the
+    drafter's ids lives in the x_full pool too (scheduler_patch.full_view_blocks), so a pool sized on x_full alone
+    refused requests with PoolExhaustedError."""
+    engine = EngineCase(block_size=16, K=2, small_pool=True, pair="cross")
+    w = workload(engine, [("asymspec", 10), ("sd", 20), ("floor", 500)])
+    encs = [enc(5, 50, 30), enc(5, 900, 100), enc(5, 900, 900)]
+    # asymspec: x_full 50 + 15 -> 5 blocks, its x_comp 30 + 15 -> 3 blocks: 8; sd: its x_comp 100 + 25 -> 8 blocks
+    # (no x_full view); floor reads neither
+    assert engine_run.full_view_tokens(w, encs) == (8 + 4 + 2) * 16
+    assert (
+        engine_run.full_view_tokens(workload(engine, [("floor", 9)]), [enc(5, 50, 30)])
         is None
     )
 

@@ -3,13 +3,14 @@
 exit status, the JSON lines of --out, one --workload case, and refused arguments. The cases themselves (vLLM
 against transformers) run in test_stress_vllm.py."""
 
+import dataclasses
 import json
 import re
 
 import pytest
 from asymspec_vl.evals.stress import __main__ as stress
 from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch
-from asymspec_vl.evals.stress.workload import Workload, draw
+from asymspec_vl.evals.stress.workload import Workload, draw, with_pair
 
 
 @pytest.fixture
@@ -21,7 +22,9 @@ def ran(monkeypatch, tmp_path):
     monkeypatch.setattr(
         stress, "write_tiny_models", lambda *a, **k: pytest.fail("models rewritten")
     )
-    monkeypatch.setattr(stress, "Reference", lambda paths: ("reference", paths))
+    monkeypatch.setattr(
+        stress, "Reference", lambda paths, pair: ("reference", paths, pair)
+    )
     monkeypatch.setattr(stress.torch, "set_num_threads", lambda n: None)
 
     def run(argv, capsys, bad=()):
@@ -29,7 +32,7 @@ def ran(monkeypatch, tmp_path):
 
         def run_case(w, paths, reference, logit_steps, here=False):
             assert paths["verifier"] == tmp_path / "verifier"
-            assert reference == ("reference", paths)
+            assert reference == ("reference", paths, w.engine.pair)
             seen.append((w, logit_steps, here))
             r = CaseReport(w.seed, w.to_json(), requests=len(w.rows))
             r.compared, r.logit_steps = (2, 5) if w.seed in bad else (3, 4)
@@ -48,7 +51,9 @@ def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, ca
     code, out, seen = ran(["--seed", "5", "--cases", "3", "--no-tp"], capsys)
     assert code == 0
     assert [w for w, _, _ in seen] == [
-        draw(5, tp=False, gpu_shaped=True),  # mix: odd seeds are GPU-shaped
+        with_pair(
+            draw(5, tp=False, gpu_shaped=True), "cross"
+        ),  # mix: odd seeds are GPU-shaped, every third cross-family
         draw(6, tp=False, gpu_shaped=False),
         draw(7, tp=False, gpu_shaped=True),
     ]
@@ -68,7 +73,8 @@ def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, ca
 def test_gpu_shaped_only_and_off(ran, capsys, mode, shaped):
     _, _, seen = ran(["--cases", "2", "--gpu-shaped", mode, "--seed", "8"], capsys)
     assert [w for w, _, _ in seen] == [
-        draw(s, tp=True, gpu_shaped=g) for s, g in zip((8, 9), shaped)
+        with_pair(draw(8, tp=True, gpu_shaped=shaped[0]), "cross"),
+        draw(9, tp=True, gpu_shaped=shaped[1]),
     ]
 
 
@@ -101,7 +107,7 @@ def test_a_mismatch_is_counted_reproduced_and_ends_with_status_1(ran, capsys, tm
     )
     reproduce = [ln for ln in out.splitlines() if ln.startswith("reproduce:")]
     assert reproduce == [
-        "reproduce: python -m asymspec_vl.evals.stress --seed 12 --cases 1 --gpu-shaped only --no-tp"
+        "reproduce: python -m asymspec_vl.evals.stress --seed 12 --cases 1 --gpu-shaped only --pairs mix --no-tp"
         f"   # or --workload '{seen[1][0].to_json()}'"
     ]
     reports = [
@@ -110,6 +116,46 @@ def test_a_mismatch_is_counted_reproduced_and_ends_with_status_1(ran, capsys, tm
     assert [r.seed for r in reports] == [11, 12]
     assert [len(r.mismatches) for r in reports] == [0, 1]
     assert all(steps == 2 for _, steps, _ in seen)
+
+
+@pytest.mark.parametrize(
+    "pairs, expected",
+    [
+        ("same", ["same"] * 3),
+        ("cross", ["cross"] * 3),
+        ("mix", ["same", "same", "cross"]),
+    ],
+)
+def test_pairs_same_cross_and_every_third_case_cross_family(
+    ran, capsys, pairs, expected
+):
+    _, _, seen = ran(["--seed", "0", "--cases", "3", "--pairs", pairs], capsys)
+    assert [w.engine.pair for w, _, _ in seen] == expected
+    assert [dataclasses.replace(w.engine, pair="same") for w, _, _ in seen] == [
+        draw(s, tp=True, gpu_shaped=s % 2 == 1).engine for s in range(3)
+    ]  # the pair changes nothing else of the draw
+
+
+def test_a_cross_family_case_line_names_its_skipped_rows_and_its_vocabularies():
+    w = with_pair(draw(3, tp=False, gpu_shaped=True), "cross")
+    sampled = sum("temperature" in r.config for r in w.rows)
+    plain = sum(r.mode == "plain" and "temperature" not in r.config for r in w.rows)
+    assert sampled and plain  # this draw has both
+    assert stress.describe(w).endswith(
+        f"pair=cross rows={len(w.rows)} ({'/'.join(sorted({r.mode for r in w.rows}))}), "
+        f"skipped {sampled} sampled, {plain} plain (refused by the vLLM engine across a vocabulary map)"
+    )
+    assert "skipped" not in stress.describe(draw(3, tp=False, gpu_shaped=True))
+    report = CaseReport(5, w.to_json(), requests=2, compared=2)
+    report.vocabulary = {
+        "drafter": 426,
+        "verifier": 276,
+        "shared": 200,
+        "identity": False,
+    }
+    assert stress.line(report).startswith("cross-family (200 shared of 426 / 276), 2/2")
+    report.vocabulary = {**report.vocabulary, "identity": True}
+    assert stress.line(report).startswith("2/2 requests")
 
 
 def test_no_case_starts_after_the_time_is_up(ran, capsys):
@@ -147,7 +193,7 @@ def test_the_case_line_and_the_workload_description_read_their_numbers():
     text = stress.describe(w)
     e = w.engine
     assert text.startswith(f"seed=4 block={e.block_size} K={e.K} seqs={e.max_num_seqs}")
-    assert f"compiled={e.compiled} rows={len(w.rows)} (" in text
+    assert f"compiled={e.compiled} pair=same rows={len(w.rows)} (" in text
     report = CaseReport(4, w.to_json(), requests=7, compared=6, logit_steps=12)
     report.max_error = {"a": 2.5e-6, "b": 1e-7}
     report.resumptions, report.seconds = 3, {"engine": 12.4, "reference": 3.6}

@@ -8,7 +8,8 @@ verification steps must equal the transformers drafter's on the same tokens (ref
 The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
 "vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
 worker processes, and a GPU-shaped engine (compiled, first traced at the whole budget, seeded sampled rows in
-chunked prefills); the long run draws every axis at random."""
+chunked prefills), and a cross-family case (the embedded pair embedded-llama: two vocabularies, its refused rows
+skipped); the long run draws every axis at random."""
 
 import pytest
 from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
@@ -318,3 +319,71 @@ def test_the_budget_room_keeps_every_running_decode_whole():
     assert (
         budget_room(4, 5, 0) == 1 and budget_room(4, 5, 1) == 0
     )  # one request always may run
+
+
+# -- cross-family cases (issue 34) -----------------------------------------------------------------
+def cross_workload():
+    """CI case 18's rows (every method the cross-family engine serves, image and text-only, late arrivals, stop
+    tokens of the same-family draw's range) on its preempting engine with the embedded cross-family pair, and one
+    row of each kind the engine refuses across a map (a plain speculative row, a sampled one)."""
+    import dataclasses
+
+    from asymspec_vl.evals.stress.workload import RowSpec, with_pair
+
+    w = with_pair(ci_workload(18), "cross")
+    refused = (
+        RowSpec("plain", 2, 8, 6),
+        RowSpec("asymspec", 2, 8, 7, config={"temperature": 0.8, "seed": 3}),
+    )
+    return dataclasses.replace(w, rows=w.rows + refused)
+
+
+@pytest.fixture(scope="module")
+def cross_reference(tiny_models):
+    from asymspec_vl.evals.stress.hf_side import Reference
+
+    return Reference(tiny_models, "cross")
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
+    tiny_models, cross_reference, monkeypatch
+):
+    """One cross-family case (the embedded pair embedded-llama on the engine and the transformers side): its pair
+    has two vocabularies (the map is not the identity), the refused rows are skipped and counted, every served
+    request equals transformers, a and b agree in the drafter's ids; and a reference answer that differs (row 0's
+    tokens moved by one) is reported as that row's token mismatch, nothing else."""
+    from asymspec_vl.evals.stress.case import run_case, served
+    from asymspec_vl.evals.stress.workload import Workload
+
+    alone = cross_reference.alone
+
+    def one_wrong(row, enc):
+        out = alone(row, enc)
+        if row == first:
+            out.token_ids = [t + 1 for t in out.token_ids]
+        return out
+
+    w = cross_workload()
+    first = served(w, cross_reference)[0].rows[0]  # as run_case serves it
+    monkeypatch.setattr(cross_reference, "alone", one_wrong)
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(w, paths, cross_reference, logit_steps=3)
+    v = report.vocabulary
+    assert not v["identity"] and v["drafter"] != v["verifier"] > v["shared"]
+    assert not cross_reference.vmap.identity
+    assert report.skipped == {"plain": 1, "sampled": 1}
+    ran = Workload.from_json(report.workload)
+    assert ran.engine.pair == "cross" and len(ran.rows) == len(w.rows) - 2
+    assert {r.mode for r in ran.rows} == {"asymspec", "sd", "scd", "floor"}
+    shared = set(cross_reference.vmap.verifier_ids.tolist())
+    stops = [r.stop_token_ids for r in ran.rows if r.stop_token_ids]
+    assert stops and all(set(s) <= shared for s in stops)
+    assert any(max(r.stop_token_ids) >= 276 for r in w.rows if r.stop_token_ids)
+    assert report.compared == report.requests == len(ran.rows)
+    assert [(m.what, m.row) for m in report.mismatches] == [("tokens", 0)], (
+        report.mismatches
+    )
+    assert report.logit_steps > 0 and report.resumptions > 0
+    assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
