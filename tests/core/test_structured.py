@@ -93,11 +93,14 @@ def test_the_vllm_backend_sets_structured_outputs_for_every_method():
     import types
 
     from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
+    from asymspec_vl.core.vocab_align import VocabMap
     from asymspec_vl.inputs.prompts import EncodedRequest, EncodedView, Prompts
 
     backend = VLLMBackend.__new__(VLLMBackend)
     backend.pair = types.SimpleNamespace(
-        banned_ids=lambda: [9], stop_ids=lambda cfg: {2}
+        banned_ids=lambda: [9],
+        stop_ids=lambda cfg: {2},
+        vmap=VocabMap.same_vocabulary(16),  # one vocabulary
     )
     view = EncodedView([1, 2, 3])
     r = EncodedRequest(Prompts("", "", ""), view, view, view)
