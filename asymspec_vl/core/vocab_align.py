@@ -34,12 +34,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
 from . import gate
 from .config import AsymSpecConfig
 from .errors import ConfigError
+
+
+class MapTables(NamedTuple):
+    """A map's index tensors on one device."""
+
+    drafter_ids: torch.Tensor  # [S] the shared set's drafter ids
+    verifier_ids: torch.Tensor  # [S] their verifier ids, increasing
+    d2v: torch.Tensor  # [Vd] verifier id of each drafter id, -1 off the shared set
+    v2d: torch.Tensor  # [Vv] drafter id of each verifier id, -1 off the shared set
 
 
 @dataclass
@@ -70,7 +80,7 @@ class VocabMap:
         """(share of the drafter's vocabulary, share of the verifier's) the shared set covers."""
         return self.size / self.drafter_size, self.size / self.verifier_size
 
-    def to(self, device) -> VocabMap:
+    def to(self, device) -> MapTables:
         """This map's index tensors on `device` (cached: moved once per device)."""
         key = str(device)
         if key not in self._cache:
@@ -78,7 +88,7 @@ class VocabMap:
             d2v = torch.full((self.drafter_size,), -1, dtype=torch.long, device=device)
             v2d = torch.full((self.verifier_size,), -1, dtype=torch.long, device=device)
             d2v[d], v2d[v] = v, d
-            self._cache[key] = (d, v, d2v, v2d)
+            self._cache[key] = MapTables(d, v, d2v, v2d)
         return self._cache[key]
 
     def in_drafter_order(
@@ -98,7 +108,7 @@ class VocabMap:
 
     def to_drafter_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Verifier ids (all in the shared set) -> drafter ids, same shape."""
-        out = self.to(ids.device)[3][ids]
+        out = self.to(ids.device).v2d[ids]
         if (out < 0).any():
             raise ConfigError(
                 f"verifier ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set"
@@ -107,7 +117,7 @@ class VocabMap:
 
     def to_verifier_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Drafter ids (all in the shared set) -> verifier ids, same shape."""
-        out = self.to(ids.device)[2][ids]
+        out = self.to(ids.device).d2v[ids]
         if (out < 0).any():
             raise ConfigError(
                 f"drafter ids {sorted(set(ids[out < 0].tolist()))} are outside the shared set"

@@ -176,7 +176,7 @@ def drafter_comp_view(comp_ids: list[int], vmap, framed_by_drafter) -> EncodedVi
     """A cross-family drafter's x_comp: the verifier's x_comp ids moved through the map when every one is shared
     (the verifier's template speaks tokens the drafter has: today's same-family path when the vocabularies only
     differ in ids), else framed_by_drafter() (the x_comp text in the drafter's own template and ids)."""
-    v2d = vmap.to("cpu")[3]
+    v2d = vmap.to("cpu").v2d
     mapped = v2d[comp_ids].tolist() if comp_ids else []
     return EncodedView(mapped) if all(i >= 0 for i in mapped) else framed_by_drafter()
 

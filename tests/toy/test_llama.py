@@ -72,7 +72,7 @@ def test_every_heldout_answer_is_spelled_in_shared_tokens(tokenizers, vmap):
     """The verifier's own tokenization of every answer is committable across the map (else the pair could not
     say it)."""
     _, v_tok = tokenizers
-    v2d = vmap.to("cpu")[3]
+    v2d = vmap.to("cpu").v2d
     for ex in world.heldout(60):
         ids = v_tok(ex.answer, add_special_tokens=False)["input_ids"]
         assert all(int(v2d[i]) >= 0 for i in ids), ex.answer

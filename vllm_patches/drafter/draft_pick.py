@@ -52,7 +52,7 @@ def pick(
                 drawn = vocab_sampling.pick(
                     logits[r][None], s.request.cfg, s.banned_v, vmap, [s.generator]
                 )  # [1] verifier id
-                tokens[r] = vmap.to(logits.device)[3][drawn][0]
+                tokens[r] = vmap.to(logits.device).v2d[drawn][0]
             if keep is not None:
                 keep.put(s.req_id, k, logits[r])
     return tokens

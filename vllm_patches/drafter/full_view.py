@@ -360,8 +360,8 @@ def drafts_both_ids(drafted: torch.Tensor, vmap) -> tuple[list, list]:
     if vmap is None:
         drafts = drafted.tolist()
         return drafts, drafts
-    d2v = vmap.to(drafted.device)[
-        2
-    ]  # [Vd] verifier id of each drafter id (-1: unshared, never picked)
+    d2v = vmap.to(
+        drafted.device
+    ).d2v  # [Vd] verifier id of each drafter id (-1: unshared, never picked)
     own, theirs = torch.stack([drafted, d2v[drafted]]).tolist()
     return own, theirs

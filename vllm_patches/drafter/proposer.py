@@ -297,17 +297,18 @@ class AsymSpecProposer(DraftModelProposer):
         """b of a cross-family pair: each row's drafter x_comp view fed its pending committed tokens and the
         drafts being verified (drafts [G, n - 1] verifier ids, moved to the drafter's by one gather), the logits
         after the last n read. -> [G, n, Vd]."""
-        drafts_d = self.vmap.to("cpu")[3][drafts.cpu()].tolist()  # [G, n - 1]
+        drafts_d = self.vmap.to("cpu").v2d[drafts.cpu()].tolist()  # [G, n - 1]
         rows = []
         for req_id, own in zip(req_ids, drafts_d):
-            state = self.registry.rows[req_id]
-            y = to_drafter_ids(
-                self.vmap,
-                state.y_drafter,
-                state.committed(self.runner.requests[req_id].output_token_ids),
-            )
+            y = self.committed_drafter_ids(req_id, self.registry.rows[req_id])
             rows.append((req_id, self.comp_own.commit(req_id, y, n) + own))
         return self.comp_own.score(rows, n).view(len(req_ids), n, -1)
+
+    def committed_drafter_ids(self, req_id: str, state: RowState) -> list[int]:
+        """A cross-family row's committed tokens y in the drafter's ids (its kept translation extended by one
+        gather of the new ones)."""
+        y = state.committed(self.runner.requests[req_id].output_token_ids)
+        return to_drafter_ids(self.vmap, state.y_drafter, y)
 
     def release_views(self, req_id: str) -> None:
         """Free a request's drafter views (its x_full view; a cross-family pair's own x_comp view)."""
@@ -402,11 +403,7 @@ class AsymSpecProposer(DraftModelProposer):
                 self.vmap is not None
             ):  # a cross-family drafter drafts on its own x_comp
                 try:
-                    y = to_drafter_ids(
-                        self.vmap,
-                        state.y_drafter,
-                        state.committed(self.runner.requests[req_id].output_token_ids),
-                    )
+                    y = self.committed_drafter_ids(req_id, state)
                     feed = self.comp_own.commit(req_id, y, state.K + 1)
                 except AsymSpecError as e:
                     self.fail(req_id, state, e)
