@@ -140,3 +140,23 @@ def test_hooks_call_the_proposer_and_views_hold_no_proposer():
         p for p in sources() if "def decoding_config(" in p.read_text(encoding="utf-8")
     ]
     assert len(defs) == 1
+
+
+def dataclass_fields(path: Path, name: str) -> set[str]:
+    """The annotated field names of class `name` in the module at `path` (ast: nothing imported)."""
+    tree = ast.parse(path.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    return {
+        s.target.id
+        for s in cls.body
+        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+    }
+
+
+def test_a_requests_x_full_state_has_one_holder():
+    """Issue 36: one request's x_full state (ledger, positions, M-RoPE delta, whether it sees an image) lives in
+    FullView's FullRow only, never again on the proposer's RowState."""
+    full = dataclass_fields(ROOT / "vllm_patches/drafter/full_view.py", "FullRow")
+    row = dataclass_fields(ROOT / "vllm_patches/requests/rows.py", "RowState")
+    assert {"ledger", "positions", "delta", "sees_image"} <= full
+    assert full & row == set()
