@@ -98,13 +98,10 @@ def _train(args) -> int:
     if args.scale <= 0 or args.eval_n < 0:
         raise ConfigError("--scale must be > 0 and --eval-n >= 0")
 
+    base = ToyTrainConfig(seed=args.seed, eval_n=args.eval_n)
     if args.verifier_family != "qwen3":
-        return _train_family(
-            args, ToyTrainConfig(seed=args.seed, eval_n=args.eval_n), quick_heldout
-        )
-    cfg = dataclasses.replace(
-        ToyTrainConfig(seed=args.seed, eval_n=args.eval_n)
-    ).scaled(args.scale)
+        return _train_family(args, base, quick_heldout)
+    cfg = base.scaled(args.scale)  # the pair's own recipe: ToyTrainConfig's defaults
     manifest = train_pair(
         args.out_dir, cfg, workers=args.workers, heldout=quick_heldout
     )

@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 from asymspec_vl.evals.report import markdown_table, write_table
 
-from asymspec_vl.commands import comma_list, positive_int
+from asymspec_vl.commands import comma_list, parse_methods, positive_int
 from asymspec_vl.toy import world
 
 METHODS = ("floor", "asymspec")
@@ -218,12 +218,12 @@ def main(argv: list[str] | None = None) -> None:
         type=lambda s: [positive_int(c) for c in comma_list(s)],
         default=[1, 4, 16],
     )
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", type=parse_methods, default=",".join(METHODS))
     ap.add_argument("--out", default=None, help="write bench_serve.{md,csv,json} here")
     args = ap.parse_args(argv)
 
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    levels, methods = args.concurrency, args.methods.split(",")
+    levels, methods = args.concurrency, args.methods
     print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS), flush=True)
     if args.url:
         rows = run(args.url, headers, methods, levels, args.requests, args.tokens)

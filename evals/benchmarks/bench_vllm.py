@@ -35,6 +35,7 @@ from asymspec_vl.evals.toy.eval import request_of
 from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL, Request
+from asymspec_vl.commands import parse_methods
 from asymspec_vl.quiet import stdout_to_stderr
 from asymspec_vl.toy import world
 from asymspec_vl.toy.heavy import source_folder, write_heavy_verifier
@@ -274,7 +275,7 @@ def main() -> None:
         help="largest image side (default 128 tiny, 448 sized)",
     )
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", type=parse_methods, default=",".join(METHODS))
     ap.add_argument("--out", default=None, help="write bench_vllm.{md,csv,json} here")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -295,10 +296,7 @@ def main() -> None:
                 enforce_eager=mode == "eager",
                 **engine_kwargs,
             )
-            rows += [
-                {"mode": mode, **bench(vl, m, reqs, cfg)}
-                for m in args.methods.split(",")
-            ]
+            rows += [{"mode": mode, **bench(vl, m, reqs, cfg)} for m in args.methods]
     add_bounds(rows, args.K)
     columns = [
         "mode",

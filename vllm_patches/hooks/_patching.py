@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 
 _MARK = "__asymspec_original__"
+# True on a wrap of an attribute the owner did not hold itself (a base class's)
+_INHERITED = "__asymspec_inherited__"
 
 
 def is_patched(fn) -> bool:
@@ -20,6 +22,7 @@ def wrap(owner, name: str, make):
     new = make(orig)
     functools.update_wrapper(new, orig)
     setattr(new, _MARK, orig)
+    setattr(new, _INHERITED, name not in owner.__dict__)
     setattr(owner, name, new)
 
 
@@ -49,7 +52,12 @@ def install_function(module, name: str, hook) -> None:
 
 
 def unwrap(owner, name: str) -> None:
-    """owner.name back to the original a wrap replaced (nothing when it is not wrapped)."""
+    """owner.name back to what a wrap replaced (nothing when it is not wrapped): the original, or no own
+    attribute at all when the wrapped one was inherited."""
     current = owner.__dict__.get(name)
-    if current is not None and is_patched(current):
+    if current is None or not is_patched(current):
+        return
+    if getattr(current, _INHERITED, False):
+        delattr(owner, name)
+    else:
         setattr(owner, name, getattr(current, _MARK))

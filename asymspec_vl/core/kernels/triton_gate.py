@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .interpreter import check_numpy
+
 GATE_IDS = {"cda": 0, "fixed": 1, "lambda": 2, "kl": 3}
 DELTA_IDS = {"contrastive": 0, "raw": 1, "scd": 2}
 NF = 8  # float partials per (row, chunk): max/sumexp of a, b, t; best fused value; best t value
@@ -390,7 +392,10 @@ def run_gate(
     block: int | None = None,
     chunks: int | None = None,
 ):
-    """The kernels; under the interpreter numpy's warnings about -inf arithmetic (handled) are silenced."""
+    """The kernels; under the interpreter numpy's warnings about -inf arithmetic (handled) are silenced, and a numpy
+    the interpreter cannot run with is refused first (InterpreterNumpyError)."""
+    if _interpreted(t):
+        check_numpy()
     with (
         np.errstate(invalid="ignore", over="ignore", divide="ignore")
         if _interpreted(t)

@@ -110,3 +110,15 @@ def test_bad_counts_are_argument_errors(capsys, args):
     with pytest.raises(SystemExit) as e:
         bench_serve.main(args)
     assert e.value.code == 2 and args[0] in capsys.readouterr().err
+
+
+def test_an_unknown_method_is_an_argparse_error_before_any_server_starts(
+    monkeypatch, capsys
+):
+    monkeypatch.setattr(bench_serve, "started_server", pytest.fail)
+    monkeypatch.setattr(bench_serve, "run", pytest.fail)
+    with pytest.raises(SystemExit) as exit_:
+        bench_serve.main(["--methods", "floor,asymspek"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--methods" in err and "'asymspek'" in err
+    assert "asymspec, sd, scd, floor, drafter" in err
