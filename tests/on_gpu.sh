@@ -49,8 +49,8 @@ for STEP in hf-oracle kernels self-check eval-toy bench-gate bench-map; do
       tests/core/test_loop_ledger.py tests/core/test_sampling_loop.py tests/core/test_logprobs.py tests/backends/hf \
       tests/test_baselines.py tests/test_api_trace.py tests/evals/toy/test_eval.py tests/toy/test_llama.py \
       --deselect tests/evals/toy/test_eval.py::test_the_demo_opens_on_toy_examples_the_pair_answers ;;  # gradio
-    # kernels: test_self_check.py runs triton's interpreter on CPU tensors, which numpy >= 2.5 (the GPU image's
-    # 2.5.2) breaks inside triton ("only 0-dimensional arrays can be converted"): CI pins numpy 2.2.
+    # kernels: test_self_check.py runs triton's interpreter on CPU tensors, which numpy >= 2.4 (the GPU image's
+    # 2.5.2) breaks inside triton < 3.7 ("only 0-dimensional arrays can be converted"): CI pins numpy 2.2.
     kernels) step kernels 240 "${PYTEST[@]}" tests/core/kernels tests/core/test_gate.py tests/core/test_vocab_align.py \
       --deselect tests/core/kernels/test_self_check.py::test_the_kernel_agrees_with_the_reference_on_every_case_and_a_disagreement_is_named ;;
     self-check) for dt in bfloat16 float16 float32; do
