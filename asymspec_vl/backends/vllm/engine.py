@@ -18,7 +18,6 @@ starts), two on the CPU build. A speculative engine serves every K up to its num
 
 from __future__ import annotations
 
-import gc
 import inspect
 import itertools
 import logging
@@ -249,7 +248,7 @@ class EngineCache:
                 shutdown_engine(llm)
             del llm
         _forget_closed_models()
-        gc.collect()
+        engine_life.collect_closed_engines()
         if not self.live:
             _release_process_memory()
 

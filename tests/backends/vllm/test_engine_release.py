@@ -1,15 +1,17 @@
 """A closed in-process engine leaves nothing of itself in process-wide tables: dynamo's bytecode hooks (every
 compiled vLLM model registers one and nothing takes it out: the stress run's `--gpu-shaped only` grew about 1 GB
-per compiled case) and torch's record of compiled artifacts."""
+per compiled case) and torch's record of compiled artifacts; nor in the collector's frozen generation (vLLM
+freezes the heap as an engine starts: an engine closed while another lived stayed frozen)."""
 
 import gc
+import logging
 import sys
 import types
 import weakref
 
 import pytest
 import torch
-from helpers import random_request
+from helpers import random_request, runner_of
 from torch._dynamo import convert_frame
 
 from asymspec_vl.backends.vllm import engine
@@ -83,6 +85,43 @@ def test_releasing_the_process_memory_takes_out_the_compiled_graphs_of_vllms_mod
     assert graph_ref() is None
 
 
+class StandInEngine:
+    """Stands in for an in-process engine: cyclic garbage once closed (a vLLM model and its VllmConfig, attention
+    layers and KV cache refer to each other), so only the cyclic collector frees it."""
+
+    def __init__(self, spec):
+        self.itself = self
+
+
+def test_an_engine_closed_while_another_lives_is_collected_though_the_heap_was_frozen(
+    monkeypatch,
+):
+    """vLLM's engine core freezes the heap at start-up (freeze_gc_heap): the closed engine must go all the same,
+    and the live one's start-up heap stay frozen; a heap nobody froze stays unfrozen."""
+    monkeypatch.setattr(engine, "shutdown_engine", lambda llm: None)
+    # an earlier test's in-process engine may have frozen the heap: frozen again at the end
+    frozen_before = gc.get_freeze_count() > 0
+    cache = engine.EngineCache(StandInEngine, 3)
+    gone, live = engine.EngineSpec("gone"), engine.EngineSpec("live")
+    try:
+        gc.unfreeze()
+        gone_ref = weakref.ref(cache.get(gone))
+        cache.get(live)
+        cache.close(gone)  # nobody froze the heap
+        assert gone_ref() is None and gc.get_freeze_count() == 0
+        gone_ref = weakref.ref(cache.get(gone))
+        gc.freeze()  # as vLLM's EngineCore.__init__ does
+        cache.close(gone)
+        assert gone_ref() is None
+        assert gc.get_freeze_count() > 0
+        assert id(cache.live[live]) not in {id(o) for o in gc.get_objects()}  # frozen
+    finally:
+        cache.live.clear()
+        gc.unfreeze()
+        if frozen_before:
+            gc.freeze()
+
+
 @pytest.mark.vllm
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
@@ -128,3 +167,30 @@ def test_a_closed_compiled_engine_releases_its_model_and_config(tiny_models):
         for key in vars(module)
         if key.startswith("__compiled_fn_")
     ]  # dynamo's compiled graphs of its models went too
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_an_engine_closed_while_another_lives_frees_its_model_and_kv_cache(
+    tiny_models, monkeypatch
+):
+    """Two in-process engines (the CPU build's cache keeps two), the first closed while the second lives: vLLM
+    froze the heap as each started, and the closed one's model and KV cache (1 GiB here) go at its close, not at
+    the last engine's. The engine core's start-up record is not logged: it carries the VllmConfig (-> attention
+    layers -> KV cache), and pytest keeps every record until the test ends."""
+    monkeypatch.setattr(logging.getLogger("vllm.v1.engine.core"), "disabled", True)
+    engine.configure_environment()
+    cache = engine.EngineCache(lambda spec: engine.build_engine(spec, "auto", 1, {}), 2)
+    gone, live = (
+        engine.EngineSpec(str(tiny_models[m])) for m in ("verifier", "text_drafter")
+    )
+    try:
+        runner = runner_of(cache.get(gone))
+        model_ref, kv_ref = weakref.ref(runner.model), weakref.ref(runner.kv_caches[0])
+        del runner
+        cache.get(live)
+        assert gc.get_freeze_count() > 0  # vLLM froze the heap at start-up
+        cache.close(gone)
+        assert model_ref() is None and kv_ref() is None
+    finally:
+        cache.close()
