@@ -314,10 +314,11 @@ def _release_process_memory() -> None:
     )  # lazy: loads vLLM
 
     PrecompileContext.clear()
-    if not any(
-        cache.live for cache in _caches
-    ):  # another backend's live engine still calls its graphs
-        forget_compiled_graphs()
+    if any(cache.live for cache in _caches):
+        # another backend's live engine still calls its graphs and runs in the process-wide distributed state
+        # (its model-parallel groups) that vLLM's clean-up would destroy under it, unfreezing its heap
+        return
+    forget_compiled_graphs()
     cleanup_dist_env_and_memory()
 
 

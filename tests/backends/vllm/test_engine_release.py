@@ -85,6 +85,26 @@ def test_releasing_the_process_memory_takes_out_the_compiled_graphs_of_vllms_mod
     assert graph_ref() is None
 
 
+def test_the_distributed_state_is_cleaned_up_only_when_no_backend_has_a_live_engine(
+    monkeypatch,
+):
+    """vLLM's clean-up destroys the process-wide model-parallel groups and unfreezes the heap: a cache that empties
+    while another backend's engine lives must leave both to that engine."""
+    from vllm.distributed import parallel_state
+
+    cleanups = []
+    monkeypatch.setattr(
+        parallel_state, "cleanup_dist_env_and_memory", lambda: cleanups.append(1)
+    )
+    busy = engine.EngineCache(lambda spec: spec, 1)
+    busy.live[engine.EngineSpec("m")] = "another backend's live engine"
+    engine._release_process_memory()
+    assert cleanups == []
+    busy.live.clear()
+    engine._release_process_memory()
+    assert cleanups == [1]
+
+
 class StandInEngine:
     """Stands in for an in-process engine: cyclic garbage once closed (a vLLM model and its VllmConfig, attention
     layers and KV cache refer to each other), so only the cyclic collector frees it."""
