@@ -397,7 +397,9 @@ def test_a_cross_family_engine_at_tp2_with_chunked_prefill_equals_transformers(
     """Found by the stress run (seed 14, --pairs cross): at TP=2 a cross-family asymspec row's first b pass feeds
     its whole drafter x_comp (71 tokens here) in chunks of the token budget; the leading chunk reads no logits, and
     FullView.score still called compute_logits on its 0 rows, whose tensor-parallel all-gather killed both workers
-    (the CPU build's shm_all_gather traps on an empty tensor: `trap divide error` in _C.abi3.so)."""
+    (the CPU build's shm_all_gather traps on an empty tensor: `trap divide error` in _C.abi3.so). That communicator
+    is the AVX-512 CPUs'; gloo's all-gather takes 0 rows, so on other CPUs the stand-in test of the rule
+    (tests/vllm_patches/drafter/test_full_view.py) is the one that fails on the old code."""
     from asymspec_vl.evals.stress.case import run_case
     from asymspec_vl.evals.stress.workload import RowSpec, Workload
 
