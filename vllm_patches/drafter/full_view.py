@@ -328,6 +328,11 @@ class FullView:
             hidden, _ = run_pass(
                 drafter, batch, self.pool.block_size, self.pool.tensors, token_ids=ids
             )
+            if not at:
+                # a long feed's leading chunk reads no logits: no lm_head call, so no tensor-parallel gather of
+                # [0, V / TP] (vLLM's runner never computes logits of 0 rows; the CPU build's shm_all_gather
+                # dies on them with a divide trap). Every rank holds the same feeds, so all skip it alike.
+                continue
             logits = drafter.model.compute_logits(
                 hidden[to_device(torch.tensor(at, dtype=torch.long), drafter.device)]
             )

@@ -387,3 +387,33 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
     )
     assert report.logit_steps > 0 and report.resumptions > 0
     assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_cross_family_engine_at_tp2_with_chunked_prefill_equals_transformers(
+    tiny_models, cross_reference
+):
+    """Found by the stress run (seed 14, --pairs cross): at TP=2 a cross-family asymspec row's first b pass feeds
+    its whole drafter x_comp (71 tokens here) in chunks of the token budget; the leading chunk reads no logits, and
+    FullView.score still called compute_logits on its 0 rows, whose tensor-parallel all-gather killed both workers
+    (the CPU build's shm_all_gather traps on an empty tensor: `trap divide error` in _C.abi3.so). That communicator
+    is the AVX-512 CPUs'; gloo's all-gather takes 0 rows, so on other CPUs the stand-in test of the rule
+    (tests/vllm_patches/drafter/test_full_view.py) is the one that fails on the old code."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import RowSpec, Workload
+
+    engine = EngineCase(
+        block_size=16,
+        K=2,
+        max_num_seqs=2,
+        max_num_batched_tokens=64,
+        tp=2,
+        processes=True,
+        pair="cross",
+    )
+    w = Workload(14, engine, (RowSpec("asymspec", 2, 6, 2, image=True),))
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(w, paths, cross_reference, logit_steps=2)
+    assert not report.mismatches, (report.mismatches, w.to_json())
+    assert report.compared == 1 and report.max_error["b"] > 0

@@ -52,3 +52,35 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     last = view.first_pass([("r", state, feed)], images)
     assert read == [[0.0, 1.0], [2.0, 3.0, 4.0, 5.0]]
     assert last[0].shape == (V,)
+
+
+def test_score_never_computes_logits_of_a_chunk_that_reads_none(monkeypatch):
+    """b of a 10-token feed (a cross-family row's first x_comp feed) read after its last 3 tokens, in chunks of 4:
+    the chunk 0..3 reads no logits and must not reach compute_logits (at TP=2 its all-gather of 0 rows killed the
+    CPU build's workers: shm_all_gather's divide trap); the logits are those of cache slots 7, 8, 9."""
+    feed = list(range(20, 30))
+    rows_seen = []
+
+    def run_pass(drafter, batch, block_size, kv, token_ids=None, inputs_embeds=None):
+        slots = [row.start + j for row in batch for j in range(row.length)]
+        return torch.tensor(slots, dtype=torch.float).unsqueeze(1).expand(-1, H), None
+
+    def compute_logits(hidden):
+        rows_seen.append(len(hidden))
+        return hidden[:, :1].expand(-1, V)
+
+    view = full_view.FullView(None, None)
+    view.drafter = types.SimpleNamespace(
+        max_batched_tokens=4,
+        device=torch.device("cpu"),
+        uses_mrope=False,
+        model=types.SimpleNamespace(compute_logits=compute_logits),
+    )
+    view.pool = types.SimpleNamespace(block_size=4, tensors={}, blocks={"r": [3, 4, 5]})
+    view.rows["r"] = full_view.FullRow(
+        RowLedger(prompt=list(feed)), torch.arange(len(feed)), 0, False
+    )
+    monkeypatch.setattr(full_view, "run_pass", run_pass)
+    b = view.score([("r", feed)], 3)
+    assert 0 not in rows_seen and sum(rows_seen) == 3
+    assert b[:, 0].tolist() == [7.0, 8.0, 9.0] and b.shape == (3, V)
