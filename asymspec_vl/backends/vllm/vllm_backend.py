@@ -144,9 +144,13 @@ class VLLMBackend:
         """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
         engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
         up to its own; with `speculative` Floor runs there too, in mode "floor" (no drafts: the verifier's
-        greedy tokens on x_comp), as on a server."""
+        greedy tokens on x_comp), as on a server, and so it does for a cross-family pair: its draws are
+        core/vocab_sampling.py's (the drafter's columns), which a plain verifier engine's sampler cannot draw, and
+        its logprobs are restricted to the shared set (docs/cross-family.md, "vLLM engine")."""
         method = method if isinstance(method, Method) else method_named(method)
-        if method.engine == "verifier" and not speculative:
+        if method.engine == "verifier" and not (
+            speculative or not self.pair.vmap.identity
+        ):
             return EngineSpec(self.verifier), "plain"
         if method.engine == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
@@ -235,16 +239,9 @@ class VLLMBackend:
         self, method: Method, cfg: AsymSpecConfig, speculative: bool
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling for Floor and the drafter alone (asymspec, sd and scd sample on the speculative
-        engine), structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved to the
-        verifier's by `run`) a server's request and logprobs."""
-        if cfg.samples and method.name in ("floor", "drafter"):
-            raise ConfigError(
-                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: it runs "
-                "on a plain engine whose own sampler draws over the whole vocabulary, not the shared set in the "
-                "drafter's id order the transformers backend draws from (backend='hf' runs it; "
-                "docs/cross-family.md, 'vLLM engine')"
-            )
+        'vLLM engine'): structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved
+        to the verifier's by `run`) a server's request and logprobs. Every method samples across the map
+        (engine_map.SAMPLED_ACROSS_MAP)."""
         if cfg.structured_output is not None:
             raise ConfigError(
                 "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
@@ -290,16 +287,15 @@ class VLLMBackend:
         banned = self.pair.banned_ids()
         stop_ids = self.pair.stop_ids(cfg)
         vmap = self.pair.vmap
-        if plan.mode == "plain" and not vmap.identity and method.engine == "drafter":
-            # the drafter alone across a map: its shared tokens only, the stop tokens in its ids (the rule of
-            # vocab_align.decide_drafter and MinTokens.mapped)
+        if plan.mode == "plain" and not vmap.identity:
+            # the drafter alone across a map (Floor runs on the speculative engine there): its shared tokens only,
+            # the stop tokens in its ids (the rule of vocab_align.decide_drafter and MinTokens.mapped); vLLM's own
+            # sampler then draws vocab_sampling's token: the same [B, Vd] columns, these ids at probability 0
             banned = vmap.drafter_banned(
                 token_mask(banned, vmap.verifier_size, "cpu"), "cpu"
             )
             banned = banned.nonzero().flatten().tolist()
             stop_ids = MinTokens(0, stop_ids, []).mapped(vmap).stop_ids
-        elif plan.mode == "plain" and not vmap.identity:  # Floor: the shared set only
-            banned = sorted(set(banned) | set(unshared_verifier_ids(vmap)))
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
             ignore_eos=True,
@@ -440,11 +436,6 @@ class StreamedStats:
 def _collapse_runs(ids: list[int], token: int) -> list[int]:
     """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
     return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
-
-
-def unshared_verifier_ids(vmap) -> list[int]:
-    """The verifier ids a cross-family pair can never commit (outside its shared set)."""
-    return vmap.verifier_banned(None, "cpu").nonzero().flatten().tolist()
 
 
 def max_model_len(llm) -> int:
