@@ -30,16 +30,16 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-import torch
-
 import vllm_patches
+from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
+from vllm_patches.requests.logprob_support import SUPPORT_KEY
 from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
 
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ConfigError, ModelPairError
+from ...core.errors import ConfigError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
@@ -49,6 +49,7 @@ from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import token_mask
 from ...pair.model_pair import ModelPair
+from . import drafter_answer
 from .engine import (
     EngineCache,
     EngineSpec,
@@ -173,7 +174,7 @@ class VLLMBackend:
         engines, see engine_for). Everything after reads them from the plan."""
         method = method if isinstance(method, Method) else method_named(method)
         if not self.pair.vmap.identity:
-            self._refuse_across_map(method, cfg, speculative)
+            self._refuse_across_map(method, cfg)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         return RequestPlan(method, cfg, spec, mode)
 
@@ -209,20 +210,15 @@ class VLLMBackend:
         )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        rows = [self.row(o, plan, elapsed) for o in finals]
-        for row in rows:
-            row.token_ids = to_verifier(row.token_ids)
-        return rows
+        return [self.row(o, plan, elapsed, self.pair.vmap) for o in finals]
 
     def _to_verifier_ids(self, method: Method) -> Callable[[list[int]], list[int]]:
         """The engine's output ids -> the verifier's: the drafter alone of a cross-family pair answers in the
-        drafter's ids (every one shared: its logit_bias bans the others), one gather; otherwise as they are."""
+        drafter's ids (drafter_answer.py), one gather; otherwise as they are."""
         vmap = self.pair.vmap
-        if method.engine != "drafter" or vmap.identity:
+        if not drafter_answer.speaks_drafter_ids(method, vmap):
             return list
-        return lambda ids: vmap.to_verifier_ids(
-            torch.tensor(ids, dtype=torch.long)
-        ).tolist()
+        return partial(drafter_answer.tokens, vmap)
 
     def engine_request(
         self, r: EncodedRequest, plan: RequestPlan
@@ -235,23 +231,20 @@ class VLLMBackend:
         room = budget.room(r, plan.method, plan.cfg, lambda model: length)
         return self._prompt(r, plan.method), self._params(r, plan, room)
 
-    def _refuse_across_map(
-        self, method: Method, cfg: AsymSpecConfig, speculative: bool
-    ) -> None:
+    def _refuse_across_map(self, method: Method, cfg: AsymSpecConfig) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved
-        to the verifier's by `run`) a server's request and logprobs. Every method samples across the map
-        (engine_map.SAMPLED_ACROSS_MAP)."""
+        'vLLM engine'): sampling for a method engine_map.SAMPLED_ACROSS_MAP does not list (today it lists every
+        one), structured output."""
+        if cfg.samples and method.name not in SAMPLED_ACROSS_MAP:
+            raise ConfigError(
+                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: only "
+                f"{', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (backend='hf' runs it; "
+                "docs/cross-family.md, 'vLLM engine')"
+            )
         if cfg.structured_output is not None:
             raise ConfigError(
                 "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
                 "allow no token of the shared set (docs/cross-family.md)"
-            )
-        if method.engine == "drafter" and (speculative or cfg.logprobs is not None):
-            raise ModelPairError(
-                f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
-                "speaks the drafter's ids; a server's request and logprobs are not ported there yet "
-                "(backend='hf' runs them)"
             )
 
     def _prompt(self, r: EncodedRequest, method: Method) -> dict:
@@ -313,6 +306,14 @@ class VLLMBackend:
         if (
             plan.mode == "plain"
         ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
+            if not vmap.identity and cfg.logprobs is not None:
+                # the drafter alone's logprobs over the shared set (requests/logprob_support.py): ids it bans
+                kw["extra_args"] = {
+                    SUPPORT_KEY: vmap.drafter_banned(None, "cpu")
+                    .nonzero()
+                    .flatten()
+                    .tolist()
+                }
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
@@ -347,12 +348,18 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(o, plan: RequestPlan, elapsed: float) -> loop.RowOutput:
+    def row(o, plan: RequestPlan, elapsed: float, vmap=None) -> loop.RowOutput:
         """A finished RequestOutput as the plan's row (tokens, sources, statistics, finish reason; with
-        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it."""
+        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it; in the
+        verifier's ids (vmap: the pair's map, which the drafter alone's answer crosses: drafter_answer.py)."""
         method, mode, cfg = plan.method, plan.mode, plan.cfg
         completion = o.outputs[0]
         tokens = list(completion.token_ids)
+        if vmap is not None and drafter_answer.speaks_drafter_ids(method, vmap):
+            row = VLLMBackend.row(o, plan, elapsed)
+            row.token_ids = drafter_answer.tokens(vmap, row.token_ids)
+            row.logprobs = drafter_answer.logprobs(vmap, row.logprobs)
+            return row
         stats, sources, error = from_output(o.kv_transfer_params)
         if mode == "plain":
             stats = T.Stats(steps=len(tokens), emitted=len(tokens))

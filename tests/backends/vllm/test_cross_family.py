@@ -18,7 +18,7 @@ from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
-from asymspec_vl.core.errors import ConfigError, ModelPairError
+from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
 
@@ -116,7 +116,6 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
 @pytest.mark.parametrize(
     "method, cfg, error",
     [
-        ("drafter", AsymSpecConfig(K=2, logprobs=1), ModelPairError),
         (
             "asymspec",
             {"K": 2, "structured_output": {"regex": "The answer is [0-9]+"}},
@@ -174,6 +173,42 @@ def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
         assert sum(r.stats.accepted for r in got) > 0
 
 
+def _same_logprobs(got, want) -> None:
+    for x, y in zip(want, got):
+        assert y.token_ids == x.token_ids
+        assert len(y.logprobs) == len(x.logprobs) == len(x.token_ids)
+        for a, b in zip(x.logprobs, y.logprobs):
+            assert (b.token_id, b.distribution) == (a.token_id, a.distribution)
+            assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
+            assert [i for i, _ in b.top] == [i for i, _ in a.top]
+            assert [lp for _, lp in b.top] == pytest.approx(
+                [lp for _, lp in a.top], abs=1e-4
+            )
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(K=2, max_new_tokens=10, logprobs=3),
+        AsymSpecConfig(K=2, max_new_tokens=10, logprobs=3, temperature=1.5, seed=7),
+    ],
+)
+def test_embedded_llama_drafter_alone_logprobs_on_vllm_equal_transformers(
+    llama_pipes, cfg
+):
+    """The drafter alone's logprobs across the map: in verifier ids, each token's and its alternatives' under the
+    drafter's distribution restricted to the shared set and normalised over it (its plain engine's logits -inf
+    outside it before vLLM's sampler computes them: requests/logprob_support.py), as the transformers backend
+    gives them; its full-vocabulary logprobs would be lower (the unshared mass)."""
+    hf, vl = llama_pipes
+    reqs = [request_of(e) for e in world.heldout(4)]
+    want = hf.generate_batch(reqs, "drafter", cfg)
+    got = vl.generate_batch(reqs, "drafter", cfg)
+    _same_logprobs(got, want)
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    assert all({i for lp in r.logprobs for i, _ in lp.top} <= shared for r in got)
+
+
 @pytest.mark.parametrize("key", ["asymspec-K2-b1", "scd"])
 def test_embedded_llama_min_tokens_on_vllm_equals_transformers(llama_pipes, key):
     """min_tokens across the map: the stop tokens held in t in the verifier's ids and in the drafter's logits (its
@@ -196,7 +231,10 @@ HOT = {"temperature": 1.5, "seed": 7}
     "key, changes",
     [
         ("asymspec-K2-b1", HOT),
-        ("asymspec-K2-b1-fused", {**HOT, "top_k": 40, "top_p": 0.98}),
+        (
+            "asymspec-K2-b1-fused",
+            {**HOT, "temperature": 2.0, "top_k": 40, "top_p": 0.995},
+        ),
         ("sd", HOT),
         ("scd", {**HOT, "min_p": 0.02}),
         ("floor", HOT),
