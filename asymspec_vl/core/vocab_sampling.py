@@ -90,6 +90,7 @@ def sample(
         step = sampling.speculative_sampling(
             target, drafted_by(b if q is None else q), drafts_d, cfg, gens, out
         )
+        step.token = _kept(step.token, out)
     elif name == "drafter":
         step = sampling.speculative_sampling(
             logits["q"], None, drafts_d, cfg, gens, out
@@ -98,9 +99,7 @@ def sample(
         raise ConfigError(
             f"method {name!r} has no sampled rule across a vocabulary map"
         )
-    return StepOutcome(
-        step.num_accepted, _verifier_ids(step.token, out, d2v), step.is_bonus
-    )
+    return StepOutcome(step.num_accepted, d2v[step.token], step.is_bonus)
 
 
 def _asymspec(a, b, t, drafts, cfg, vmap, gens, out) -> StepOutcome:
@@ -117,17 +116,13 @@ def _asymspec(a, b, t, drafts, cfg, vmap, gens, out) -> StepOutcome:
         torch.where(is_bonus[:, None], bonus, fused)
     )  # [B, Vd]
     token = sampling.draw(sampling.filtered_logprobs(scores, cfg, out), gens)
-    return StepOutcome(
-        n_acc, _verifier_ids(token, out, vmap.to(t.device).d2v), is_bonus, divergence
-    )
+    return StepOutcome(n_acc, vmap.to(t.device).d2v[token], is_bonus, divergence)
 
 
-def _verifier_ids(
-    columns: torch.Tensor, out: torch.Tensor, d2v: torch.Tensor
-) -> torch.Tensor:
-    """Drawn columns [B] (drafter ids) -> verifier ids [B]. A draw lands on an excluded column (out [Vd]) only when
-    its row had no token left (SCD's plausibility cut counts banned tokens and may leave only those: the scores
-    are all -inf and the exponential race's argmax falls to column 0); such a row takes the lowest allowed
-    drafter id, so the token is always a shared, unbanned one."""
+def _kept(columns: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """SCD's drawn columns [B] (drafter ids), each an allowed one. Its plausibility cut counts banned tokens and may
+    leave only those: that row's target is all -inf over the allowed columns, its draw NaN, and the exponential
+    race's argmax falls to column 0; such a row takes the lowest allowed drafter id. (Every other method's
+    distribution keeps a finite score at every allowed column: t, q and t + beta * delta are finite.)"""
     first = (~out).nonzero()[0]  # [1]
-    return d2v[torch.where(out[columns], first, columns)]
+    return torch.where(out[columns], first, columns)
