@@ -146,9 +146,8 @@ def model_forward(
 
 def sample(original, runner, logits, spec_decode_metadata):
     if not is_asymspec(runner.vllm_config):
-        logprob_support.restrict(
-            runner, logits
-        )  # a plain engine: rows whose logprobs have a support
+        # a plain engine: rows whose logprobs have a support (a cross-family drafter alone's)
+        logprob_support.restrict(runner, logits)
         return original(runner, logits, spec_decode_metadata)
     runner.input_batch.update_async_output_token_ids()
     if runner.asymspec.timer is not None:
