@@ -209,6 +209,34 @@ def test_embedded_llama_drafter_alone_logprobs_on_vllm_equal_transformers(
     assert all({i for lp in r.logprobs for i, _ in lp.top} <= shared for r in got)
 
 
+@pytest.fixture(scope="module")
+def removed_pipes(tiny_models, tmp_path_factory):
+    """The tiny pair with 60 tokens removed from the verifier: the untrained drafter spreads real mass over its
+    unshared tokens (the trained toy drafter puts almost none there)."""
+    folder, _ = write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("removed"), seed=7, remove=60
+    )
+    paths = dict(drafter=str(tiny_models["vl_drafter"]), verifier=str(folder))
+    vl = AsymSpecVL.from_pretrained(**paths, backend="vllm", block_size=16)
+    yield AsymSpecVL.from_pretrained(**paths, device="cpu"), vl
+    vl.backend.close()
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_the_drafter_alones_logprobs_on_vllm_are_over_the_shared_set(
+    removed_pipes, sampled
+):
+    """Where the drafter's unshared mass is not negligible its logprobs on vLLM are still the transformers
+    backend's: restricted to the shared set and normalised over it, not its full vocabulary's."""
+    hf, vl = removed_pipes
+    hot = {"temperature": 1.5, "seed": 3} if sampled else {}
+    cfg = AsymSpecConfig(K=2, max_new_tokens=8, logprobs=2, **hot)
+    reqs = [random_request(s) for s in range(3)]
+    _same_logprobs(
+        vl.generate_batch(reqs, "drafter", cfg), hf.generate_batch(reqs, "drafter", cfg)
+    )
+
+
 @pytest.mark.parametrize("key", ["asymspec-K2-b1", "scd"])
 def test_embedded_llama_min_tokens_on_vllm_equals_transformers(llama_pipes, key):
     """min_tokens across the map: the stop tokens held in t in the verifier's ids and in the drafter's logits (its
