@@ -1,6 +1,7 @@
 """The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
 
-  floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
+  floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples; across
+            a map on the speculative engine, mode "floor")
   drafter   the VL drafter alone on x_question (plain engine; the image enters as the transformers
             processor's pixel_values, which the engine's own vision tower embeds on the worker:
             vllm_patches/hooks/pixel_inputs.py)
@@ -17,10 +18,11 @@ starts nothing. A request's engine and mode are looked up once, in plan_request 
 run, engine_request and row read them from the plan, and each row carries it back. Prompts, banned tokens, stop
 tokens, token budget (the HF backend's room rule, with the engine's max_model_len as the context) and statistics
 match the transformers backend.
-A cross-family pair (two vocabularies, pair.vmap) runs greedily on the same engines: the speculative engine's
-requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map, docs/cross-family.md),
-Floor's and the drafter's plain engines ban the tokens outside the shared set, the drafter's answer comes back in
-the verifier's ids.
+A cross-family pair (two vocabularies, pair.vmap) runs greedy and sampled on the same engines: the speculative
+engine's requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map,
+docs/cross-family.md), Floor runs there too (mode "floor"), the drafter's plain engine bans the tokens outside the
+shared set (so vLLM's own sampler draws core/vocab_sampling.py's token) and its answer, logprobs included
+(requests/logprob_support.py), comes back in the verifier's ids (drafter_answer.py).
 """
 
 from __future__ import annotations

@@ -13,12 +13,15 @@
 - what is not ported (the drafter alone's logprobs, ...) is refused with a typed error."""
 
 import pytest
+import torch
 from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
+from asymspec_vl.core import vocab_sampling
 from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.vocab_align import VocabMap
 from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
 
@@ -127,6 +130,54 @@ def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
     _, _, vllm_two = pipes
     with pytest.raises(error, match="cross-family"):
         vllm_two.generate_batch([random_request(0)], method, cfg)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(temperature=1.3, seed=5),
+        AsymSpecConfig(temperature=0.7, top_k=5, top_p=0.8, seed=6),
+        AsymSpecConfig(temperature=1.0, top_p=0.9, seed=7),
+    ],
+)
+def test_the_drafter_alones_draw_is_vllms_own_sampler_on_its_banned_logits(cfg):
+    """Why a plain drafter engine samples the drafter alone across a map: vocab_sampling's draw (over the drafter's
+    columns, the unshared ones at probability 0) is, row for row, vLLM's own sampler's on the same logits with the
+    unshared ids at -inf (logit_bias), temperature, top-k / top-p (vLLM's PyTorch filter, the CPU build's) and the
+    exponential race with each row's seeded generator (v1/sample/ops/topk_topp_sampler.py)."""
+    from vllm.v1.sample.ops.topk_topp_sampler import (  # lazy: loads vLLM
+        apply_top_k_top_p_pytorch,
+        random_sample,
+    )
+
+    g = torch.Generator().manual_seed(2)
+    Vd, Vv, S, B = 50, 40, 30, 256
+    vmap = VocabMap(
+        torch.randperm(Vd, generator=g)[:S],
+        torch.randperm(Vv, generator=g)[:S].sort().values,
+        Vd,
+        Vv,
+    )
+    q = 3 * torch.randn(B, 1, Vd, generator=g)
+    ours = vocab_sampling.sample(
+        "drafter",
+        cfg,
+        {"q": q},
+        torch.zeros(B, 0, dtype=torch.long),
+        None,
+        vmap,
+        [torch.Generator().manual_seed(100 + i) for i in range(B)],
+    )
+    x = q[:, 0] + torch.where(vmap.drafter_banned(None, "cpu"), float("-inf"), 0.0)
+    x = x.div_(torch.full((B, 1), cfg.temperature))
+    k = torch.full((B,), cfg.top_k) if cfg.top_k else None
+    p = torch.full((B,), cfg.top_p) if cfg.top_p < 1 else None
+    x = apply_top_k_top_p_pytorch(x, k, p, allow_cpu_sync=True)
+    theirs = random_sample(
+        x.softmax(-1, dtype=torch.float32),
+        {i: torch.Generator().manual_seed(100 + i) for i in range(B)},
+    )
+    assert torch.equal(ours.token, vmap.to_verifier_ids(theirs))
 
 
 @pytest.fixture(scope="module")
