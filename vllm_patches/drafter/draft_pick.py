@@ -5,7 +5,8 @@ On a cross-family engine (vmap) the logits are the drafter's [R, Vd]: greedy ove
 the unshared ids), and a sampling row draws with core.vocab_sampling.pick over the drafter's columns (the
 unshared and banned ids at probability 0) with its verifier-id mask (RowState.banned_v), as Plan.pick does, so
 its generator consumes the same draws; the drawn token comes back in the drafter's ids (the views feed them;
-full_view.drafts_both_ids maps them). Every draw stays on the logits' device, where the request's generator lives (rows.py; vLLM's are CUDA ones)."""
+full_view.drafts_both_ids maps them). Every draw stays on the logits' device, where the request's generator
+lives (rows.py; vLLM's are CUDA ones)."""
 
 from __future__ import annotations
 
