@@ -91,21 +91,6 @@ class VocabMap:
             self._cache[key] = MapTables(d, v, d2v, v2d)
         return self._cache[key]
 
-    def in_drafter_order(
-        self, device
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The shared set ordered by drafter id (cached per device): (drafter ids [S] increasing, their verifier
-        ids [S], position [Vv] of each verifier id in that order, -1 off the shared set). The sampled rules
-        draw in this order (vocab_sampling.py)."""
-        key = ("drafter-order", str(device))
-        if key not in self._cache:
-            d, v, _, _ = self.to(device)
-            order = d.argsort()
-            pos = torch.full((self.verifier_size,), -1, dtype=torch.long, device=device)
-            pos[v[order]] = torch.arange(order.numel(), device=device)
-            self._cache[key] = (d[order], v[order], pos)
-        return self._cache[key]
-
     def to_drafter_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Verifier ids (all in the shared set) -> drafter ids, same shape."""
         out = self.to(ids.device).v2d[ids]
@@ -150,6 +135,21 @@ class VocabMap:
             device=x_d.device,
         )
         out[..., v] = x_d[..., d]
+        return out
+
+    def to_drafter_space(
+        self, x_v: torch.Tensor, fill: float = float("-inf")
+    ) -> torch.Tensor:
+        """Verifier-space values [.., Vv] read in drafter space [.., Vd]: x_d[j] = x_v[v(j)] for shared j, `fill`
+        elsewhere (the columns of every draw across the map, vocab_sampling.py)."""
+        d, v, _, _ = self.to(x_v.device)
+        out = torch.full(
+            (*x_v.shape[:-1], self.drafter_size),
+            fill,
+            dtype=x_v.dtype,
+            device=x_v.device,
+        )
+        out[..., d] = x_v[..., v]
         return out
 
 

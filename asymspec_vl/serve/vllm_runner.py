@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from vllm_patches.hooks.engine_gauges import NAME
 
 from ..api import AsymSpecVL
+from ..backends.vllm import drafter_answer
 from ..backends.vllm.engine import EngineSpec, configure_environment
 from ..backends.vllm.engine_view import EngineView
 from ..backends.vllm.sample_logprobs import from_vllm
@@ -103,29 +104,33 @@ class VLLMRunner:
     ) -> AsyncIterator[Progress]:
         prompt, params = await asyncio.to_thread(self.engine_request, enc, plan)
         engine = self.views[plan.engine].engine
-        method, cfg = plan.method, plan.cfg
+        method, cfg, vmap = plan.method, plan.cfg, self.vl.pair.vmap
         start, labels, seen = (
             time.perf_counter(),
             StreamedStats(method, plan.mode, plan.K, 1),
             0,
         )
+        # the drafter alone of a cross-family pair answers in the drafter's ids: moved to the verifier's
+        crosses = drafter_answer.speaks_drafter_ids(method, vmap)
         async for out in engine.generate(
             prompt, params, f"asv-serve-{next(_request_ids)}"
         ):
             tokens = list(out.outputs[0].token_ids)
             if out.finished:
-                row = VLLMBackend.row(out, plan, time.perf_counter() - start)
-                yield Progress(tokens, row, row.logprobs)
+                row = VLLMBackend.row(out, plan, time.perf_counter() - start, vmap)
+                yield Progress(row.token_ids, row, row.logprobs)
                 continue
             # each token's distribution from its streamed label (provisional where outputs of steps arrive merged)
             sources, seen = labels.step(0, len(tokens) - seen)[0], len(tokens)
-            yield Progress(
-                tokens,
-                None,
+            lps = (
                 from_vllm(out.outputs[0].logprobs, tokens, sources, method.name, cfg)
                 if cfg.logprobs is not None
-                else None,
+                else None
             )
+            if crosses:
+                tokens = drafter_answer.tokens(vmap, tokens)
+                lps = drafter_answer.logprobs(vmap, lps)
+            yield Progress(tokens, None, lps)
 
     async def engine_gauges(self) -> dict[str, float]:
         """Requests each engine's front end holds, and the asymspec drafter's live rows inside the engine."""

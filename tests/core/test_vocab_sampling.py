@@ -65,7 +65,7 @@ def test_a_full_map_in_one_order_is_the_one_vocabulary_rule_draw_for_draw(name, 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_permuted_verifier_draws_the_same_tokens(seed, name):
     """The same strings under other verifier ids: identical accepted counts, tokens read back through the
-    permutation, and identical drafts from pick (the draws walk the shared set in drafter-id order)."""
+    permutation, and identical drafts from pick (every draw's columns are the drafter's ids)."""
     cfg = AsymSpecConfig(K=3, temperature=0.9, top_k=8, seed=seed)
     a, b, t, _, vmap, pairs = pair_world(seed, B=16)
     perm, t2, vmap2 = permuted_verifier(t, vmap, pairs, seed + 50)

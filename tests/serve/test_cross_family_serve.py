@@ -108,3 +108,79 @@ def test_the_vllm_backend_answers_the_cross_family_pair_as_the_transformers_back
     assert hf.returncode == 0 and vllm.returncode == 0, vllm.stderr[-2000:]
     answer = hf.stdout.strip().splitlines()[-1]
     assert answer and vllm.stdout.strip().splitlines()[-1] == answer
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    yield from served(
+        [
+            "--backend",
+            "vllm",
+            "--ocr",
+            "none",
+            "-K",
+            "2",
+            "--verifier",
+            "embedded-llama",
+            "--drafter-engine",
+        ],
+        tmp_path_factory.mktemp("serve-xfamily-vllm") / "server.log",
+    )
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    "method, sampled",
+    [("drafter", False), ("drafter", True), ("floor", True)],
+)
+def test_the_vllm_server_answers_the_cross_family_pair_as_the_library(
+    vllm_server, method, sampled
+):
+    """The drafter alone on the server's drafter engine (its answer and logprobs moved to the verifier's ids) and a
+    sampled Floor (on the speculative engine), greedy and seeded, plain and streamed: the library's tokens
+    (transformers backend) and logprobs."""
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+
+    vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded-llama")
+    client = OpenAI(
+        base_url=vllm_server.url + "/v1", api_key="none", max_retries=0, timeout=300
+    )
+    hot = {"temperature": 1.5, "seed": 7} if sampled else {}
+    example = TOY[0]
+    ask = dict(
+        model="asymspec-vl",
+        messages=chat_body(example["question"], data_url(EXAMPLES / example["image"]))[
+            "messages"
+        ],
+        max_tokens=16,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={
+            "caption": example["caption"],
+            "ocr": "",
+            "method": method,
+            "return_token_ids": True,
+        },
+        **hot,
+    )
+    ref = vl.generate(
+        str(EXAMPLES / example["image"]),
+        example["question"],
+        caption=example["caption"],
+        method=method,
+        config=AsymSpecConfig(K=2, max_new_tokens=16, logprobs=2, **hot),
+    )
+    choice = client.chat.completions.create(**ask).choices[0]
+    assert (choice.token_ids, choice.message.content) == (ref.token_ids, ref.text)
+    assert [x.logprob for x in choice.logprobs.content] == pytest.approx(
+        [x.logprob for x in ref.logprobs], abs=1e-4
+    )
+    streamed = [
+        e
+        for c in client.chat.completions.create(**ask, stream=True)
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert [(e.token, e.logprob) for e in streamed] == [
+        (e.token, e.logprob) for e in choice.logprobs.content
+    ]

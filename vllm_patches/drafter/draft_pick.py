@@ -2,10 +2,11 @@
 request that samples, a draw from its filtered distribution with its own generator (asymspec_vl.core.sampling,
 the transformers loop's Plan.pick); the stop tokens -inf first below a request's min_tokens (core.min_tokens).
 On a cross-family engine (vmap) the logits are the drafter's [R, Vd]: greedy over its shared set (banned holds
-the unshared ids), and a sampling row draws with core.vocab_sampling.pick over the shared set in drafter-id order
-with its verifier-id mask (RowState.banned_v), as Plan.pick does, so its generator consumes the same draws; the
-drawn token comes back in the drafter's ids (the views feed them; full_view.drafts_both_ids maps them). Every
-draw stays on the logits' device, where the request's generator lives (rows.py; vLLM's are CUDA ones)."""
+the unshared ids), and a sampling row draws with core.vocab_sampling.pick over the drafter's columns (the
+unshared and banned ids at probability 0) with its verifier-id mask (RowState.banned_v), as Plan.pick does, so
+its generator consumes the same draws; the drawn token comes back in the drafter's ids (the views feed them;
+full_view.drafts_both_ids maps them). Every draw stays on the logits' device, where the request's generator
+lives (rows.py; vLLM's are CUDA ones)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def pick(
                     logits[r][None], s.request.cfg, banned[r]
                 )  # [1, V]
                 tokens[r] = sampling.draw(lp, [s.generator])[0]
-            else:  # over the shared set in drafter-id order, a verifier id back to the drafter's
+            else:  # over the drafter's columns, a verifier id back to the drafter's
                 drawn = vocab_sampling.pick(
                     logits[r][None], s.request.cfg, s.banned_v, vmap, [s.generator]
                 )  # [1] verifier id

@@ -13,6 +13,8 @@ AsymSpecProposer, which owns the step's state) or the sampler, in step order:
   _sample                    sampler.sample: the gate in place of the rejection sampler, on the step's tensors
                              and batch, reading the drafter's logits from the proposer (a failure there ends
                              the rank under tensor parallelism, as in the drafter's passes: faults.py)
+                             (on every other engine: logprob_support.restrict, the rows whose logprobs are
+                             over a support, a cross-family drafter alone's)
   propose_draft_token_ids    proposer.draft: commit, route the cached image embeddings (patch 4), draft
   sample_tokens              proposer.take_errors: tensor-parallel ranks agree on this step's failed requests
                              (faults.py); those requests ride out on the ModelRunnerOutput
@@ -26,6 +28,7 @@ import copy
 
 from .. import sampler
 from ..probes.phase_timing import timed
+from ..requests import logprob_support
 from ..requests.faults import stop_rank_on_error
 from ._patching import install
 from .config_patch import is_asymspec
@@ -143,6 +146,8 @@ def model_forward(
 
 def sample(original, runner, logits, spec_decode_metadata):
     if not is_asymspec(runner.vllm_config):
+        # a plain engine: rows whose logprobs have a support (a cross-family drafter alone's)
+        logprob_support.restrict(runner, logits)
         return original(runner, logits, spec_decode_metadata)
     runner.input_batch.update_async_output_token_ids()
     if runner.asymspec.timer is not None:

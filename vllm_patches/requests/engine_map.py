@@ -9,8 +9,10 @@ import torch
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.vocab_align import VocabMap
 
-# the methods a cross-family speculative engine samples (core/vocab_sampling.py's rules, sampler.py)
-SAMPLED_ACROSS_MAP = ("asymspec", "sd", "scd")
+# the methods the vLLM backend samples across a map (core/vocab_sampling.py's rules): asymspec, sd, scd and floor
+# on the speculative engine (sampler.py; a cross-family Floor always runs there), the drafter alone on its plain
+# drafter engine (vLLM's own sampler over the same drafter-id columns, the unshared ids banned by logit_bias)
+SAMPLED_ACROSS_MAP = ("asymspec", "sd", "scd", "floor", "drafter")
 
 
 def engine_vocab_map(vllm_config) -> VocabMap | None:

@@ -1,6 +1,7 @@
 """The vLLM backend: every method on vLLM 0.19 engines, AsymSpec through the patched speculative path.
 
-  floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples)
+  floor     the verifier alone on x_comp (plain engine, banned tokens masked; vLLM's sampler samples; across
+            a map on the speculative engine, mode "floor")
   drafter   the VL drafter alone on x_question (plain engine; the image enters as the transformers
             processor's pixel_values, which the engine's own vision tower embeds on the worker:
             vllm_patches/hooks/pixel_inputs.py)
@@ -17,10 +18,11 @@ starts nothing. A request's engine and mode are looked up once, in plan_request 
 run, engine_request and row read them from the plan, and each row carries it back. Prompts, banned tokens, stop
 tokens, token budget (the HF backend's room rule, with the engine's max_model_len as the context) and statistics
 match the transformers backend.
-A cross-family pair (two vocabularies, pair.vmap) runs greedily on the same engines: the speculative engine's
-requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map, docs/cross-family.md),
-Floor's and the drafter's plain engines ban the tokens outside the shared set, the drafter's answer comes back in
-the verifier's ids.
+A cross-family pair (two vocabularies, pair.vmap) runs greedy and sampled on the same engines: the speculative
+engine's requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map,
+docs/cross-family.md), Floor runs there too (mode "floor"), the drafter's plain engine bans the tokens outside the
+shared set (so vLLM's own sampler draws core/vocab_sampling.py's token) and its answer, logprobs included
+(requests/logprob_support.py), comes back in the verifier's ids (drafter_answer.py).
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-import torch
-
 import vllm_patches
+from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
+from vllm_patches.requests.logprob_support import SUPPORT_KEY
 from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
 
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ConfigError, ModelPairError
+from ...core.errors import ConfigError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
@@ -49,6 +51,7 @@ from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
 from ...inputs.vocab import token_mask
 from ...pair.model_pair import ModelPair
+from . import drafter_answer
 from .engine import (
     EngineCache,
     EngineSpec,
@@ -144,9 +147,13 @@ class VLLMBackend:
         """The engine a method runs on (methods.py's `engine`), and the per-request mode on a speculative
         engine ("plain" elsewhere). One speculative engine per drafter serves sd, scd and asymspec at every K
         up to its own; with `speculative` Floor runs there too, in mode "floor" (no drafts: the verifier's
-        greedy tokens on x_comp), as on a server."""
+        greedy tokens on x_comp), as on a server, and so it does for a cross-family pair: its draws are
+        core/vocab_sampling.py's (the drafter's columns), which a plain verifier engine's sampler cannot draw, and
+        its logprobs are restricted to the shared set (docs/cross-family.md, "vLLM engine")."""
         method = method if isinstance(method, Method) else method_named(method)
-        if method.engine == "verifier" and not speculative:
+        if method.engine == "verifier" and not (
+            speculative or not self.pair.vmap.identity
+        ):
             return EngineSpec(self.verifier), "plain"
         if method.engine == "drafter":
             return EngineSpec(self.drafter, images=True), "plain"
@@ -169,7 +176,7 @@ class VLLMBackend:
         engines, see engine_for). Everything after reads them from the plan."""
         method = method if isinstance(method, Method) else method_named(method)
         if not self.pair.vmap.identity:
-            self._refuse_across_map(method, cfg, speculative)
+            self._refuse_across_map(method, cfg)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         return RequestPlan(method, cfg, spec, mode)
 
@@ -205,20 +212,15 @@ class VLLMBackend:
         )
         finals = generate(llm, prompts, params, progress if on_step else None)
         elapsed = time.perf_counter() - start
-        rows = [self.row(o, plan, elapsed) for o in finals]
-        for row in rows:
-            row.token_ids = to_verifier(row.token_ids)
-        return rows
+        return [self.row(o, plan, elapsed, self.pair.vmap) for o in finals]
 
     def _to_verifier_ids(self, method: Method) -> Callable[[list[int]], list[int]]:
         """The engine's output ids -> the verifier's: the drafter alone of a cross-family pair answers in the
-        drafter's ids (every one shared: its logit_bias bans the others), one gather; otherwise as they are."""
+        drafter's ids (drafter_answer.py), one gather; otherwise as they are."""
         vmap = self.pair.vmap
-        if method.engine != "drafter" or vmap.identity:
+        if not drafter_answer.speaks_drafter_ids(method, vmap):
             return list
-        return lambda ids: vmap.to_verifier_ids(
-            torch.tensor(ids, dtype=torch.long)
-        ).tolist()
+        return partial(drafter_answer.tokens, vmap)
 
     def engine_request(
         self, r: EncodedRequest, plan: RequestPlan
@@ -231,30 +233,20 @@ class VLLMBackend:
         room = budget.room(r, plan.method, plan.cfg, lambda model: length)
         return self._prompt(r, plan.method), self._params(r, plan, room)
 
-    def _refuse_across_map(
-        self, method: Method, cfg: AsymSpecConfig, speculative: bool
-    ) -> None:
+    def _refuse_across_map(self, method: Method, cfg: AsymSpecConfig) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling for Floor and the drafter alone (asymspec, sd and scd sample on the speculative
-        engine), structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved to the
-        verifier's by `run`) a server's request and logprobs."""
-        if cfg.samples and method.name in ("floor", "drafter"):
+        'vLLM engine'): sampling for a method engine_map.SAMPLED_ACROSS_MAP does not list (today it lists every
+        one), structured output."""
+        if cfg.samples and method.name not in SAMPLED_ACROSS_MAP:
             raise ConfigError(
-                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: it runs "
-                "on a plain engine whose own sampler draws over the whole vocabulary, not the shared set in the "
-                "drafter's id order the transformers backend draws from (backend='hf' runs it; "
+                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: only "
+                f"{', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (backend='hf' runs it; "
                 "docs/cross-family.md, 'vLLM engine')"
             )
         if cfg.structured_output is not None:
             raise ConfigError(
                 "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
                 "allow no token of the shared set (docs/cross-family.md)"
-            )
-        if method.engine == "drafter" and (speculative or cfg.logprobs is not None):
-            raise ModelPairError(
-                f"method {method.name!r} on the vLLM engine for a cross-family pair: its plain drafter engine "
-                "speaks the drafter's ids; a server's request and logprobs are not ported there yet "
-                "(backend='hf' runs them)"
             )
 
     def _prompt(self, r: EncodedRequest, method: Method) -> dict:
@@ -290,16 +282,15 @@ class VLLMBackend:
         banned = self.pair.banned_ids()
         stop_ids = self.pair.stop_ids(cfg)
         vmap = self.pair.vmap
-        if plan.mode == "plain" and not vmap.identity and method.engine == "drafter":
-            # the drafter alone across a map: its shared tokens only, the stop tokens in its ids (the rule of
-            # vocab_align.decide_drafter and MinTokens.mapped)
+        if plan.mode == "plain" and not vmap.identity:
+            # the drafter alone across a map (Floor runs on the speculative engine there): its shared tokens only,
+            # the stop tokens in its ids (the rule of vocab_align.decide_drafter and MinTokens.mapped); vLLM's own
+            # sampler then draws vocab_sampling's token: the same [B, Vd] columns, these ids at probability 0
             banned = vmap.drafter_banned(
                 token_mask(banned, vmap.verifier_size, "cpu"), "cpu"
             )
             banned = banned.nonzero().flatten().tolist()
             stop_ids = MinTokens(0, stop_ids, []).mapped(vmap).stop_ids
-        elif plan.mode == "plain" and not vmap.identity:  # Floor: the shared set only
-            banned = sorted(set(banned) | set(unshared_verifier_ids(vmap)))
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
             ignore_eos=True,
@@ -317,6 +308,14 @@ class VLLMBackend:
         if (
             plan.mode == "plain"
         ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
+            if not vmap.identity and cfg.logprobs is not None:
+                # the drafter alone's logprobs over the shared set (requests/logprob_support.py): ids it bans
+                kw["extra_args"] = {
+                    SUPPORT_KEY: vmap.drafter_banned(None, "cpu")
+                    .nonzero()
+                    .flatten()
+                    .tolist()
+                }
             return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
@@ -351,12 +350,18 @@ class VLLMBackend:
         on_step(rows)
 
     @staticmethod
-    def row(o, plan: RequestPlan, elapsed: float) -> loop.RowOutput:
+    def row(o, plan: RequestPlan, elapsed: float, vmap=None) -> loop.RowOutput:
         """A finished RequestOutput as the plan's row (tokens, sources, statistics, finish reason; with
-        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it."""
+        cfg.logprobs the engine's logprobs, each named by its distribution), the plan carried back on it; in the
+        verifier's ids (vmap: the pair's map, which the drafter alone's answer crosses: drafter_answer.py)."""
         method, mode, cfg = plan.method, plan.mode, plan.cfg
         completion = o.outputs[0]
         tokens = list(completion.token_ids)
+        if vmap is not None and drafter_answer.speaks_drafter_ids(method, vmap):
+            row = VLLMBackend.row(o, plan, elapsed)
+            row.token_ids = drafter_answer.tokens(vmap, row.token_ids)
+            row.logprobs = drafter_answer.logprobs(vmap, row.logprobs)
+            return row
         stats, sources, error = from_output(o.kv_transfer_params)
         if mode == "plain":
             stats = T.Stats(steps=len(tokens), emitted=len(tokens))
@@ -440,11 +445,6 @@ class StreamedStats:
 def _collapse_runs(ids: list[int], token: int) -> list[int]:
     """Each run of `token` -> one `token` (the unexpanded image placeholder)."""
     return [t for i, t in enumerate(ids) if t != token or i == 0 or ids[i - 1] != token]
-
-
-def unshared_verifier_ids(vmap) -> list[int]:
-    """The verifier ids a cross-family pair can never commit (outside its shared set)."""
-    return vmap.verifier_banned(None, "cpu").nonzero().flatten().tolist()
 
 
 def max_model_len(llm) -> int:

@@ -185,8 +185,9 @@ SAMPLED = [
 
 @pytest.mark.parametrize("cfg", SAMPLED, ids=["T0.8", "T1.2-topk-topp"])
 def test_sampled_runs_on_permuted_ids_are_the_same_run(tiny_models, permuted, cfg):
-    """Temperature > 0 across the map (core/vocab_sampling.py): seeded draws over the shared set in drafter-id
-    order, so the permuted verifier draws the same tokens: the same answers, traces and statistics."""
+    """Temperature > 0 across the map (core/vocab_sampling.py): seeded draws over the drafter's columns (the
+    unshared ids at probability 0), so the permuted verifier draws the same tokens: the same answers, traces and
+    statistics."""
     folder, new_of = permuted
     one, two = (
         AsymSpecVL.from_pretrained(

@@ -6,18 +6,22 @@
   alike) on vLLM gives the transformers backend's run of the same pair, and the unpermuted pair's answers under
   the permutation, with logprobs;
 - min_tokens across the map holds each model's own ids of the stop tokens;
-- seeded sampling across the map (asymspec, sd, scd: every draw over the shared set in drafter-id order) gives the
-  transformers backend's tokens and traces, batched, and the permuted verifier's oracle holds under it;
-- what is not ported (Floor's and the drafter's sampling on their plain engines, ...) is refused with a typed
-  error."""
+- seeded sampling across the map (every method: every draw over the drafter's columns in drafter-id order, the
+  unshared ones at probability 0; Floor on the speculative engine, the drafter alone on its plain engine by vLLM's
+  own sampler) gives the transformers backend's tokens and traces, batched, and the permuted verifier's oracle
+  holds under it;
+- what is not ported (the drafter alone's logprobs, ...) is refused with a typed error."""
 
 import pytest
+import torch
 from asymspec_vl.evals.toy.eval import VARIANTS, request_of
 from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
-from asymspec_vl.core.errors import ConfigError, ModelPairError
+from asymspec_vl.core import vocab_sampling
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.vocab_align import VocabMap
 from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
 
@@ -71,6 +75,11 @@ def pipes(tiny_models, permuted):
             "asymspec",
             AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=16, temperature=0.9, seed=4),
         ),
+        ("floor", AsymSpecConfig(K=2, max_new_tokens=16, temperature=1.5, seed=6)),
+        (
+            "drafter",
+            AsymSpecConfig(K=2, max_new_tokens=16, temperature=1.5, top_k=30, seed=8),
+        ),
     ],
 )
 def test_permuted_verifier_on_vllm_equals_transformers_batched(
@@ -110,9 +119,6 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
 @pytest.mark.parametrize(
     "method, cfg, error",
     [
-        ("floor", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
-        ("drafter", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
-        ("drafter", AsymSpecConfig(K=2, logprobs=1), ModelPairError),
         (
             "asymspec",
             {"K": 2, "structured_output": {"regex": "The answer is [0-9]+"}},
@@ -124,6 +130,54 @@ def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
     _, _, vllm_two = pipes
     with pytest.raises(error, match="cross-family"):
         vllm_two.generate_batch([random_request(0)], method, cfg)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(temperature=1.3, seed=5),
+        AsymSpecConfig(temperature=0.7, top_k=5, top_p=0.8, seed=6),
+        AsymSpecConfig(temperature=1.0, top_p=0.9, seed=7),
+    ],
+)
+def test_the_drafter_alones_draw_is_vllms_own_sampler_on_its_banned_logits(cfg):
+    """Why a plain drafter engine samples the drafter alone across a map: vocab_sampling's draw (over the drafter's
+    columns, the unshared ones at probability 0) is, row for row, vLLM's own sampler's on the same logits with the
+    unshared ids at -inf (logit_bias), temperature, top-k / top-p (vLLM's PyTorch filter, the CPU build's) and the
+    exponential race with each row's seeded generator (v1/sample/ops/topk_topp_sampler.py)."""
+    from vllm.v1.sample.ops.topk_topp_sampler import (  # lazy: loads vLLM
+        apply_top_k_top_p_pytorch,
+        random_sample,
+    )
+
+    g = torch.Generator().manual_seed(2)
+    Vd, Vv, S, B = 50, 40, 30, 256
+    vmap = VocabMap(
+        torch.randperm(Vd, generator=g)[:S],
+        torch.randperm(Vv, generator=g)[:S].sort().values,
+        Vd,
+        Vv,
+    )
+    q = 3 * torch.randn(B, 1, Vd, generator=g)
+    ours = vocab_sampling.sample(
+        "drafter",
+        cfg,
+        {"q": q},
+        torch.zeros(B, 0, dtype=torch.long),
+        None,
+        vmap,
+        [torch.Generator().manual_seed(100 + i) for i in range(B)],
+    )
+    x = q[:, 0] + torch.where(vmap.drafter_banned(None, "cpu"), float("-inf"), 0.0)
+    x = x.div_(torch.full((B, 1), cfg.temperature))
+    k = torch.full((B,), cfg.top_k) if cfg.top_k else None
+    p = torch.full((B,), cfg.top_p) if cfg.top_p < 1 else None
+    x = apply_top_k_top_p_pytorch(x, k, p, allow_cpu_sync=True)
+    theirs = random_sample(
+        x.softmax(-1, dtype=torch.float32),
+        {i: torch.Generator().manual_seed(100 + i) for i in range(B)},
+    )
+    assert torch.equal(ours.token, vmap.to_verifier_ids(theirs))
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +224,70 @@ def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
         assert sum(r.stats.accepted for r in got) > 0
 
 
+def _same_logprobs(got, want) -> None:
+    for x, y in zip(want, got):
+        assert y.token_ids == x.token_ids
+        assert len(y.logprobs) == len(x.logprobs) == len(x.token_ids)
+        for a, b in zip(x.logprobs, y.logprobs):
+            assert (b.token_id, b.distribution) == (a.token_id, a.distribution)
+            assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
+            assert [i for i, _ in b.top] == [i for i, _ in a.top]
+            assert [lp for _, lp in b.top] == pytest.approx(
+                [lp for _, lp in a.top], abs=1e-4
+            )
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(K=2, max_new_tokens=10, logprobs=3),
+        AsymSpecConfig(K=2, max_new_tokens=10, logprobs=3, temperature=1.5, seed=7),
+    ],
+)
+def test_embedded_llama_drafter_alone_logprobs_on_vllm_equal_transformers(
+    llama_pipes, cfg
+):
+    """The drafter alone's logprobs across the map: in verifier ids, each token's and its alternatives' under the
+    drafter's distribution restricted to the shared set and normalised over it (its plain engine's logits -inf
+    outside it before vLLM's sampler computes them: requests/logprob_support.py), as the transformers backend
+    gives them; its full-vocabulary logprobs would be lower (the unshared mass)."""
+    hf, vl = llama_pipes
+    reqs = [request_of(e) for e in world.heldout(4)]
+    want = hf.generate_batch(reqs, "drafter", cfg)
+    got = vl.generate_batch(reqs, "drafter", cfg)
+    _same_logprobs(got, want)
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    assert all({i for lp in r.logprobs for i, _ in lp.top} <= shared for r in got)
+
+
+@pytest.fixture(scope="module")
+def removed_pipes(tiny_models, tmp_path_factory):
+    """The tiny pair with 60 tokens removed from the verifier: the untrained drafter spreads real mass over its
+    unshared tokens (the trained toy drafter puts almost none there)."""
+    folder, _ = write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("removed"), seed=7, remove=60
+    )
+    paths = dict(drafter=str(tiny_models["vl_drafter"]), verifier=str(folder))
+    vl = AsymSpecVL.from_pretrained(**paths, backend="vllm", block_size=16)
+    yield AsymSpecVL.from_pretrained(**paths, device="cpu"), vl
+    vl.backend.close()
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_the_drafter_alones_logprobs_on_vllm_are_over_the_shared_set(
+    removed_pipes, sampled
+):
+    """Where the drafter's unshared mass is not negligible its logprobs on vLLM are still the transformers
+    backend's: restricted to the shared set and normalised over it, not its full vocabulary's."""
+    hf, vl = removed_pipes
+    hot = {"temperature": 1.5, "seed": 3} if sampled else {}
+    cfg = AsymSpecConfig(K=2, max_new_tokens=8, logprobs=2, **hot)
+    reqs = [random_request(s) for s in range(3)]
+    _same_logprobs(
+        vl.generate_batch(reqs, "drafter", cfg), hf.generate_batch(reqs, "drafter", cfg)
+    )
+
+
 @pytest.mark.parametrize("key", ["asymspec-K2-b1", "scd"])
 def test_embedded_llama_min_tokens_on_vllm_equals_transformers(llama_pipes, key):
     """min_tokens across the map: the stop tokens held in t in the verifier's ids and in the drafter's logits (its
@@ -192,16 +310,24 @@ HOT = {"temperature": 1.5, "seed": 7}
     "key, changes",
     [
         ("asymspec-K2-b1", HOT),
-        ("asymspec-K2-b1-fused", {**HOT, "top_k": 40, "top_p": 0.98}),
+        (
+            "asymspec-K2-b1-fused",
+            {**HOT, "temperature": 2.0, "top_k": 40, "top_p": 0.995},
+        ),
         ("sd", HOT),
         ("scd", {**HOT, "min_p": 0.02}),
+        ("floor", HOT),
+        ("floor", {**HOT, "top_k": 40, "top_p": 0.9, "min_p": 0.02}),
+        ("drafter", HOT),
+        ("drafter", {**HOT, "top_k": 20, "top_p": 0.95, "min_p": 0.02}),
     ],
 )
 def test_embedded_llama_sampled_on_vllm_equals_transformers_batched(
     llama_pipes, key, changes
 ):
-    """Seeded sampling across the map: the drafts drawn over the shared set in drafter-id order by each request's
-    generator, then the method's sampled rule (core/vocab_sampling.py) with the same generator."""
+    """Seeded sampling across the map: the drafts drawn over the drafter's columns by each request's generator,
+    then the method's sampled rule (core/vocab_sampling.py) with the same generator; Floor's on the speculative
+    engine, the drafter alone's by vLLM's own sampler on its plain engine (logit_bias bans the unshared ids)."""
     hf, vl = llama_pipes
     reqs = [request_of(e) for e in world.heldout(8)]
     variant = VARIANTS[key]
@@ -211,6 +337,10 @@ def test_embedded_llama_sampled_on_vllm_equals_transformers_batched(
     assert summary(got) == summary(expected)
     greedy = hf.generate_batch(reqs, variant.method, variant.config())
     assert [r.token_ids for r in got] != [r.token_ids for r in greedy]  # it sampled
-    assert (
-        sum(r.stats.accepted for r in got) > 0
-    )  # the drafts were drawn, and some accepted
+    shared = set(vl.pair.vmap.verifier_ids.tolist())
+    assert all(set(r.token_ids) <= shared for r in got)
+    if variant.method not in (
+        "floor",
+        "drafter",
+    ):  # the drafts were drawn, and some accepted
+        assert sum(r.stats.accepted for r in got) > 0

@@ -73,7 +73,7 @@ def test_a_sampled_draft_is_never_a_banned_token():
 
 
 def test_a_sampled_draft_across_a_map_is_the_transformers_draw_in_drafter_ids():
-    """A cross-family row (vmap): the draw over the shared set in drafter-id order with its verifier-id mask
+    """A cross-family row (vmap): the draw over the drafter's columns with its verifier-id mask
     (vocab_sampling.pick, the transformers loop's Plan.pick), handed back in the drafter's ids; an unshared
     drafter token is never drafted, however likely."""
     # drafter 8 ids, verifier 6: verifier id v is drafter id 7 - v for v < 5; drafter ids 0, 1, 2 are unshared
