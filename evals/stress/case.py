@@ -4,9 +4,10 @@ of each request whose rule reads them, the drafter's logits a and b with the tra
 same tokens. Engines with worker processes run the case in a fresh interpreter (`python -m
 asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once per process.
 A cross-family case (engine.pair "cross") runs on the reference's pair: the rows the engine refuses across the map
-are skipped (counted in CaseReport.skipped by reason), stop tokens outside the verifier's shared, unbanned ids are
-moved onto them (the same-family draw names ids of another vocabulary), and a, b are compared in the drafter's
-ids (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
+(workload.unserved_across_map) are skipped (counted in CaseReport.skipped by reason), its sampled rows run and are
+compared as one vocabulary's are (seeded: the same draws on both sides), stop tokens outside the verifier's
+shared, unbanned ids are moved onto them (the same-family draw names ids of another vocabulary), and a, b are
+compared in the drafter's ids (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ class CaseReport:
     workload: str  # Workload.to_json()
     requests: int = 0
     compared: int = 0  # requests compared (all, unless the engine failed)
+    sampled: int = 0  # of them, the ones that sample (seeded, temperature > 0)
     logit_steps: int = 0  # a / b comparisons made
     max_error: dict = field(default_factory=lambda: {"a": 0.0, "b": 0.0})
     resumptions: int = 0
@@ -65,7 +67,7 @@ class CaseReport:
     mismatches: list[Mismatch] = field(default_factory=list)
     skipped: dict = field(
         default_factory=dict
-    )  # rows not run, by reason (a cross-family case: "sampled", "plain")
+    )  # rows not run, by reason (a cross-family case: "plain", "sampled MODE": unserved_across_map)
     vocabulary: dict = field(
         default_factory=dict
     )  # the pair's: drafter, verifier, shared sizes, identity (Reference.vocabulary)
@@ -122,6 +124,7 @@ def run_case(
         if got is None:
             continue
         report.compared += 1
+        report.sampled += "temperature" in row.config
         if got.finish_reason == "error":
             report.mismatches.append(
                 Mismatch("error", i, got.error[:2000], known_finding(got.error))
