@@ -96,9 +96,10 @@ def line(report: CaseReport) -> str:
         else ""
     )
     sampled = f" ({report.sampled} sampled)" if report.sampled else ""
+    errors = " ".join(f"{k} {e:.1e}" for k, e in report.max_error.items())
     return cross + (
         f"{report.compared}/{report.requests} requests{sampled}, {report.logit_steps} logit checks (max rel. error "
-        f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
+        f"{errors}), {report.resumptions} resumptions, "
         f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}"
     )
 

@@ -26,6 +26,12 @@ from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request, unserved_across_map
 
 RESULT_PREFIX = "STRESS-RESULT "
+LOGITS = (
+    "a",
+    "b",
+    "q",
+    "t",
+)  # the logits a step's entry may hold (probe.captured_step_logits), compared by name
 # Known findings of issue 23, by a piece of the error they end the engine or the request with.
 KNOWN = {
     "shm_all_gather_impl": "finding 1: TP int64 all-gather on the AVX-512 shared-memory communicator",
@@ -45,7 +51,7 @@ FIELDS = (
 
 @dataclass
 class Mismatch:
-    what: str  # "engine" (the engine failed), "tokens" (a summary field), "a" / "b" (logits), "error" (a request)
+    what: str  # "engine" (the engine failed), "tokens" (a summary field), "a" / "b" / "q" / "t" (logits), "error"
     row: int | None
     detail: str
     known: str | None = None  # the issue-23 finding it matches, if any
@@ -59,7 +65,7 @@ class CaseReport:
     compared: int = 0  # requests compared (all, unless the engine failed)
     sampled: int = 0  # of them, the ones that sample (seeded, temperature > 0)
     logit_steps: int = 0  # a / b comparisons made
-    max_error: dict = field(default_factory=lambda: {"a": 0.0, "b": 0.0})
+    max_error: dict = field(default_factory=lambda: dict.fromkeys(LOGITS, 0.0))
     resumptions: int = 0
     seconds: dict = field(
         default_factory=lambda: {"engine": 0.0, "reference": 0.0}
@@ -185,15 +191,15 @@ def _compare_logits(
 ) -> None:
     for s in spread(len(steps), k):
         entry = steps[s]
-        for name in ("b", "a"):
+        for name in LOGITS:
             if name not in entry:
                 continue
             got = entry[name]
             try:
                 ref = (
-                    reference.b(enc, entry["y"], entry["drafts"])
-                    if name == "b"
-                    else reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+                    reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+                    if name == "a"
+                    else getattr(reference, name)(enc, entry["y"], entry["drafts"])
                 )
             except (
                 ConfigError
@@ -204,7 +210,7 @@ def _compare_logits(
                 continue
             err = relative_error(got, ref)
             report.logit_steps += 1
-            report.max_error[name] = max(report.max_error[name], err)
+            report.max_error[name] = max(report.max_error.get(name, 0.0), err)
             if err > LOGIT_TOLERANCE:
                 report.mismatches.append(
                     Mismatch(

@@ -6,7 +6,7 @@ Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by it
 an engine step's y and drafts are verifier ids and a, b drafter-space logits: the reference drafter reads y and
 the drafts moved to its ids (VocabMap.to_drafter_ids), b after its own x_comp (EncodedRequest.drafter_comp).
 
-LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a and b. Both sides compute in
+LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a, b, q and t. Both sides compute in
 float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
 transformers' SDPA and eager modules, a cached incremental forward against one forward over the whole
 sequence): summation order alone moves a tiny model's logits by about 1e-6 of their scale (float32's
@@ -126,6 +126,22 @@ class Reference:
         )
 
     @torch.no_grad()
+    def t(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
+        """The verifier on x_comp + y + d_1..d_n (its own ids: verifier ids across a map too): its logits at the
+        n+1 verified positions. -> [n+1, Vv]"""
+        ids = torch.tensor([enc.comp.ids + y + drafts])
+        return (
+            self.vl.backend.verifier(input_ids=ids, attention_mask=torch.ones_like(ids))
+            .logits[0, -(len(drafts) + 1) :]
+            .float()
+        )
+
+    def q(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
+        """A sampling sd / scd row's drafting logits: the drafter on x_comp + y + d_1..d_{j-1} at the n draft
+        positions, b's first n rows. -> [n, Vd]"""
+        return self.b(enc, y, drafts)[: len(drafts)]
+
+    @torch.no_grad()
     def a(
         self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int
     ) -> torch.Tensor:
@@ -146,6 +162,9 @@ class Reference:
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |got - ref| / max |ref|; inf where the shapes differ or a value is not finite (no NaN passes a check)."""
+    if got.shape != ref.shape or not (got.isfinite().all() and ref.isfinite().all()):
+        return float("inf")
     return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 

@@ -133,6 +133,7 @@ def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
     assert not report.mismatches, (report.mismatches, w.to_json())
     assert report.compared == len(w.rows) and report.logit_steps > 0
     assert report.max_error["b"] > 0  # b was compared (asymspec or scd rows ran)
+    assert report.max_error["t"] > 0  # and the verifier's t of every row
     if w.engine.preempt:
         assert report.resumptions > 0, "no request was preempted: shrink the KV cache"
 
@@ -365,8 +366,8 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
 ):
     """One cross-family case (the embedded pair embedded-llama on the engine and the transformers side): its pair
     has two vocabularies (the map is not the identity), the refused rows are skipped and counted by reason, every
-    served request equals transformers (its sampled asymspec, sd and scd rows too, batched with greedy ones), a
-    and b agree in the drafter's ids; and reference answers that differ (row 0's tokens and the sampled asymspec
+    served request equals transformers (its sampled asymspec, sd and scd rows too, batched with greedy ones), a,
+    b and q agree in the drafter's ids, t in the verifier's; and reference answers that differ (row 0's tokens and the sampled asymspec
     row's moved by one) are reported as those rows' token mismatches, nothing else."""
     from asymspec_vl.evals.stress.case import run_case, served
     from asymspec_vl.evals.stress.workload import Workload
@@ -414,3 +415,5 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
     ], report.mismatches
     assert report.logit_steps > 0 and report.resumptions > 0
     assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
+    # t in the verifier's ids; q: the sampled sd / scd rows' drafting logits, in the drafter's
+    assert 0 < report.max_error["t"] < 1e-4 and 0 < report.max_error["q"] < 1e-4
