@@ -367,8 +367,8 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
     """One cross-family case (the embedded pair embedded-llama on the engine and the transformers side): its pair
     has two vocabularies (the map is not the identity), the refused rows are skipped and counted by reason, every
     served request equals transformers (its sampled asymspec, sd and scd rows too, batched with greedy ones), a,
-    b and q agree in the drafter's ids, t in the verifier's; and reference answers that differ (row 0's tokens and the sampled asymspec
-    row's moved by one) are reported as those rows' token mismatches, nothing else."""
+    b and q agree in the drafter's ids, t in the verifier's; and reference answers that differ (row 0's tokens
+    and the sampled asymspec row's moved by one) are reported as those rows' token mismatches, nothing else."""
     from asymspec_vl.evals.stress.case import run_case, served
     from asymspec_vl.evals.stress.workload import Workload
 
