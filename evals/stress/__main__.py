@@ -8,9 +8,10 @@ Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) u
 --cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
 seeded sampled rows; see workload.py; by default every third one cross-family: the embedded pair `embedded-llama`,
 two vocabularies, on the engine and the transformers side alike, its sampled rows compared as one vocabulary's
-are, the rows the engine refuses across the map skipped and counted by reason, a and b compared in the drafter's
-ids, see hf_side.py), prints one line per case (with the process's resident memory after it) and at the end the
-cases run, requests compared (cross-family: sampled rows, skips) and every mismatch with the workload that reproduces it
+are, the rows the engine refuses across the map skipped and counted by reason, a, b, q compared in the drafter's
+ids and t in the verifier's, see hf_side.py), prints one line per case (with the process's resident memory after
+it) and at the end the cases run, requests compared (cross-family: sampled rows, skips) and every mismatch with
+the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 

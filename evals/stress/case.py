@@ -1,13 +1,14 @@
-"""One stress case: a workload on its vLLM engine, every request compared with the same request decoded alone on
-the transformers backend (tokens, sources, finish, step counts) and, at up to `logit_steps` verification steps
-of each request whose rule reads them, the drafter's logits a and b with the transformers drafter's on the
-same tokens. Engines with worker processes run the case in a fresh interpreter (`python -m
-asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once per process.
+"""One stress case: a workload on its vLLM engine, every request compared with the same request decoded alone on the
+transformers backend (tokens, sources, finish, step counts) and, at up to `logit_steps` verification steps of each
+request, the logits its rule read (LOGITS: the drafter's a, b and a sampling sd / scd row's drafting logits q, the
+verifier's t) with the transformers models' on the same tokens. Engines with worker processes run the case in a
+fresh interpreter (`python -m asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once
+per process.
 A cross-family case (engine.pair "cross") runs on the reference's pair: the rows the engine refuses across the map
 (workload.unserved_across_map) are skipped (counted in CaseReport.skipped by reason), its sampled rows run and are
-compared as one vocabulary's are (seeded: the same draws on both sides), stop tokens outside the verifier's
-shared, unbanned ids are moved onto them (the same-family draw names ids of another vocabulary), and a, b are
-compared in the drafter's ids (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
+compared as one vocabulary's are (seeded: the same draws on both sides), stop tokens outside the verifier's shared,
+unbanned ids are moved onto them (the same-family draw names ids of another vocabulary), and a, b, q are compared in
+the drafter's ids, t in the verifier's (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
 
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
 """The reference side of the stress test: the transformers backend (float32, CPU) on the same pair as the engine,
-each request decoded alone, and the drafter's logits recomputed from scratch on the tokens an engine step read.
+each request decoded alone, and the logits an engine step read recomputed from scratch on its tokens.
 
 Pairs (PAIRS): "same" the tiny same-family models; "cross" the embedded cross-family pair (`embedded-llama`: the toy
 Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by its shipped paths). Across the map
-an engine step's y and drafts are verifier ids and a, b drafter-space logits: the reference drafter reads y and
-the drafts moved to its ids (VocabMap.to_drafter_ids), b after its own x_comp (EncodedRequest.drafter_comp).
+an engine step's y and drafts are verifier ids, t verifier-space logits and a, b, q drafter-space ones: the
+reference drafter reads y and the drafts moved to its ids (VocabMap.to_drafter_ids), b and q after its own x_comp
+(EncodedRequest.drafter_comp).
 
-LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a, b, q and t. Both sides compute in
-float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
+LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a, b, q and t. Both sides
+compute in float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
 transformers' SDPA and eager modules, a cached incremental forward against one forward over the whole
 sequence): summation order alone moves a tiny model's logits by about 1e-6 of their scale (float32's
 epsilon is 1.2e-7; 184 stress cases, 8,457 checks: at most 3.7e-6). A step whose KV cache holds another
