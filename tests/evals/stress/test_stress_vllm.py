@@ -114,6 +114,51 @@ def test_workloads_round_trip_and_shrink_to_what_fails():
     )
 
 
+def test_every_logit_a_step_read_is_compared_by_name_and_a_planted_error_is_reported():
+    """_compare_logits on a stand-in reference: t, a, b and q of a step each checked against the reference's
+    recomputation of that name on the step's tokens; q off by 1e-2 of its scale is that row's q mismatch, a NaN
+    or a shape that differs never passes."""
+    import math
+
+    import torch
+    from asymspec_vl.evals.stress.case import CaseReport, _compare_logits
+    from asymspec_vl.evals.stress.hf_side import relative_error
+
+    x = torch.linspace(-3, 3, 12).view(2, 6)
+
+    class Ref:
+        def __init__(self):
+            self.calls = []
+
+        def t(self, enc, y, drafts):
+            self.calls.append(("t", y, drafts))
+            return x
+
+        def b(self, enc, y, drafts):
+            return x
+
+        def q(self, enc, y, drafts):
+            self.calls.append(("q", y, drafts))
+            return x[:1]
+
+        def a(self, enc, y, drafts, m):
+            return x[:m]
+
+    steps = [
+        {"y": [4], "drafts": [7], "t": x + 1e-7, "q": x[:1] + 3e-2, "b": x},
+        {"y": [4, 7], "drafts": [5], "t": x, "a": x[:1]},
+    ]
+    report, ref = CaseReport(0, "{}"), Ref()
+    _compare_logits(report, ref, 3, None, steps, k=6)
+    assert report.logit_steps == 5 and ("q", [4], [7]) in ref.calls
+    assert [(m.what, m.row) for m in report.mismatches] == [("q", 3)]
+    assert 0 < report.max_error["t"] < 1e-6 and report.max_error["q"] == pytest.approx(
+        1e-2
+    )
+    assert relative_error(x, x) == 0 and math.isinf(relative_error(x * math.nan, x))
+    assert math.isinf(relative_error(x[:1], x))
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_models):
     from asymspec_vl.evals.stress.hf_side import Reference
