@@ -27,12 +27,8 @@ from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request, unserved_across_map
 
 RESULT_PREFIX = "STRESS-RESULT "
-LOGITS = (
-    "a",
-    "b",
-    "q",
-    "t",
-)  # the logits a step's entry may hold (probe.captured_step_logits), compared by name
+# the logits a step's entry may hold (probe.captured_step_logits), compared by name
+LOGITS = ("a", "b", "q", "t")
 # Known findings of issue 23, by a piece of the error they end the engine or the request with.
 KNOWN = {
     "shm_all_gather_impl": "finding 1: TP int64 all-gather on the AVX-512 shared-memory communicator",
@@ -65,7 +61,7 @@ class CaseReport:
     requests: int = 0
     compared: int = 0  # requests compared (all, unless the engine failed)
     sampled: int = 0  # of them, the ones that sample (seeded, temperature > 0)
-    logit_steps: int = 0  # a / b comparisons made
+    logit_steps: int = 0  # logit comparisons made (a, b, q, t)
     max_error: dict = field(default_factory=lambda: dict.fromkeys(LOGITS, 0.0))
     resumptions: int = 0
     seconds: dict = field(

@@ -59,12 +59,8 @@ MODES = (
     "plain",
 )  # plain: no extra_args (ordinary lossless SD)
 MODE_WEIGHTS = (4, 2, 2, 1, 1)
-SAMPLED_MODES = (
-    "asymspec",
-    "sd",
-    "scd",
-    "floor",
-)  # a GPU-shaped draw makes 40 % of these rows sample
+# a GPU-shaped draw makes 40 % of these modes' rows sample (_sampled)
+SAMPLED_MODES = ("asymspec", "sd", "scd", "floor")
 QUESTIONS = (
     "What is the value of the largest bar?",
     "How many circles are shown in the figure?",
