@@ -7,9 +7,11 @@
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
 --cases ran (by default every second one GPU-shaped: compiled and first traced at the whole budget, GPU budgets,
 seeded sampled rows; see workload.py; by default every third one cross-family: the embedded pair `embedded-llama`,
-two vocabularies, on the engine and the transformers side alike, its sampled and plain rows skipped and counted,
-a and b compared in the drafter's ids, see hf_side.py), prints one line per case (with the process's resident
-memory after it) and at the end the cases run, requests compared and every mismatch with the workload that reproduces it
+two vocabularies, on the engine and the transformers side alike, its sampled rows compared as one vocabulary's
+are, the rows the engine refuses across the map skipped and counted by reason, a, b, q compared in the drafter's
+ids and t in the verifier's, see hf_side.py), prints one line per case (with the process's resident memory after
+it) and at the end the cases run, requests compared (cross-family: sampled rows, skips) and every mismatch with
+the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
@@ -19,6 +21,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -60,12 +63,29 @@ def skips(w: Workload) -> str:
     """What a cross-family case will skip (the rows the vLLM engine refuses across a map), for its case line."""
     if w.engine.pair == "same":
         return ""
-    why = [unserved_across_map(r) for r in w.rows]
-    counts = {k: why.count(k) for k in ("sampled", "plain") if why.count(k)}
+    counts = Counter(filter(None, map(unserved_across_map, w.rows)))
     if not counts:
         return ", none skipped"
-    told = ", ".join(f"{n} {k}" for k, n in counts.items())
-    return f", skipped {told} (refused by the vLLM engine across a vocabulary map)"
+    return (
+        f", skipped {told(counts)} (refused by the vLLM engine across a vocabulary map)"
+    )
+
+
+def told(counts: dict) -> str:
+    """{"plain": 2, "sampled floor": 1} -> "2 plain, 1 sampled floor" (reasons in sorted order)."""
+    return ", ".join(f"{n} {why}" for why, n in sorted(counts.items()))
+
+
+def across_map(reports: list[CaseReport]) -> str:
+    """The run's cross-family totals (the summary's second line; "" when no case ran across a map)."""
+    cross = [r for r in reports if r.vocabulary and not r.vocabulary["identity"]]
+    if not cross:
+        return ""
+    skipped = sum((Counter(r.skipped) for r in cross), Counter())
+    return (
+        f"across a vocabulary map: {len(cross)} case(s), {sum(r.compared for r in cross)} requests compared, "
+        f"{sum(r.sampled for r in cross)} of them sampled; skipped: {told(skipped) or 'none'}\n"
+    )
 
 
 def line(report: CaseReport) -> str:
@@ -76,9 +96,11 @@ def line(report: CaseReport) -> str:
         if v and not v["identity"]
         else ""
     )
+    sampled = f" ({report.sampled} sampled)" if report.sampled else ""
+    errors = " ".join(f"{k} {e:.1e}" for k, e in report.max_error.items())
     return cross + (
-        f"{report.compared}/{report.requests} requests, {report.logit_steps} logit checks (max rel. error "
-        f"a {report.max_error['a']:.1e} b {report.max_error['b']:.1e}), {report.resumptions} resumptions, "
+        f"{report.compared}/{report.requests} requests{sampled}, {report.logit_steps} logit checks (max rel. error "
+        f"{errors}), {report.resumptions} resumptions, "
         f"{report.seconds['engine']:.0f} s vLLM + {report.seconds['reference']:.0f} s transformers: {status}"
     )
 
@@ -219,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\ncases run: {len(reports)}, requests compared: {sum(r.compared for r in reports)}, logit checks: "
         f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
-        f"{len(bad)} case(s), seconds: {time.time() - start:.0f}"
+        f"{len(bad)} case(s), seconds: {time.time() - start:.0f}\n{across_map(reports)}",
+        end="",
     )
     for r in bad:
         print(

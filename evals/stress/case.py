@@ -1,12 +1,14 @@
-"""One stress case: a workload on its vLLM engine, every request compared with the same request decoded alone on
-the transformers backend (tokens, sources, finish, step counts) and, at up to `logit_steps` verification steps
-of each request whose rule reads them, the drafter's logits a and b with the transformers drafter's on the
-same tokens. Engines with worker processes run the case in a fresh interpreter (`python -m
-asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once per process.
+"""One stress case: a workload on its vLLM engine, every request compared with the same request decoded alone on the
+transformers backend (tokens, sources, finish, step counts) and, at up to `logit_steps` verification steps of each
+request, the logits its rule read (LOGITS: the drafter's a, b and a sampling sd / scd row's drafting logits q, the
+verifier's t) with the transformers models' on the same tokens. Engines with worker processes run the case in a
+fresh interpreter (`python -m asymspec_vl.evals.stress --workload ...`): vLLM reads its multiprocessing switch once
+per process.
 A cross-family case (engine.pair "cross") runs on the reference's pair: the rows the engine refuses across the map
-are skipped (counted in CaseReport.skipped by reason), stop tokens outside the verifier's shared, unbanned ids are
-moved onto them (the same-family draw names ids of another vocabulary), and a, b are compared in the drafter's
-ids (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
+(workload.unserved_across_map) are skipped (counted in CaseReport.skipped by reason), its sampled rows run and are
+compared as one vocabulary's are (seeded: the same draws on both sides), stop tokens outside the verifier's shared,
+unbanned ids are moved onto them (the same-family draw names ids of another vocabulary), and a, b, q are compared in
+the drafter's ids, t in the verifier's (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
 from .workload import Workload, make_request, unserved_across_map
 
 RESULT_PREFIX = "STRESS-RESULT "
+# the logits a step's entry may hold (probe.captured_step_logits), compared by name
+LOGITS = ("a", "b", "q", "t")
 # Known findings of issue 23, by a piece of the error they end the engine or the request with.
 KNOWN = {
     "shm_all_gather_impl": "finding 1: TP int64 all-gather on the AVX-512 shared-memory communicator",
@@ -44,7 +48,7 @@ FIELDS = (
 
 @dataclass
 class Mismatch:
-    what: str  # "engine" (the engine failed), "tokens" (a summary field), "a" / "b" (logits), "error" (a request)
+    what: str  # "engine" (the engine failed), "tokens" (a summary field), "a" / "b" / "q" / "t" (logits), "error"
     row: int | None
     detail: str
     known: str | None = None  # the issue-23 finding it matches, if any
@@ -56,8 +60,9 @@ class CaseReport:
     workload: str  # Workload.to_json()
     requests: int = 0
     compared: int = 0  # requests compared (all, unless the engine failed)
-    logit_steps: int = 0  # a / b comparisons made
-    max_error: dict = field(default_factory=lambda: {"a": 0.0, "b": 0.0})
+    sampled: int = 0  # of them, the ones that sample (seeded, temperature > 0)
+    logit_steps: int = 0  # logit comparisons made (a, b, q, t)
+    max_error: dict = field(default_factory=lambda: dict.fromkeys(LOGITS, 0.0))
     resumptions: int = 0
     seconds: dict = field(
         default_factory=lambda: {"engine": 0.0, "reference": 0.0}
@@ -65,7 +70,7 @@ class CaseReport:
     mismatches: list[Mismatch] = field(default_factory=list)
     skipped: dict = field(
         default_factory=dict
-    )  # rows not run, by reason (a cross-family case: "sampled", "plain")
+    )  # rows not run, by reason (a cross-family case: "plain", "sampled MODE": unserved_across_map)
     vocabulary: dict = field(
         default_factory=dict
     )  # the pair's: drafter, verifier, shared sizes, identity (Reference.vocabulary)
@@ -122,6 +127,7 @@ def run_case(
         if got is None:
             continue
         report.compared += 1
+        report.sampled += "temperature" in row.config
         if got.finish_reason == "error":
             report.mismatches.append(
                 Mismatch("error", i, got.error[:2000], known_finding(got.error))
@@ -182,15 +188,15 @@ def _compare_logits(
 ) -> None:
     for s in spread(len(steps), k):
         entry = steps[s]
-        for name in ("b", "a"):
+        for name in LOGITS:
             if name not in entry:
                 continue
             got = entry[name]
             try:
                 ref = (
-                    reference.b(enc, entry["y"], entry["drafts"])
-                    if name == "b"
-                    else reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+                    reference.a(enc, entry["y"], entry["drafts"], got.shape[0])
+                    if name == "a"
+                    else getattr(reference, name)(enc, entry["y"], entry["drafts"])
                 )
             except (
                 ConfigError
@@ -201,7 +207,7 @@ def _compare_logits(
                 continue
             err = relative_error(got, ref)
             report.logit_steps += 1
-            report.max_error[name] = max(report.max_error[name], err)
+            report.max_error[name] = max(report.max_error.get(name, 0.0), err)
             if err > LOGIT_TOLERANCE:
                 report.mismatches.append(
                     Mismatch(

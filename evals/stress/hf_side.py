@@ -1,16 +1,18 @@
 """The reference side of the stress test: the transformers backend (float32, CPU) on the same pair as the engine,
-each request decoded alone, and the drafter's logits recomputed from scratch on the tokens an engine step read.
+each request decoded alone, and the logits an engine step read recomputed from scratch on its tokens.
 
 Pairs (PAIRS): "same" the tiny same-family models; "cross" the embedded cross-family pair (`embedded-llama`: the toy
 Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by its shipped paths). Across the map
-an engine step's y and drafts are verifier ids and a, b drafter-space logits: the reference drafter reads y and
-the drafts moved to its ids (VocabMap.to_drafter_ids), b after its own x_comp (EncodedRequest.drafter_comp).
+an engine step's y and drafts are verifier ids, t verifier-space logits and a, b, q drafter-space ones: the
+reference drafter reads y and the drafts moved to its ids (VocabMap.to_drafter_ids), b and q after its own x_comp
+(EncodedRequest.drafter_comp).
 
-LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a and b. Both sides compute in
-float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
+LOGIT_TOLERANCE: max |x_vllm - x_transformers| / max |x_transformers| accepted for a, b, q and t. Both sides
+compute in float32 on the CPU with different kernels (vLLM's CPU paged attention and fused RMSNorm / rotary against
 transformers' SDPA and eager modules, a cached incremental forward against one forward over the whole
 sequence): summation order alone moves a tiny model's logits by about 1e-6 of their scale (float32's
-epsilon is 1.2e-7; 184 stress cases, 8,457 checks: at most 3.7e-6). A step whose KV cache holds another
+epsilon is 1.2e-7; 184 stress cases, 8,457 checks: at most 3.7e-6; the toy Llama verifier's t across a map, 76
+cases, 5,542 checks of a, b, q and t: at most 2.5e-5, a, b and q at most 3.2e-6). A step whose KV cache holds another
 request's tokens, a stale position or the wrong view moves them by 1e-2 and more (test_vllm_asymspec: > 1e-2
 with patch 4 or 5 off; the stale block-table tail the stress run found: 1e-1 to 6e-1). 1e-4 sits well
 apart from each.
@@ -126,6 +128,22 @@ class Reference:
         )
 
     @torch.no_grad()
+    def t(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
+        """The verifier on x_comp + y + d_1..d_n (its own ids: verifier ids across a map too): its logits at the
+        n+1 verified positions. -> [n+1, Vv]"""
+        ids = torch.tensor([enc.comp.ids + y + drafts])
+        return (
+            self.vl.backend.verifier(input_ids=ids, attention_mask=torch.ones_like(ids))
+            .logits[0, -(len(drafts) + 1) :]
+            .float()
+        )
+
+    def q(self, enc: EncodedRequest, y: list[int], drafts: list[int]) -> torch.Tensor:
+        """A sampling sd / scd row's drafting logits: the drafter on x_comp + y + d_1..d_{j-1} at the n draft
+        positions, b's first n rows. -> [n, Vd]"""
+        return self.b(enc, y, drafts)[: len(drafts)]
+
+    @torch.no_grad()
     def a(
         self, enc: EncodedRequest, y: list[int], drafts: list[int], m: int
     ) -> torch.Tensor:
@@ -146,6 +164,9 @@ class Reference:
 
 
 def relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |got - ref| / max |ref|; inf where the shapes differ or a value is not finite (no NaN passes a check)."""
+    if got.shape != ref.shape or not (got.isfinite().all() and ref.isfinite().all()):
+        return float("inf")
     return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 

@@ -11,14 +11,15 @@ A workload is plain data (JSON round trip), so every mismatch prints the workloa
   RowSpec     one request: its method on that one engine (asymspec, sd, scd, floor, or plain speculative
               decoding without extra_args), its own K (at most the engine's) and config, its answer budget and
               stop tokens, an image or text-only request, and the engine step it arrives at (rows finish and
-              their batch rows are reused by later arrivals while others are running); speculative rows may
-              sample with a seed
+              their batch rows are reused by later arrivals while others are running); asymspec, sd, scd and
+              floor rows may sample with a seed (temperature 0.8, and top-k / top-p / min-p drawn apart)
 GPU-shaped engines (`draw(..., gpu_shaped=True)`, drawn from a second generator so that a seed's other draws stay
 as they were): compiled, budgets from 16 to 2048 with max_num_seqs above and below them, seeded sampled rows
 beside greedy ones in chunked prefills, prefix caching on and off, block size 16 (FlashInfer's and FlashAttention's
 usual page size), TP=2.
 Cross-family cases (`with_pair(w, "cross")`) keep the draw; the rows the vLLM engine refuses across a vocabulary
-map (sampled ones, plain speculative ones: unserved_across_map) are skipped when the case runs, and said so.
+map (plain speculative ones, sampled ones of a method the engine does not sample there: unserved_across_map) are
+skipped when the case runs, and counted by reason; the sampled rows of the methods it samples there run.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, Request
 from asymspec_vl.core.limits import LIMITS
+from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
 
 # The CPU build's attention (vllm/v1/attention/backends/cpu_attn.py) takes any block size its kernel divides:
 # multiples of 16 ("vec16"), of 32 for the "vec" / AMX kernels; 128 is the CPU platform's default.
@@ -57,6 +59,8 @@ MODES = (
     "plain",
 )  # plain: no extra_args (ordinary lossless SD)
 MODE_WEIGHTS = (4, 2, 2, 1, 1)
+# a GPU-shaped draw makes 40 % of these modes' rows sample (_sampled)
+SAMPLED_MODES = ("asymspec", "sd", "scd", "floor")
 QUESTIONS = (
     "What is the value of the largest bar?",
     "How many circles are shown in the figure?",
@@ -252,14 +256,8 @@ def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
             max_num_seqs=rng.choice(GPU_MAX_NUM_SEQS),
             prefix_caching=rng.random() < 0.5,
         )
-    rows = tuple(
-        dataclasses.replace(
-            r, config={**r.config, "temperature": 0.8, "seed": rng.randrange(10**6)}
-        )
-        if r.mode in ("asymspec", "sd", "scd") and rng.random() < 0.4
-        else r
-        for r in w.rows
-    )
+    filters = random.Random(f"gpu-shaped-filters-{w.seed}")
+    rows = tuple(_sampled(r, rng, filters) for r in w.rows)
     return Workload(w.seed, engine, rows[: 3 * engine.max_num_seqs])
 
 
@@ -268,14 +266,36 @@ def with_pair(w: Workload, pair: str) -> Workload:
     return dataclasses.replace(w, engine=dataclasses.replace(w.engine, pair=pair))
 
 
+def _sampled(r: RowSpec, rng: random.Random, filters: random.Random) -> RowSpec:
+    """r as a GPU-shaped draw leaves it: 40 % of SAMPLED_MODES' rows sample, seeded, at temperature 0.8, each of
+    top-k, top-p and min-p on in 30 % of them. Floor rows and the filters were added later: they draw from
+    `filters`, so that rng's draws, and the older seeds' workloads, stay as they were."""
+    if r.mode not in SAMPLED_MODES:
+        return r
+    own = filters if r.mode == "floor" else rng
+    if own.random() >= 0.4:
+        return r
+    config = {**r.config, "temperature": 0.8, "seed": own.randrange(10**6)}
+    if filters.random() < 0.3:
+        config["top_k"] = filters.choice((5, 20, 60))
+    if filters.random() < 0.3:
+        config["top_p"] = filters.choice((0.7, 0.9))
+    if filters.random() < 0.3:
+        config["min_p"] = filters.choice((0.05, 0.2))
+    return dataclasses.replace(r, config=config)
+
+
 def unserved_across_map(row: RowSpec) -> str | None:
-    """Why the vLLM engine refuses this row for a cross-family pair (None: it serves it): sampling is refused by
-    type (VLLMBackend._refuse_across_map), a plain speculative request carries no x_comp in the drafter's ids
-    (vllm_patches/requests/engine_map.py)."""
-    if "temperature" in row.config:
-        return "sampled"
+    """Why the vLLM engine refuses this row for a cross-family pair (None: it serves it), the reason a case counts
+    it under. "plain": a plain speculative request (no extra_args) is refused by the engine
+    (engine_map.cross_family_refusal): it carries no x_comp in the drafter's ids, and vLLM's own draft-model
+    verification compares draft and target ids of one vocabulary, so there is nothing to compare it against.
+    "sampled MODE": temperature > 0 for a method the engine does not sample across a map (not in
+    engine_map.SAMPLED_ACROSS_MAP, the one list; VLLMBackend._refuse_across_map refuses it by type)."""
     if row.mode == "plain":
         return "plain"
+    if "temperature" in row.config and row.mode not in SAMPLED_ACROSS_MAP:
+        return f"sampled {row.mode}"
     return None
 
 

@@ -10,10 +10,12 @@ carries no capture code. Two recordings:
   proposals  the first MAX_PROPOSALS proposals of each request, float32 on the host:
              a  on x_full at the draft positions: the drafter read x_full's prompt + y, then d_1 .. d_{K-1}
              b  on x_comp at the verified positions: the verifier's tokens (x_comp + y) and the drafts
-  steps      at every verification step of a request whose rule reads the drafter's logits: y (the committed
-             output before the step, Algorithm 1's y), the drafts it verifies (d_1..d_n) and what the rule read:
-             b [n+1, V] (x_comp + y + d_1..d_j, j = 0..n), a [m, V] (x_full + y + d_1..d_{j-1}, j = 1..m; m = n,
-             or n+1 for a fused bonus)
+  steps      at every verification step of a request (not a prefill chunk vLLM samples and discards): y (the
+             committed output before the step, Algorithm 1's y), the drafts it verifies (d_1..d_n) and what the
+             rule read: t [n+1, Vv] the verifier's (x_comp + y + d_1..d_j, j = 0..n), b [n+1, V] (the drafter on
+             x_comp + y + d_1..d_j, j = 0..n), a [m, V] (x_full + y + d_1..d_{j-1}, j = 1..m; m = n, or n+1 for a
+             fused bonus), q [n, V] (a sampling sd / scd row: the x_comp drafting logits its drafts were drawn
+             from, x_comp + y + d_1..d_{j-1}, j = 1..n)
 The copies to the host wait for the device: never on outside a test.
 """
 
@@ -66,12 +68,12 @@ class Recording:
         drafts: torch.Tensor,
         logits: dict[str, torch.Tensor],
     ):
-        """logits: what the sampler gathered for these rows (t [G, n+1, V], and a, b where the rule reads them);
-        drafts [G, n]."""
-        requests, read = (
-            proposer.runner.requests,
-            [name for name in ("a", "b") if name in logits],
-        )
+        """logits: what the sampler gathered for these rows (t [G, n+1, V], and a, b where the rule reads them, a
+        sampling sd / scd group's drafting logits under its method's name: recorded as q); drafts [G, n]."""
+        requests = proposer.runner.requests
+        read = {  # recorded name -> the sampler's
+            ("q" if name not in ("t", "a", "b") else name): name for name in logits
+        }
         if self.proposals is not None and "b" in logits:
             for req_id, row_drafts, row_b in zip(req_ids, drafts.tolist(), logits["b"]):
                 row = self._proposal(req_id)
@@ -85,12 +87,26 @@ class Recording:
                     row["b"].append({"tokens": tokens, "b": row_b.float().cpu()})
         if self.steps is None or not read:
             return
-        host = {name: logits[name].float().cpu() for name in read}  # [G, *, V]
+        host = {
+            as_: logits[name].float().cpu() for as_, name in read.items()
+        }  # [G, *, V]
+        discarded = _discarded(proposer.runner)
         for j, (req_id, row_drafts) in enumerate(zip(req_ids, drafts.tolist())):
+            if req_id in discarded:
+                continue
             y = proposer.row(req_id).committed(requests[req_id].output_token_ids)
             entry = {"y": [int(t) for t in y], "drafts": [int(d) for d in row_drafts]}
             entry.update({name: host[name][j].clone() for name in read})
             self.steps.setdefault(req_id, []).append(entry)
+
+
+def _discarded(runner) -> set[str]:
+    """This step's requests whose sample vLLM throws away (a prefill chunk that does not finish the prompt: the
+    runner's discard_request_mask, gpu_model_runner.py `_prepare_inputs`): their t is read at a position inside the
+    prompt and belongs to no verification step."""
+    batch = runner.input_batch
+    mask = runner.discard_request_mask.np[: batch.num_reqs]
+    return {req_id for req_id, drop in zip(batch.req_ids, mask) if drop}
 
 
 _recordings: weakref.WeakKeyDictionary = (

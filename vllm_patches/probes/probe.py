@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ..requests.request_args import unpack_tensor
 
+LOGITS = ("t", "a", "b", "q")  # a captured step's logits (harness.py's steps)
+
 
 def start_timing(llm) -> None:
     """Start (resetting) per-phase step timing: verifier, base_pass, gate, draft (see phase_timing.py)."""
@@ -75,13 +77,14 @@ def capture_step_logits(llm, on: bool = True) -> None:
 
 
 def captured_step_logits(llm) -> dict[str, list[dict]]:
-    """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "b": [n+1, V],
-    "a": [m, V]} (a, b float32, where the request's rule reads them) since capture_step_logits."""
+    """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "t": [n+1, Vv],
+    "b": [n+1, V], "a": [m, V], "q": [n, V]} (float32; t always, a, b where the request's rule reads them, q for a
+    sampling sd / scd row: harness.py) since capture_step_logits."""
 
     captured = llm.collective_rpc("asymspec_step_captured")[0]
     return {
         req_id: [
-            {k: unpack_tensor(v, k) if k in ("a", "b") else v for k, v in entry.items()}
+            {k: unpack_tensor(v, k) if k in LOGITS else v for k, v in entry.items()}
             for entry in entries
         ]
         for req_id, entries in captured.items()

@@ -5,18 +5,25 @@ against transformers) run in test_stress_vllm.py."""
 
 import dataclasses
 import json
+import random
 import re
+import types
 
 import pytest
+import torch
 from asymspec_vl.evals.stress import __main__ as stress
-from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch
-from asymspec_vl.evals.stress.workload import Workload, draw, with_pair
+from asymspec_vl.evals.stress import workload as workloads
+from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch, served
+from asymspec_vl.evals.stress.workload import RowSpec, Workload, draw, with_pair
+
+from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
 
 
 @pytest.fixture
 def ran(monkeypatch, tmp_path):
     """main() with a stand-in Reference and run_case: -> (exit status, stdout, the workloads run, here flags).
-    Seeds in `bad` report one token mismatch and 2 compared requests; the others 3 compared, none bad."""
+    Seeds in `bad` report one token mismatch and 2 compared requests; the others 3 compared, none bad; a
+    cross-family case two vocabularies, one sampled row and its refused rows skipped by reason."""
     (tmp_path / "verifier").mkdir()
     (tmp_path / "verifier" / "config.json").write_text("{}")
     monkeypatch.setattr(
@@ -38,6 +45,10 @@ def ran(monkeypatch, tmp_path):
             r.compared, r.logit_steps = (2, 5) if w.seed in bad else (3, 4)
             if w.seed in bad:
                 r.mismatches.append(Mismatch("tokens", 1, "transformers [1] vllm [2]"))
+            r.vocabulary = {"drafter": 9, "verifier": 8, "shared": 7}
+            r.vocabulary["identity"] = w.engine.pair == "same"
+            if w.engine.pair == "cross":
+                r.sampled, r.skipped = 1, {"plain": w.seed % 3, "sampled floor": 1}
             return r
 
         monkeypatch.setattr(stress, "run_case", run_case)
@@ -64,7 +75,21 @@ def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, ca
         "cases run: 3, requests compared: 9, logit checks: 12, mismatches: 0 in 0 case(s)"
         in out
     )
+    assert out.endswith(
+        "\nacross a vocabulary map: 1 case(s), 3 requests compared, 1 of them sampled; skipped: 2 plain, "
+        "1 sampled floor\n"
+    )  # seed 5 ran cross-family
     assert "reproduce" not in out
+
+
+def test_the_summary_adds_the_cross_family_cases_sampled_rows_and_skips(ran, capsys):
+    _, out, _ = ran(["--seed", "0", "--cases", "3", "--pairs", "cross"], capsys)
+    assert out.endswith(
+        "\nacross a vocabulary map: 3 case(s), 9 requests compared, 3 of them sampled; skipped: 3 plain, "
+        "3 sampled floor\n"
+    )  # plain: seeds 0, 1, 2 -> 0 + 1 + 2
+    _, out, _ = ran(["--seed", "0", "--cases", "2", "--pairs", "same"], capsys)
+    assert "across a vocabulary map" not in out
 
 
 @pytest.mark.parametrize(
@@ -138,12 +163,16 @@ def test_pairs_same_cross_and_every_third_case_cross_family(
 
 def test_a_cross_family_case_line_names_its_skipped_rows_and_its_vocabularies():
     w = with_pair(draw(3, tp=False, gpu_shaped=True), "cross")
-    sampled = sum("temperature" in r.config for r in w.rows)
-    plain = sum(r.mode == "plain" and "temperature" not in r.config for r in w.rows)
-    assert sampled and plain  # this draw has both
+    sampled = [r for r in w.rows if "temperature" in r.config]
+    plain = sum(r.mode == "plain" for r in w.rows)
+    assert plain and {r.mode for r in sampled} & set(
+        SAMPLED_ACROSS_MAP
+    )  # this draw has both
+    refused = sum(r.mode not in SAMPLED_ACROSS_MAP for r in sampled)
+    told = f"{plain} plain" + (f", {refused} sampled floor" if refused else "")
     assert stress.describe(w).endswith(
         f"pair=cross rows={len(w.rows)} ({'/'.join(sorted({r.mode for r in w.rows}))}), "
-        f"skipped {sampled} sampled, {plain} plain (refused by the vLLM engine across a vocabulary map)"
+        f"skipped {told} (refused by the vLLM engine across a vocabulary map)"
     )
     assert "skipped" not in stress.describe(draw(3, tp=False, gpu_shaped=True))
     report = CaseReport(5, w.to_json(), requests=2, compared=2)
@@ -154,8 +183,119 @@ def test_a_cross_family_case_line_names_its_skipped_rows_and_its_vocabularies():
         "identity": False,
     }
     assert stress.line(report).startswith("cross-family (200 shared of 426 / 276), 2/2")
+    report.sampled = 1
+    assert stress.line(report).startswith(
+        "cross-family (200 shared of 426 / 276), 2/2 requests (1 sampled), "
+    )
     report.vocabulary = {**report.vocabulary, "identity": True}
-    assert stress.line(report).startswith("2/2 requests")
+    assert stress.line(report).startswith("2/2 requests (1 sampled), ")
+
+
+def _cross_reference():
+    """A stand-in of a cross-family Reference as `served` reads it: verifier ids 0..99 shared, 5 banned."""
+    vmap = types.SimpleNamespace(identity=False, verifier_ids=torch.arange(100))
+    return types.SimpleNamespace(
+        vmap=vmap, pair=types.SimpleNamespace(banned_ids=lambda: [5])
+    )
+
+
+SAMPLING = {"temperature": 0.8, "seed": 1, "top_k": 20}
+
+
+def test_sampled_rows_across_a_map_run_unless_their_method_is_refused(monkeypatch):
+    """Across a map a sampled row runs when engine_map.SAMPLED_ACROSS_MAP lists its method, as it is (seeded,
+    its filters, batched with the greedy rows); plain rows and sampled rows of any other method are skipped, each
+    counted under its reason; one vocabulary serves everything."""
+    rows = tuple(
+        RowSpec(m, 2, 8, i, config=SAMPLING)
+        for i, m in enumerate(workloads.SAMPLED_MODES)
+    )
+    rows += (
+        RowSpec("plain", 2, 8, 9),
+        RowSpec("floor", 2, 8, 9),
+        RowSpec("plain", 2, 8, 3),
+    )
+    w = with_pair(Workload(0, workloads.EngineCase(), rows), "cross")
+    ran, skipped = served(w, _cross_reference())
+    assert ran.rows == tuple(
+        r
+        for r in rows
+        if r.mode != "plain" and (r.mode in SAMPLED_ACROSS_MAP or not r.config)
+    )
+    assert {"asymspec", "sd", "scd"} <= {r.mode for r in ran.rows if r.config}
+    assert skipped == {
+        "plain": 2,
+        **{f"sampled {m}": 1 for m in ("floor",) if m not in SAMPLED_ACROSS_MAP},
+    }
+    monkeypatch.setattr(
+        workloads, "SAMPLED_ACROSS_MAP", ("asymspec",)
+    )  # the one list decides
+    ran, skipped = served(w, _cross_reference())
+    assert [r.mode for r in ran.rows] == ["asymspec", "floor"] and ran.rows[
+        0
+    ].config == SAMPLING
+    assert skipped == {
+        "plain": 2,
+        "sampled sd": 1,
+        "sampled scd": 1,
+        "sampled floor": 1,
+    }
+    assert stress.skips(w) == (
+        ", skipped 2 plain, 1 sampled floor, 1 sampled scd, 1 sampled sd (refused by the vLLM engine across a "
+        "vocabulary map)"
+    )
+    monkeypatch.setattr(
+        workloads, "SAMPLED_ACROSS_MAP", ("asymspec", "sd", "scd", "floor")
+    )
+    assert served(w, _cross_reference())[1] == {"plain": 2}
+    one = types.SimpleNamespace(vmap=types.SimpleNamespace(identity=True))
+    assert served(dataclasses.replace(w, engine=workloads.EngineCase()), one) == (
+        dataclasses.replace(w, engine=workloads.EngineCase()),
+        {},
+    )
+
+
+def _old_sampled_rows(w: Workload) -> list[tuple[int, int]]:
+    """(row, seed) of the rows the GPU-shaped draw made sample before floor rows and filters were drawn: 40 % of
+    asymspec, sd and scd rows, from the draw's own generator."""
+    rng = random.Random(f"gpu-shaped-{w.seed}")
+    if (
+        w.engine.max_num_batched_tokens in workloads.GPU_BUDGETS
+    ):  # the engine draws came first
+        rng.random(), rng.choice((16, 16, 32, 128)), rng.choice(workloads.GPU_BUDGETS)
+        rng.choice(workloads.GPU_MAX_NUM_SEQS), rng.random()
+    out = []
+    for i, r in enumerate(draw(w.seed, tp=False).rows):
+        if r.mode in ("asymspec", "sd", "scd") and rng.random() < 0.4:
+            out.append((i, rng.randrange(10**6)))
+    return [(i, s) for i, s in out if i < len(w.rows)]
+
+
+def test_gpu_shaped_draws_sample_floor_rows_and_filters_and_keep_the_older_draws():
+    """Sampled rows of every SAMPLED_MODES mode, some with top-k / top-p / min-p; the asymspec, sd and scd rows
+    that sampled before (and their seeds) are the same: an older seed's reproduce line still draws its rows."""
+    seen, filters = set(), set()
+    for seed in range(40):
+        w = draw(seed, tp=False, gpu_shaped=True)
+        now = [
+            (i, r.config["seed"])
+            for i, r in enumerate(w.rows)
+            if "temperature" in r.config and r.mode != "floor"
+        ]
+        assert now == _old_sampled_rows(w), seed
+        for r in w.rows:
+            if "temperature" in r.config:
+                assert (
+                    r.config["temperature"] == 0.8 and r.mode in workloads.SAMPLED_MODES
+                )
+                seen.add(r.mode)
+                filters |= {k for k in ("top_k", "top_p", "min_p") if k in r.config}
+        assert w == draw(seed, tp=False, gpu_shaped=True)  # drawn again: the same
+    assert seen == set(workloads.SAMPLED_MODES) and filters == {
+        "top_k",
+        "top_p",
+        "min_p",
+    }
 
 
 def test_no_case_starts_after_the_time_is_up(ran, capsys):

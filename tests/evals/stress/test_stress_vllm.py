@@ -8,8 +8,8 @@ verification steps must equal the transformers drafter's on the same tokens (ref
 The engines below cover the CPU build's two attention kernels (block sizes 16 and 48: "vec16"; 32 and 128:
 "vec"), chunked prefills, prefix caching on and off, forced preemption, a small x_full pool and TP=2 with
 worker processes, and a GPU-shaped engine (compiled, first traced at the whole budget, seeded sampled rows in
-chunked prefills), and a cross-family case (the embedded pair embedded-llama: two vocabularies, its refused rows
-skipped); the long run draws every axis at random."""
+chunked prefills), and a cross-family case (the embedded pair embedded-llama: two vocabularies, seeded sampled
+rows beside greedy ones, its refused rows skipped); the long run draws every axis at random."""
 
 import pytest
 from asymspec_vl.evals.stress.workload import MODES, EngineCase, draw
@@ -114,6 +114,51 @@ def test_workloads_round_trip_and_shrink_to_what_fails():
     )
 
 
+def test_every_logit_a_step_read_is_compared_by_name_and_a_planted_error_is_reported():
+    """_compare_logits on a stand-in reference: t, a, b and q of a step each checked against the reference's
+    recomputation of that name on the step's tokens; q off by 1e-2 of its scale is that row's q mismatch, a NaN
+    or a shape that differs never passes."""
+    import math
+
+    import torch
+    from asymspec_vl.evals.stress.case import CaseReport, _compare_logits
+    from asymspec_vl.evals.stress.hf_side import relative_error
+
+    x = torch.linspace(-3, 3, 12).view(2, 6)
+
+    class Ref:
+        def __init__(self):
+            self.calls = []
+
+        def t(self, enc, y, drafts):
+            self.calls.append(("t", y, drafts))
+            return x
+
+        def b(self, enc, y, drafts):
+            return x
+
+        def q(self, enc, y, drafts):
+            self.calls.append(("q", y, drafts))
+            return x[:1]
+
+        def a(self, enc, y, drafts, m):
+            return x[:m]
+
+    steps = [
+        {"y": [4], "drafts": [7], "t": x + 1e-7, "q": x[:1] + 3e-2, "b": x},
+        {"y": [4, 7], "drafts": [5], "t": x, "a": x[:1]},
+    ]
+    report, ref = CaseReport(0, "{}"), Ref()
+    _compare_logits(report, ref, 3, None, steps, k=6)
+    assert report.logit_steps == 5 and ("q", [4], [7]) in ref.calls
+    assert [(m.what, m.row) for m in report.mismatches] == [("q", 3)]
+    assert 0 < report.max_error["t"] < 1e-6 and report.max_error["q"] == pytest.approx(
+        1e-2
+    )
+    assert relative_error(x, x) == 0 and math.isinf(relative_error(x * math.nan, x))
+    assert math.isinf(relative_error(x[:1], x))
+
+
 @pytest.fixture(scope="module")
 def reference(tiny_models):
     from asymspec_vl.evals.stress.hf_side import Reference
@@ -133,6 +178,7 @@ def test_every_request_equals_transformers_alone(seed, tiny_models, reference):
     assert not report.mismatches, (report.mismatches, w.to_json())
     assert report.compared == len(w.rows) and report.logit_steps > 0
     assert report.max_error["b"] > 0  # b was compared (asymspec or scd rows ran)
+    assert report.max_error["t"] > 0  # and the verifier's t of every row
     if w.engine.preempt:
         assert report.resumptions > 0, "no request was preempted: shrink the KV cache"
 
@@ -322,20 +368,33 @@ def test_the_budget_room_keeps_every_running_decode_whole():
 
 
 # -- cross-family cases (issue 34) -----------------------------------------------------------------
+# sampled rows across the map (seeded, with top-k / top-p / min-p), batched with CI case 18's greedy ones
+CROSS_SAMPLED = (
+    {"temperature": 0.8, "seed": 3, "top_k": 20},
+    {"temperature": 0.8, "seed": 4, "top_p": 0.9},
+    {"temperature": 0.8, "seed": 5, "min_p": 0.05},
+)
+
+
 def cross_workload():
     """CI case 18's rows (every method the cross-family engine serves, image and text-only, late arrivals, stop
-    tokens of the same-family draw's range) on its preempting engine with the embedded cross-family pair, and one
-    row of each kind the engine refuses across a map (a plain speculative row, a sampled one)."""
+    tokens of the same-family draw's range) on its preempting engine with the embedded cross-family pair, a
+    seeded sampled asymspec, sd and scd row (CROSS_SAMPLED), and a plain speculative row and a sampled floor row
+    (refused across a map while floor is not in engine_map.SAMPLED_ACROSS_MAP)."""
     import dataclasses
 
     from asymspec_vl.evals.stress.workload import RowSpec, with_pair
 
     w = with_pair(ci_workload(18), "cross")
-    refused = (
-        RowSpec("plain", 2, 8, 6),
-        RowSpec("asymspec", 2, 8, 7, config={"temperature": 0.8, "seed": 3}),
+    sampled = tuple(
+        RowSpec(mode, 2, 10, seed, image=seed % 2 == 0, arrival=2 * seed, config=cfg)
+        for mode, seed, cfg in zip(("asymspec", "sd", "scd"), (8, 9, 10), CROSS_SAMPLED)
     )
-    return dataclasses.replace(w, rows=w.rows + refused)
+    others = (
+        RowSpec("plain", 2, 8, 6),
+        RowSpec("floor", 2, 8, 7, config={"temperature": 0.8, "seed": 3}),
+    )
+    return dataclasses.replace(w, rows=w.rows + sampled + others)
 
 
 @pytest.fixture(scope="module")
@@ -351,42 +410,58 @@ def test_a_cross_family_case_runs_two_vocabularies_and_reports_a_mismatch(
     tiny_models, cross_reference, monkeypatch
 ):
     """One cross-family case (the embedded pair embedded-llama on the engine and the transformers side): its pair
-    has two vocabularies (the map is not the identity), the refused rows are skipped and counted, every served
-    request equals transformers, a and b agree in the drafter's ids; and a reference answer that differs (row 0's
-    tokens moved by one) is reported as that row's token mismatch, nothing else."""
+    has two vocabularies (the map is not the identity), the refused rows are skipped and counted by reason, every
+    served request equals transformers (its sampled asymspec, sd and scd rows too, batched with greedy ones), a,
+    b and q agree in the drafter's ids, t in the verifier's; and reference answers that differ (row 0's tokens
+    and the sampled asymspec row's moved by one) are reported as those rows' token mismatches, nothing else."""
     from asymspec_vl.evals.stress.case import run_case, served
     from asymspec_vl.evals.stress.workload import Workload
+
+    from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
 
     alone = cross_reference.alone
 
     def one_wrong(row, enc):
         out = alone(row, enc)
-        if row == first:
+        if row in wrong:
             out.token_ids = [t + 1 for t in out.token_ids]
         return out
 
     w = cross_workload()
-    first = served(w, cross_reference)[0].rows[0]  # as run_case serves it
+    rows = served(w, cross_reference)[0].rows  # as run_case serves them
+    wrong = (rows[0], next(r for r in rows if r.config.get("top_k")))
     monkeypatch.setattr(cross_reference, "alone", one_wrong)
     paths = {**tiny_models, "root": tiny_models["verifier"].parent}
     report = run_case(w, paths, cross_reference, logit_steps=3)
     v = report.vocabulary
     assert not v["identity"] and v["drafter"] != v["verifier"] > v["shared"]
     assert not cross_reference.vmap.identity
-    assert report.skipped == {"plain": 1, "sampled": 1}
+    floor_refused = "floor" not in SAMPLED_ACROSS_MAP
+    assert report.skipped == {
+        "plain": 1,
+        **({"sampled floor": 1} if floor_refused else {}),
+    }
     ran = Workload.from_json(report.workload)
-    assert ran.engine.pair == "cross" and len(ran.rows) == len(w.rows) - 2
+    assert (
+        ran.engine.pair == "cross" and len(ran.rows) == len(w.rows) - 1 - floor_refused
+    )
     assert {r.mode for r in ran.rows} == {"asymspec", "sd", "scd", "floor"}
+    sampled = [r for r in ran.rows if "temperature" in r.config]
+    assert [r.config for r in sampled][:3] == list(CROSS_SAMPLED)
+    assert report.sampled == len(sampled) >= 3
     shared = set(cross_reference.vmap.verifier_ids.tolist())
     stops = [r.stop_token_ids for r in ran.rows if r.stop_token_ids]
     assert stops and all(set(s) <= shared for s in stops)
     assert any(max(r.stop_token_ids) >= 276 for r in w.rows if r.stop_token_ids)
     assert report.compared == report.requests == len(ran.rows)
-    assert [(m.what, m.row) for m in report.mismatches] == [("tokens", 0)], (
-        report.mismatches
-    )
+    assert [(m.what, m.row) for m in report.mismatches] == [
+        ("tokens", 0),
+        ("tokens", ran.rows.index(wrong[1])),
+    ], report.mismatches
     assert report.logit_steps > 0 and report.resumptions > 0
     assert 0 < report.max_error["a"] < 1e-4 and 0 < report.max_error["b"] < 1e-4
+    # t in the verifier's ids; q: the sampled sd / scd rows' drafting logits, in the drafter's
+    assert 0 < report.max_error["t"] < 1e-4 and 0 < report.max_error["q"] < 1e-4
 
 
 @pytest.mark.vllm

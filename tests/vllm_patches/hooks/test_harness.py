@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
+from asymspec_vl.core.methods import DRAFTED
 from vllm_patches import sampler
 from vllm_patches.drafter.proposer import AsymSpecProposer
 from vllm_patches.hooks import harness
@@ -35,7 +37,9 @@ class FakeProposer:
             requests={
                 "r0": SimpleNamespace(prompt_token_ids=[7, 8], output_token_ids=[9]),
                 "r1": SimpleNamespace(prompt_token_ids=[6], output_token_ids=[]),
-            }
+            },
+            input_batch=SimpleNamespace(req_ids=["r0", "r1"], num_reqs=2),
+            discard_request_mask=SimpleNamespace(np=np.array([False, False, True])),
         )
         self.states = {"r0": FakeState([3, 4]), "r1": FakeState([1, 1])}
         self.a = torch.arange(2 * 3 * V, dtype=torch.float32).view(2, 3, V)
@@ -132,4 +136,43 @@ def test_a_recording_holds_what_the_rule_read_and_what_was_drafted():
     assert torch.equal(a["a"], drafter.a[0, :2])
     assert steps["r0"][0]["y"] == [9] and steps["r1"][0]["drafts"] == [1, 1]
     assert torch.equal(steps["r1"][0]["b"], out["b"][1]) and "a" not in steps["r1"][0]
+    assert torch.equal(steps["r0"][0]["t"], out["t"][0])  # the verifier's, every step
     assert harness.recording(drafter).proposals is None  # off: nothing kept
+
+
+def test_a_step_records_t_always_and_a_sampling_rows_drafting_logits_as_q():
+    """A group whose rule reads only t (Floor, SD) is recorded too; a sampling sd / scd group's drafting logits
+    (under its method's name, e.g. DRAFTED) are recorded as q, [n, V] a row."""
+    drafter = FakeProposer()
+    t, q = torch.randn(2, 3, V), torch.randn(2, 2, V)
+    harness.record(drafter, "steps")
+    try:
+        harness.recording(drafter).record_step(
+            drafter, ["r0", "r1"], torch.tensor([[3, 4], [1, 1]]), {"t": t, DRAFTED: q}
+        )
+        steps = harness.recording(drafter).steps
+    finally:
+        harness.record(drafter, "steps", on=False)
+    assert set(steps["r1"][0]) == {"y", "drafts", "t", "q"}
+    assert torch.equal(steps["r0"][0]["t"], t[0]) and torch.equal(
+        steps["r1"][0]["q"], q[1]
+    )
+
+
+def test_a_prefill_chunk_vllm_discards_is_no_step():
+    """A row in a prefill chunk that does not finish its prompt is sampled by vLLM and the sample thrown away
+    (discard_request_mask): its t was read inside the prompt, so it is not recorded; the other row is."""
+    drafter = FakeProposer()
+    drafter.runner.discard_request_mask.np[:2] = [True, False]
+    harness.record(drafter, "steps")
+    try:
+        harness.recording(drafter).record_step(
+            drafter,
+            ["r0", "r1"],
+            torch.zeros(2, 0, dtype=torch.long),
+            {"t": torch.randn(2, 1, V)},
+        )
+        steps = harness.recording(drafter).steps
+    finally:
+        harness.record(drafter, "steps", on=False)
+    assert list(steps) == ["r1"] and steps["r1"][0]["drafts"] == []
