@@ -349,11 +349,7 @@ class AsymSpecProposer(DraftModelProposer):
             prime = [state.prime] if state.prime is not None else []
             x_comp = list(self.runner.requests[req_id].prompt_token_ids) + prime
             if self.vmap is not None:  # the drafter's own x_comp (ids and template)
-                params = self.runner.requests[req_id].sampling_params
-                refusal = cross_family_refusal(
-                    state.request,
-                    getattr(params, "structured_outputs", None) is not None,
-                )
+                refusal = cross_family_refusal(state.request)
                 if refusal is not None:
                     self.fail(req_id, state, refusal)
                     return state

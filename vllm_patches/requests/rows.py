@@ -117,6 +117,8 @@ class RequestRegistry:
         self.errors: dict[
             str, str
         ] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
+        # rows whose step committed its accepted drafts only, since the last take_errors (grammar_dead_end.py)
+        self.cut_steps: set[str] = set()
         self.resumptions = 0  # preempted requests resumed with a held-back token
 
     def add(self, req_id: str, request) -> RowState:
@@ -159,6 +161,10 @@ class RequestRegistry:
     def take_errors(self) -> dict[str, str]:
         errors, self.errors = self.errors, {}
         return errors
+
+    def take_cut_steps(self) -> set[str]:
+        cut, self.cut_steps = self.cut_steps, set()
+        return cut
 
     def forget(self, req_ids) -> None:
         for req_id in req_ids:

@@ -236,8 +236,8 @@ class VLLMBackend:
     ) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
         'vLLM engine'): sampling for Floor and the drafter alone (asymspec, sd and scd sample on the speculative
-        engine), structured output; for the drafter alone (its plain engine speaks the drafter's ids, moved to the
-        verifier's by `run`) a server's request and logprobs."""
+        engine), structured output on a plain engine (the speculative engine serves it); for the drafter alone (its
+        plain engine speaks the drafter's ids, moved to the verifier's by `run`) a server's request and logprobs."""
         if cfg.samples and method.name in ("floor", "drafter"):
             raise ConfigError(
                 f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: it runs "
@@ -245,10 +245,15 @@ class VLLMBackend:
                 "drafter's id order the transformers backend draws from (backend='hf' runs it; "
                 "docs/cross-family.md, 'vLLM engine')"
             )
-        if cfg.structured_output is not None:
+        plain = method.engine == "drafter" or (
+            method.engine == "verifier" and not speculative
+        )  # engine_for's plain engines
+        if cfg.structured_output is not None and plain:
             raise ConfigError(
-                "structured_output is not run for a cross-family pair on the vLLM engine yet: a grammar may "
-                "allow no token of the shared set (docs/cross-family.md)"
+                f"structured_output for {method.name!r} is not run on the vLLM engine for a cross-family pair: it "
+                "runs on a plain engine, whose own sampler cannot end a request where the grammar allows no token "
+                "of the shared set (it would commit a token outside it); asymspec, sd and scd (and a server's "
+                "Floor) serve it on the speculative engine (docs/cross-family.md, 'vLLM engine')"
             )
         if method.engine == "drafter" and (speculative or cfg.logprobs is not None):
             raise ModelPairError(
