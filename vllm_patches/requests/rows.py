@@ -138,7 +138,9 @@ class RequestRegistry:
             state.request.cfg.samples
         ):  # the transformers backend's stream for the same seed
             state.generator = sampling.generators(state.request.cfg, 1, self.device)[0]
-        state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
+        state.banned_ids = tuple(
+            sorted(state.request.banned or self.default_banned_verifier_ids())
+        )
         if self.vmap is None:
             state.banned = token_mask(
                 state.banned_ids, self.facts.vocab_size, self.device
@@ -152,6 +154,15 @@ class RequestRegistry:
                 MinTokens(0, set(state.request.stop_ids), []).mapped(self.vmap).stop_ids
             )
         return state
+
+    def default_banned_verifier_ids(self) -> tuple[int, ...]:
+        """The engine's default banned set (the drafter's vision specials) in verifier ids: across a map the
+        verifier ids of those it shares (read as verifier ids, drafter ids banned other tokens: '"', '#', '%',
+        '&' on embedded-llama)."""
+        if self.vmap is None:
+            return self.default_banned
+        d2v = self.vmap.to("cpu").d2v  # [Vd]
+        return tuple(int(d2v[d]) for d in self.default_banned if d2v[d] >= 0)
 
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:
         state.failed = f"{type(err).__name__}: {err}"
