@@ -113,11 +113,6 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
         ("floor", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
         ("drafter", AsymSpecConfig(K=2, temperature=0.7, seed=1), ConfigError),
         ("drafter", AsymSpecConfig(K=2, logprobs=1), ModelPairError),
-        (
-            "asymspec",
-            {"K": 2, "structured_output": {"regex": "The answer is [0-9]+"}},
-            ConfigError,
-        ),
     ],
 )
 def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):

@@ -15,8 +15,9 @@ from asymspec_vl.evals.toy.eval import request_of
 from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
-from asymspec_vl import AsymSpecVL
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
 from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
 
 pytestmark = pytest.mark.vllm
@@ -91,6 +92,27 @@ class TestEmbeddedLlama:  # a class: its engine is closed before the next class 
                 assert r.finish_reason in ("stop", "length"), (kind, r.text, r.error)
                 assert follows(kind, r.text), (kind, r.text)
                 assert set(r.token_ids) <= shared
+
+    def test_floor_on_the_speculative_engine_follows_it(self, llama):
+        """A server's Floor (mode "floor" on the speculative engine: the same rules, no drafts)."""
+        backend, pair = llama.backend, llama.pair
+        cfg = AsymSpecConfig(
+            K=2, max_new_tokens=16, structured_output=CONSTRAINTS["json"]
+        )
+        plan = backend.plan_request("floor", cfg, speculative=True)
+        assert plan.mode == "floor"
+        reqs = [request_of(e) for e in world.heldout(4)]
+        encoded = [
+            encode(r, pair.processor, pair.tokenizer, pair.cross_map) for r in reqs
+        ]
+        shared = set(pair.vmap.verifier_ids.tolist())
+        for row in backend.run(encoded, plan):
+            text = pair.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+            assert row.finish_reason == "stop" and follows("json", text), (
+                text,
+                row.error,
+            )
+            assert set(row.token_ids) <= shared
 
     @pytest.mark.parametrize("method", ["floor", "drafter"])
     def test_the_plain_engines_refuse_it_by_type(self, llama, method):
