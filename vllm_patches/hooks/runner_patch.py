@@ -183,7 +183,7 @@ def sample_tokens(original, runner, grammar_output):
         and hasattr(output, "req_ids")
     ):
         errors = runner.drafter.take_errors()
-        cut = runner.drafter.registry.take_cut_steps()
+        cut = runner.drafter.take_cut_steps()
         if errors or cut:
             output = copy.copy(
                 output
