@@ -72,8 +72,9 @@ def cut_dead_ends(
         return committed
     sel = torch.tensor(rows, device=t.device)
     n_acc = outcome.num_accepted.to(t.device)[sel]  # [G']
-    ends = dead_ends(t[sel], n_acc, excluded).tolist()
-    for g, p, end in zip(rows, n_acc.tolist(), ends):
+    ends = dead_ends(t[sel], n_acc, excluded)
+    read = torch.stack([n_acc, ends.long()]).tolist()  # one device-to-host read
+    for g, p, end in zip(rows, *read):
         if not end:
             continue
         req_id = batch.req_ids[index[g]]

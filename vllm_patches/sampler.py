@@ -35,7 +35,9 @@ verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_score
 takes core/vocab_sampling.py's sampled rule of its method (Plan.decide's), every draw over the shared set in
 drafter-id order with the rows' generators on the logits' device, after drafts drawn the same way (draft_pick.py;
 sd / scd's q is the drafter's own x_comp view's drafting logits, kept in draft_logits). What a cross-family
-engine refuses per request: engine_map.cross_family_refusal.
+engine refuses per request: engine_map.cross_family_refusal. A row with a structured output whose rule chose where
+the grammar allows no token it may commit (across a map: no shared token) commits its accepted drafts only, or
+fails alone (grammar_dead_end.py).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ match the transformers backend.
 A cross-family pair (two vocabularies, pair.vmap) runs greedily on the same engines: the speculative engine's
 requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map, docs/cross-family.md),
 Floor's and the drafter's plain engines ban the tokens outside the shared set, the drafter's answer comes back in
-the verifier's ids.
+the verifier's ids; a structured output runs on the speculative engine only (vllm_patches/grammar_dead_end.py).
 """
 
 from __future__ import annotations
