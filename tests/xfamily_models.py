@@ -6,6 +6,7 @@ original."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -86,3 +87,19 @@ def write_other_vocabulary(
     model.save_pretrained(out)
     wrapped.save_pretrained(out)
     return out, new_of
+
+
+def write_renamed_token(src: Path, out: Path, old: str, new: str) -> Path:
+    """The verifier at `src` (a copy: weights, config, tokenizer) with its vocabulary entry `old` spelled `new`
+    (same id, same rows; `old` in no merge): a token the drafter does not have, so outside the shared set."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in Path(src).iterdir():
+        if f.is_file():
+            shutil.copy(f, out / f.name)
+    data = json.loads((out / "tokenizer.json").read_text())
+    merges = data["model"]["merges"]
+    assert not any(old in (m.split(" ") if isinstance(m, str) else m) for m in merges)
+    vocab = data["model"]["vocab"]
+    vocab[new] = vocab.pop(old)
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    return out

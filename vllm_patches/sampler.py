@@ -35,7 +35,9 @@ verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_score
 takes core/vocab_sampling.py's sampled rule of its method (Plan.decide's), every draw over the shared set in
 drafter-id order with the rows' generators on the logits' device, after drafts drawn the same way (draft_pick.py;
 sd / scd's q is the drafter's own x_comp view's drafting logits, kept in draft_logits). What a cross-family
-engine refuses per request: engine_map.cross_family_refusal.
+engine refuses per request: engine_map.cross_family_refusal. A row with a structured output whose rule chose where
+the grammar allows no token it may commit (across a map: no shared token) commits its accepted drafts only, or
+fails alone (grammar_dead_end.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from asymspec_vl.core.logprobs import step_scores
 from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
 from asymspec_vl.core.min_tokens import hold_stops
 
+from .grammar_dead_end import cut_dead_ends
 from .requests import hidden_tokens
 from .requests.request_args import RequestArgsError, decodes_greedily
 from .version import is_cpu_build
@@ -188,7 +191,22 @@ def sample(
         else:
             outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
         decided.append((method, cfg, index, step_logits, outcome, n))
-        _put_rows(out, index, outcome.committed(drafts))
+        excluded = (
+            proposer.vmap.verifier_banned(states[0].banned_v, logits.device)
+            if proposer.vmap is not None
+            else states[0].banned
+        )
+        committed = cut_dead_ends(
+            proposer,
+            batch,
+            index,
+            step_logits["t"],
+            outcome,
+            drafts,
+            excluded,
+            outcome.committed(drafts),
+        )  # a structured output's dead end: no committable token the grammar allows
+        _put_rows(out, index, committed)
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(

@@ -47,6 +47,11 @@ class TooManyImagesError(InputError):
     limit_mm_per_prompt; the server's --max-images)."""
 
 
+class GrammarDeadEndError(InputError):
+    """A structured output's grammar allows, at some output position, no token the pair can commit (across a
+    vocabulary map: no token of the shared set): the request ends there, its answer so far kept."""
+
+
 class BatchInputError(InputError):
     """Some requests of a batch are invalid; nothing has run. `errors` maps each bad request's index to its
     own typed error."""

@@ -7,7 +7,9 @@ One constraint, named as vLLM's StructuredOutputsParams names it:
   choice       one of a list of strings
   grammar      a grammar in the syntax of the engine's structured-output backend (xgrammar: EBNF)
 On the vLLM backend the grammar masks the verifier's logits t at every verified position before any method's
-rule reads them (docs/gpu-and-vllm.md, "Structured output"); the transformers backend refuses it.
+rule reads them (docs/gpu-and-vllm.md, "Structured output"); across a vocabulary map every rule then chooses over
+the shared set ∩ the allowed tokens, and a position that allows none of them ends that request alone
+(vllm_patches/grammar_dead_end.py; docs/cross-family.md). The transformers backend refuses it.
 """
 
 from __future__ import annotations

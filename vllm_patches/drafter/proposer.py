@@ -23,7 +23,8 @@ Each view owns its caches and passes (full_view.py, comp_view.py) and reads the 
 handle (drafter_pass.DrafterHandle), never the proposer; the gate/fusion math does not live here (sampler.py calls
 the methods' rules, reading the drafter's logits by name: step_logits); requests are parsed and failed by the
 registry (rows.py). The proposer owns the worker's step: each runner hook (hooks/runner_patch.py) calls one of
-its methods, on_scheduled, keep_verifier_metadata, after_verifier, draft, take_errors, profile_vision_tower.
+its methods, on_scheduled, keep_verifier_metadata, after_verifier, draft, take_errors (and take_cut_steps),
+profile_vision_tower.
 A cross-family pair (two vocabularies: `vmap`, requests/engine_map.py) crosses its map at this boundary: the
 committed tokens go to the drafter in its ids (RowState.y_drafter), the drafts come back in the verifier's
 (full_view.drafts_both_ids), and the drafter reads x_comp in its own ids and template, as a second FullView on the
@@ -340,6 +341,11 @@ class AsymSpecProposer(DraftModelProposer):
             check_ranks_agree(get_tp_group(), list(self.registry.errors))
         return self.registry.take_errors()
 
+    def take_cut_steps(self) -> set[str]:
+        """The requests whose step committed its accepted drafts only since the last call (a structured output's
+        dead end: grammar_dead_end.py)."""
+        return self.registry.take_cut_steps()
+
     # -- requests -------------------------------------------------------------------------------
     def row(self, req_id: str) -> RowState:
         """The request's state, created (and its x_full view opened) on first sight."""
@@ -349,11 +355,7 @@ class AsymSpecProposer(DraftModelProposer):
             prime = [state.prime] if state.prime is not None else []
             x_comp = list(self.runner.requests[req_id].prompt_token_ids) + prime
             if self.vmap is not None:  # the drafter's own x_comp (ids and template)
-                params = self.runner.requests[req_id].sampling_params
-                refusal = cross_family_refusal(
-                    state.request,
-                    getattr(params, "structured_outputs", None) is not None,
-                )
+                refusal = cross_family_refusal(state.request)
                 if refusal is not None:
                     self.fail(req_id, state, refusal)
                     return state

@@ -7,7 +7,8 @@ the preemption that held it back (accepting it again would put the grammar one t
 step that emits a hidden token emits nothing else (a prefill's last chunk), so that step leaves the grammar as it
 is. Everything else is vLLM's: the grammar bitmask over the K+1 verified positions, applied to the verifier's
 logits before our sampler (gpu_model_runner.sample_tokens: apply_grammar_bitmask, then _sample), and the drafts
-cut to their longest prefix the grammar accepts (update_draft_token_ids: grammar.validate_tokens).
+cut to their longest prefix the grammar accepts (update_draft_token_ids: grammar.validate_tokens). A position where
+the grammar allows no token the pair may commit: ../grammar_dead_end.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ AsymSpecProposer, which owns the step's state) or the sampler, in step order:
                              over a support, a cross-family drafter alone's)
   propose_draft_token_ids    proposer.draft: commit, route the cached image embeddings (patch 4), draft
   sample_tokens              proposer.take_errors: tensor-parallel ranks agree on this step's failed requests
-                             (faults.py); those requests ride out on the ModelRunnerOutput
+                             (faults.py); those requests ride out on the ModelRunnerOutput, with the rows whose
+                             step committed its accepted drafts only (grammar_dead_end.py)
   profile_run                proposer.profile_vision_tower: the drafter's vision tower on the largest image,
                              inside vLLM's memory profile
 """
@@ -38,6 +39,8 @@ from .runner_state import RUNNER_ATTR, RunnerState
 ERRORS_ATTR = (
     "asymspec_errors"  # ModelRunnerOutput attribute: req_id -> "ErrorType: message"
 )
+# ModelRunnerOutput attribute: the req_ids whose step committed its accepted drafts only (grammar_dead_end.py)
+CUT_ATTR = "asymspec_cut_steps"
 
 
 def patch_model_runner() -> None:
@@ -185,11 +188,13 @@ def sample_tokens(original, runner, grammar_output):
         and hasattr(output, "req_ids")
     ):
         errors = runner.drafter.take_errors()
-        if errors:
+        cut = runner.drafter.take_cut_steps()
+        if errors or cut:
             output = copy.copy(
                 output
             )  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
             setattr(output, ERRORS_ATTR, errors)
+            setattr(output, CUT_ATTR, cut)
     return output
 
 

@@ -44,7 +44,7 @@ from ..requests.stats import OUTPUT_KEY, EngineStats
 from ._patching import install
 from .config_patch import is_asymspec
 from .grammar_patch import hidden_tokens_skip_grammar
-from .runner_patch import ERRORS_ATTR
+from .runner_patch import CUT_ATTR, ERRORS_ATTR
 
 STATE_ATTR = "asymspec_state"  # Request attribute holding its RequestState
 SCHEDULER_ATTR = (
@@ -289,14 +289,16 @@ def full_view_blocks(
 
 
 def step_counts(scheduler_output, runner_output) -> dict[str, tuple[int, int]]:
-    """req_id -> (drafts verified, tokens committed) of this step, before any stop cut."""
+    """req_id -> (drafts verified, accepted + 1) of this step, before any stop cut: a step cut at a grammar's
+    dead end (grammar_dead_end.py) committed its accepted drafts and no emitted token."""
     steps = {}
     sampled = runner_output.sampled_token_ids or []
+    cut = getattr(runner_output, CUT_ATTR, None) or ()
     for req_id, index in runner_output.req_id_to_index.items():
         generated = sampled[index] if index < len(sampled) else []
         if generated:
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(req_id) or ()
-            steps[req_id] = (len(drafts), len(generated))
+            steps[req_id] = (len(drafts), len(generated) + (req_id in cut))
     return steps
 
 

@@ -29,18 +29,14 @@ def engine_vocab_map(vllm_config) -> VocabMap | None:
     return None if vmap.identity else vmap
 
 
-def cross_family_refusal(request, structured: bool = False) -> Exception | None:
+def cross_family_refusal(request) -> Exception | None:
     """Why a cross-family engine cannot serve this request (None: it can). request: the parsed AsymSpecRequest
-    (None: a plain request); structured: it asks for a structured output."""
+    (None: a plain request). A structured output is served: its grammar's dead ends fail the request alone
+    (grammar_dead_end.py)."""
     if request is None:
         return ConfigError(
             "a cross-family engine (two vocabularies) serves asymspec requests only (extra_args['asymspec']): a "
             "plain speculative request carries no x_comp in the drafter's ids"
-        )
-    if structured:
-        return ConfigError(
-            "structured output is not run for a cross-family pair yet (a grammar may allow no shared token; "
-            "docs/cross-family.md, 'vLLM engine')"
         )
     if request.cfg.samples and request.method.name not in SAMPLED_ACROSS_MAP:
         return ConfigError(

@@ -117,6 +117,8 @@ class RequestRegistry:
         self.errors: dict[
             str, str
         ] = {}  # failed since the last take_errors: req_id -> "ErrorType: message"
+        # rows whose step committed its accepted drafts only, since the last take_errors (grammar_dead_end.py)
+        self.cut_steps: set[str] = set()
         self.resumptions = 0  # preempted requests resumed with a held-back token
 
     def add(self, req_id: str, request) -> RowState:
@@ -136,7 +138,9 @@ class RequestRegistry:
             state.request.cfg.samples
         ):  # the transformers backend's stream for the same seed
             state.generator = sampling.generators(state.request.cfg, 1, self.device)[0]
-        state.banned_ids = tuple(sorted(state.request.banned or self.default_banned))
+        state.banned_ids = tuple(
+            sorted(state.request.banned or self.default_banned_verifier_ids())
+        )
         if self.vmap is None:
             state.banned = token_mask(
                 state.banned_ids, self.facts.vocab_size, self.device
@@ -151,6 +155,15 @@ class RequestRegistry:
             )
         return state
 
+    def default_banned_verifier_ids(self) -> tuple[int, ...]:
+        """The engine's default banned set (the drafter's vision specials) in verifier ids: across a map the
+        verifier ids of those it shares (read as verifier ids, drafter ids banned other tokens: '"', '#', '%',
+        '&' on embedded-llama)."""
+        if self.vmap is None:
+            return self.default_banned
+        d2v = self.vmap.to("cpu").d2v  # [Vd]
+        return tuple(int(d2v[d]) for d in self.default_banned if d2v[d] >= 0)
+
     def fail(self, req_id: str, state: RowState, err: Exception) -> None:
         state.failed = f"{type(err).__name__}: {err}"
         self.errors[req_id] = state.failed
@@ -159,6 +172,10 @@ class RequestRegistry:
     def take_errors(self) -> dict[str, str]:
         errors, self.errors = self.errors, {}
         return errors
+
+    def take_cut_steps(self) -> set[str]:
+        cut, self.cut_steps = self.cut_steps, set()
+        return cut
 
     def forget(self, req_ids) -> None:
         for req_id in req_ids:

@@ -120,7 +120,7 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
     "method, cfg, error",
     [
         (
-            "asymspec",
+            "drafter",
             {"K": 2, "structured_output": {"regex": "The answer is [0-9]+"}},
             ConfigError,
         ),

@@ -73,6 +73,24 @@ def test_the_prime_token_does_not_advance_the_grammar(vl, method):
         )
 
 
+def test_a_position_the_grammar_leaves_no_committable_token_ends_the_request_with_its_answer_so_far(
+    vl,
+):
+    """min_tokens holds the end of turn, the only token the grammar allows after "yes" / "no": a dead end
+    (vllm_patches/grammar_dead_end.py). The request ends there with a GrammarDeadEndError naming the position, its
+    answer kept, never a token the grammar forbids; the engine serves the next request."""
+    reqs = [request_of(e) for e in world.heldout(2)]
+    cfg = {"K": 2, "max_new_tokens": 8, "structured_output": {"choice": ["yes", "no"]}}
+    for r in vl.generate_batch(reqs, "asymspec", {**cfg, "min_tokens": 4}):
+        assert r.finish_reason == "error" and r.text in ("yes", "no"), (r.text, r.error)
+        assert (
+            "GrammarDeadEndError" in r.error
+            and "no token the request may commit" in r.error
+        )
+        assert f"at output position {len(r.token_ids)} " in r.error
+    assert all(r.finish_reason == "stop" for r in vl.generate_batch(reqs, "sd", cfg))
+
+
 def test_a_constraint_the_engine_cannot_compile_is_a_config_error_and_the_engine_lives():
     """With vLLM's default ("auto") structured-output backend: the engine runs xgrammar (grammar.py), and a
     constraint xgrammar refuses (a `$ref` cycle, which "auto" would hand to another backend whose compile error

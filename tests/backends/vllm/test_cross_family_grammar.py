@@ -1,0 +1,169 @@
+"""Structured output across a vocabulary map on the vLLM engine (docs/cross-family.md, "Structured output across
+the map"; a grammar's dead end: test_grammar_dead_end.py):
+- on `embedded-llama`, batched, a regex, a choice and a JSON schema: every answer follows its grammar and holds
+  shared tokens only (greedy and sampled rules choose over shared ∩ allowed);
+- the permuted-verifier oracle holds under a grammar (compiled for each verifier's own tokenizer): a verifier whose
+  ids are permuted answers exactly as the one-vocabulary pair, under the permutation;
+- Floor runs on the speculative engine across a map (library and server alike) and follows it; the drafter
+  alone's plain engine refuses it with a typed error."""
+
+import json
+import re
+
+import jsonschema
+import pytest
+from asymspec_vl.evals.toy.eval import request_of
+from helpers import random_request, summary
+from xfamily_models import write_other_vocabulary
+
+from asymspec_vl import AsymSpecConfig, AsymSpecVL
+from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.inputs.conversation import encode
+from asymspec_vl.toy import world
+
+pytestmark = pytest.mark.vllm
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+# xgrammar reads embedded-llama's verifier vocabulary as raw strings (its decoder is a bare "▁" -> " " Replace): no
+# token spells a space, so a JSON schema (xgrammar's ": " separator, or any whitespace: the toy fills it with "\n")
+# cannot be answered there; a JSON-shaped regex can
+CONSTRAINTS = {
+    "regex": {"regex": "[0-9]+"},
+    "choice": {"choice": ["12", "7", "yes", "no"]},
+    "json": {"regex": '\\{"n":[0-9]{1,2}\\}'},
+}
+# the permuted oracle's pair (byte-level tokenizers) answers a JSON schema itself
+SCHEMA_CONSTRAINTS = {**CONSTRAINTS, "json": {"json": SCHEMA}}
+NO_WHITESPACE = {"backend": "xgrammar", "disable_any_whitespace": True}
+
+
+def follows(kind: str, text: str) -> bool:
+    """The answer follows the constraint (a regex answer may be cut by max_new_tokens: [0-9]+ holds for its
+    prefixes)."""
+    if kind == "regex":
+        return re.fullmatch(CONSTRAINTS["regex"]["regex"], text) is not None
+    if kind == "choice":
+        return text in CONSTRAINTS["choice"]["choice"]
+    jsonschema.validate(json.loads(text), SCHEMA)
+    return True
+
+
+@pytest.fixture(scope="class")
+def llama():
+    vl = AsymSpecVL.from_pretrained(
+        verifier="embedded-llama", backend="vllm", block_size=16
+    )
+    yield vl
+    vl.backend.close()
+
+
+class TestEmbeddedLlama:  # a class: its engine is closed before the next class starts its two
+    @pytest.mark.parametrize(
+        "method, changes",
+        [
+            ("asymspec", {}),
+            ("sd", {}),
+            ("scd", {}),
+            ("asymspec", {"temperature": 1.5, "seed": 7}),
+        ],
+    )
+    def test_embedded_llama_answers_follow_the_grammar_in_shared_tokens(
+        self, llama, method, changes
+    ):
+        reqs = [request_of(e) for e in world.heldout(6)]
+        shared = set(llama.pair.vmap.verifier_ids.tolist())
+        for kind, constraint in CONSTRAINTS.items():
+            cfg = {
+                "K": 2,
+                "max_new_tokens": 16,
+                "structured_output": constraint,
+                **changes,
+            }
+            for r in llama.generate_batch(reqs, method, cfg):
+                assert r.finish_reason == "stop" or kind == "regex", (
+                    kind,
+                    r.text,
+                    r.error,
+                )
+                assert r.finish_reason in ("stop", "length"), (kind, r.text, r.error)
+                assert follows(kind, r.text), (kind, r.text)
+                assert set(r.token_ids) <= shared
+
+    @pytest.mark.parametrize("speculative", [False, True])
+    def test_floor_on_the_speculative_engine_follows_it(self, llama, speculative):
+        """Floor across a map runs in mode "floor" on the speculative engine (the same rules, no drafts), for the
+        library as for a server."""
+        backend, pair = llama.backend, llama.pair
+        cfg = AsymSpecConfig(
+            K=2, max_new_tokens=16, structured_output=CONSTRAINTS["json"]
+        )
+        plan = backend.plan_request("floor", cfg, speculative=speculative)
+        assert plan.mode == "floor"
+        reqs = [request_of(e) for e in world.heldout(4)]
+        encoded = [
+            encode(r, pair.processor, pair.tokenizer, pair.cross_map) for r in reqs
+        ]
+        shared = set(pair.vmap.verifier_ids.tolist())
+        for row in backend.run(encoded, plan):
+            text = pair.tokenizer.decode(row.token_ids, skip_special_tokens=True)
+            assert row.finish_reason == "stop" and follows("json", text), (
+                text,
+                row.error,
+            )
+            assert set(row.token_ids) <= shared
+
+    def test_the_drafter_alones_plain_engine_refuses_it_by_type(self, llama):
+        with pytest.raises(ConfigError, match="plain engine"):
+            llama.generate_batch(
+                [request_of(world.heldout(1)[0])],
+                "drafter",
+                {"K": 2, "structured_output": CONSTRAINTS["regex"]},
+            )
+
+
+@pytest.fixture(scope="class")
+def one_and_permuted(tiny_models, tmp_path_factory):
+    folder, new_of = write_other_vocabulary(
+        tiny_models["verifier"], tmp_path_factory.mktemp("perm-grammar"), seed=5
+    )
+    pipes = [
+        AsymSpecVL.from_pretrained(
+            drafter=str(tiny_models["vl_drafter"]),
+            verifier=str(verifier),
+            backend="vllm",
+            block_size=16,
+            structured_outputs_config=NO_WHITESPACE,
+        )
+        for verifier in (tiny_models["verifier"], folder)
+    ]
+    yield *pipes, new_of
+    for vl in pipes:
+        vl.backend.close()
+
+
+class TestPermutedVerifier:
+    @pytest.mark.parametrize("method", ["asymspec", "sd", "scd"])
+    def test_permuted_verifier_under_a_grammar_answers_as_one_vocabulary(
+        self, one_and_permuted, method
+    ):
+        one, permuted, new_of = one_and_permuted
+        assert one.pair.vmap.identity and not permuted.pair.vmap.identity
+        reqs = [random_request(s) for s in range(4)]
+        for constraint in SCHEMA_CONSTRAINTS.values():
+            cfg = {"K": 2, "gamma": 0.02, "max_new_tokens": 12}
+            cfg["structured_output"] = constraint
+            expected = one.generate_batch(reqs, method, cfg)
+            got = permuted.generate_batch(reqs, method, cfg)
+            assert all(r.finish_reason in ("stop", "length") for r in expected)
+            assert [(r.text, r.finish_reason) for r in got] == [
+                (r.text, r.finish_reason) for r in expected
+            ]
+            assert [[new_of[i] for i in r.token_ids] for r in expected] == [
+                r.token_ids for r in got
+            ]
+            assert [s[1:] for s in summary(got)] == [s[1:] for s in summary(expected)]
