@@ -10,7 +10,7 @@ greedy argmax is id 0 (the first same-family Floor run under min_tokens and a ch
 finish_reason "stop"), a token the grammar forbids and, for the drafter alone across a map, one outside the shared
 set its logit_bias keeps. The test reads those processed logits (no processor re-implemented: a hook on
 Sampler.apply_logits_processors, hooks/plain_sampler_patch.py) and only on a step whose batch holds a structured row
-(vLLM's GrammarOutput lists them; none: no grammar, nothing runs). Its result, [2, G'] integers, is copied to the
+(vLLM's GrammarOutput lists them; none: no grammar, nothing runs). Its result, [2, B] integers, is copied to the
 host without blocking and read after vLLM's own step has synchronised (see `Watch.look`).
 """
 
@@ -33,19 +33,19 @@ class Watch:
     req_ids: list[str]
     positions: list[int]  # each one's output position: the tokens it has committed
     constraints: list  # each one's StructuredOutputsParams
-    read: torch.Tensor | None = (
-        None  # [2, G'] int64 on the host: dead end (0/1), tokens the grammar allows
-    )
+    # [2, B] int64 on the host: dead end (0/1), tokens the grammar allows
+    read: torch.Tensor | None = None
 
     def look(self, logits: torch.Tensor, process) -> torch.Tensor:
         """`process(logits)`: vLLM's processors on the step's logits [B, V] (in place); returns the processed
-        logits, noting which structured rows have no finite score left. The note's copy to the host does not
-        block: without async scheduling vLLM's bookkeeping reads the sampled tokens later on the same stream
-        (a sync), with it AsyncGPUModelRunnerOutput's copy stream waits on this stream before its event."""
-        sel = torch.tensor(self.rows, device=logits.device)
-        allowed = (logits[sel] > float("-inf")).sum(dim=-1)  # [G'], the grammar's
+        logits, noting which rows have no finite score left. Every row is tested and the structured ones are
+        picked on the host: no index tensor goes to the device (a blocking copy that would stall async
+        scheduling). The note's copy to the host does not block: without async scheduling vLLM's bookkeeping
+        reads the sampled tokens later on the same stream (a sync), with it AsyncGPUModelRunnerOutput's copy
+        stream waits on this stream before its event (vLLM copies its sampled tokens to the host the same way)."""
+        allowed = (logits > float("-inf")).sum(dim=-1)  # [B], the grammar's
         processed = process(logits)
-        ends = no_choice(processed[sel], None)  # [G']
+        ends = no_choice(processed, None)  # [B]
         self.read = torch.stack([ends.long(), allowed]).to("cpu", non_blocking=True)
         return processed
 
@@ -53,16 +53,17 @@ class Watch:
         """req_id -> "GrammarDeadEndError: ..." for each structured row that met a dead end this step."""
         if self.read is None:
             return {}
+        ends, allowed = self.read.tolist()
         errors = {}
-        for req_id, position, constraint, end, allowed in zip(
-            self.req_ids, self.positions, self.constraints, *self.read.tolist()
+        for row, req_id, position, constraint in zip(
+            self.rows, self.req_ids, self.positions, self.constraints
         ):
-            if end:
+            if ends[row]:
                 err = dead_end_error(
                     constraint,
                     position,
                     "no token the request may commit",
-                    f"{allowed} of the engine's",
+                    f"{allowed[row]} of the engine's",
                     "the engine",
                 )
                 errors[req_id] = f"{type(err).__name__}: {err}"
@@ -71,9 +72,13 @@ class Watch:
 
 def watch(runner, grammar_output) -> Watch | None:
     """The Watch of a plain engine's step, set on its Sampler; None (and none set) when no row of the batch has
-    a grammar this step (grammar_output: vLLM's GrammarOutput or None)."""
+    a grammar this step (grammar_output: vLLM's GrammarOutput or None), or when vLLM's own speculative decoding runs
+    (EAGLE, ngram: the plugin is installed in every vLLM process; its rejection sampler's logits rows are not
+    the batch's rows, and its bonus rows hold no dead-end rule here)."""
     setattr(runner.sampler, WATCH_ATTR, None)
     if grammar_output is None or not grammar_output.structured_output_request_ids:
+        return None
+    if runner.speculative_config is not None:
         return None
     index = runner.input_batch.req_id_to_index
     req_ids = [

@@ -19,6 +19,7 @@ CHOICE = StructuredOutputsParams(choice=["yes", "no"])
 def _runner(req_ids, outputs):
     """A runner as the hooks read it: its batch order, each request's outputs and constraint (None: no grammar)."""
     return SimpleNamespace(
+        speculative_config=None,
         sampler=SimpleNamespace(),
         input_batch=SimpleNamespace(
             req_id_to_index={r: i for i, r in enumerate(req_ids)}
@@ -53,13 +54,11 @@ def test_a_structured_row_left_with_nothing_is_a_dead_end_and_others_are_never_r
     logits[0] = torch.tensor(
         [NEG, NEG, NEG, 0.0]
     )  # a: the grammar allows only the stop token 3
-    logits[1] = NEG  # b: no grammar this step, never read
+    logits[1] = NEG  # b: no grammar this step, never reported
     logits[2, 1:] = NEG  # c: token 0 only, which the hold leaves
     out = found.look(logits, _hold(3))
-    assert out is logits and found.read.tolist() == [
-        [0, 1],
-        [1, 1],
-    ]  # (dead end, allowed) per row: c, a
+    # per batch row: dead end, tokens the grammar allows
+    assert out is logits and found.read.tolist() == [[1, 1, 0], [1, 0, 1]]
     errors = found.errors()
     assert list(errors) == ["a"]
     message = errors["a"]
@@ -71,13 +70,18 @@ def test_a_structured_row_left_with_nothing_is_a_dead_end_and_others_are_never_r
     assert "The answer so far (2 tokens) is kept." in message
 
 
-def test_no_grammar_this_step_sets_no_watch():
+def test_no_grammar_or_vllms_own_speculation_sets_no_watch():
     runner = _runner(["a"], [[]])
     assert watch(runner, None) is None
     assert getattr(runner.sampler, WATCH_ATTR) is None
     assert (
         watch(runner, SimpleNamespace(structured_output_request_ids=["gone"])) is None
     )
+    runner.speculative_config = (
+        object()
+    )  # vLLM's own EAGLE / ngram: its logits rows are not the batch's
+    assert watch(runner, SimpleNamespace(structured_output_request_ids=["a"])) is None
+    assert getattr(runner.sampler, WATCH_ATTR) is None
 
 
 def test_the_processors_hook_passes_through_without_a_watch():
