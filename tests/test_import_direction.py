@@ -27,7 +27,8 @@ FLOORS = [
     (
         "vllm_patches.version",
         "vllm_patches.switches",
-    ),  # the vLLM version guard, the patch switches
+        "vllm_patches.grammar_dead_end",
+    ),  # the vLLM version guard, the patch switches, a grammar's dead ends (core's tensors only)
     ("vllm_patches.requests",),  # per-request state of an asymspec engine
     ("vllm_patches.probes",),  # looking inside a running engine
     ("vllm_patches.drafter",),  # the proposer and its two views

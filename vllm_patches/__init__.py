@@ -49,6 +49,7 @@ from .hooks.cpu_generators import patch_cpu_generators
 from .hooks.cpu_patch import patch_cpu_runner
 from .hooks.engine_gauges import patch_engine_core
 from .hooks.pixel_inputs import patch_pixel_inputs
+from .hooks.plain_sampler_patch import patch_plain_sampler
 from .hooks.runner_patch import patch_model_runner
 from .hooks.scheduler_patch import patch_scheduler
 from .requests.request_args import make_extra_args
@@ -85,6 +86,7 @@ def apply() -> None:
 
     patch_speculative_config()
     patch_model_runner()
+    patch_plain_sampler()
     patch_scheduler()
     patch_engine_core()
     patch_pixel_inputs()

@@ -36,12 +36,16 @@ def dead_ends(
 ) -> torch.Tensor:
     """[G] bool: t [G, n+1, V] (the grammar's -inf applied) has no finite score outside `excluded` [V] bool (None:
     nothing excluded) at each row's position num_accepted [G]."""
-    at = select(t, num_accepted.to(t.device))  # [G, V]
-    allowed = at > float(
+    return no_choice(select(t, num_accepted.to(t.device)), excluded)  # [G]
+
+
+def no_choice(scores: torch.Tensor, excluded: torch.Tensor | None) -> torch.Tensor:
+    """[G] bool: scores [G, V] hold no finite score outside `excluded` [V] bool (None: nothing excluded)."""
+    allowed = scores > float(
         "-inf"
     )  # NaN (a row all -inf under min_tokens' hold) is not allowed
     if excluded is not None:
-        allowed &= ~excluded.to(t.device)
+        allowed &= ~excluded.to(scores.device)
     return ~allowed.any(dim=-1)
 
 
@@ -97,11 +101,21 @@ def cut_dead_ends(
         proposer.fail(
             req_id,
             state,
-            GrammarDeadEndError(
-                f"the structured output ({constraint_text(params.structured_outputs)}) allows {across} at output "
-                f"position {position} (it allows {allowed} verifier tokens there; banned tokens and stop tokens "
-                f"held by min_tokens excluded): the pair cannot continue under this grammar. The answer so far "
-                f"({position} tokens) is kept."
+            dead_end_error(
+                params.structured_outputs, position, across, f"{allowed} verifier"
             ),
         )
     return committed
+
+
+def dead_end_error(
+    constraint, position: int, across: str, allowed: str, who: str = "the pair"
+) -> GrammarDeadEndError:
+    """The error a request ends with at a dead end: its constraint (vLLM's StructuredOutputsParams), its output
+    position, what it may commit there (`across`: none of it), how many tokens of which model the grammar allows
+    there, and who cannot continue."""
+    return GrammarDeadEndError(
+        f"the structured output ({constraint_text(constraint)}) allows {across} at output position {position} (it "
+        f"allows {allowed} tokens there; banned tokens and stop tokens held by min_tokens excluded): {who} "
+        f"cannot continue under this grammar. The answer so far ({position} tokens) is kept."
+    )

@@ -19,6 +19,8 @@ AsymSpecProposer, which owns the step's state) or the sampler, in step order:
   sample_tokens              proposer.take_errors: tensor-parallel ranks agree on this step's failed requests
                              (faults.py); those requests ride out on the ModelRunnerOutput, with the rows whose
                              step committed its accepted drafts only (grammar_dead_end.py)
+                             (on every other engine: the structured rows its Sampler left with no token fail
+                             alone, plain_dead_ends.py / plain_sampler_patch.py)
   profile_run                proposer.profile_vision_tower: the drafter's vision tower on the largest image,
                              inside vLLM's memory profile
 """
@@ -29,11 +31,12 @@ import copy
 
 from .. import sampler
 from ..probes.phase_timing import timed
-from ..requests import logprob_support
+from ..requests import logprob_support, plain_dead_ends
 from ..requests.faults import stop_rank_on_error
 from ._patching import install
 from .config_patch import is_asymspec
 from .log_notes import asymspec_log_lines
+from .plain_sampler_patch import with_errors
 from .runner_state import RUNNER_ATTR, RunnerState
 
 ERRORS_ATTR = (
@@ -181,6 +184,14 @@ def propose(original, runner, scheduler_output, sampled_token_ids, *args, **kwar
 
 
 def sample_tokens(original, runner, grammar_output):
+    if not is_asymspec(runner.vllm_config):
+        # a plain engine: a structured row left with no token fails alone (requests/plain_dead_ends.py)
+        watch = plain_dead_ends.watch(runner, grammar_output)
+        try:
+            output = original(runner, grammar_output)
+        finally:
+            plain_dead_ends.unwatch(runner)
+        return with_errors(output, watch, ERRORS_ATTR)
     output = original(runner, grammar_output)
     if (
         is_asymspec(runner.vllm_config)

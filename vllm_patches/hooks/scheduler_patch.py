@@ -1,5 +1,5 @@
 """Scheduler hooks for speculative method "asymspec" (engine-core process); each calls vLLM's own method
-for every other configuration.
+for every other configuration (update_from_output also fails a plain engine's dead ends, below).
 
   add_request         a request with extra_args["asymspec"] is parsed, once (request_args.parse_request), and
                       gets its scheduler-side state: statistics, its share of the x_full pool, its prime token
@@ -14,7 +14,9 @@ for every other configuration.
   update_from_output  counts acceptance per request, strips the hidden tokens (which never advance a request's
                       grammar: grammar_patch.py), returns the statistics with
                       the finished output, and finishes with an error the requests the worker could not serve
-                      (bad image inputs, malformed extra_args); the rest of the batch goes on
+                      (bad image inputs, malformed extra_args); the rest of the batch goes on. On a plain
+                      engine: only the requests its workers failed (a structured output's dead end,
+                      requests/plain_dead_ends.py) finish with their error, before vLLM reads the step
 """
 
 from __future__ import annotations
@@ -235,7 +237,9 @@ def preempt_request(original, scheduler, request, timestamp) -> None:
 
 def update_from_output(original, scheduler, scheduler_output, runner_output):
     if not is_asymspec(scheduler.vllm_config):
-        return original(scheduler, scheduler_output, runner_output)
+        return plain_update_from_output(
+            original, scheduler, scheduler_output, runner_output
+        )
     requests = {
         req_id: scheduler.requests.get(req_id)
         for req_id in scheduler_output.num_scheduled_tokens
@@ -267,6 +271,19 @@ def update_from_output(original, scheduler, scheduler_output, runner_output):
     add_error_outputs(
         outputs, failed + getattr(scheduler, SCHEDULER_ATTR).take_rejected()
     )
+    return outputs
+
+
+def plain_update_from_output(original, scheduler, scheduler_output, runner_output):
+    """A plain engine's step: the requests its workers failed (a structured output's dead end,
+    requests/plain_dead_ends.py) finish with their error first, so vLLM never appends the token its Sampler chose
+    there nor feeds it to the grammar; the rest as vLLM does."""
+    errors = getattr(runner_output, ERRORS_ATTR, None)
+    if not errors:
+        return original(scheduler, scheduler_output, runner_output)
+    failed = finish_failed(scheduler, errors)
+    outputs = original(scheduler, scheduler_output, runner_output)
+    add_error_outputs(outputs, failed)
     return outputs
 
 

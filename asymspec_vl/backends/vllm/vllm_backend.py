@@ -22,8 +22,8 @@ A cross-family pair (two vocabularies, pair.vmap) runs greedy and sampled on the
 engine's requests carry the drafter's x_comp in its own ids (x_comp_drafter; the workers cross the map,
 docs/cross-family.md), Floor runs there too (mode "floor"), the drafter's plain engine bans the tokens outside the
 shared set (so vLLM's own sampler draws core/vocab_sampling.py's token) and its answer, logprobs included
-(requests/logprob_support.py), comes back in the verifier's ids (drafter_answer.py); a structured output runs on
-the speculative engine only (vllm_patches/grammar_dead_end.py).
+(requests/logprob_support.py), comes back in the verifier's ids (drafter_answer.py); a structured output's dead end
+fails its request alone on either engine (vllm_patches/grammar_dead_end.py, requests/plain_dead_ends.py).
 """
 
 from __future__ import annotations
@@ -237,20 +237,14 @@ class VLLMBackend:
     def _refuse_across_map(self, method: Method, cfg: AsymSpecConfig) -> None:
         """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
         'vLLM engine'): sampling for a method engine_map.SAMPLED_ACROSS_MAP does not list (today it lists every
-        one); structured output for the drafter alone (its plain engine; every other method, Floor included, runs on
-        the speculative engine, which serves it)."""
+        one). Structured output is served by every method: the drafter alone's plain engine compiles the grammar for
+        the drafter's tokenizer and fails a request alone where it leaves no shared token
+        (vllm_patches/requests/plain_dead_ends.py)."""
         if cfg.samples and method.name not in SAMPLED_ACROSS_MAP:
             raise ConfigError(
                 f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: only "
                 f"{', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (backend='hf' runs it; "
                 "docs/cross-family.md, 'vLLM engine')"
-            )
-        if cfg.structured_output is not None and method.engine == "drafter":
-            raise ConfigError(
-                f"structured_output for {method.name!r} is not run on the vLLM engine for a cross-family pair: it "
-                "runs on a plain engine, whose own sampler cannot end a request where the grammar allows no token "
-                "of the shared set (it would commit a token outside it); asymspec, sd, scd and Floor serve it on "
-                "the speculative engine (docs/cross-family.md, 'vLLM engine')"
             )
 
     def _prompt(self, r: EncodedRequest, method: Method) -> dict:

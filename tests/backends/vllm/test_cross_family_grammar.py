@@ -5,7 +5,8 @@ the map"; a grammar's dead end: test_grammar_dead_end.py):
 - the permuted-verifier oracle holds under a grammar (compiled for each verifier's own tokenizer): a verifier whose
   ids are permuted answers exactly as the one-vocabulary pair, under the permutation;
 - Floor runs on the speculative engine across a map (library and server alike) and follows it; the drafter
-  alone's plain engine refuses it with a typed error."""
+  alone's plain engine follows it in shared tokens, and a position its grammar leaves no shared token fails that
+  request alone (vllm_patches/requests/plain_dead_ends.py)."""
 
 import json
 import re
@@ -17,7 +18,7 @@ from helpers import random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
-from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.backends.vllm.engine import generate
 from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
 
@@ -117,13 +118,52 @@ class TestEmbeddedLlama:  # a class: its engine is closed before the next class 
             )
             assert set(row.token_ids) <= shared
 
-    def test_the_drafter_alones_plain_engine_refuses_it_by_type(self, llama):
-        with pytest.raises(ConfigError, match="plain engine"):
-            llama.generate_batch(
-                [request_of(world.heldout(1)[0])],
-                "drafter",
-                {"K": 2, "structured_output": CONSTRAINTS["regex"]},
-            )
+    def test_the_drafter_alone_follows_it_in_shared_tokens(self, llama):
+        """The drafter alone's plain engine: the grammar compiled for the drafter's tokenizer, its logit_bias
+        banning the unshared drafter ids, its answer in verifier ids (drafter_answer.py)."""
+        reqs = [request_of(e) for e in world.heldout(4)]
+        shared = set(llama.pair.vmap.verifier_ids.tolist())
+        for kind, constraint in CONSTRAINTS.items():
+            cfg = {"max_new_tokens": 16, "structured_output": constraint}
+            for r in llama.generate_batch(reqs, "drafter", cfg):
+                assert r.finish_reason in ("stop", "length"), (kind, r.text, r.error)
+                assert follows(kind, r.text), (kind, r.text)
+                assert set(r.token_ids) <= shared
+
+    def test_the_drafter_alones_dead_end_fails_alone(self, llama):
+        """A tab is a drafter token outside the shared set (and no other drafter token spells it): after its
+        digit, `[0-9]\t` allows nothing the drafter alone may commit. That request ends alone with a
+        GrammarDeadEndError, its digit kept; the other row of the batch gives its run alone."""
+        reqs = [request_of(e) for e in world.heldout(2)]
+        digits = {"max_new_tokens": 8, "structured_output": CONSTRAINTS["regex"]}
+        tab = {"max_new_tokens": 8, "structured_output": {"regex": "[0-9]\t"}}
+        alone = llama.generate_batch(reqs[1:], "drafter", digits)[0]
+        held, other = mixed_drafter_batch(llama, reqs, [tab, digits])
+        assert held.finish_reason == "error" and "GrammarDeadEndError" in held.error
+        assert "at output position 1 " in held.error, held.error
+        assert len(held.token_ids) == 1 and set(held.token_ids) <= set(
+            llama.pair.vmap.verifier_ids.tolist()
+        )
+        assert re.fullmatch("[0-9]", llama.pair.tokenizer.decode(held.token_ids))
+        assert (other.token_ids, other.finish_reason) == (
+            alone.token_ids,
+            alone.finish_reason,
+        )
+        later = llama.generate_batch(reqs, "drafter", digits)
+        assert all(follows("regex", r.text) and not r.error for r in later)
+
+
+def mixed_drafter_batch(vl, reqs, cfgs):
+    """One batch of the drafter alone's plain engine, each request with its own config: the backend's rows (in
+    verifier ids)."""
+    backend, pair = vl.backend, vl.pair
+    plans = [backend.plan_request("drafter", AsymSpecConfig(**cfg)) for cfg in cfgs]
+    encoded = [encode(r, pair.processor, pair.tokenizer, pair.cross_map) for r in reqs]
+    prompts, params = zip(
+        *(backend.engine_request(e, p) for e, p in zip(encoded, plans))
+    )
+    finals = generate(backend.engine(plans[0].engine), list(prompts), list(params))
+    return [backend.row(o, p, 0.0, pair.vmap) for o, p in zip(finals, plans)]
 
 
 @pytest.fixture(scope="class")

@@ -1,0 +1,70 @@
+"""Hooks that give a plain engine (vLLM's own Sampler) the dead-end rule of a structured output
+(requests/plain_dead_ends.py); each is a pass-through unless the runner set a Watch for the step:
+
+  Sampler.apply_logits_processors       the Watch notes the structured rows left with no token (after vLLM's own
+                                        processors, on the logits the Sampler then samples)
+  AsyncGPUModelRunnerOutput.get_output  under async scheduling (a GPU's default for plain engines): the step's
+                                        dead ends ride on the ModelRunnerOutput it returns, read after its event
+The runner's sample_tokens hook (runner_patch.py) sets the Watch and puts the errors on a synchronous step's output;
+the scheduler (scheduler_patch.update_from_output) finishes those requests before vLLM reads the step, so the token
+the Sampler chose there is never appended to the request nor fed to its grammar.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..requests.plain_dead_ends import WATCH_ATTR, Watch
+from ._patching import install
+
+PENDING_ATTR = (
+    "asymspec_pending_dead_ends"  # AsyncModelRunnerOutput attribute: its step's Watch
+)
+
+
+def patch_plain_sampler() -> None:
+    from vllm.v1.sample.sampler import Sampler  # lazy: loads vLLM
+    from vllm.v1.worker.gpu_model_runner import (  # lazy: loads vLLM
+        AsyncGPUModelRunnerOutput,
+    )
+
+    install(Sampler, "apply_logits_processors", apply_logits_processors)
+    install(AsyncGPUModelRunnerOutput, "get_output", get_output)
+
+
+def apply_logits_processors(
+    original, sampler, logits, sampling_metadata, predict_bonus_token
+):
+    watch: Watch | None = getattr(sampler, WATCH_ATTR, None)
+    if watch is None:
+        return original(sampler, logits, sampling_metadata, predict_bonus_token)
+    return watch.look(
+        logits, lambda lg: original(sampler, lg, sampling_metadata, predict_bonus_token)
+    )
+
+
+def with_errors(output, watch: Watch | None, errors_attr: str):
+    """The step's output carrying its dead ends (req_id -> message) at `errors_attr`: now for a ModelRunnerOutput
+    (vLLM's bookkeeping has synchronised), at get_output for an async one."""
+    if watch is None or watch.read is None:
+        return output
+    if not hasattr(output, "req_ids"):  # AsyncGPUModelRunnerOutput
+        setattr(output, PENDING_ATTR, (watch, errors_attr))
+        return output
+    errors = watch.errors()
+    if not errors:
+        return output
+    output = copy.copy(output)  # never mark vLLM's shared EMPTY_MODEL_RUNNER_OUTPUT
+    setattr(output, errors_attr, errors)
+    return output
+
+
+def get_output(original, async_output):
+    output = original(
+        async_output
+    )  # waits for the step's copies, the Watch's among them
+    pending = getattr(async_output, PENDING_ATTR, None)
+    if pending is None:
+        return output
+    watch, errors_attr = pending
+    return with_errors(output, watch, errors_attr)
