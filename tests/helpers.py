@@ -3,6 +3,7 @@
 import os
 
 import numpy as np
+import pytest
 from PIL import Image
 
 # The device the transformers-backend tests decode on: "cpu" (CI); on a CUDA machine
@@ -64,6 +65,25 @@ def summary(results):
         )
         for r in results
     ]
+
+
+def assert_same_logprobs(got, want, tol: float = 1e-4) -> list:
+    """Two backends' results (rows of one batch) carry the same tokens and, per token, the same id, distribution,
+    logprob and alternatives (ids in order, values within tol). Returns the distributions seen, in order."""
+    seen = []
+    assert len(got) == len(want)
+    for x, y in zip(want, got):
+        assert y.token_ids == x.token_ids
+        assert len(y.logprobs) == len(x.logprobs) == len(x.token_ids)
+        for a, b in zip(x.logprobs, y.logprobs):
+            assert (b.token_id, b.distribution) == (a.token_id, a.distribution)
+            assert b.logprob == pytest.approx(a.logprob, abs=tol)
+            assert [i for i, _ in b.top] == [i for i, _ in a.top]
+            assert [lp for _, lp in b.top] == pytest.approx(
+                [lp for _, lp in a.top], abs=tol
+            )
+            seen.append(b.distribution)
+    return seen
 
 
 def first_fresh_position(ids: list[int], start: int) -> int:

@@ -36,8 +36,41 @@ def server(tmp_path_factory):
     )
 
 
+def _served_and_library(vl, example, method, max_tokens, top_logprobs, **hot):
+    """The chat completion's keyword arguments for one toy example (logprobs and token ids asked for) and the
+    library's answer to the same request (K=2)."""
+    from asymspec_vl import AsymSpecConfig
+
+    ask = dict(
+        model="asymspec-vl",
+        messages=chat_body(example["question"], data_url(EXAMPLES / example["image"]))[
+            "messages"
+        ],
+        max_tokens=max_tokens,
+        logprobs=True,
+        top_logprobs=top_logprobs,
+        extra_body={
+            "caption": example["caption"],
+            "ocr": "",
+            "method": method,
+            "return_token_ids": True,
+        },
+        **hot,
+    )
+    ref = vl.generate(
+        str(EXAMPLES / example["image"]),
+        example["question"],
+        caption=example["caption"],
+        method=method,
+        config=AsymSpecConfig(
+            K=2, max_new_tokens=max_tokens, logprobs=top_logprobs, **hot
+        ),
+    )
+    return ask, ref
+
+
 def test_the_cross_family_pair_answers_as_the_library(server):
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl import AsymSpecVL
 
     vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded-llama")
     assert not vl.pair.vmap.identity
@@ -46,30 +79,8 @@ def test_the_cross_family_pair_answers_as_the_library(server):
     )
     for example in TOY[:2]:
         for method in ("asymspec", "floor"):
-            msgs = chat_body(
-                example["question"], data_url(EXAMPLES / example["image"])
-            )["messages"]
-            reply = client.chat.completions.create(
-                model="asymspec-vl",
-                messages=msgs,
-                max_tokens=24,
-                logprobs=True,
-                top_logprobs=1,
-                extra_body={
-                    "caption": example["caption"],
-                    "ocr": "",
-                    "method": method,
-                    "return_token_ids": True,
-                },
-            )
-            ref = vl.generate(
-                str(EXAMPLES / example["image"]),
-                example["question"],
-                caption=example["caption"],
-                method=method,
-                config=AsymSpecConfig(K=2, max_new_tokens=24, logprobs=1),
-            )
-            choice = reply.choices[0]
+            ask, ref = _served_and_library(vl, example, method, 24, 1)
+            choice = client.chat.completions.create(**ask).choices[0]
             assert (choice.token_ids, choice.message.content) == (
                 ref.token_ids,
                 ref.text,
@@ -139,37 +150,14 @@ def test_the_vllm_server_answers_the_cross_family_pair_as_the_library(
     """The drafter alone on the server's drafter engine (its answer and logprobs moved to the verifier's ids) and a
     sampled Floor (on the speculative engine), greedy and seeded, plain and streamed: the library's tokens
     (transformers backend) and logprobs."""
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from asymspec_vl import AsymSpecVL
 
     vl = AsymSpecVL.from_pretrained(drafter="embedded", verifier="embedded-llama")
     client = OpenAI(
         base_url=vllm_server.url + "/v1", api_key="none", max_retries=0, timeout=300
     )
     hot = {"temperature": 1.5, "seed": 7} if sampled else {}
-    example = TOY[0]
-    ask = dict(
-        model="asymspec-vl",
-        messages=chat_body(example["question"], data_url(EXAMPLES / example["image"]))[
-            "messages"
-        ],
-        max_tokens=16,
-        logprobs=True,
-        top_logprobs=2,
-        extra_body={
-            "caption": example["caption"],
-            "ocr": "",
-            "method": method,
-            "return_token_ids": True,
-        },
-        **hot,
-    )
-    ref = vl.generate(
-        str(EXAMPLES / example["image"]),
-        example["question"],
-        caption=example["caption"],
-        method=method,
-        config=AsymSpecConfig(K=2, max_new_tokens=16, logprobs=2, **hot),
-    )
+    ask, ref = _served_and_library(vl, TOY[0], method, 16, 2, **hot)
     choice = client.chat.completions.create(**ask).choices[0]
     assert (choice.token_ids, choice.message.content) == (ref.token_ids, ref.text)
     assert [x.logprob for x in choice.logprobs.content] == pytest.approx(

@@ -8,7 +8,13 @@ import copy
 
 import pytest
 import torch
-from helpers import random_image, random_request, runner_of, summary
+from helpers import (
+    assert_same_logprobs,
+    random_image,
+    random_request,
+    runner_of,
+    summary,
+)
 
 pytestmark = pytest.mark.vllm
 
@@ -677,17 +683,7 @@ def test_vllm_logprobs_equal_the_transformers_backends(vl, tiny_vl, method, samp
         r = random_request(seed)
         want = tiny_vl.generate_batch([r], method, cfg)[0]
         got = vl.generate_batch([r], method, cfg)[0]
-        assert got.token_ids == want.token_ids and len(got.logprobs) == len(
-            got.token_ids
-        )
-        for g, w in zip(got.logprobs, want.logprobs):
-            assert (g.token_id, g.distribution) == (w.token_id, w.distribution)
-            assert g.logprob == pytest.approx(w.logprob, abs=2e-3)
-            assert [i for i, _ in g.top] == [i for i, _ in w.top]
-            assert [v for _, v in g.top] == pytest.approx(
-                [v for _, v in w.top], abs=2e-3
-            )
-            distributions.add(g.distribution)
+        distributions |= set(assert_same_logprobs([got], [want], tol=2e-3))
     assert (
         distributions == {"t"} if method == "floor" else {"a", "fused"} <= distributions
     )

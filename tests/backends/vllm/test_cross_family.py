@@ -15,7 +15,7 @@
 import pytest
 import torch
 from asymspec_vl.evals.toy.eval import VARIANTS, request_of
-from helpers import random_request, summary
+from helpers import assert_same_logprobs, random_request, summary
 from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
@@ -106,14 +106,10 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
     _, hf_two, vllm_two = pipes
     cfg = AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=8, logprobs=2)
     reqs = [random_request(s) for s in range(2)]
-    for x, y in zip(
-        hf_two.generate_batch(reqs, "asymspec", cfg),
+    assert_same_logprobs(
         vllm_two.generate_batch(reqs, "asymspec", cfg),
-    ):
-        assert y.token_ids == x.token_ids
-        for a, b in zip(x.logprobs, y.logprobs):
-            assert (a.token_id, a.distribution) == (b.token_id, b.distribution)
-            assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
+        hf_two.generate_batch(reqs, "asymspec", cfg),
+    )
 
 
 @pytest.mark.parametrize(
@@ -224,19 +220,6 @@ def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
         assert sum(r.stats.accepted for r in got) > 0
 
 
-def _same_logprobs(got, want) -> None:
-    for x, y in zip(want, got):
-        assert y.token_ids == x.token_ids
-        assert len(y.logprobs) == len(x.logprobs) == len(x.token_ids)
-        for a, b in zip(x.logprobs, y.logprobs):
-            assert (b.token_id, b.distribution) == (a.token_id, a.distribution)
-            assert b.logprob == pytest.approx(a.logprob, abs=1e-4)
-            assert [i for i, _ in b.top] == [i for i, _ in a.top]
-            assert [lp for _, lp in b.top] == pytest.approx(
-                [lp for _, lp in a.top], abs=1e-4
-            )
-
-
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -255,7 +238,7 @@ def test_embedded_llama_drafter_alone_logprobs_on_vllm_equal_transformers(
     reqs = [request_of(e) for e in world.heldout(4)]
     want = hf.generate_batch(reqs, "drafter", cfg)
     got = vl.generate_batch(reqs, "drafter", cfg)
-    _same_logprobs(got, want)
+    assert_same_logprobs(got, want)
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     assert all({i for lp in r.logprobs for i, _ in lp.top} <= shared for r in got)
 
@@ -283,7 +266,7 @@ def test_the_drafter_alones_logprobs_on_vllm_are_over_the_shared_set(
     hot = {"temperature": 1.5, "seed": 3} if sampled else {}
     cfg = AsymSpecConfig(K=2, max_new_tokens=8, logprobs=2, **hot)
     reqs = [random_request(s) for s in range(3)]
-    _same_logprobs(
+    assert_same_logprobs(
         vl.generate_batch(reqs, "drafter", cfg), hf.generate_batch(reqs, "drafter", cfg)
     )
 
