@@ -29,16 +29,20 @@ SCHEMA = {
     "required": ["n"],
     "additionalProperties": False,
 }
-# xgrammar reads embedded-llama's verifier vocabulary as raw strings (its decoder is a bare "▁" -> " " Replace): no
-# token spells a space, so a JSON schema (xgrammar's ": " separator, or any whitespace: the toy fills it with "\n")
-# cannot be answered there; a JSON-shaped regex can
+# a grammar with spaces ("▁" is a space to xgrammar: test_xgrammar_reads_...), and a JSON-shaped regex (a JSON
+# schema's whitespace the toy fills with "\n" up to max_new_tokens)
+SPACED = "The answer is [0-9]{1,3}"
 CONSTRAINTS = {
     "regex": {"regex": "[0-9]+"},
     "choice": {"choice": ["12", "7", "yes", "no"]},
     "json": {"regex": '\\{"n":[0-9]{1,2}\\}'},
+    "spaced": {"regex": SPACED},
 }
 # the permuted oracle's pair (byte-level tokenizers) answers a JSON schema itself
-SCHEMA_CONSTRAINTS = {**CONSTRAINTS, "json": {"json": SCHEMA}}
+SCHEMA_CONSTRAINTS = {
+    **{k: c for k, c in CONSTRAINTS.items() if k != "spaced"},
+    "json": {"json": SCHEMA},
+}
 NO_WHITESPACE = {"backend": "xgrammar", "disable_any_whitespace": True}
 
 
@@ -49,8 +53,42 @@ def follows(kind: str, text: str) -> bool:
         return re.fullmatch(CONSTRAINTS["regex"]["regex"], text) is not None
     if kind == "choice":
         return text in CONSTRAINTS["choice"]["choice"]
+    if kind == "spaced":
+        return re.fullmatch(SPACED, text) is not None
     jsonschema.validate(json.loads(text), SCHEMA)
     return True
+
+
+def test_xgrammar_reads_the_embedded_llama_verifiers_space_mark_as_a_space():
+    """The toy Llama tokenizer's decoder is Llama-2's (Replace "▁" -> " ", ByteFallback, Fuse; no Strip), which
+    xgrammar (vLLM's structured outputs) types BYTE_FALLBACK: after "The" the regex allows "▁answer". A bare
+    Replace decoder was typed RAW ("▁answer" the literal string): no token allowed there."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from asymspec_vl.toy import pair_paths
+
+    tok = AutoTokenizer.from_pretrained(pair_paths("llama")["verifier"])
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    assert (info.vocab_type, info.add_prefix_space) == (
+        xgr.VocabType.BYTE_FALLBACK,
+        False,  # "The" at the start is "The", not "▁The"
+    )
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_regex(SPACED))
+    ids = tok("The answer is 126", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids[:4]) == ["The", "▁answer", "▁is", "▁"]
+    assert matcher.accept_token(ids[0])
+    bitmask = xgr.allocate_token_bitmask(1, len(tok))  # [1, ceil(V / 32)] int32
+    matcher.fill_next_token_bitmask(bitmask)
+    words = bitmask[0].tolist()
+    allowed = [i for i in range(len(tok)) if (words[i // 32] >> (i % 32)) & 1]
+    assert ids[1] in allowed
+    assert all(
+        " answer is ".startswith(tok.decode([i])) for i in allowed
+    )  # prefixes of the rest
+    for i in ids[1:]:
+        assert matcher.accept_token(i), tok.convert_ids_to_tokens(i)
+    assert matcher.accept_token(tok.eos_token_id) and matcher.is_terminated()
 
 
 @pytest.fixture(scope="class")
