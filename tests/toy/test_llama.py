@@ -316,6 +316,7 @@ def test_the_llama_tokenizer_reads_spaces_as_the_sentencepiece_mark_and_digits_o
     for text in (
         "What is 9 × 14? The answer is 126.",
         "a\nb ~ {x}",
+        " the answer",  # a leading "▁" decodes to a space (Llama-2's decoder without its Strip)
     ):  # every character known, round trip
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids and tok.decode(ids) == text
