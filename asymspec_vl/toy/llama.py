@@ -63,7 +63,12 @@ def train_llama_tokenizer(corpus: list[str], vocab_size: int = 300):
             pre_tokenizers.Digits(individual_digits=True),
         ]
     )
-    tok.decoder = decoders.Replace(SPACE, " ")
+    # Llama-2's decoder without its Strip (which drops a leading token's space: decode(["▁the"]) would be "the"):
+    # the same strings as a bare Replace (this vocabulary has no "<0xNN>" pieces), and the shape by which
+    # xgrammar (vLLM's structured outputs) types the vocabulary BYTE_FALLBACK, "▁" read as a space.
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=LLAMA_SPECIAL_TOKENS,

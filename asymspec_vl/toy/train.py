@@ -455,6 +455,7 @@ def train_family_verifier(
         "machine": machine(),
         "sha256": {
             f"{folder}/model.safetensors": _sha256(root / folder / "model.safetensors"),
+            f"{folder}/tokenizer.json": _sha256(root / folder / "tokenizer.json"),
             "drafter/model.safetensors": _sha256(drafter / "model.safetensors"),
         },
     }

@@ -14,6 +14,12 @@ from asymspec_vl.toy import PAIR_DIR, world
 from asymspec_vl.toy.train import LLAMA_RECIPE, ToyTrainConfig, train_family_verifier
 
 N = 30  # held-out questions: 10 of each type
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 
 
 def _sha(path) -> str:
@@ -102,9 +108,10 @@ def test_embedded_llama_resolves_to_the_shipped_cross_family_pair():
 def test_the_shipped_files_are_the_trained_ones_and_the_drafter_is_unchanged():
     manifest = json.loads((PAIR_DIR / "llama_manifest.json").read_text())
     pair = json.loads((PAIR_DIR / "manifest.json").read_text())
-    assert manifest["sha256"]["verifier-llama/model.safetensors"] == _sha(
-        PAIR_DIR / "verifier-llama" / "model.safetensors"
-    )
+    for name in ("model.safetensors", "tokenizer.json"):
+        assert manifest["sha256"][f"verifier-llama/{name}"] == _sha(
+            PAIR_DIR / "verifier-llama" / name
+        )
     assert (
         manifest["sha256"]["drafter/model.safetensors"]
         == pair["sha256"]["drafter/model.safetensors"]
@@ -207,6 +214,17 @@ def test_train_family_verifier_writes_a_loadable_llama_verifier(tmp_path):
         for line in (tmp_path / "llama_train_log.jsonl").read_text().splitlines()
     } == {"verifier"}
     assert not (tmp_path / "verifier-llama_log.jsonl").exists()
+    # the tokenizer files are the shipped ones bit for bit (the same corpus and vocabulary size; only the steps
+    # differ): `toy train --verifier-family llama` reproduces them
+    shipped = json.loads((PAIR_DIR / "llama_manifest.json").read_text())
+    assert (
+        manifest["sha256"]["verifier-llama/tokenizer.json"]
+        == shipped["sha256"]["verifier-llama/tokenizer.json"]
+    )
+    for name in TOKENIZER_FILES:
+        assert (tmp_path / "verifier-llama" / name).read_bytes() == (
+            PAIR_DIR / "verifier-llama" / name
+        ).read_bytes(), name
     vl = AsymSpecVL.from_pretrained(
         drafter=str(PAIR_DIR / "drafter"),
         verifier=str(tmp_path / "verifier-llama"),
@@ -298,6 +316,7 @@ def test_the_llama_tokenizer_reads_spaces_as_the_sentencepiece_mark_and_digits_o
     for text in (
         "What is 9 × 14? The answer is 126.",
         "a\nb ~ {x}",
+        " the answer",  # a leading "▁" decodes to a space (Llama-2's decoder without its Strip)
     ):  # every character known, round trip
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.unk_token_id not in ids and tok.decode(ids) == text

@@ -1,7 +1,8 @@
 """Structured output across a vocabulary map on the vLLM engine (docs/cross-family.md, "Structured output across
 the map"; a grammar's dead end: test_grammar_dead_end.py):
-- on `embedded-llama`, batched, a regex, a choice and a JSON schema: every answer follows its grammar and holds
-  shared tokens only (greedy and sampled rules choose over shared ∩ allowed);
+- xgrammar reads `embedded-llama`'s verifier "▁" as a space (its decoder is Llama-2's, without Strip);
+- on `embedded-llama`, batched, a regex, a choice, a JSON-shaped regex and a regex with spaces: every answer follows
+  its grammar and holds shared tokens only (greedy and sampled rules choose over shared ∩ allowed);
 - the permuted-verifier oracle holds under a grammar (compiled for each verifier's own tokenizer): a verifier whose
   ids are permuted answers exactly as the one-vocabulary pair, under the permutation;
 - Floor runs on the speculative engine across a map (library and server alike) and follows it; the drafter
@@ -30,16 +31,20 @@ SCHEMA = {
     "required": ["n"],
     "additionalProperties": False,
 }
-# xgrammar reads embedded-llama's verifier vocabulary as raw strings (its decoder is a bare "▁" -> " " Replace): no
-# token spells a space, so a JSON schema (xgrammar's ": " separator, or any whitespace: the toy fills it with "\n")
-# cannot be answered there; a JSON-shaped regex can
+# a grammar with spaces ("▁" is a space to xgrammar: test_xgrammar_reads_...), and a JSON-shaped regex (a JSON
+# schema's whitespace the toy fills with "\n" up to max_new_tokens)
+SPACED = "The answer is [0-9]{1,3}"
 CONSTRAINTS = {
     "regex": {"regex": "[0-9]+"},
     "choice": {"choice": ["12", "7", "yes", "no"]},
     "json": {"regex": '\\{"n":[0-9]{1,2}\\}'},
+    "spaced": {"regex": SPACED},
 }
 # the permuted oracle's pair (byte-level tokenizers) answers a JSON schema itself
-SCHEMA_CONSTRAINTS = {**CONSTRAINTS, "json": {"json": SCHEMA}}
+SCHEMA_CONSTRAINTS = {
+    **{k: c for k, c in CONSTRAINTS.items() if k != "spaced"},
+    "json": {"json": SCHEMA},
+}
 NO_WHITESPACE = {"backend": "xgrammar", "disable_any_whitespace": True}
 
 
@@ -50,8 +55,42 @@ def follows(kind: str, text: str) -> bool:
         return re.fullmatch(CONSTRAINTS["regex"]["regex"], text) is not None
     if kind == "choice":
         return text in CONSTRAINTS["choice"]["choice"]
+    if kind == "spaced":
+        return re.fullmatch(SPACED, text) is not None
     jsonschema.validate(json.loads(text), SCHEMA)
     return True
+
+
+def test_xgrammar_reads_the_embedded_llama_verifiers_space_mark_as_a_space():
+    """The toy Llama tokenizer's decoder is Llama-2's (Replace "▁" -> " ", ByteFallback, Fuse; no Strip), which
+    xgrammar (vLLM's structured outputs) types BYTE_FALLBACK: after "The" the regex allows "▁answer". A bare
+    Replace decoder was typed RAW ("▁answer" the literal string): no token allowed there."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from asymspec_vl.toy import pair_paths
+
+    tok = AutoTokenizer.from_pretrained(pair_paths("llama")["verifier"])
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    assert (info.vocab_type, info.add_prefix_space) == (
+        xgr.VocabType.BYTE_FALLBACK,
+        False,  # "The" at the start is "The", not "▁The"
+    )
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_regex(SPACED))
+    ids = tok("The answer is 126", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids[:4]) == ["The", "▁answer", "▁is", "▁"]
+    assert matcher.accept_token(ids[0])
+    bitmask = xgr.allocate_token_bitmask(1, len(tok))  # [1, ceil(V / 32)] int32
+    matcher.fill_next_token_bitmask(bitmask)
+    words = bitmask[0].tolist()
+    allowed = [i for i in range(len(tok)) if (words[i // 32] >> (i % 32)) & 1]
+    assert ids[1] in allowed
+    assert all(
+        " answer is ".startswith(tok.decode([i])) for i in allowed
+    )  # prefixes of the rest
+    for i in ids[1:]:
+        assert matcher.accept_token(i), tok.convert_ids_to_tokens(i)
+    assert matcher.accept_token(tok.eos_token_id) and matcher.is_terminated()
 
 
 @pytest.fixture(scope="class")
@@ -81,7 +120,9 @@ class TestEmbeddedLlama:  # a class: its engine is closed before the next class 
         for kind, constraint in CONSTRAINTS.items():
             cfg = {
                 "K": 2,
-                "max_new_tokens": 16,
+                # SPACED's "The" opens no toy answer (they begin with a digit): the toy spells it piece by
+                # piece ("T", "he", "▁", "an", "s", "w", "er", ...), up to 17 tokens with the end of turn
+                "max_new_tokens": 32 if kind == "spaced" else 16,
                 "structured_output": constraint,
                 **changes,
             }

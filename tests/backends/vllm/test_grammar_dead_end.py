@@ -22,7 +22,7 @@ OMEGA = "Ω"  # the renamed verifier's token: no drafter token spells it
 @pytest.fixture(scope="module")
 def renamed(tmp_path_factory):
     """embedded-llama with its verifier's "^" spelled OMEGA: that token is outside the shared set, and a grammar
-    asking for OMEGA allows it alone (xgrammar reads this verifier's vocabulary as raw strings)."""
+    asking for OMEGA allows it alone (xgrammar reads the piece as its text)."""
     folder = write_renamed_token(
         pair_paths("llama")["verifier"],
         tmp_path_factory.mktemp("omega"),
