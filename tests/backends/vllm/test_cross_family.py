@@ -71,6 +71,7 @@ def pipes(tiny_models, permuted):
         ("sd", AsymSpecConfig(K=2, max_new_tokens=16)),
         ("scd", AsymSpecConfig(K=2, max_new_tokens=16)),
         ("floor", AsymSpecConfig(K=2, max_new_tokens=16)),
+        ("drafter", AsymSpecConfig(K=2, max_new_tokens=16)),
         (
             "asymspec",
             AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=16, temperature=0.9, seed=4),
