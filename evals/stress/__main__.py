@@ -11,8 +11,8 @@ two vocabularies, on the engine and the transformers side alike, its sampled row
 are, the rows the engine refuses across the map skipped and counted by reason, a, b, q compared in the drafter's
 ids and t in the verifier's, see hf_side.py; in half the seeds the drafter alone's rows too, on its plain engine
 after the speculative one's, their tokens and logprobs compared, see drafter_run.py), prints one line per case
-(with the process's resident memory after it) and at the end the cases run, requests compared (cross-family: sampled rows, skips) and every mismatch with
-the workload that reproduces it
+(with the process's resident memory after it) and at the end the cases run, requests compared (drafter rows;
+cross-family: sampled rows, skips) and every mismatch with the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
