@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from asymspec_vl.backends.vllm.vllm_backend import VLLMBackend
+from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.methods import METHODS
 from asymspec_vl.inputs.prompts import EncodedRequest
 
@@ -22,7 +23,7 @@ def run_drafter(
     down. The speculative engine's preemption and x_full pool do not apply to it. An engine failure is returned."""
     e = workload.engine
     if any(r.mode != DRAFTER for r in workload.rows):
-        raise ValueError("run_drafter serves drafter rows only")
+        raise ConfigError("run_drafter serves drafter rows only")
     backend = VLLMBackend.load(
         pair,
         str(paths["vl_drafter"]),
