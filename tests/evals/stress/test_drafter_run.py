@@ -8,6 +8,7 @@ import math
 import types
 
 import pytest
+import torch
 from asymspec_vl.evals.stress import case, drafter_run
 from asymspec_vl.evals.stress.case import CaseReport, compare_logprobs, run_case
 from asymspec_vl.evals.stress.engine_run import EngineRun
@@ -199,3 +200,22 @@ def test_logprobs_are_compared_by_ids_exactly_and_by_value_within_the_tolerance(
         m.what
         for m in report_of(same, [_lp(3, [3, 4]), _lp(4, [4, 3], 1e-3)]).mismatches
     ] == ["logprobs"]
+
+
+def test_a_peaked_rows_logprobs_near_zero_keep_their_logits_rounding():
+    """Found by the stress run (seed 104, --pairs mix --no-tp, cross-family): a sampled drafter row whose tokens
+    all had logprobs within 3.5e-3 of 0 and equal to 3.6e-7 nats read 1.02e-4 relative to its largest |logprob|;
+    its error is measured against at least 1 nat, and a 1e-4 nat error there still fails."""
+    from asymspec_vl.evals.stress.case import logprob_error
+
+    peaked = [TokenLogprob(t, -3.5e-3 / (t + 1), [], "q") for t in range(9)]
+    rounded = [dataclasses.replace(e, logprob=e.logprob + 3.6e-7) for e in peaked]
+    r = CaseReport(0, "{}")
+    compare_logprobs(r, 2, peaked, rounded)
+    assert not r.mismatches and r.max_error["logprobs"] == pytest.approx(3.6e-7)
+    off = [dataclasses.replace(e, logprob=e.logprob + 2e-4) for e in peaked]
+    compare_logprobs(r, 2, peaked, off)
+    assert [m.what for m in r.mismatches] == ["logprobs"]
+    x = torch.tensor([[-3.0, -0.5]], dtype=torch.float64)
+    assert logprob_error(x + 3e-6, x) == pytest.approx(1e-6)
+    assert math.isinf(logprob_error(x * math.nan, x))
