@@ -9,9 +9,10 @@ Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) u
 seeded sampled rows; see workload.py; by default every third one cross-family: the embedded pair `embedded-llama`,
 two vocabularies, on the engine and the transformers side alike, its sampled rows compared as one vocabulary's
 are, the rows the engine refuses across the map skipped and counted by reason, a, b, q compared in the drafter's
-ids and t in the verifier's, see hf_side.py), prints one line per case (with the process's resident memory after
-it) and at the end the cases run, requests compared (cross-family: sampled rows, skips) and every mismatch with
-the workload that reproduces it
+ids and t in the verifier's, see hf_side.py; in half the seeds the drafter alone's rows too, on its plain engine
+after the speculative one's, their tokens and logprobs compared, see drafter_run.py), prints one line per case
+(with the process's resident memory after it) and at the end the cases run, requests compared (drafter rows;
+cross-family: sampled rows, skips) and every mismatch with the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
 """
 
@@ -88,6 +89,17 @@ def across_map(reports: list[CaseReport]) -> str:
     )
 
 
+def drafter_alone(reports: list[CaseReport]) -> str:
+    """The run's drafter-alone totals (a summary line; "" when no drafter row ran)."""
+    ran = [r for r in reports if r.drafter]
+    if not ran:
+        return ""
+    return (
+        f"drafter alone: {sum(r.drafter for r in ran)} rows compared in {len(ran)} case(s), largest logprob error "
+        f"{max(r.max_error.get('logprobs', 0.0) for r in ran):.1e}\n"
+    )
+
+
 def line(report: CaseReport) -> str:
     status = "OK" if not report.mismatches else f"{len(report.mismatches)} MISMATCH(ES)"
     v = report.vocabulary
@@ -96,7 +108,12 @@ def line(report: CaseReport) -> str:
         if v and not v["identity"]
         else ""
     )
-    sampled = f" ({report.sampled} sampled)" if report.sampled else ""
+    sampled = ", ".join(
+        f"{n} {what}"
+        for n, what in ((report.sampled, "sampled"), (report.drafter, "drafter alone"))
+        if n
+    )
+    sampled = f" ({sampled})" if sampled else ""
     errors = " ".join(f"{k} {e:.1e}" for k, e in report.max_error.items())
     return cross + (
         f"{report.compared}/{report.requests} requests{sampled}, {report.logit_steps} logit checks (max rel. error "
@@ -110,7 +127,7 @@ def draw_case(seed: int, args) -> Workload:
         args.gpu_shaped == "mix" and seed % 2 == 1
     )
     cross = args.pairs == "cross" or (args.pairs == "mix" and seed % 3 == 2)
-    w = draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped)
+    w = draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped, drafter=True)
     return with_pair(w, "cross") if cross else w
 
 
@@ -241,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\ncases run: {len(reports)}, requests compared: {sum(r.compared for r in reports)}, logit checks: "
         f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
-        f"{len(bad)} case(s), seconds: {time.time() - start:.0f}\n{across_map(reports)}",
+        f"{len(bad)} case(s), seconds: {time.time() - start:.0f}\n{drafter_alone(reports)}"
+        f"{across_map(reports)}",
         end="",
     )
     for r in bad:

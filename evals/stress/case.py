@@ -8,7 +8,12 @@ A cross-family case (engine.pair "cross") runs on the reference's pair: the rows
 (workload.unserved_across_map) are skipped (counted in CaseReport.skipped by reason), its sampled rows run and are
 compared as one vocabulary's are (seeded: the same draws on both sides), stop tokens outside the verifier's shared,
 unbanned ids are moved onto them (the same-family draw names ids of another vocabulary), and a, b, q are compared in
-the drafter's ids, t in the verifier's (hf_side.py); CaseReport.vocabulary says which vocabularies ran."""
+the drafter's ids, t in the verifier's (hf_side.py); CaseReport.vocabulary says which vocabularies ran.
+The drafter alone's rows (workload.DRAFTER) run after the speculative engine's on the drafter's plain engine
+(drafter_run.py): tokens and finish compared exactly, and each emitted token's logprob and top alternatives (ids
+exactly, values within LOGIT_TOLERANCE of the row's largest |logprob|, at least 1 nat: logprob_error; in verifier ids
+across a map), one logit
+check per token, the largest error under max_error["logprobs"]."""
 
 from __future__ import annotations
 
@@ -19,12 +24,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+import torch
+
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.prompts import encode_request
 
-from .engine_run import run_on_engine
+from .drafter_run import run_engines
 from .hf_side import LOGIT_TOLERANCE, Reference, relative_error, spread, summary
-from .workload import Workload, make_request, unserved_across_map
+from .workload import DRAFTER, Workload, make_request, unserved_across_map
 
 RESULT_PREFIX = "STRESS-RESULT "
 # the logits a step's entry may hold (probe.captured_step_logits), compared by name
@@ -48,7 +55,8 @@ FIELDS = (
 
 @dataclass
 class Mismatch:
-    what: str  # "engine" (the engine failed), "tokens" (a summary field), "a" / "b" / "q" / "t" (logits), "error"
+    what: str  # "engine" (an engine failed), "tokens" (a summary field), "a" / "b" / "q" / "t" (logits), "error",
+    # "logprobs" (the drafter alone's)
     row: int | None
     detail: str
     known: str | None = None  # the issue-23 finding it matches, if any
@@ -61,6 +69,7 @@ class CaseReport:
     requests: int = 0
     compared: int = 0  # requests compared (all, unless the engine failed)
     sampled: int = 0  # of them, the ones that sample (seeded, temperature > 0)
+    drafter: int = 0  # of them, the drafter alone's (its plain engine)
     logit_steps: int = 0  # logit comparisons made (a, b, q, t)
     max_error: dict = field(default_factory=lambda: dict.fromkeys(LOGITS, 0.0))
     resumptions: int = 0
@@ -109,7 +118,7 @@ def run_case(
         for r in workload.rows
     ]
     t0 = time.perf_counter()
-    run = run_on_engine(workload, pair, reference.paths, encs)
+    run = run_engines(workload, pair, reference.paths, encs)
     t1 = time.perf_counter()
     report = CaseReport(
         workload.seed,
@@ -128,15 +137,15 @@ def run_case(
             continue
         report.compared += 1
         report.sampled += "temperature" in row.config
+        report.drafter += row.mode == DRAFTER
         if got.finish_reason == "error":
             report.mismatches.append(
                 Mismatch("error", i, got.error[:2000], known_finding(got.error))
             )
             continue
         expected = reference.alone(row, enc)
-        fields = (
-            FIELDS[:1] if row.mode == "plain" else FIELDS
-        )  # plain rows: the verifier's greedy tokens
+        # plain rows: the verifier's greedy tokens; the drafter alone: its tokens, their sources and its finish
+        fields = {"plain": FIELDS[:1], DRAFTER: FIELDS[:3]}.get(row.mode, FIELDS)
         diff = [
             (name, e, g)
             for name, e, g in zip(fields, summary(expected), summary(got))
@@ -151,6 +160,8 @@ def run_case(
                 )
             )
         _compare_logits(report, reference, i, enc, run.steps[i], logit_steps)
+        if row.mode == DRAFTER:
+            compare_logprobs(report, i, expected.logprobs, got.logprobs)
     report.seconds = {
         "engine": round(t1 - t0, 1),
         "reference": round(time.perf_counter() - t1, 1),
@@ -218,6 +229,64 @@ def _compare_logits(
                         f"{LOGIT_TOLERANCE:g}",
                     )
                 )
+
+
+def compare_logprobs(report: CaseReport, i: int, expected, got) -> None:
+    """Row i's logprobs (core.logprobs.TokenLogprob lists, None when not asked for) against transformers': each
+    token's id, distribution and top alternatives' ids exactly, their logprobs within LOGIT_TOLERANCE (logprob_error
+    over the row: [n tokens, 1 + k])."""
+    if expected is None and got is None:
+        return
+    if expected is None or got is None or len(expected) != len(got):
+        report.mismatches.append(
+            Mismatch(
+                "logprobs",
+                i,
+                f"transformers {_count(expected)} entries, vllm {_count(got)}",
+            )
+        )
+        return
+    ids = lambda e: (e.token_id, e.distribution, [t for t, _ in e.top])  # noqa: E731
+    for n, (e, g) in enumerate(zip(expected, got)):
+        if ids(e) != ids(g):
+            report.mismatches.append(
+                Mismatch(
+                    "logprobs",
+                    i,
+                    f"token {n}: transformers {ids(e)} vllm {ids(g)}",
+                )
+            )
+            return
+    if not expected:
+        return
+    values = lambda entries: torch.tensor(  # noqa: E731
+        [[e.logprob, *(lp for _, lp in e.top)] for e in entries], dtype=torch.float64
+    )
+    err = logprob_error(values(got), values(expected))
+    report.logit_steps += len(expected)
+    report.max_error["logprobs"] = max(report.max_error.get("logprobs", 0.0), err)
+    if err > LOGIT_TOLERANCE:
+        report.mismatches.append(
+            Mismatch(
+                "logprobs",
+                i,
+                f"relative error {err:.2e} > {LOGIT_TOLERANCE:g} over {len(expected)} tokens",
+            )
+        )
+
+
+def logprob_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |got - ref| / max(max |ref|, 1 nat); inf where a value is not finite. A logprob near 0 (a peaked
+    distribution's token) is x - logsumexp(x) of logits of a few units: it carries their float32 rounding, about
+    1e-6 nats, whatever its own size (relative_error's scale alone, 3.5e-3 nats, put the seed-104 case's equal
+    logprobs at 1.02e-4)."""
+    if not (got.isfinite().all() and ref.isfinite().all()):
+        return float("inf")
+    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1.0))
+
+
+def _count(entries) -> str:
+    return "no" if entries is None else str(len(entries))
 
 
 def _in_subprocess(workload: Workload, paths: dict, logit_steps: int) -> CaseReport:

@@ -17,6 +17,10 @@ GPU-shaped engines (`draw(..., gpu_shaped=True)`, drawn from a second generator 
 as they were): compiled, budgets from 16 to 2048 with max_num_seqs above and below them, seeded sampled rows
 beside greedy ones in chunked prefills, prefix caching on and off, block size 16 (FlashInfer's and FlashAttention's
 usual page size), TP=2.
+The drafter alone (`draw(..., drafter=True)`, mode "drafter"; drawn from a generator of its own, after the other rows,
+which stay as they were): half the cases add 2 to max_num_seqs + 2 drafter rows, image or text-only, greedy or seeded
+sampled (top-k / top-p / min-p as above), each asking for its logprobs; the case runs them after the speculative
+engine's rows on a plain drafter engine of the same knobs (drafter_run.py).
 Cross-family cases (`with_pair(w, "cross")`) keep the draw; the rows the vLLM engine refuses across a vocabulary
 map (plain speculative ones, sampled ones of a method the engine does not sample there: unserved_across_map) are
 skipped when the case runs, and counted by reason; the sampled rows of the methods it samples there run.
@@ -61,6 +65,8 @@ MODES = (
 MODE_WEIGHTS = (4, 2, 2, 1, 1)
 # a GPU-shaped draw makes 40 % of these modes' rows sample (_sampled)
 SAMPLED_MODES = ("asymspec", "sd", "scd", "floor")
+DRAFTER = "drafter"  # the drafter alone: its own plain engine, not a mode of the speculative one (drafter_rows)
+DRAFTER_LOGPROBS = (0, 2, 5)  # the cfg.logprobs a drafter row asks for
 QUESTIONS = (
     "What is the value of the largest bar?",
     "How many circles are shown in the figure?",
@@ -188,10 +194,12 @@ def draw(
     engine: EngineCase | None = None,
     max_new: int = 40,
     gpu_shaped: bool = False,
+    drafter: bool = False,
 ) -> Workload:
     """A random workload; `tp` False keeps it in this process (TP=1, no worker processes); `engine` fixes the
     engine (the rows are still drawn); answers of at most `max_new` tokens; `gpu_shaped`: the GPU's conditions
-    (see the module docstring) drawn on top, from their own generator."""
+    (see the module docstring) drawn on top, from their own generator; `drafter`: the drafter alone's rows too
+    (drafter_rows)."""
     rng = random.Random(seed)
     tp2 = tp and rng.random() < 0.15
     drawn = EngineCase(
@@ -235,11 +243,43 @@ def draw(
             )
         )
     workload = Workload(seed, engine, tuple(rows))
-    return (
-        _gpu_shaped(workload, tp, fixed_engine=engine is not drawn)
-        if gpu_shaped
-        else workload
-    )
+    if gpu_shaped:
+        workload = _gpu_shaped(workload, tp, fixed_engine=engine is not drawn)
+    return drafter_rows(workload, max_new) if drafter else workload
+
+
+def drafter_rows(w: Workload, max_new: int = 40) -> Workload:
+    """w with, in half the seeds, 2 to max_num_seqs + 2 drafter rows appended (a batch that reuses its rows): image in
+    80 %, a quarter on an earlier row's prompt (a prefix-cache hit), 40 % seeded sampled (the filters of _sampled),
+    each asking for cfg.logprobs. Drawn from their own generator: w's rows stay as they were."""
+    rng = random.Random(f"drafter-{w.seed}")
+    if rng.random() >= 0.5:
+        return w
+    rows = list(w.rows)
+    for _ in range(rng.randint(2, w.engine.max_num_seqs + 2)):
+        reuse = rows and rng.random() < 0.25
+        config = {"logprobs": rng.choice(DRAFTER_LOGPROBS)}
+        if rng.random() < 0.4:
+            config = _filtered(
+                {**config, "temperature": 0.8, "seed": rng.randrange(10**6)}, rng
+            )
+        rows.append(
+            RowSpec(
+                mode=DRAFTER,
+                K=w.engine.K,
+                max_new=rng.randint(1, max_new),
+                request_seed=rng.choice(rows).request_seed
+                if reuse
+                else rng.randrange(10**6),
+                image=rng.random() < 0.8,
+                arrival=0 if rng.random() < 0.5 else rng.randint(1, 16),
+                config=config,
+                stop_token_ids=None
+                if rng.random() < 0.7
+                else tuple(sorted(rng.sample(range(30, 400), 3))),
+            )
+        )
+    return dataclasses.replace(w, rows=tuple(rows))
 
 
 def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
@@ -276,13 +316,19 @@ def _sampled(r: RowSpec, rng: random.Random, filters: random.Random) -> RowSpec:
     if own.random() >= 0.4:
         return r
     config = {**r.config, "temperature": 0.8, "seed": own.randrange(10**6)}
+    return dataclasses.replace(r, config=_filtered(config, filters))
+
+
+def _filtered(config: dict, filters: random.Random) -> dict:
+    """config with each of top-k, top-p and min-p on in 30 % of the draws of `filters`."""
+    config = dict(config)
     if filters.random() < 0.3:
         config["top_k"] = filters.choice((5, 20, 60))
     if filters.random() < 0.3:
         config["top_p"] = filters.choice((0.7, 0.9))
     if filters.random() < 0.3:
         config["min_p"] = filters.choice((0.05, 0.2))
-    return dataclasses.replace(r, config=config)
+    return config
 
 
 def unserved_across_map(row: RowSpec) -> str | None:

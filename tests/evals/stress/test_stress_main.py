@@ -63,10 +63,10 @@ def test_cases_are_drawn_seed_after_seed_and_every_second_one_gpu_shaped(ran, ca
     assert code == 0
     assert [w for w, _, _ in seen] == [
         with_pair(
-            draw(5, tp=False, gpu_shaped=True), "cross"
+            draw(5, tp=False, gpu_shaped=True, drafter=True), "cross"
         ),  # mix: odd seeds are GPU-shaped, every third cross-family
-        draw(6, tp=False, gpu_shaped=False),
-        draw(7, tp=False, gpu_shaped=True),
+        draw(6, tp=False, gpu_shaped=False, drafter=True),
+        draw(7, tp=False, gpu_shaped=True, drafter=True),
     ]
     assert all(steps == 6 and not here for _, steps, here in seen)
     assert out.count("\ncase ") + out.startswith("case ") == 3
@@ -98,8 +98,8 @@ def test_the_summary_adds_the_cross_family_cases_sampled_rows_and_skips(ran, cap
 def test_gpu_shaped_only_and_off(ran, capsys, mode, shaped):
     _, _, seen = ran(["--cases", "2", "--gpu-shaped", mode, "--seed", "8"], capsys)
     assert [w for w, _, _ in seen] == [
-        with_pair(draw(8, tp=True, gpu_shaped=shaped[0]), "cross"),
-        draw(9, tp=True, gpu_shaped=shaped[1]),
+        with_pair(draw(8, tp=True, gpu_shaped=shaped[0], drafter=True), "cross"),
+        draw(9, tp=True, gpu_shaped=shaped[1], drafter=True),
     ]
 
 
@@ -343,6 +343,17 @@ def test_the_case_line_and_the_workload_description_read_their_numbers():
     )
     report.mismatches = [Mismatch("a", 0, "x"), Mismatch("b", 1, "y")]
     assert stress.line(report).endswith(": 2 MISMATCH(ES)")
+    report.drafter = 3
+    assert stress.line(report).startswith("6/7 requests (3 drafter alone), 12 logit")
+    report.sampled, report.max_error["logprobs"] = 2, 4e-6
+    assert stress.line(report).startswith(
+        "6/7 requests (2 sampled, 3 drafter alone), 12 logit checks (max rel. error a 2.5e-06 b 1.0e-07 "
+        "logprobs 4.0e-06)"
+    )
+    assert stress.drafter_alone([report, CaseReport(5, "{}"), report]) == (
+        "drafter alone: 6 rows compared in 2 case(s), largest logprob error 4.0e-06\n"
+    )
+    assert stress.drafter_alone([CaseReport(5, "{}")]) == ""
 
 
 def test_the_models_are_written_only_where_they_are_missing(monkeypatch, tmp_path):

@@ -492,3 +492,39 @@ def test_a_cross_family_engine_at_tp2_with_chunked_prefill_equals_transformers(
     report = run_case(w, paths, cross_reference, logit_steps=2)
     assert not report.mismatches, (report.mismatches, w.to_json())
     assert report.compared == 1 and report.max_error["b"] > 0
+
+
+DRAFTER_HOT = {"temperature": 0.8, "seed": 7}
+
+
+@pytest.mark.vllm
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("pair", ["same", "cross"])
+def test_drafter_rows_on_their_engine_equal_transformers_batched(
+    pair, tiny_models, reference, cross_reference
+):
+    """The drafter alone's rows of a case on its plain engine (chunked prefill, more rows than max_num_seqs), greedy
+    and seeded sampled (filters on two) in one batch, image and text-only, with logprobs: tokens equal
+    transformers', logprobs within the tolerance (verifier ids across the map). Found by the stress run (seeds 77,
+    80, 83, 86, 87, 96 of `--pairs mix --no-tp`): vLLM's CPU sampler drew a seeded row unseeded beside a greedy one
+    (vllm_patches/hooks/cpu_generators.forward_cpu)."""
+    from asymspec_vl.evals.stress.case import run_case
+    from asymspec_vl.evals.stress.workload import DRAFTER, RowSpec, Workload
+
+    lp = {"logprobs": 2}
+    rows = (
+        RowSpec(DRAFTER, 2, 8, 11, config=lp),
+        RowSpec(DRAFTER, 2, 8, 12, config={**lp, **DRAFTER_HOT}),
+        RowSpec(DRAFTER, 2, 6, 13, image=False, config={**DRAFTER_HOT, "top_k": 20}),
+        RowSpec(DRAFTER, 2, 6, 11, arrival=2, config={**DRAFTER_HOT, "min_p": 0.05}),
+        RowSpec(DRAFTER, 2, 5, 14, arrival=3, config={**lp, "top_p": 0.9}),
+    )
+    engine = EngineCase(
+        block_size=16, K=2, max_num_seqs=3, max_num_batched_tokens=64, pair=pair
+    )
+    ref = reference if pair == "same" else cross_reference
+    paths = {**tiny_models, "root": tiny_models["verifier"].parent}
+    report = run_case(Workload(3, engine, rows), paths, ref, logit_steps=2)
+    assert not report.mismatches, report.mismatches
+    assert report.compared == report.drafter == 5 and report.sampled == 3
+    assert 0 < report.max_error["logprobs"] < 1e-4

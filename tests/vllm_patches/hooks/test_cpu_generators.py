@@ -134,3 +134,56 @@ def test_the_patch_wraps_the_cpu_runner_once():
                     delattr(CPUModelRunner, n)
             else:
                 setattr(CPUModelRunner, n, own[n])
+
+
+@pytest.mark.parametrize("mode", ["raw_logprobs", "processed_logprobs"])
+def test_a_seeded_row_beside_unseeded_ones_draws_from_its_generator(mode):
+    """vLLM's CPU sampler drew every row unseeded unless every row had a generator: a seeded row batched with a
+    greedy or unseeded one drew other tokens than alone. With the hook its draw is its generator's, whatever its
+    neighbours; a batch with no generator and an all-seeded batch are vLLM's own."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    sampler = TopKTopPSampler(mode)
+    stock = TopKTopPSampler.forward_cpu.__dict__.get(
+        "__asymspec_original__", TopKTopPSampler.forward_cpu
+    )
+    logits = torch.randn(3, 500, generator=gen(0))
+    k = torch.tensor([500, 20, 500])
+    unseeded = 0
+    for seed in range(8):
+        alone, _ = stock(sampler, logits[1:2].clone(), {0: gen(seed)}, k[1:2], None)
+        got, lps = cpu_generators.forward_cpu(
+            stock, sampler, logits.clone(), {1: gen(seed)}, k, None
+        )
+        assert got.shape == (3,) and got[1] == alone[0], seed
+        assert (lps is None) == (mode == "raw_logprobs")
+        vllms, _ = stock(sampler, logits.clone(), {1: gen(seed)}, k, None)
+        unseeded += int(vllms[1] != alone[0])
+    assert unseeded > 0  # vLLM's own forward_cpu ignored the generator
+    calls = []
+
+    def original(*args):
+        calls.append(args)
+        return "vllm's"
+
+    for gens in ({}, {0: gen(1), 1: gen(2), 2: gen(3)}):
+        assert cpu_generators.forward_cpu(original, sampler, logits, gens, k, None)
+    assert len(calls) == 2
+
+
+def test_the_patch_wraps_the_cpu_sampler_once():
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    own = TopKTopPSampler.__dict__["forward_cpu"]
+    stock = own.__dict__.get("__asymspec_original__", own)
+    try:
+        TopKTopPSampler.forward_cpu = stock
+        cpu_generators.patch_cpu_generators()
+        patched = TopKTopPSampler.__dict__["forward_cpu"]
+        cpu_generators.patch_cpu_generators()
+        assert (
+            is_patched(patched) and TopKTopPSampler.__dict__["forward_cpu"] is patched
+        )
+        assert patched.__asymspec_original__ is stock
+    finally:
+        TopKTopPSampler.forward_cpu = own
