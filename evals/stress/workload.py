@@ -38,7 +38,6 @@ from PIL import Image
 
 from asymspec_vl import AsymSpecConfig, Request
 from asymspec_vl.core.limits import LIMITS
-from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
 
 # The CPU build's attention (vllm/v1/attention/backends/cpu_attn.py) takes any block size its kernel divides:
 # multiples of 16 ("vec16"), of 32 for the "vec" / AMX kernels; 128 is the CPU platform's default.
@@ -336,13 +335,8 @@ def unserved_across_map(row: RowSpec) -> str | None:
     it under. "plain": a plain speculative request (no extra_args) is refused by the engine
     (engine_map.cross_family_refusal): it carries no x_comp in the drafter's ids, and vLLM's own draft-model
     verification compares draft and target ids of one vocabulary, so there is nothing to compare it against.
-    "sampled MODE": temperature > 0 for a method the engine does not sample across a map (not in
-    engine_map.SAMPLED_ACROSS_MAP, the one list; VLLMBackend._refuse_across_map refuses it by type)."""
-    if row.mode == "plain":
-        return "plain"
-    if "temperature" in row.config and row.mode not in SAMPLED_ACROSS_MAP:
-        return f"sampled {row.mode}"
-    return None
+    Every method, sampled or not, is served across a map."""
+    return "plain" if row.mode == "plain" else None
 
 
 def _config(rng: random.Random) -> dict:

@@ -9,11 +9,6 @@ import torch
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.vocab_align import VocabMap
 
-# the methods the vLLM backend samples across a map (core/vocab_sampling.py's rules): asymspec, sd, scd and floor
-# on the speculative engine (sampler.py; a cross-family Floor always runs there), the drafter alone on its plain
-# drafter engine (vLLM's own sampler over the same drafter-id columns, the unshared ids banned by logit_bias)
-SAMPLED_ACROSS_MAP = ("asymspec", "sd", "scd", "floor", "drafter")
-
 
 def engine_vocab_map(vllm_config) -> VocabMap | None:
     """The map between the drafter's (draft model's) and the verifier's (target's) vocabularies, or None when
@@ -37,12 +32,6 @@ def cross_family_refusal(request) -> Exception | None:
         return ConfigError(
             "a cross-family engine (two vocabularies) serves asymspec requests only (extra_args['asymspec']): a "
             "plain speculative request carries no x_comp in the drafter's ids"
-        )
-    if request.cfg.samples and request.method.name not in SAMPLED_ACROSS_MAP:
-        return ConfigError(
-            f"temperature > 0 for mode {request.method.name!r} is not run for a cross-family pair on the vLLM "
-            f"engine: only {', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (docs/cross-family.md, "
-            "'vLLM engine')"
         )
     if request.x_comp_drafter is None and request.reads_drafter_comp:
         return ConfigError(

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from functools import partial
 
 import vllm_patches
-from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
 from vllm_patches.requests.logprob_support import SUPPORT_KEY
 from vllm_patches.requests.request_args import sampling_params
 from vllm_patches.requests.stats import EngineStats, from_output
@@ -42,7 +41,6 @@ from vllm_patches.requests.stats import EngineStats, from_output
 from ...core import loop
 from ...core import trace as T
 from ...core.config import AsymSpecConfig
-from ...core.errors import ConfigError
 from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
@@ -176,8 +174,6 @@ class VLLMBackend:
         """The request's plan: its engine and mode looked up once (engine_for; `speculative`: as a server holds its
         engines, see engine_for). Everything after reads them from the plan."""
         method = method if isinstance(method, Method) else method_named(method)
-        if not self.pair.vmap.identity:
-            self._refuse_across_map(method, cfg)
         spec, mode = self.engine_for(method, cfg.K, speculative)
         return RequestPlan(method, cfg, spec, mode)
 
@@ -233,19 +229,6 @@ class VLLMBackend:
         length = max_model_len(llm)
         room = budget.room(r, plan.method, plan.cfg, lambda model: length)
         return self._prompt(r, plan.method), self._params(r, plan, room)
-
-    def _refuse_across_map(self, method: Method, cfg: AsymSpecConfig) -> None:
-        """A typed error for what the vLLM engine does not run across a vocabulary map yet (docs/cross-family.md,
-        'vLLM engine'): sampling for a method engine_map.SAMPLED_ACROSS_MAP does not list (today it lists every
-        one). Structured output is served by every method: the drafter alone's plain engine compiles the grammar for
-        the drafter's tokenizer and fails a request alone where it leaves no shared token
-        (vllm_patches/requests/plain_dead_ends.py)."""
-        if cfg.samples and method.name not in SAMPLED_ACROSS_MAP:
-            raise ConfigError(
-                f"temperature > 0 for {method.name!r} is not run on the vLLM engine for a cross-family pair: only "
-                f"{', '.join(SAMPLED_ACROSS_MAP)} draw over the shared set there (backend='hf' runs it; "
-                "docs/cross-family.md, 'vLLM engine')"
-            )
 
     def _prompt(self, r: EncodedRequest, method: Method) -> dict:
         """The engine's prompt: the view the engine's own model reads (x_comp on the verifier's engines, x_question

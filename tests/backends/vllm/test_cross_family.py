@@ -20,7 +20,6 @@ from xfamily_models import write_other_vocabulary
 
 from asymspec_vl import AsymSpecConfig, AsymSpecVL
 from asymspec_vl.core import vocab_sampling
-from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.vocab_align import VocabMap
 from asymspec_vl.inputs.conversation import encode
 from asymspec_vl.toy import world
@@ -111,22 +110,6 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
         vllm_two.generate_batch(reqs, "asymspec", cfg),
         hf_two.generate_batch(reqs, "asymspec", cfg),
     )
-
-
-@pytest.mark.parametrize(
-    "method, cfg, error",
-    [
-        (
-            "drafter",
-            {"K": 2, "structured_output": {"regex": "The answer is [0-9]+"}},
-            ConfigError,
-        ),
-    ],
-)
-def test_what_is_not_ported_is_refused_by_type(pipes, method, cfg, error):
-    _, _, vllm_two = pipes
-    with pytest.raises(error, match="cross-family"):
-        vllm_two.generate_batch([random_request(0)], method, cfg)
 
 
 @pytest.mark.parametrize(

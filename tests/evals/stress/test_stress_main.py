@@ -16,8 +16,6 @@ from asymspec_vl.evals.stress import workload as workloads
 from asymspec_vl.evals.stress.case import RESULT_PREFIX, CaseReport, Mismatch, served
 from asymspec_vl.evals.stress.workload import RowSpec, Workload, draw, with_pair
 
-from vllm_patches.requests.engine_map import SAMPLED_ACROSS_MAP
-
 
 @pytest.fixture
 def ran(monkeypatch, tmp_path):
@@ -163,13 +161,11 @@ def test_pairs_same_cross_and_every_third_case_cross_family(
 
 def test_a_cross_family_case_line_names_its_skipped_rows_and_its_vocabularies():
     w = with_pair(draw(3, tp=False, gpu_shaped=True), "cross")
-    sampled = [r for r in w.rows if "temperature" in r.config]
     plain = sum(r.mode == "plain" for r in w.rows)
-    assert plain and {r.mode for r in sampled} & set(
-        SAMPLED_ACROSS_MAP
+    assert plain and any(
+        "temperature" in r.config for r in w.rows
     )  # this draw has both
-    refused = sum(r.mode not in SAMPLED_ACROSS_MAP for r in sampled)
-    told = f"{plain} plain" + (f", {refused} sampled floor" if refused else "")
+    told = f"{plain} plain"
     assert stress.describe(w).endswith(
         f"pair=cross rows={len(w.rows)} ({'/'.join(sorted({r.mode for r in w.rows}))}), "
         f"skipped {told} (refused by the vLLM engine across a vocabulary map)"
@@ -202,10 +198,10 @@ def _cross_reference():
 SAMPLING = {"temperature": 0.8, "seed": 1, "top_k": 20}
 
 
-def test_sampled_rows_across_a_map_run_unless_their_method_is_refused(monkeypatch):
-    """Across a map a sampled row runs when engine_map.SAMPLED_ACROSS_MAP lists its method, as it is (seeded,
-    its filters, batched with the greedy rows); plain rows and sampled rows of any other method are skipped, each
-    counted under its reason; one vocabulary serves everything."""
+def test_sampled_rows_across_a_map_run_and_plain_rows_are_skipped():
+    """Across a map every sampled row runs as it is (seeded, its filters, batched with the greedy rows): every
+    method samples there; plain speculative rows are skipped and counted (the cross-family engine refuses them:
+    they carry no x_comp in the drafter's ids)."""
     rows = tuple(
         RowSpec(m, 2, 8, i, config=SAMPLING)
         for i, m in enumerate(workloads.SAMPLED_MODES)
@@ -217,41 +213,11 @@ def test_sampled_rows_across_a_map_run_unless_their_method_is_refused(monkeypatc
     )
     w = with_pair(Workload(0, workloads.EngineCase(), rows), "cross")
     ran, skipped = served(w, _cross_reference())
-    assert ran.rows == tuple(
-        r
-        for r in rows
-        if r.mode != "plain" and (r.mode in SAMPLED_ACROSS_MAP or not r.config)
-    )
-    assert {"asymspec", "sd", "scd"} <= {r.mode for r in ran.rows if r.config}
-    assert skipped == {
-        "plain": 2,
-        **{f"sampled {m}": 1 for m in ("floor",) if m not in SAMPLED_ACROSS_MAP},
-    }
-    monkeypatch.setattr(
-        workloads, "SAMPLED_ACROSS_MAP", ("asymspec",)
-    )  # the one list decides
-    ran, skipped = served(w, _cross_reference())
-    assert [r.mode for r in ran.rows] == ["asymspec", "floor"] and ran.rows[
-        0
-    ].config == SAMPLING
-    assert skipped == {
-        "plain": 2,
-        "sampled sd": 1,
-        "sampled scd": 1,
-        "sampled floor": 1,
-    }
+    assert ran.rows == tuple(r for r in rows if r.mode != "plain")
+    assert set(workloads.SAMPLED_MODES) <= {r.mode for r in ran.rows if r.config}
+    assert skipped == {"plain": 2}
     assert stress.skips(w) == (
-        ", skipped 2 plain, 1 sampled floor, 1 sampled scd, 1 sampled sd (refused by the vLLM engine across a "
-        "vocabulary map)"
-    )
-    monkeypatch.setattr(
-        workloads, "SAMPLED_ACROSS_MAP", ("asymspec", "sd", "scd", "floor")
-    )
-    assert served(w, _cross_reference())[1] == {"plain": 2}
-    one = types.SimpleNamespace(vmap=types.SimpleNamespace(identity=True))
-    assert served(dataclasses.replace(w, engine=workloads.EngineCase()), one) == (
-        dataclasses.replace(w, engine=workloads.EngineCase()),
-        {},
+        ", skipped 2 plain (refused by the vLLM engine across a vocabulary map)"
     )
 
 

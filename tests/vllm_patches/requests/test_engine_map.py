@@ -48,7 +48,7 @@ def _request(mode, cfg=GREEDY, x_comp_drafter=None):
         (
             _request("floor", AsymSpecConfig(K=2, temperature=0.5)),
             None,
-        ),  # every mode samples across the map (engine_map.SAMPLED_ACROSS_MAP)
+        ),  # every mode samples across the map
         (
             _request("asymspec", AsymSpecConfig(K=2, temperature=0.5), [1]),
             None,
@@ -96,14 +96,3 @@ def test_admission_counts_the_drafters_own_x_comp_view_beside_x_full():
         full_view_blocks(request, _request("floor", x_comp_drafter=[1] * 21), 2, 16)
         == 0
     )
-
-
-def test_a_sampled_mode_not_listed_as_sampling_across_a_map_is_refused(monkeypatch):
-    """SAMPLED_ACROSS_MAP is the one place that says which methods sample across a map on vLLM: a mode it does
-    not list is refused per request, before the sampler would meet a method without a rule there."""
-    from vllm_patches.requests import engine_map
-
-    monkeypatch.setattr(engine_map, "SAMPLED_ACROSS_MAP", ("asymspec", "sd", "scd"))
-    hot = AsymSpecConfig(K=2, temperature=0.5)
-    assert "temperature" in str(cross_family_refusal(_request("floor", hot)))
-    assert cross_family_refusal(_request("floor")) is None  # greedy: every mode
