@@ -12,7 +12,7 @@ from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.methods import METHODS
 from asymspec_vl.inputs.prompts import EncodedRequest
 
-from .engine_run import EngineRun, engine_kwargs, run_arrivals, run_on_engine
+from .engine_run import EngineRun, load_backend, run_arrivals, run_on_engine
 from .workload import DRAFTER, Workload
 
 
@@ -24,14 +24,8 @@ def run_drafter(
     e = workload.engine
     if any(r.mode != DRAFTER for r in workload.rows):
         raise ConfigError("run_drafter serves drafter rows only")
-    backend = VLLMBackend.load(
-        pair,
-        str(paths["vl_drafter"]),
-        str(paths["verifier"]),
-        dtype="float32",
-        tensor_parallel_size=e.tp,
-        enforce_eager=not e.compiled,
-        **engine_kwargs(replace(workload, engine=replace(e, preempt=False)), encs),
+    backend = load_backend(
+        replace(workload, engine=replace(e, preempt=False)), pair, paths, encs
     )
     plans = [backend.plan_request(METHODS[DRAFTER], r.cfg()) for r in workload.rows]
     run = EngineRun([None] * len(plans), [[] for _ in plans])

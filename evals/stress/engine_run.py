@@ -90,13 +90,13 @@ def _env(name: str, value: str | None):
                 os.environ[name] = old
 
 
-def run_on_engine(
+def load_backend(
     workload: Workload, pair, paths: dict, encs: list[EncodedRequest]
-) -> EngineRun:
-    """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
-
+) -> VLLMBackend:
+    """The vLLM backend of the case's pair with its engine's knobs (float32, TP, compiled or eager, engine_kwargs);
+    it starts no engine."""
     e = workload.engine
-    backend = VLLMBackend.load(
+    return VLLMBackend.load(
         pair,
         str(paths["vl_drafter"]),
         str(paths["verifier"]),
@@ -105,6 +105,15 @@ def run_on_engine(
         enforce_eager=not e.compiled,
         **engine_kwargs(workload, encs),
     )
+
+
+def run_on_engine(
+    workload: Workload, pair, paths: dict, encs: list[EncodedRequest]
+) -> EngineRun:
+    """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
+
+    e = workload.engine
+    backend = load_backend(workload, pair, paths, encs)
     spec = EngineSpec(str(paths["verifier"]), str(paths["vl_drafter"]), e.K)
     tokens = full_view_tokens(workload, encs)
     llm = None
