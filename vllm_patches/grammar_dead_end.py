@@ -61,12 +61,13 @@ def constraint_text(params) -> str:
 
 
 def cut_dead_ends(
-    proposer, batch, index, t, outcome, drafts, excluded, committed
+    proposer, batch, index, t, outcome, banned, committed
 ) -> list[list[int]]:
     """`committed` (a group's rows: outcome.committed(drafts)) with each row that has a structured output and chose
     at a dead end cut to its accepted drafts, or, none accepted, failed (an empty row). index: the group's batch
-    rows; t [G, n+1, Vv] the logits its rule read; excluded [Vv] bool: the tokens it may not commit (across a map,
-    outside the shared set or banned)."""
+    rows; t [G, n+1, Vv] the logits its rule read; banned [Vv] bool or None: the group's banned tokens in the
+    verifier's ids (across a map the tokens outside the shared set are excluded too, a mask built only for a group
+    that holds a structured row)."""
     rows = [
         g
         for g, i in enumerate(index)
@@ -74,6 +75,11 @@ def cut_dead_ends(
     ]
     if not rows:
         return committed
+    excluded = (
+        banned
+        if proposer.vmap is None
+        else proposer.vmap.verifier_banned(banned, t.device)
+    )  # [Vv] bool or None
     sel = torch.tensor(rows, device=t.device)
     n_acc = outcome.num_accepted.to(t.device)[sel]  # [G']
     ends = dead_ends(t[sel], n_acc, excluded)

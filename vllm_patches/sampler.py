@@ -32,12 +32,12 @@ drafts left takes SD's rule at K = 0 (the verifier's greedy token, or a draw fro
 On a cross-family engine (proposer.vmap, a VocabMap) every group is decided by core/vocab_align.py's greedy rules
 (the transformers loop's): t in verifier ids, a and b in the drafter's, drafts in verifier ids, each row's
 verifier-id mask (RowState.banned_v); its logprobs read vocab_align.shared_scores. A group that samples there
-takes core/vocab_sampling.py's sampled rule of its method (Plan.decide's), every draw over the shared set in
-drafter-id order with the rows' generators on the logits' device, after drafts drawn the same way (draft_pick.py;
-sd / scd's q is the drafter's own x_comp view's drafting logits, kept in draft_logits). What a cross-family
-engine refuses per request: engine_map.cross_family_refusal. A row with a structured output whose rule chose where
-the grammar allows no token it may commit (across a map: no shared token) commits its accepted drafts only, or
-fails alone (grammar_dead_end.py).
+takes core/vocab_sampling.py's sampled rule of its method (Plan.decide's), every draw over the drafter's columns
+(its unshared ids at probability 0) with the rows' generators on the logits' device, after drafts drawn the same
+way (draft_pick.py; sd / scd's q is the drafter's own x_comp view's drafting logits, kept in draft_logits). What a
+cross-family engine refuses per request: engine_map.cross_family_refusal. A row with a structured output whose rule
+chose where the grammar allows no token it may commit (across a map: no shared token) commits its accepted drafts
+only, or fails alone (grammar_dead_end.py).
 """
 
 from __future__ import annotations
@@ -191,19 +191,13 @@ def sample(
         else:
             outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
         decided.append((method, cfg, index, step_logits, outcome, n))
-        excluded = (
-            proposer.vmap.verifier_banned(states[0].banned_v, logits.device)
-            if proposer.vmap is not None
-            else states[0].banned
-        )
         committed = cut_dead_ends(
             proposer,
             batch,
             index,
             step_logits["t"],
             outcome,
-            drafts,
-            excluded,
+            states[0].banned_v if proposer.vmap is not None else states[0].banned,
             outcome.committed(drafts),
         )  # a structured output's dead end: no committable token the grammar allows
         _put_rows(out, index, committed)

@@ -101,8 +101,7 @@ def test_a_structured_row_at_a_dead_end_commits_its_accepted_drafts_or_fails_alo
         [0, 1, 2, 3],
         t,
         outcome,
-        drafts,
-        OUTSIDE,
+        None,  # nothing banned: across the map the unshared ids (OUTSIDE) are excluded
         outcome.committed(drafts),
     )
     assert committed == [[1], [], [0], [4]]
@@ -126,8 +125,7 @@ def test_a_row_already_failing_is_not_failed_again():
         [0],
         _t([3]),
         outcome,
-        torch.zeros(1, 0, dtype=torch.long),
-        OUTSIDE,
+        None,
         [[0]],
     )
     assert not failed and proposer.row("r0").failed == "ConfigError: earlier"
