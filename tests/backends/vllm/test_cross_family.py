@@ -204,6 +204,29 @@ def test_embedded_llama_on_vllm_equals_transformers_batched(llama_pipes, key):
         assert sum(r.stats.accepted for r in got) > 0
 
 
+@pytest.mark.parametrize("method", ["asymspec", "sd", "scd", "floor", "drafter"])
+def test_embedded_llama_stop_strings_on_vllm_cut_as_transformers_cuts_them(
+    llama_pipes, method
+):
+    """Stop strings across the map: each answer cut at a string from the middle of its own free answer, with and
+    without the string kept, on both backends alike (the drafter alone's answer is detokenized by its own engine in
+    its ids, the others' in the verifier's)."""
+    hf, vl = llama_pipes
+    reqs = [request_of(e) for e in world.heldout(4)]
+    base = AsymSpecConfig(K=2, max_new_tokens=16)
+    free = hf.generate_batch(reqs, method, base)
+    stops = tuple(r.text[len(r.text) // 2 : len(r.text) // 2 + 2] for r in free)
+    assert all(len(x) == 2 for x in stops)
+    for include in (False, True):
+        cfg = base.replace(stop=stops, include_stop_str_in_output=include)
+        want = hf.generate_batch(reqs, method, cfg)
+        got = vl.generate_batch(reqs, method, cfg)
+        assert [(r.text, r.token_ids, r.finish_reason) for r in got] == [
+            (r.text, r.token_ids, r.finish_reason) for r in want
+        ]
+        assert all(r.finish_reason == "stop" for r in got)
+
+
 @pytest.mark.parametrize(
     "cfg",
     [
