@@ -111,7 +111,10 @@ def _run(args) -> int:
     every = [t for texts in parts.values() for t in texts]
     report = verifier_words(pair.vmap, pair.tokenizer, every, args.top)
     by_part = (
-        {k: verifier_words(pair.vmap, pair.tokenizer, v, 0) for k, v in parts.items()}
+        {
+            k: verifier_words(pair.vmap, pair.tokenizer, v, args.top)
+            for k, v in parts.items()
+        }
         if len(parts) > 1
         else {}
     )
@@ -147,10 +150,8 @@ def _run(args) -> int:
         print(f"the {len(report.top)} most frequent outside the shared set:")
         print(f"  {'token':>14} {'id':>7} {'count':>7} {'share':>7}  number")
         for t in report.top:
-            print(
-                f"  {t.text!r:>14} {t.token_id:>7} {t.count:>7} {t.share:>7.2%}  "
-                f"{'yes' if t.number else ''}"
-            )
+            line = f"  {t.text!r:>14} {t.token_id:>7} {t.count:>7} {t.share:>7.2%}  "
+            print(line + "yes" if t.number else line.rstrip())
     if note:
         print(f"warning: {note}")
     return 0

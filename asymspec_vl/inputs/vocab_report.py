@@ -146,10 +146,11 @@ def numbers_warning(answers: WordsReport, corpus: str) -> str | None:
     if not answers.texts or answers.texts_number_share < NUMBERS_WARN_SHARE:
         return None
     numbers = [repr(t.text) for t in answers.top if t.number][:3]
+    listed = f" ({', '.join(numbers)}, ...)" if numbers else ""
     return (
-        f"{answers.texts_with_outside_number} of {corpus}'s {answers.texts} answers "
-        f"({answers.texts_number_share:.1%}) hold a number the verifier writes as a token outside the shared set "
-        f"({', '.join(numbers)}): across this map the pair spells it in shared pieces (digit by digit for "
+        f"{answers.texts_with_outside_number} of {corpus}'s {answers.texts:,} answers "
+        f"({answers.texts_number_share:.1%}) hold a number the verifier writes as a token outside the shared set"
+        f"{listed}: across this map the pair spells it in shared pieces (digit by digit for "
         "Llama-3's up-to-3-digit tokens), a tokenization the verifier never writes itself, so answers in numbers "
         "may score below the verifier's own; `asymspec-vl vocab-report` lists the tokens (docs/cross-family.md)"
     )

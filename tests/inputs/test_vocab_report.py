@@ -91,9 +91,11 @@ def test_the_numbers_warning_starts_at_its_threshold(pair):
     note = numbers_warning(verifier_words(vmap, tok, at), "MathVista")
     assert note is not None and note.startswith(
         "1 of MathVista's 100 answers (1.0%) hold a number the verifier writes as a token outside the shared "
-        "set ('126')"
+        "set ('126', ...): across this map"
     )
     assert "digit by digit" in note and "asymspec-vl vocab-report" in note
+    unlisted = numbers_warning(verifier_words(vmap, tok, at, top=0), "MathVista")
+    assert "shared set: across this map" in unlisted  # no top tokens: none named
     below = at + ["sat"]  # 1 of 101
     assert numbers_warning(verifier_words(vmap, tok, below), "MathVista") is None
     # words outside the shared set are no numbers: no warning
