@@ -106,3 +106,24 @@ def test_a_corpus_that_is_no_list_of_texts_is_a_typed_error(pair):
     vmap, tok = pair
     with pytest.raises(InputError, match="a corpus is a list of texts; it holds int"):
         verifier_words(vmap, tok, ["the", 126])
+
+
+# Counted by hand from each tokenizer's pieces: Llama-3 cuts digits into groups of up to three ('202' '3', '234'),
+# Tekken and SentencePiece v3 into single digits, as Qwen does.
+REAL_TEXTS = ["The answer is 126.", "In 2023, 1,234 apples cost $5."]
+REAL_COUNTS = {
+    # family: (tokens, outside, outside numbers, outside tokens)
+    "llama3": (20, 3, 3, {"126", "202", "234"}),
+    "mistral-tekken": (26, 0, 0, set()),
+    "mistral-sp": (27, 1, 0, {"ples"}),  # '▁ap' 'ples': Qwen has no 'ples'
+}
+
+
+@pytest.mark.parametrize("family", REAL_COUNTS)
+def test_real_verifiers_against_qwen_count_as_by_hand(real_shapes, family):
+    qwen, tok = real_shapes.tokenizer("qwen3"), real_shapes.tokenizer(family)
+    r = verifier_words(build_vocab_map(qwen, tok), tok, REAL_TEXTS)
+    tokens, outside, numbers, listed = REAL_COUNTS[family]
+    assert (r.tokens, r.outside, r.outside_numbers) == (tokens, outside, numbers)
+    assert {t.text for t in r.top} == listed and all(t.count == 1 for t in r.top)
+    assert r.texts_with_outside_number == (2 if family == "llama3" else 0)

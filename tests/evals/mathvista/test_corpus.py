@@ -51,3 +51,23 @@ def test_a_cross_family_pair_is_warned_once_on_stderr(capsys):
     same = SimpleNamespace(vmap=build_vocab_map(verifier, verifier), tokenizer=verifier)
     assert warn_numbers(same, [problem("1", "126")]) is None
     assert capsys.readouterr().err == ""
+
+
+def test_eval_mathvista_warns_once_when_loading_qwen_with_llama3(
+    real_shapes, tmp_path, capsys
+):
+    """The real Qwen3-VL x Llama-3 shapes (random weights): pid 2's answer 1000 is Llama-3's '100' '0', pid 8's 'Yes'
+    a shared word; the Floor reads no image."""
+    from asymspec_vl.cli import main
+
+    drafter, verifier = real_shapes.pair("real-llama3")
+    argv = ["eval", "mathvista", "--methods", "floor", "--pids", "2,8"]
+    argv += ["--drafter", str(drafter), "--verifier", str(verifier), "--device", "cpu"]
+    argv += ["--max-new-tokens", "2", "--no-progress", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1
+    assert (
+        "warning: 1 of MathVista testmini's 2 answers (50.0%) hold a number the verifier writes as a token "
+        "outside the shared set ('100', ...)"
+    ) in err
