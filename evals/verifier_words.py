@@ -22,9 +22,10 @@ def register(sub) -> None:
     p = sub.add_parser(
         "vocab-report",
         help="a cross-family pair's verifier tokens outside the shared set, on a corpus",
-        description="Tokenize a corpus with the verifier's tokenizer and report the share of its tokens outside "
-        "the pair's shared set (tokens the pair never commits: it spells them in shared pieces), the most "
-        "frequent of them and the share that are numbers. Reads the tokenizers and configs only, no weights.",
+        description="Tokenize a corpus with the verifier's tokenizer and report the share of its\n"
+        "tokens outside the pair's shared set (tokens the pair never commits: it spells\n"
+        "them in shared pieces), the most frequent of them and the share that are\n"
+        "numbers. Reads the tokenizers and configs only, no weights.",
     )
     g = p.add_argument_group("models")
     g.add_argument(
