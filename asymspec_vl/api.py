@@ -19,6 +19,7 @@ from .core.errors import (
 from .core.logprobs import PromptLogprob, TokenLogprob
 from .core.loop import RowOutput
 from .core.methods import method as method_named
+from .core.parallelism import refuse_pipeline_parallelism
 from .core.request_plan import RequestPlan
 from .core.structured import refuse_on_backend
 from .core.trace import Stats
@@ -158,6 +159,9 @@ class AsymSpecVL:
             raise ConfigError(
                 f"backend={backend!r} is invalid: expected one of {BACKENDS}"
             )
+        refuse_pipeline_parallelism(
+            backend_kwargs.get("pipeline_parallel_size"), "pipeline_parallel_size"
+        )
         if threads is not None and (
             isinstance(threads, bool) or not isinstance(threads, int) or threads < 0
         ):

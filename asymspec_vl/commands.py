@@ -16,6 +16,7 @@ from pathlib import Path
 from .core.config import BONUS_RULES, DELTA_SOURCES, GATES, AsymSpecConfig
 from .core.errors import ConfigError
 from .core.method_names import NAMES as METHODS
+from .core.parallelism import refuse_pipeline_parallelism
 from .core.trace import FUSED
 from .inputs.images import load_image
 from .inputs.prompts import Request, checked_request
@@ -108,6 +109,12 @@ def add_model_args(
         type=int,
         default=1,
         help="vLLM backend: GPUs per model",
+    )
+    g.add_argument(
+        "--pipeline-parallel-size",
+        type=int,
+        default=1,
+        help="not supported: any value above 1 is refused (use --tensor-parallel-size; docs/serve.md)",
     )
     g.add_argument(
         "--trust-remote-code",
@@ -260,6 +267,7 @@ def config_from_args(args) -> AsymSpecConfig:
 def load_from_args(args):
     from .api import AsymSpecVL  # lazy: loads torch
 
+    refuse_pipeline_parallelism(args.pipeline_parallel_size, "--pipeline-parallel-size")
     kwargs = {}
     if args.backend == "vllm":
         kwargs["tensor_parallel_size"] = args.tensor_parallel_size

@@ -29,8 +29,11 @@ The rest of the method:
   named worker RPCs, probes, phase timing                          worker_extension.py, probe.py, phase_timing.py
   the drafter alone's images as pixels (its engine's vision tower)  pixel_inputs.py
 vLLM's hooks, file by file:
-  SpeculativeConfig.__init__ / uses_draft_model, EngineArgs.create_engine_config,
+  SpeculativeConfig.__init__ / uses_draft_model / compute_hash, EngineArgs.create_engine_config,
     SamplingParams._validate_spec_decode                                              config_patch.py
+  DPCoordinator._wait_for_zmq_addrs                                                   dp_coordinator.py
+  Sampler.apply_logits_processors, AsyncGPUModelRunnerOutput.get_output,
+    TopKTopPSampler.forward_native (plain rows)                                       plain_sampler_patch.py
   GPUModelRunner: __init__, _update_states, execute_model, _prepare_inputs,
     _build_attention_metadata, _model_forward, _sample, propose_draft_token_ids,
     sample_tokens, profile_run                                                        runner_patch.py
@@ -47,6 +50,7 @@ import logging
 from .hooks.config_patch import METHOD, patch_speculative_config
 from .hooks.cpu_generators import patch_cpu_generators
 from .hooks.cpu_patch import patch_cpu_runner
+from .hooks.dp_coordinator import patch_dp_coordinator
 from .hooks.engine_gauges import patch_engine_core
 from .hooks.pixel_inputs import patch_pixel_inputs
 from .hooks.plain_sampler_patch import patch_plain_sampler
@@ -90,6 +94,7 @@ def apply() -> None:
     patch_scheduler()
     patch_engine_core()
     patch_pixel_inputs()
+    patch_dp_coordinator()
     if is_cpu_build():
         patch_cpu_runner()
         patch_cpu_generators()

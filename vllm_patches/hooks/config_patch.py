@@ -12,10 +12,23 @@ _validate_spec_decode): its method's sampled rule applies it. Engines get the as
 RPCs) unless they name another. vLLM's draft-model check that both models have one logit count is skipped for
 "asymspec": a cross-family pair (two vocabularies) crosses the workers' vocabulary map (requests/engine_map.py),
 whose build refuses two logit counts under one vocabulary (VocabularyMismatchError).
+
+Compile cache: vLLM keys its on-disk compiled graphs (the AOT artifacts, compilation/decorators.py, loaded with
+their guards dropped; the piecewise inductor cache, compilation/backends.py) by VllmConfig.compute_hash, whose
+speculative factor (SpeculativeConfig.compute_hash) names neither the method nor any code of ours. For "asymspec" it
+also hashes the method, the installed asymspec-vl version and the drafter's traced-call layout
+(version.DRAFTER_TRACE_LAYOUT): the verifier's and the drafter's VllmConfig both hold the speculative config, so an
+upgrade, or a stock draft_model engine on the same pair, never replays another's graphs.
+Pipeline parallelism is refused by name (core/parallelism.py): vLLM makes the drafter on the last pipeline rank only.
 """
 
 from __future__ import annotations
 
+import hashlib
+
+from asymspec_vl.core.parallelism import refuse_pipeline_parallelism
+
+from ..version import DRAFTER_TRACE_LAYOUT, asymspec_vl_version
 from ._patching import install
 
 METHOD = "asymspec"
@@ -45,8 +58,30 @@ def patch_speculative_config() -> None:
         "verify_equal_vocab_size_if_draft_model",
         verify_equal_vocab_size,
     )
+    install(SpeculativeConfig, "compute_hash", speculative_config_hash)
     install(EngineArgs, "create_engine_config", create_engine_config)
     install(SamplingParams, "_validate_spec_decode", validate_spec_decode)
+
+
+def compile_key_factors() -> list[str]:
+    """What of ours decides an asymspec engine's compiled graphs: the method, the installed asymspec-vl version,
+    and the drafter's traced-call layout (bumped by hand when that call changes; vllm_patches/version.py)."""
+    return [
+        METHOD,
+        asymspec_vl_version(),
+        f"drafter-trace-layout-{DRAFTER_TRACE_LAYOUT}",
+    ]
+
+
+def speculative_config_hash(original, spec) -> str:
+    """vLLM's hash of the speculative config, with compile_key_factors for "asymspec". VllmConfig.compute_hash holds
+    it, and both compile caches are keyed by that (the AOT artifacts: compilation/caching.py
+    aot_compile_hash_factors; the piecewise cache: compilation/backends.py VllmBackend.__call__ config_hash), for
+    the verifier and for the drafter (whose VllmConfig is the engine's with the draft model config)."""
+    if spec.method != METHOD:
+        return original(spec)
+    factors = [original(spec), *compile_key_factors()]
+    return hashlib.sha256(str(factors).encode()).hexdigest()
 
 
 def speculative_config_init(original, spec, *args, **kwargs) -> None:
@@ -97,6 +132,10 @@ def uses_draft_model(original, spec) -> bool:
 
 
 def create_engine_config(original, engine_args, *args, **kwargs):
+    if _asks_for_asymspec(engine_args.speculative_config):
+        refuse_pipeline_parallelism(
+            engine_args.pipeline_parallel_size, "pipeline_parallel_size"
+        )
     if (
         _asks_for_asymspec(engine_args.speculative_config)
         and not engine_args.worker_extension_cls

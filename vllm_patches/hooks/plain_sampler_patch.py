@@ -8,6 +8,16 @@
 The runner's sample_tokens hook (runner_patch.py) sets the Watch and puts the errors on a synchronous step's output;
 the scheduler (scheduler_patch.update_from_output) finishes those requests before vLLM reads the step, so the token
 the Sampler chose there is never appended to the request nor fed to its grammar.
+
+And one that makes a seeded row's draw the transformers backend's at every batch size:
+
+  TopKTopPSampler.forward_native        a batch holding a seeded row (a generator) filters top-k / top-p with vLLM's
+                                        PyTorch sort (apply_top_k_top_p_pytorch, the rule of core/sampling.py
+                                        filtered_logprobs). vLLM filters a batch of 8 or more rows with its Triton
+                                        pivot search (apply_top_k_top_p_triton) on a GPU, whose kept set is another
+                                        (on bf16-rounded logits at top_p 0.9 it differed in 5 rows of 8), so a
+                                        seeded draw would depend on how many rows share its step. Unseeded batches,
+                                        and the CPU build (forward_cpu: always the sort), are vLLM's as they are.
 """
 
 from __future__ import annotations
@@ -23,6 +33,9 @@ PENDING_ATTR = (
 
 
 def patch_plain_sampler() -> None:
+    from vllm.v1.sample.ops.topk_topp_sampler import (  # lazy: loads vLLM
+        TopKTopPSampler,
+    )
     from vllm.v1.sample.sampler import Sampler  # lazy: loads vLLM
     from vllm.v1.worker.gpu_model_runner import (  # lazy: loads vLLM
         AsyncGPUModelRunnerOutput,
@@ -30,6 +43,21 @@ def patch_plain_sampler() -> None:
 
     install(Sampler, "apply_logits_processors", apply_logits_processors)
     install(AsyncGPUModelRunnerOutput, "get_output", get_output)
+    install(TopKTopPSampler, "forward_native", forward_native)
+
+
+def forward_native(original, topk_topp, logits, generators, k, p):
+    """vLLM's forward_native; with a seeded row in the batch, on logits [B, V] filtered first by PyTorch's sort
+    (vLLM's own path below 8 rows), at any B."""
+    if not generators or (k is None and p is None):
+        return original(topk_topp, logits, generators, k, p)
+    from vllm.v1.sample.ops.topk_topp_sampler import (  # lazy: loads vLLM
+        apply_top_k_top_p_pytorch,
+    )
+
+    return original(
+        topk_topp, apply_top_k_top_p_pytorch(logits, k, p), generators, None, None
+    )
 
 
 def apply_logits_processors(

@@ -45,6 +45,7 @@ from ...core.logprobs import check_prompt_logprobs
 from ...core.methods import Method
 from ...core.methods import method as method_named
 from ...core.min_tokens import MinTokens
+from ...core.parallelism import refuse_pipeline_parallelism
 from ...core.request_plan import RequestPlan
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
@@ -85,6 +86,9 @@ class VLLMBackend:
         loop=None,
     ):
         """drafter_share, loop: build_engine's (a server's AsyncLLM engines, the drafter-alone one's GPU share)."""
+        refuse_pipeline_parallelism(
+            engine_kwargs.get("pipeline_parallel_size"), "pipeline_parallel_size"
+        )
         self.pair, self.drafter, self.verifier, self.text_drafter = (
             pair,
             drafter,
