@@ -130,3 +130,132 @@ def test_the_key_holds_the_method_and_the_drafters_traced_call_layout(
         assert len({ours[model][0], stock[model][0], bumped[model][0]}) == 3, model
         assert len({ours[model][1], stock[model][1], bumped[model][1]}) == 3, model
     assert ours["verifier"] != ours["drafter"]
+
+
+# -- pipeline parallelism ------------------------------------------------------------------------------------------
+@pytest.mark.vllm
+def test_llm_users_asking_for_pipeline_parallelism_are_refused_by_name(tiny_models):
+    """LLM(...) / AsyncLLM with the plugin: refused in EngineArgs.create_engine_config, before any model loads."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from asymspec_vl.core.errors import ParallelismError
+
+    config_patch.patch_speculative_config()
+    args = EngineArgs(
+        model=str(tiny_models["verifier"]),
+        pipeline_parallel_size=2,
+        speculative_config={
+            "method": "asymspec",
+            "model": str(tiny_models["vl_drafter"]),
+            "num_speculative_tokens": 2,
+        },
+    )
+    with pytest.raises(ParallelismError, match="pipeline_parallel_size=2"):
+        args.create_engine_config()
+
+
+@pytest.mark.vllm
+def test_vllms_own_server_with_the_plugin_refuses_pipeline_parallelism(tiny_models):
+    """`python -m vllm.entrypoints.openai.api_server` as users start it (the plugin loads through its entry point):
+    the start stops at the refusal, by name, not at a worker's AttributeError."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[3])
+    spec = {
+        "method": "asymspec",
+        "model": str(tiny_models["vl_drafter"]),
+        "num_speculative_tokens": 2,
+    }
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(tiny_models["verifier"]),
+            "--speculative-config",
+            json.dumps(spec),
+            "--pipeline-parallel-size",
+            "2",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+        },
+    )
+    assert run.returncode != 0
+    assert "ParallelismError" in run.stderr and "pipeline_parallel_size=2" in run.stderr
+
+
+_START = """
+import sys
+from vllm_patches.hooks import config_patch
+config_patch.asymspec_vl_version = lambda: sys.argv[3]
+from asymspec_vl import AsymSpecVL
+vl = AsymSpecVL.from_pretrained(drafter=sys.argv[1], verifier=sys.argv[2], backend="vllm", enforce_eager=False)
+vl.backend.engine(vl.backend.engine_for("asymspec", 2)[0])
+vl.backend.close()
+"""
+
+
+def aot_dirs(root) -> set:
+    """The AOT artifacts' key folders under a VLLM_CACHE_ROOT (compilation/decorators.py)."""
+    folder = root / "torch_compile_cache" / "torch_aot_compile"
+    return {p.name for p in folder.iterdir()} if folder.exists() else set()
+
+
+@pytest.mark.vllm
+def test_a_compiled_engine_after_a_version_change_compiles_afresh(
+    tiny_models, tmp_path
+):
+    """Two starts of a compiled asymspec engine on one VLLM_CACHE_ROOT, as an upgrade makes them (two processes):
+    the second, of another asymspec-vl version, writes its own artifacts and loads none of the first's (on a GPU
+    it would load them with their guards off; on the CPU build a load fails and recompiles, so the folders say it)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def start(version: str) -> str:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _START,
+                str(tiny_models["vl_drafter"]),
+                str(tiny_models["verifier"]),
+                version,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout + run.stderr
+
+    start("1.0")
+    first = aot_dirs(tmp_path)
+    assert len(first) == 2  # the verifier's and the drafter's
+    log = start("2.0")
+    second = aot_dirs(tmp_path) - first
+    assert len(second) == 2 and "Directly load AOT" not in log
+    assert not any(d in log for d in first)  # not even tried
