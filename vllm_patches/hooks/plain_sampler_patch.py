@@ -1,5 +1,7 @@
-"""Hooks that give a plain engine (vLLM's own Sampler) the dead-end rule of a structured output
-(requests/plain_dead_ends.py); each is a pass-through unless the runner set a Watch for the step:
+"""Hooks on vLLM's own Sampler: a plain engine's dead-end rule, and our top-k / top-p filter for seeded batches.
+
+The dead-end rule of a structured output (requests/plain_dead_ends.py); each is a pass-through unless the runner set
+a Watch for the step:
 
   Sampler.apply_logits_processors       the Watch notes the structured rows left with no token (after vLLM's own
                                         processors, on the logits the Sampler then samples)
