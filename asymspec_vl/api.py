@@ -144,6 +144,7 @@ class AsymSpecVL:
         dtype="auto",
         trust_remote_code: bool = False,
         threads: int | None = 1,
+        images: bool = True,
         **backend_kwargs,
     ) -> AsymSpecVL:
         """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
@@ -152,7 +153,11 @@ class AsymSpecVL:
         path, a folder without config.json, a hub id offline and not cached) raises ModelPairError.
         threads: torch's CPU threads (torch.set_num_threads, process-wide) when the hf backend decodes on the
         CPU; batch-1 decoding is fastest and steadiest on one (the command line's --threads). None or 0: torch's
-        setting is left as it is."""
+        setting is left as it is.
+        images: the drafter reads images, so it must be Qwen3-VL; images=False lets a text-only drafter serve
+        text-only requests (Request(question=..., full_context=...)). What each model must have is checked from
+        its files before any weight loads (pair/preflight.py, docs/models.md): each gap raises its own
+        ModelPairError (UnsupportedModelError, ModelFilesError, ChatTemplateError, HeadSizeError)."""
 
         if backend not in BACKENDS:
             raise ConfigError(
@@ -184,6 +189,8 @@ class AsymSpecVL:
                 paths["verifier"],
                 paths["text_drafter"],
                 trust_remote_code,
+                backend=backend,
+                images=images,
             )
             if backend == "hf":
                 from .backends.hf.hf_backend import (

@@ -15,6 +15,7 @@ from ..inputs.vocab import (
     token_mask,
 )
 from ..inputs.vocab_map import build_vocab_map
+from . import preflight
 
 
 def _read_config(path: str, trust_remote_code: bool) -> dict:
@@ -60,12 +61,18 @@ class ModelPair:
         verifier: str,
         text_drafter: str | None = None,
         trust_remote_code: bool = False,
+        backend: str = "hf",
+        images: bool = True,
     ) -> ModelPair:
+        """The pair's tokenizers and map, read from the folders; preflight.py's checks run first (backend: the
+        one whose attention must run the models' head sizes; images=False: a text-only drafter may serve
+        text-only requests), so a gap is one typed error before any weight."""
         from transformers import (
             AutoProcessor,
             AutoTokenizer,
         )  # lazy: loads transformers
 
+        preflight.check_folders(drafter, verifier, text_drafter, backend, images)
         d_cfg, v_cfg = (
             _read_config(drafter, trust_remote_code),
             _read_config(verifier, trust_remote_code),
@@ -84,6 +91,7 @@ class ModelPair:
                     "text as ordinary text"
                 )
         d_tok = getattr(proc, "tokenizer", proc)
+        preflight.check_tokenizers(proc, tok, drafter, verifier)
         dims = {drafter: output_dim(d_cfg), verifier: output_dim(v_cfg)}
         eos_of = {
             path: _generation_eos(path)

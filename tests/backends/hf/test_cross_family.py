@@ -136,6 +136,7 @@ def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )
@@ -160,6 +161,7 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )
@@ -207,7 +209,10 @@ def test_sampled_runs_on_permuted_ids_are_the_same_run(tiny_models, permuted, cf
 def test_sampled_runs_commit_only_shared_tokens(tiny_models, removed):
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models["text_drafter"]),
+        images=False,
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     cfg = AsymSpecConfig(K=2, max_new_tokens=12, temperature=1.5, seed=2)
@@ -276,6 +281,7 @@ def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, remov
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )
