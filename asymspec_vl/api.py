@@ -28,6 +28,7 @@ from .inputs.prompts import EncodedRequest, Prompts, Request
 from .pair.defaults import resolve
 from .pair.model_pair import ModelPair
 from .pair.model_source import Weights, pair_names
+from .pair.shared_vocab import SharedVocabulary
 from .stream import TextStream
 from .timing import set_threads
 
@@ -66,6 +67,8 @@ class GenerationResult:
     # with config prompt_logprobs=k: per token of the verifier's prompt (x_comp) its logprob after the tokens
     # before it, rank and k top alternatives, None for the first token; None when not asked
     prompt_logprobs: list[PromptLogprob | None] | None = None
+    # what the pair's vocabularies share: one family, or cross-family with the shared set (pair/shared_vocab.py)
+    vocabulary: SharedVocabulary | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -79,6 +82,11 @@ class GenerationResult:
             "prompts": self.prompts.__dict__,
             "config": self.config.to_dict(),
             **self.meta,
+            **(
+                {"vocabulary": self.vocabulary.to_dict()}
+                if self.vocabulary is not None
+                else {}
+            ),
             **(
                 {"logprobs": [x.to_dict() for x in self.logprobs]}
                 if self.logprobs is not None
@@ -430,4 +438,5 @@ class AsymSpecVL:
             out.error,
             out.logprobs,
             out.prompt_logprobs,
+            self.pair.vocabulary,
         )

@@ -3,6 +3,8 @@ drafter -> verifier vocabulary map, the verifier's logit size, stop tokens and b
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from ..core.config import AsymSpecConfig
@@ -16,6 +18,7 @@ from ..inputs.vocab import (
 )
 from ..inputs.vocab_map import build_vocab_map
 from . import preflight
+from .shared_vocab import SharedVocabulary, shared_vocabulary
 
 
 def _read_config(path: str, trust_remote_code: bool) -> dict:
@@ -138,6 +141,15 @@ class ModelPair:
             eos = eos_of[verifier] | {d2v[i] for i in eos_of[drafter] if i in d2v}
         eos |= _as_set(tok.eos_token_id)
         return cls(proc, tok, dims[verifier], eos, vmap)
+
+    @cached_property
+    def vocabulary(self) -> SharedVocabulary:
+        """What the two vocabularies share (shared_vocab.py): one family, or the cross-family shared set."""
+        d_tok = getattr(self.processor, "tokenizer", self.processor)
+        return shared_vocabulary(self.vmap, d_tok, self.tokenizer)
+
+    def __repr__(self) -> str:
+        return f"ModelPair({self.vocabulary.line()})"
 
     @property
     def cross_map(self) -> VocabMap | None:

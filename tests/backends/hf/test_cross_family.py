@@ -64,11 +64,15 @@ def test_permuted_verifier_ids_give_exactly_the_same_run(
     folder, new_of = permuted
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
         verifier=str(tiny_models["verifier"]),
         **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     assert one.pair.vmap.identity and not two.pair.vmap.identity
     assert two.pair.vmap.size == len(
@@ -238,11 +242,15 @@ def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(
     folder, new_of = permuted
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
         verifier=str(tiny_models["verifier"]),
         **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
     stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
