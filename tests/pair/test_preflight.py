@@ -242,3 +242,65 @@ def test_the_embedded_pairs_pass_the_preflight(models):
     for name in ("embedded", "embedded-llama"):
         m = embedded_models(name)
         preflight.check_folders(m["drafter"], m["verifier"], None, "hf")
+
+
+@pytest.mark.parametrize(
+    "family, end",
+    [
+        ("qwen3", "<|im_end|>"),
+        ("llama3", "<|eot_id|>"),
+        ("mistral-tekken", "</s>"),
+        ("mistral-sp", "</s>"),
+    ],
+)
+def test_each_real_familys_template_frames_a_message_and_ends_its_answer(
+    real_shapes, models, family, end
+):
+    from transformers import AutoProcessor
+
+    tok = real_shapes.tokenizer(family)
+    processor = AutoProcessor.from_pretrained(models["drafter"])
+    preflight.check_tokenizers(processor, tok, models["drafter"], family)
+    assert tok.convert_ids_to_tokens(preflight.answer_end(tok, family)) == end
+
+
+def test_generate_and_the_demo_get_the_preflights_error_in_one_line(
+    tmp_path, models, capsys
+):
+    from helpers import random_image
+    from serve_support import free_port
+
+    from asymspec_vl.cli import main
+
+    folder = broken_copy(
+        models["verifier"],
+        tmp_path / "v",
+        drop=("chat_template.jinja",),
+        tokenizer_config=no_template,
+    )
+    image = tmp_path / "img.png"
+    random_image(0).save(image)
+    pair = ["--drafter", "embedded", "--verifier", folder, "--device", "cpu"]
+    for argv in (
+        ["generate", "--image", str(image), "--question", "What?", *pair],
+        ["demo", "--ocr", "none", "--port", str(free_port()), *pair],
+    ):
+        assert main(argv) == 2, argv[0]
+        err = capsys.readouterr().err
+        assert "no chat template" in err and folder in err, argv[0]
+        assert "Traceback" not in err, argv[0]
+
+
+@pytest.mark.vllm
+def test_serve_on_vllm_refuses_the_head_size_before_starting_its_engines(
+    tmp_path, models
+):
+    import asyncio
+
+    from asymspec_vl.serve.settings import ServeSettings
+    from asymspec_vl.serve.vllm_runner import VLLMRunner
+
+    folder = broken_copy(models["verifier"], tmp_path / "v", config=head_dim_48)
+    settings = ServeSettings(models["drafter"], folder, backend="vllm")
+    with pytest.raises(HeadSizeError, match="head size 48"):
+        VLLMRunner.load(settings, asyncio.new_event_loop())
