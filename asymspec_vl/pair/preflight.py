@@ -65,10 +65,16 @@ def check_tokenizers(
 ) -> None:
     """The chat templates, read from the loaded tokenizers (no weights): each frames a user message verbatim
     once, and the verifier's closes an assistant turn with a special token (answer_end)."""
-    # the drafter frames x_full (an image and text), the verifier x_comp (text)
+    # the drafter frames x_full (an image and text; a text-only drafter text alone), the verifier x_comp (text)
     image_and_text = [{"type": "image"}, {"type": "text", "text": SENTINEL}]
+    reads_images = hasattr(drafter_processor, "image_processor")
     for role, name, owner, content in (
-        ("drafter", drafter, drafter_processor, image_and_text),
+        (
+            "drafter",
+            drafter,
+            drafter_processor,
+            image_and_text if reads_images else SENTINEL,
+        ),
         ("verifier", verifier, verifier_tokenizer, SENTINEL),
     ):
         if not getattr(owner, "chat_template", None):

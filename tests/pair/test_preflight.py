@@ -170,6 +170,30 @@ def test_a_text_drafter_loads_with_images_off_and_an_image_request_is_a_typed_er
     assert r.finish_reason in ("stop", "length")
 
 
+def test_a_text_drafters_template_is_checked_on_text_alone(tmp_path, models):
+    """With images=False a text-only drafter frames text only: a template that takes string content alone (as
+    many text models' do) passes; with images it is refused for the model it is."""
+    from asymspec_vl.pair.model_pair import ModelPair
+
+    def strings_only(cfg):
+        cfg["chat_template"] = (
+            "{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+            "'<|im_end|>\\n' -}}{%- endfor -%}"
+            "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+        )
+
+    folder = broken_copy(
+        models["verifier"],
+        tmp_path / "d",
+        drop=("chat_template.jinja",),
+        tokenizer_config=strings_only,
+    )
+    pair = ModelPair.load(folder, models["verifier"], images=False)
+    assert not pair.vocabulary.cross_family
+    with pytest.raises(UnsupportedModelError):
+        ModelPair.load(folder, models["verifier"])
+
+
 @pytest.mark.parametrize(
     "config, size",
     [
