@@ -10,17 +10,21 @@ import importlib
 _ERRORS = (
     "AsymSpecError",
     "BatchInputError",
+    "ChatTemplateError",
     "ConfigError",
     "EmptyQuestionError",
+    "HeadSizeError",
     "ImageTooLargeError",
     "InputError",
     "InvalidImageError",
     "InvalidTextError",
     "MalformedConversationError",
+    "ModelFilesError",
     "ModelPairError",
     "PromptTooLongError",
     "RequestFailedError",
     "TooManyImagesError",
+    "UnsupportedModelError",
     "VocabularyMismatchError",
 )
 _HOMES = {  # public name -> the module that defines it

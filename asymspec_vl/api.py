@@ -29,6 +29,7 @@ from .inputs.prompts import EncodedRequest, Prompts, Request
 from .pair.defaults import resolve
 from .pair.model_pair import ModelPair
 from .pair.model_source import Weights, pair_names
+from .pair.shared_vocab import SharedVocabulary
 from .stream import TextStream
 from .timing import set_threads
 
@@ -67,6 +68,8 @@ class GenerationResult:
     # with config prompt_logprobs=k: per token of the verifier's prompt (x_comp) its logprob after the tokens
     # before it, rank and k top alternatives, None for the first token; None when not asked
     prompt_logprobs: list[PromptLogprob | None] | None = None
+    # what the pair's vocabularies share: one family, or cross-family with the shared set (pair/shared_vocab.py)
+    vocabulary: SharedVocabulary | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -80,6 +83,11 @@ class GenerationResult:
             "prompts": self.prompts.__dict__,
             "config": self.config.to_dict(),
             **self.meta,
+            **(
+                {"vocabulary": self.vocabulary.to_dict()}
+                if self.vocabulary is not None
+                else {}
+            ),
             **(
                 {"logprobs": [x.to_dict() for x in self.logprobs]}
                 if self.logprobs is not None
@@ -145,6 +153,7 @@ class AsymSpecVL:
         dtype="auto",
         trust_remote_code: bool = False,
         threads: int | None = 1,
+        images: bool = True,
         **backend_kwargs,
     ) -> AsymSpecVL:
         """Load by hub id or local path ("embedded": the offline toy pair; `embedded` on one side means
@@ -153,7 +162,11 @@ class AsymSpecVL:
         path, a folder without config.json, a hub id offline and not cached) raises ModelPairError.
         threads: torch's CPU threads (torch.set_num_threads, process-wide) when the hf backend decodes on the
         CPU; batch-1 decoding is fastest and steadiest on one (the command line's --threads). None or 0: torch's
-        setting is left as it is."""
+        setting is left as it is.
+        images: the drafter reads images, so it must be Qwen3-VL; images=False lets a text-only drafter serve
+        text-only requests (Request(question=..., full_context=...)). What each model must have is checked from
+        its files before any weight loads (pair/preflight.py, docs/models.md): each gap raises its own
+        ModelPairError (UnsupportedModelError, ModelFilesError, ChatTemplateError, HeadSizeError)."""
 
         if backend not in BACKENDS:
             raise ConfigError(
@@ -188,6 +201,8 @@ class AsymSpecVL:
                 paths["verifier"],
                 paths["text_drafter"],
                 trust_remote_code,
+                backend=backend,
+                images=images,
             )
             if backend == "hf":
                 from .backends.hf.hf_backend import (
@@ -427,4 +442,5 @@ class AsymSpecVL:
             out.error,
             out.logprobs,
             out.prompt_logprobs,
+            self.pair.vocabulary,
         )

@@ -387,6 +387,8 @@ def _generate(args) -> int:
     warm_up(vl, timed, image, args.question, **request)
     results = {m: vl.generate(image, args.question, method=m, **request) for m in timed}
     floor = results["floor"].stats.tokens_per_s
+    if not args.json:  # --json: each result's "vocabulary" says it
+        print(f"pair: {vl.pair.vocabulary.line()}")
     for method in args.methods:
         res = results[method]
         if args.json:

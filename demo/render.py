@@ -125,16 +125,22 @@ def notes_html(notes) -> str:
     return f'<ul class="answer-notes" role="note">{items}</ul>' if items else ""
 
 
-def settings_html(cfg, caption: str, ocr: str) -> str:
+def settings_html(cfg, caption: str, ocr: str, vocabulary: str = "") -> str:
     """The settings an answer was made with, in one line under its stats, with how it was decoded: greedy, or
-    sampled with its temperature, top-p and seed (the seed repeats the answer)."""
+    sampled with its temperature, top-p and seed (the seed repeats the answer); vocabulary: the pair's
+    SharedVocabulary.line() (one family, or cross-family and what it shares)."""
     view = (
         f"caption {len(caption.strip())} characters, OCR {len(ocr.strip())} characters"
+    )
+    pair = (
+        f' · <span class="vocabulary">pair: {html.escape(vocabulary)}</span>'
+        if vocabulary
+        else ""
     )
     return (
         f'<div class="settings">Settings used: K={cfg.K} · β={cfg.beta:g} · γ={cfg.gamma:g} · '
         f"gate {html.escape(cfg.gate)} · max new tokens {cfg.max_new_tokens} · {decoding_html(cfg)} · "
-        f"verifier's view: {view}</div>"
+        f"verifier's view: {view}{pair}</div>"
     )
 
 

@@ -180,7 +180,9 @@ class DemoService:
             ["asymspec"] + [m for m in BASELINES if m in (baselines or ())],
             self.vl.pair.stop_ids(cfg),
             notes=self.notes(decoded, caption or "", ocr or ""),
-            settings=render.settings_html(cfg, caption or "", ocr or ""),
+            settings=render.settings_html(
+                cfg, caption or "", ocr or "", self.vl.pair.vocabulary.line()
+            ),
             speed_note=self.speed_note(cfg.K),
         )
         yield board.outputs()

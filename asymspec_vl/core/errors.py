@@ -92,3 +92,18 @@ class ChatTemplateError(ModelPairError):
 
 class VocabularyMismatchError(ModelPairError):
     """Drafter and verifier do not share one output vocabulary, so delta = a - b + t is undefined."""
+
+
+class ModelFilesError(ModelPairError):
+    """A model folder lacks a file its role needs (a complete tokenizer, the drafter's image processor config);
+    the message names the file and where it comes from."""
+
+
+class UnsupportedModelError(ModelPairError):
+    """A model cannot take its role: a drafter that is not Qwen3-VL (docs/models.md says what another family
+    would need)."""
+
+
+class HeadSizeError(ModelPairError):
+    """A model's attention head size is one the chosen backend's attention cannot run (vLLM's CPU build runs a
+    fixed list); the message names the sizes it runs and the backend that runs this one."""

@@ -29,6 +29,7 @@ from .prompts import (
     EncodedRequest,
     EncodedView,
     Prompts,
+    check_reads_images,
     drafter_comp_view,
     encode_request,
     image_view,
@@ -191,6 +192,8 @@ def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=N
             f"a conversation must be an asymspec_vl.Conversation, got {type(conv).__name__}"
         )
     turns = checked_turns(conv, processor_fit(processor))
+    if any(t.images for t in turns):
+        check_reads_images(processor)
     full = framed_segments(turns, processor, images=True, with_views=True)
     comp = framed_segments(turns, tokenizer, images=False, with_views=True)
     question = framed_segments(turns, processor, images=True, with_views=False)

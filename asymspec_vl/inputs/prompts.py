@@ -188,6 +188,8 @@ def encode_request(
     the image is decoded, validated and processed once. A Conversation: conversation.encode.
     drafter_comp (a cross-family pair's VocabMap): the drafter's x_comp (drafter_comp_view)."""
     req = checked_request(req)
+    if req.image is not None:
+        check_reads_images(drafter_processor)
     full, comp, only_q = frame_views(req, drafter_processor, verifier_tokenizer)
     prompts = _prompts(full, comp, only_q)
     comp_view = EncodedView(encode_pieces(verifier_tokenizer, comp))
@@ -222,6 +224,16 @@ def encode_request(
 
 def _prompts(full: Framed, comp: Framed, only_q: Framed) -> Prompts:
     return Prompts(x_full=full.prompt, x_comp=comp.prompt, x_question=only_q.prompt)
+
+
+def check_reads_images(drafter_processor) -> None:
+    """An image request needs a drafter with an image processor (Qwen3-VL); a text-only drafter (loaded with
+    images=False) serves text-only requests alone: InputError naming both fixes."""
+    if not hasattr(drafter_processor, "image_processor"):
+        raise InputError(
+            "this pair's drafter is a text-only model: it cannot read an image. Send a text-only request "
+            "(full_context / compressed_context, no image), or load a Qwen3-VL drafter (docs/models.md)"
+        )
 
 
 def vision_inputs(processor, images: list) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,8 @@ drafter -> verifier vocabulary map, the verifier's logit size, stop tokens and b
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from ..core.config import AsymSpecConfig
@@ -15,6 +17,8 @@ from ..inputs.vocab import (
     token_mask,
 )
 from ..inputs.vocab_map import build_vocab_map
+from . import preflight
+from .shared_vocab import SharedVocabulary, shared_vocabulary
 
 
 def _read_config(path: str, trust_remote_code: bool) -> dict:
@@ -60,12 +64,18 @@ class ModelPair:
         verifier: str,
         text_drafter: str | None = None,
         trust_remote_code: bool = False,
+        backend: str = "hf",
+        images: bool = True,
     ) -> ModelPair:
+        """The pair's tokenizers and map, read from the folders; preflight.py's checks run first (backend: the
+        one whose attention must run the models' head sizes; images=False: a text-only drafter may serve
+        text-only requests), so a gap is one typed error before any weight."""
         from transformers import (
             AutoProcessor,
             AutoTokenizer,
         )  # lazy: loads transformers
 
+        preflight.check_folders(drafter, verifier, text_drafter, backend, images)
         d_cfg, v_cfg = (
             _read_config(drafter, trust_remote_code),
             _read_config(verifier, trust_remote_code),
@@ -84,6 +94,7 @@ class ModelPair:
                     "text as ordinary text"
                 )
         d_tok = getattr(proc, "tokenizer", proc)
+        preflight.check_tokenizers(proc, tok, drafter, verifier)
         dims = {drafter: output_dim(d_cfg), verifier: output_dim(v_cfg)}
         eos_of = {
             path: _generation_eos(path)
@@ -130,6 +141,15 @@ class ModelPair:
             eos = eos_of[verifier] | {d2v[i] for i in eos_of[drafter] if i in d2v}
         eos |= _as_set(tok.eos_token_id)
         return cls(proc, tok, dims[verifier], eos, vmap)
+
+    @cached_property
+    def vocabulary(self) -> SharedVocabulary:
+        """What the two vocabularies share (shared_vocab.py): one family, or the cross-family shared set."""
+        d_tok = getattr(self.processor, "tokenizer", self.processor)
+        return shared_vocabulary(self.vmap, d_tok, self.tokenizer)
+
+    def __repr__(self) -> str:
+        return f"ModelPair({self.vocabulary.line()})"
 
     @property
     def cross_map(self) -> VocabMap | None:

@@ -38,6 +38,7 @@ from .http_errors import (
     validation_problems,
 )
 from .metrics import ServeMetrics
+from .responses import pair_card
 from .settings import ServeSettings
 from .translate import translate
 
@@ -87,9 +88,10 @@ class ServerState:
             }
             self.service = ChatService(self.settings, runner, views, self.metrics)
             logger.info(
-                "asymspec-vl serve: ready (%s backend, methods %s)",
+                "asymspec-vl serve: ready (%s backend, methods %s; %s)",
                 self.settings.backend,
                 runner.methods,
+                runner.vl.pair.vocabulary.line(),
             )
         except Exception as e:
             logger.exception("asymspec-vl serve: loading the models failed")
@@ -206,10 +208,17 @@ def create_app(settings: ServeSettings, load_runner, build_captioner=None) -> Fa
             ModelList,
         )  # lazy: loads vLLM
 
+        # once loaded, the pair beside vLLM's fields: its models and what their vocabularies share
+        extra = (
+            {"asymspec": pair_card(state.service.runner.vl)}
+            if state.service is not None
+            else {}
+        )
         card = ModelCard(
             id=settings.served_model_name,
             owned_by="asymspec-vl",
             root=settings.verifier,
+            **extra,
         )
         return JSONResponse(ModelList(data=[card]).model_dump())
 

@@ -67,6 +67,7 @@ def asymspec_object(
         "fused": row.sources.count(FUSED),
         "config": config,
         "views": [v.sources for v in views],
+        "vocabulary": vl.pair.vocabulary.to_dict(),
     }
     if len(views) == 1:
         out["view"] = views[0].sources
@@ -79,6 +80,16 @@ def asymspec_object(
     if job.return_prompts:
         out["prompts"] = dict(vars(enc.prompts))
     return out
+
+
+def pair_card(vl) -> dict:
+    """/v1/models' `asymspec` object of a loaded server: the drafter, the verifier and what their vocabularies
+    share (pair/shared_vocab.py)."""
+    return {
+        "drafter": vl.names["drafter"],
+        "verifier": vl.names["verifier"],
+        "vocabulary": vl.pair.vocabulary.to_dict(),
+    }
 
 
 def speculative_decoding(row: RowOutput) -> dict | None:

@@ -54,7 +54,7 @@ class VLLMRunner:
             resolve("drafter", settings.drafter),
             resolve("verifier", settings.verifier),
         )
-        pair = ModelPair.load(drafter, verifier)
+        pair = ModelPair.load(drafter, verifier, backend="vllm")
         specs = [EngineSpec(verifier, drafter, settings.K)] + (
             [EngineSpec(drafter, images=True)] if settings.drafter_engine else []
         )

@@ -30,8 +30,12 @@ def client_of(runner, period_s=None):
 
 
 def runner_with(gauges, health):
+    from asymspec_vl.pair.shared_vocab import SharedVocabulary
+
+    # the ready line names what the pair's vocabularies share
+    vocabulary = SharedVocabulary(False, 8, 8, 8)
     return SimpleNamespace(
-        vl=None,
+        vl=SimpleNamespace(pair=SimpleNamespace(vocabulary=vocabulary)),
         methods=("asymspec",),
         close=lambda: None,
         check_health=health,

@@ -590,8 +590,14 @@ def app_client():
     async def healthy():
         return None
 
+    from asymspec_vl.pair.shared_vocab import SharedVocabulary
+
+    # the ready line names what the pair's vocabularies share
+    vl = SimpleNamespace(
+        pair=SimpleNamespace(vocabulary=SharedVocabulary(False, 8, 8, 8))
+    )
     runner = SimpleNamespace(
-        vl=None, methods=("asymspec",), close=lambda: None, check_health=healthy
+        vl=vl, methods=("asymspec",), close=lambda: None, check_health=healthy
     )
     with TestClient(
         create_app(settings(), lambda s, loop: runner), raise_server_exceptions=False

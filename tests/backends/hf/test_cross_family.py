@@ -64,11 +64,15 @@ def test_permuted_verifier_ids_give_exactly_the_same_run(
     folder, new_of = permuted
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
         verifier=str(tiny_models["verifier"]),
         **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     assert one.pair.vmap.identity and not two.pair.vmap.identity
     assert two.pair.vmap.size == len(
@@ -136,6 +140,7 @@ def test_removed_tokens_commit_only_shared_ones_and_equal_the_reference(
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )
@@ -160,6 +165,7 @@ def test_removed_drafter_tokens_are_never_drafted(tiny_models, removed):
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )
@@ -207,7 +213,10 @@ def test_sampled_runs_on_permuted_ids_are_the_same_run(tiny_models, permuted, cf
 def test_sampled_runs_commit_only_shared_tokens(tiny_models, removed):
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models["text_drafter"]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models["text_drafter"]),
+        images=False,
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     shared = set(vl.pair.vmap.verifier_ids.tolist())
     cfg = AsymSpecConfig(K=2, max_new_tokens=12, temperature=1.5, seed=2)
@@ -233,11 +242,15 @@ def test_logprobs_and_min_tokens_on_permuted_ids_are_the_same_run(
     folder, new_of = permuted
     one = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
         verifier=str(tiny_models["verifier"]),
         **ON_TEST_DEVICE,
     )
     two = AsymSpecVL.from_pretrained(
-        drafter=str(tiny_models[drafter]), verifier=str(folder), **ON_TEST_DEVICE
+        drafter=str(tiny_models[drafter]),
+        images=drafter == "vl_drafter",
+        verifier=str(folder),
+        **ON_TEST_DEVICE,
     )
     free = one.generate_batch(reqs[:1], "asymspec", CFG)[0].token_ids
     stop = free[1]  # emitted second: with min_tokens=5 it cannot end the answer there
@@ -276,6 +289,7 @@ def test_logprobs_across_removed_tokens_name_only_shared_ones(tiny_models, remov
     folder, _ = removed
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(folder),
         **ON_TEST_DEVICE,
     )

@@ -45,6 +45,7 @@ def text_vl(tiny_models):
     """AsymSpec with a TEXT drafter: no vision model anywhere."""
     return AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["text_drafter"]),
+        images=False,
         verifier=str(tiny_models["verifier"]),
         **ON_TEST_DEVICE,
     )
