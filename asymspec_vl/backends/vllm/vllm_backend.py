@@ -259,7 +259,7 @@ class VLLMBackend:
         from vllm import SamplingParams  # lazy: loads vLLM
 
         method, cfg = plan.method, plan.cfg
-        banned = self._banned
+        banned = self.pair.banned_ids()
         stop_ids = self.pair.stop_ids(cfg)
         vmap = self.pair.vmap
         if plan.mode == "plain" and not vmap.identity:
@@ -318,14 +318,9 @@ class VLLMBackend:
         return SamplingParams(**kw, extra_args=extra)
 
     @cached_property
-    def _banned(self) -> list[int]:
-        """The pair's banned tokens (verifier ids), read from its tokenizer once: not per request."""
-        return self.pair.banned_ids()
-
-    @cached_property
     def _drafter_alone_ids(self) -> drafter_answer.DrafterAloneIds:
         """What the drafter alone's requests of a cross-family pair name, made once per pair."""
-        return drafter_answer.drafter_alone_ids(self.pair.vmap, self._banned)
+        return drafter_answer.drafter_alone_ids(self.pair.vmap, self.pair.banned_ids())
 
     @staticmethod
     def _progress(
