@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "asymspec_vl.demo.cli",
     "asymspec_vl.captioners.cli",
     "asymspec_vl.evals.cli",
+    "asymspec_vl.evals.verifier_words",
     "asymspec_vl.toy.cli",
     "asymspec_vl.doctor.cli",
     "asymspec_vl.serve.cli",

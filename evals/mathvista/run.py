@@ -31,6 +31,7 @@ from ..jobs import (
 )
 from ..manifest import build_manifest, write_manifest
 from ..summary import SPEED_COLUMNS, summarize, write_summary
+from .corpus import warn_numbers
 from .data import data_files, load_problems, sha256_file
 from .extraction import RuleExtractor
 from .image_source import check_images, open_images
@@ -237,6 +238,8 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
         j.key not in done for j in jobs
     ):  # models load only when something is left to do
         vl = load_from_args(args)
+        # a cross-family verifier whose answers' numbers lie outside the shared set: said once, here
+        warn_numbers(vl.pair, setup.problems)
         extractor = _extractor(args, vl)
     work = BatchedWork(
         jobs,

@@ -14,6 +14,7 @@ from asymspec_vl.commands import (
     load_from_args,
 )
 from asymspec_vl.core.errors import ConfigError
+from asymspec_vl.inputs.vocab_report import describe_words, verifier_words
 from asymspec_vl.timing import set_threads
 from asymspec_vl.toy import world
 
@@ -74,6 +75,7 @@ def _run(args) -> int:
     set_threads(args.threads, args.device)
     out = Path(args.out)
     vl = load_from_args(args)
+    examples = world.heldout(args.n)
     fingerprint = {
         "benchmark": BENCHMARK,
         "models": {k: v for k, v in vl.names.items()},
@@ -85,7 +87,7 @@ def _run(args) -> int:
     log = ResultsLog(out / "results.jsonl", fingerprint)
     records = evaluate(
         vl,
-        world.heldout(args.n),
+        examples,
         args.variants,
         log,
         args.batch,
@@ -111,6 +113,9 @@ def _run(args) -> int:
         ),
     )
     print(markdown)
+    words = words_line(vl, examples)
+    if words:
+        print(words)
     print(
         "tokens/s: one pass, timed on this machine as it was loaded then; it swings up to 2.5x from run to run "
         "on a shared CPU, so compare methods within one table (docs/benchmarks.md: warmed, repeated timings)"
@@ -133,6 +138,16 @@ def title(vl, n: int, batch: int) -> str:
         f"{head}; cross-family: {vmap.size} shared tokens ({sd:.1%} of the drafter's {vmap.drafter_size}, "
         f"{sv:.1%} of the verifier's {vmap.verifier_size})"
     )
+
+
+def words_line(vl, examples) -> str | None:
+    """A cross-family pair's line on the verifier's own words: the share of its tokens, on the held-out answers,
+    outside the shared set (inputs/vocab_report.py); None for one vocabulary."""
+    if vl.pair.vmap.identity:
+        return None
+    answers = [e.answer for e in examples]
+    report = verifier_words(vl.pair.vmap, vl.pair.tokenizer, answers, top=3)
+    return "cross-family: " + describe_words(report, "the held-out answers")
 
 
 def _weights(names: dict) -> dict:
