@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--batches", type=positive_list, default=[16, 64])
+    ap.add_argument(
+        "--batches", type=positive_list, default=[16, 64], help="comma list of B"
+    )
     ap.add_argument(
         "--steps", type=int, default=8, help=f"tokens per request (>= {LEAVING + 3})"
     )
