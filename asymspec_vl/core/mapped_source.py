@@ -18,11 +18,11 @@ class MappedSource:
         self.y_own: list[
             list[int]
         ] = []  # per row: y in drafter ids (y only grows: translated once per token)
-        self._v2d = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
 
     def own(self, ids: list[int]) -> list[int]:
-        """Verifier ids (shared) -> this source's ids."""
-        return [self._v2d[i] for i in ids]
+        """Verifier ids (shared) -> this source's ids: one gather of these ids (no dict of the shared set per
+        batch); ConfigError for an unshared one."""
+        return self.vmap.to_drafter_ids(torch.tensor(ids, dtype=torch.long)).tolist()
 
     def _translate(self, y: list[list[int]]) -> list[list[int]]:
         if not self.y_own:

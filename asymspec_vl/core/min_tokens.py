@@ -39,10 +39,10 @@ class MinTokens:
     def mapped(self, vmap) -> MinTokens:
         """The same hold over the drafter's logits of a cross-family pair: its stop tokens in drafter ids (those
         the map pairs; an unpaired one is never drafted, the drafts being restricted to the shared set)."""
-        v2d = dict(zip(vmap.verifier_ids.tolist(), vmap.drafter_ids.tolist()))
-        return MinTokens(
-            self.min_tokens, {v2d[i] for i in self.stop_ids if i in v2d}, self.y
-        )
+        # one gather of the stop ids (a request's few), not a dict of the whole shared set per request
+        ids = [i for i in self.stop_ids if 0 <= i < vmap.verifier_size]
+        own = vmap.to("cpu").v2d[torch.tensor(ids, dtype=torch.long)].tolist()
+        return MinTokens(self.min_tokens, {d for d in own if d >= 0}, self.y)
 
     def mask(self, x: torch.Tensor, first: int) -> torch.Tensor:
         """x [B, n, V] the logits of output positions len(y[r]) + first + j, j < n."""

@@ -56,6 +56,9 @@ class ModelPair:
             if verifier_tokenizer.pad_token_id is not None
             else 0
         )
+        self._banned: list[int] | None = (
+            None  # banned_ids, read from the tokenizer once
+        )
 
     @classmethod
     def load(
@@ -197,10 +200,15 @@ class ModelPair:
 
     def banned_ids(self) -> list[int]:
         """Structural special tokens, the thinking markers (thinking is disabled in every prompt), plus logit
-        rows past the tokenizer (padding of the lm_head)."""
-        vocab = self.tokenizer.get_vocab()
-        ids = [vocab[t] for t in STRUCTURAL_TOKENS + THINK_MARKERS if t in vocab]
-        return sorted(set(ids) | set(range(len(self.tokenizer), self.vocab_size)))
+        rows past the tokenizer (padding of the lm_head). Read once: get_vocab copies the whole vocabulary into a
+        dict (about a second for Llama-3's 128,256 tokens on a busy CPU), and requests ask for these on every call."""
+        if self._banned is None:
+            vocab = self.tokenizer.get_vocab()
+            ids = [vocab[t] for t in STRUCTURAL_TOKENS + THINK_MARKERS if t in vocab]
+            self._banned = sorted(
+                set(ids) | set(range(len(self.tokenizer), self.vocab_size))
+            )
+        return list(self._banned)
 
     def banned_mask(self, device) -> torch.Tensor:
         return token_mask(self.banned_ids(), self.vocab_size, device)

@@ -5,6 +5,7 @@ shows), and forward's tokens and logits pass through untouched."""
 import pytest
 import torch
 
+from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.mapped_source import MappedSource
 from asymspec_vl.core.vocab_align import VocabMap
 
@@ -82,7 +83,9 @@ def test_own_translates_drafts_and_forward_passes_through():
 
 def test_an_unshared_verifier_id_has_no_drafter_id():
     src = MappedSource(RecordingSource(), vmap())
-    with pytest.raises(KeyError):
+    with pytest.raises(
+        ConfigError, match=r"verifier ids \[1\] are outside the shared set"
+    ):
         src.own([1])  # verifier id 1 is outside the shared set
 
 

@@ -8,7 +8,7 @@ logit_bias) and the penalties (v1/sample/sampler.py). What they leave finite is 
 top-k and top-p never empty it (each keeps the row's best token). A row with nothing finite left is a dead end: its
 greedy argmax is id 0 (the first same-family Floor run under min_tokens and a choice committed [91, 92, 0, 0, 0, 2],
 finish_reason "stop"), a token the grammar forbids and, for the drafter alone across a map, one outside the shared
-set its logit_bias keeps. The test reads those processed logits (no processor re-implemented: a hook on
+set its allowed_token_ids keep. The test reads those processed logits (no processor re-implemented: a hook on
 Sampler.apply_logits_processors, hooks/plain_sampler_patch.py) and only on a step whose batch holds a structured row
 (vLLM's GrammarOutput lists them; none: no grammar, nothing runs). Its result, [2, B] integers, is copied to the
 host without blocking and read after vLLM's own step has synchronised (see `Watch.look`).

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from functools import partial
+from functools import cached_property, partial
 
 import vllm_patches
 from vllm_patches.requests.logprob_support import SUPPORT_KEY
@@ -49,7 +49,6 @@ from ...core.parallelism import refuse_pipeline_parallelism
 from ...core.request_plan import RequestPlan
 from ...inputs import budget
 from ...inputs.prompts import EncodedRequest
-from ...inputs.vocab import token_mask
 from ...pair.model_pair import ModelPair
 from . import drafter_answer
 from .engine import (
@@ -268,13 +267,8 @@ class VLLMBackend:
         stop_ids = self.pair.stop_ids(cfg)
         vmap = self.pair.vmap
         if plan.mode == "plain" and not vmap.identity:
-            # the drafter alone across a map (Floor runs on the speculative engine there): its shared tokens only,
-            # the stop tokens in its ids (the rule of vocab_align.decide_drafter and MinTokens.mapped); vLLM's own
-            # sampler then draws vocab_sampling's token: the same [B, Vd] columns, these ids at probability 0
-            banned = vmap.drafter_banned(
-                token_mask(banned, vmap.verifier_size, "cpu"), "cpu"
-            )
-            banned = banned.nonzero().flatten().tolist()
+            # the drafter alone across a map (Floor runs on the speculative engine there): its stop tokens in its ids
+            # (the rule of vocab_align.decide_drafter and MinTokens.mapped)
             stop_ids = MinTokens(0, stop_ids, []).mapped(vmap).stop_ids
         kw = dict(
             max_tokens=min(cfg.max_new_tokens, room),
@@ -293,15 +287,20 @@ class VLLMBackend:
         if (
             plan.mode == "plain"
         ):  # vLLM's own sampler: temperature, top_p, top_k, min_p, seed, min_tokens
-            if not vmap.identity and cfg.logprobs is not None:
-                # the drafter alone's logprobs over the shared set (requests/logprob_support.py): ids it bans
-                kw["extra_args"] = {
-                    SUPPORT_KEY: vmap.drafter_banned(None, "cpu")
-                    .nonzero()
-                    .flatten()
-                    .tolist()
-                }
-            return SamplingParams(**kw, logit_bias={i: float("-inf") for i in banned})
+            if vmap.identity:
+                return SamplingParams(
+                    **kw, logit_bias={i: float("-inf") for i in banned}
+                )
+            # the drafter alone across a map writes its shared tokens only: vLLM's own sampler then draws
+            # vocab_sampling's token (the same [B, Vd] columns, the others at probability 0). allowed_token_ids: one
+            # bool row of vLLM's mask, filled when the request joins the batch (drafter_answer.drafter_alone_ids);
+            # the pair's lists go by reference (skip_clone: these params are this request's alone, and vLLM's
+            # deep copy would copy them per request)
+            ids = self._drafter_alone_ids
+            if cfg.logprobs is not None:
+                # its logprobs over the shared set (requests/logprob_support.py): the ids outside it
+                kw["extra_args"] = {SUPPORT_KEY: ids.outside}
+            return SamplingParams(**kw, allowed_token_ids=ids.allowed, skip_clone=True)
         # sampling and min_tokens travel in kw: the engine's sampler runs the method's sampled rule on them
         full = r.full if method.drafting and method.drafting.view == "x_full" else None
         # a cross-family pair's drafter reads x_comp in its own ids and template (its own KV view on the engine)
@@ -321,6 +320,11 @@ class VLLMBackend:
             x_comp_drafter=own_comp.ids if own_comp else None,
         )
         return SamplingParams(**kw, extra_args=extra)
+
+    @cached_property
+    def _drafter_alone_ids(self) -> drafter_answer.DrafterAloneIds:
+        """What the drafter alone's requests of a cross-family pair name, made once per pair."""
+        return drafter_answer.drafter_alone_ids(self.pair.vmap, self.pair.banned_ids())
 
     @staticmethod
     def _progress(

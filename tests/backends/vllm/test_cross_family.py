@@ -22,7 +22,9 @@ from asymspec_vl import AsymSpecConfig, AsymSpecVL
 from asymspec_vl.core import vocab_sampling
 from asymspec_vl.core.vocab_align import VocabMap
 from asymspec_vl.inputs.conversation import encode
+from asymspec_vl.inputs.vocab import token_mask
 from asymspec_vl.toy import world
+from vllm_patches.requests.logprob_support import SUPPORT_KEY
 
 pytestmark = pytest.mark.vllm
 
@@ -123,8 +125,8 @@ def test_logprobs_across_the_map_equal_transformers(pipes):
 def test_the_drafter_alones_draw_is_vllms_own_sampler_on_its_banned_logits(cfg):
     """Why a plain drafter engine samples the drafter alone across a map: vocab_sampling's draw (over the drafter's
     columns, the unshared ones at probability 0) is, row for row, vLLM's own sampler's on the same logits with the
-    unshared ids at -inf (logit_bias), temperature, top-k / top-p (vLLM's PyTorch filter, the CPU build's) and the
-    exponential race with each row's seeded generator (v1/sample/ops/topk_topp_sampler.py)."""
+    unshared ids at -inf (allowed_token_ids' mask), temperature, top-k / top-p (vLLM's PyTorch filter, the CPU
+    build's) and the exponential race with each row's seeded generator (v1/sample/ops/topk_topp_sampler.py)."""
     from vllm.v1.sample.ops.topk_topp_sampler import (  # lazy: loads vLLM
         apply_top_k_top_p_pytorch,
         random_sample,
@@ -250,6 +252,56 @@ def test_embedded_llama_drafter_alone_logprobs_on_vllm_equal_transformers(
     assert all({i for lp in r.logprobs for i, _ in lp.top} <= shared for r in got)
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AsymSpecConfig(K=2, max_new_tokens=10),
+        AsymSpecConfig(K=2, max_new_tokens=10, temperature=1.5, seed=7, logprobs=2),
+    ],
+)
+def test_embedded_llama_drafter_alone_bans_by_one_allowed_list_per_pair(
+    llama_pipes, cfg
+):
+    """The drafter alone's SamplingParams across the map name what it may write as vLLM's allowed_token_ids (one bool
+    row of the engine's mask, filled once when the request joins the batch): the pair's one sorted list, the same
+    object in every request (skip_clone: vLLM's deep copy would copy it per request), and no logit_bias (a {id: -inf}
+    dict of every unshared id, ~42k on Qwen3 x Llama-3, that vLLM rebuilt for every row at each change of the
+    batch); with logprobs the unshared ids (their support's complement), also one list. Its answers, greedy and
+    seeded, stay the transformers backend's."""
+    hf, vl = llama_pipes
+    pair, vmap = vl.pair, vl.pair.vmap
+    reqs = [request_of(e) for e in world.heldout(4)]
+    plan = vl.backend.plan_request("drafter", cfg)
+    params = [
+        vl.backend.engine_request(
+            encode(r, pair.processor, pair.tokenizer, pair.cross_map), plan
+        )[1]
+        for r in reqs
+    ]
+    banned = vmap.drafter_banned(
+        token_mask(pair.banned_ids(), vmap.verifier_size, "cpu"), "cpu"
+    )
+    allowed = (~banned).nonzero().flatten().tolist()
+    assert allowed and set(allowed) <= set(vmap.drafter_ids.tolist())
+    for p in params:
+        assert not p.logit_bias
+        assert p.allowed_token_ids is params[0].allowed_token_ids
+        assert p.skip_clone
+    assert params[0].allowed_token_ids == allowed
+    if cfg.logprobs is not None:
+        outside = vmap.drafter_banned(None, "cpu").nonzero().flatten().tolist()
+        assert all(
+            p.extra_args[SUPPORT_KEY] is params[0].extra_args[SUPPORT_KEY]
+            for p in params
+        )
+        assert params[0].extra_args[SUPPORT_KEY] == outside
+    got = vl.generate_batch(reqs, "drafter", cfg)
+    want = hf.generate_batch(reqs, "drafter", cfg)
+    assert summary(got) == summary(want)
+    if cfg.logprobs is not None:
+        assert_same_logprobs(got, want)
+
+
 @pytest.fixture(scope="module")
 def removed_pipes(tiny_models, tmp_path_factory):
     """The tiny pair with 60 tokens removed from the verifier: the untrained drafter spreads real mass over its
@@ -317,7 +369,7 @@ def test_embedded_llama_sampled_on_vllm_equals_transformers_batched(
 ):
     """Seeded sampling across the map: the drafts drawn over the drafter's columns by each request's generator,
     then the method's sampled rule (core/vocab_sampling.py) with the same generator; Floor's on the speculative
-    engine, the drafter alone's by vLLM's own sampler on its plain engine (logit_bias bans the unshared ids)."""
+    engine, the drafter alone's by vLLM's own sampler on its plain engine (allowed_token_ids bans the unshared ids)."""
     hf, vl = llama_pipes
     reqs = [request_of(e) for e in world.heldout(8)]
     variant = VARIANTS[key]

@@ -160,8 +160,8 @@ class TestEmbeddedLlama:  # a class: its engine is closed before the next class 
             assert set(row.token_ids) <= shared
 
     def test_the_drafter_alone_follows_it_in_shared_tokens(self, llama):
-        """The drafter alone's plain engine: the grammar compiled for the drafter's tokenizer, its logit_bias
-        banning the unshared drafter ids, its answer in verifier ids (drafter_answer.py)."""
+        """The drafter alone's plain engine: the grammar compiled for the drafter's tokenizer, its allowed_token_ids
+        mask banning the unshared drafter ids, its answer in verifier ids (drafter_answer.py)."""
         reqs = [request_of(e) for e in world.heldout(4)]
         shared = set(llama.pair.vmap.verifier_ids.tolist())
         for kind, constraint in CONSTRAINTS.items():

@@ -30,3 +30,14 @@ def test_only_the_drafter_alone_of_a_cross_family_pair_speaks_the_drafters_ids()
     assert not drafter_answer.speaks_drafter_ids(METHODS["floor"], VMAP)
     same = VocabMap.same_vocabulary(6)
     assert not drafter_answer.speaks_drafter_ids(METHODS["drafter"], same)
+
+
+def test_the_drafter_alone_may_write_the_shared_set_less_the_pairs_banned_tokens():
+    """drafter_alone_ids: allowed (vLLM's allowed_token_ids) is the shared set less the pair's banned tokens (verifier
+    ids, moved to the drafter's), outside (its logprobs' support) the unshared drafter ids; both sorted lists."""
+    ids = drafter_answer.drafter_alone_ids(VMAP, [2])  # verifier id 2 is drafter id 1
+    assert ids.allowed == [0, 2, 3]
+    assert ids.outside == [4, 5]
+    assert drafter_answer.drafter_alone_ids(VMAP, []).allowed == [0, 1, 2, 3]
+    with pytest.raises(ConfigError, match="no token to write"):
+        drafter_answer.drafter_alone_ids(VMAP, [0, 1, 2, 3])
