@@ -232,3 +232,97 @@ def test_a_map_naming_ids_past_the_rows_is_a_typed_error():
             specials={"answer_end": (1, 5)},
             end_aliases=(3,),  # shared: no alias
         )
+
+
+# The real families (asymspec_vl/toy/real_vocab.py): each template's answer end, and the verifier's other EOS ids.
+REAL_ENDS = {
+    "qwen3": ("<|im_end|>", 151645),
+    "llama3": ("<|eot_id|>", 128009),
+    "mistral-tekken": ("</s>", 2),
+    "mistral-sp": ("</s>", 2),
+}
+REAL_ALIASES = {"llama3": (128001, 128008), "mistral-tekken": (), "mistral-sp": ()}
+
+
+def generation_eos(folder) -> set[int]:
+    import json
+
+    eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
+    return set(eos) if isinstance(eos, list) else {eos}
+
+
+def real_map(real_shapes, family: str, verifier=None, rows: int | None = None):
+    """Qwen3(-VL)'s tokenizer and generation config (the drafter) x the family's, at the real row counts."""
+    from asymspec_vl.toy.real_vocab import GENERATION, ROWS
+
+    return build_vocab_map(
+        real_shapes.tokenizer("qwen3"),
+        verifier or real_shapes.tokenizer(family),
+        "Qwen3-VL",
+        family,
+        ROWS["qwen3"],
+        rows or ROWS[family],
+        set(GENERATION["qwen3-vl"]["eos_token_id"]),
+        generation_eos(real_shapes.tokenizer_dir(family)),
+    )
+
+
+@pytest.mark.parametrize("family", sorted(REAL_ENDS))
+def test_each_real_template_gives_its_answer_end(real_shapes, family):
+    from asymspec_vl.toy.real_vocab import ROWS
+
+    tok = real_shapes.tokenizer(family)
+    name, end = REAL_ENDS[family]
+    assert tok.convert_ids_to_tokens(end) == name
+    assert answer_end(tok, family, ROWS[family]) == (end, None)
+
+
+def test_qwen3_vl_template_gives_im_end(real_shapes):
+    from transformers import AutoTokenizer
+
+    from asymspec_vl.toy.real_templates import QWEN3_VL_CHAT_TEMPLATE
+    from asymspec_vl.toy.real_vocab import ROWS
+
+    drafter = AutoTokenizer.from_pretrained(real_shapes.tokenizer_dir("qwen3"))
+    drafter.chat_template = QWEN3_VL_CHAT_TEMPLATE
+    assert answer_end(drafter, "Qwen3-VL", ROWS["qwen3"]) == (151645, None)
+
+
+@pytest.mark.parametrize("family", sorted(REAL_ALIASES))
+def test_real_pairs_pair_their_answer_ends_and_fold_every_other_eos(
+    real_shapes, family
+):
+    """Qwen3-VL x Llama-3 / Tekken / SentencePiece v3: <|im_end|> pairs with the verifier's template end (before
+    issue 43: [/INST] for both Mistral vocabularies, </s> never shared), every EOS of the verifier's generation
+    config is the answer end or folds into it, and [/INST] (the user's turn end) is off the map."""
+    vmap = real_map(real_shapes, family)
+    _, end = REAL_ENDS[family]
+    shared = set(vmap.verifier_ids.tolist())
+    assert vmap.specials["answer_end"] == (151645, end)
+    assert vmap.end_aliases == REAL_ALIASES[family]
+    assert generation_eos(real_shapes.tokenizer_dir(family)) == {
+        end,
+        *vmap.end_aliases,
+    }
+    assert end in shared and not shared & set(vmap.end_aliases)
+    inst_end = real_shapes.tokenizer(family).convert_tokens_to_ids("[/INST]")
+    if family.startswith("mistral"):
+        assert inst_end == 4 and 4 not in shared
+    # the drafter's <|endoftext|> (Qwen3-VL's second EOS) stays off the map, named
+    assert 151643 not in set(vmap.drafter_ids.tolist())
+    assert "the drafter's EOS <|endoftext|> 151643 stay off the map" in describe(vmap)
+
+
+def test_a_llama3_tokenizer_with_a_pad_past_its_rows_builds_its_map(real_shapes):
+    """tokenizer.add_special_tokens({"pad_token": "<pad>"}) without resizing: <pad> is id 128256, past the
+    model's 128,256 rows (before issue 43: IndexError in VocabMap.to). It never enters the map."""
+    from transformers import AutoTokenizer
+
+    llama = AutoTokenizer.from_pretrained(real_shapes.tokenizer_dir("llama3"))
+    llama.add_special_tokens({"pad_token": "<pad>"})
+    assert llama.pad_token_id == 128256 == len(llama) - 1
+    vmap = real_map(real_shapes, "llama3", verifier=llama, rows=128256)
+    _, _, d2v, v2d = vmap.to("cpu")
+    assert v2d.shape == (128256,) and int(vmap.verifier_ids.max()) < 128256
+    assert vmap.specials["answer_end"] == (151645, 128009)
+    assert "pad" not in vmap.specials
