@@ -1,9 +1,13 @@
 """The greedy rules of every method across a vocabulary map (a cross-family pair, the paper's Appendix D).
 
 A cross-family pair has two vocabularies: the drafter's (Vd ids) and the verifier's (Vv ids). The map
-(VocabMap) pairs S of them: the tokens whose decoded byte strings are identical, plus the special tokens
-paired by role (EOS, chat turn markers, pads; inputs/vocab_map.py builds it). The shared set is ordered by
-verifier id, so "argmax over the shared set, ties to the lowest id" is the same tie rule as gate.greedy's.
+(VocabMap) pairs S of them one-to-one: the tokens whose decoded byte strings are identical, the two answer ends
+(the special token each chat template closes the assistant's turn with), and the specials paired by name or
+role (turn start, pad; inputs/vocab_map.py builds it). The shared set is ordered by verifier id, so "argmax over
+the shared set, ties to the lowest id" is the same tie rule as gate.greedy's. Only ids below each model's logit
+rows enter it (a typed error otherwise). The verifier's other EOS ids (its end aliases) are off the shared set:
+every rule reads t through VocabMap.fold_ends, which moves their probability into the answer end's column
+(decide, vocab_sampling.sample and shared_scores call it once, so both backends read the same t).
 
 The rules (Timor et al. 2025; the paper's Appendix D), with d_i a draft, a_i / b_i drafter logits [.., Vd],
 t_i verifier logits [.., Vv], and v(.) / r(.) the map drafter id -> verifier id / back:
@@ -40,7 +44,7 @@ import torch
 
 from . import gate
 from .config import AsymSpecConfig
-from .errors import ConfigError
+from .errors import ConfigError, VocabularyMismatchError
 
 
 class MapTables(NamedTuple):
@@ -64,8 +68,38 @@ class VocabMap:
     identity: bool = False
     specials: dict[str, tuple[int, int]] = field(
         default_factory=dict
-    )  # role -> (drafter id, verifier id)
+    )  # role -> (drafter id, verifier id); "answer_end": the two chat templates' assistant-turn ends
+    # the verifier's other EOS ids (off the shared set): their logits fold into the answer end's (fold_ends)
+    end_aliases: tuple[int, ...] = ()
+    notes: tuple[
+        str, ...
+    ] = ()  # what inputs/vocab_map.describe prints beside the numbers
     _cache: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        for who, ids, size in (
+            ("drafter", self.drafter_ids, self.drafter_size),
+            ("verifier", self.verifier_ids, self.verifier_size),
+        ):
+            past = ids[(ids < 0) | (ids >= size)]
+            if past.numel():
+                raise VocabularyMismatchError(
+                    f"the vocabulary map holds {who} ids {sorted(set(past.tolist()))[:8]} the {who} has no "
+                    f"logit row for (it has {size}, ids 0..{size - 1}): ids past a model's rows never enter a map"
+                )
+        if self.end_aliases:
+            end = self.specials.get("answer_end")
+            shared = set(self.verifier_ids.tolist())
+            wrong = [
+                j
+                for j in self.end_aliases
+                if not 0 <= j < self.verifier_size or j in shared
+            ]
+            if end is None or wrong:
+                raise VocabularyMismatchError(
+                    f"the verifier's end aliases {list(self.end_aliases)} need an answer end (has "
+                    f"{end}) and must be ids with a logit row outside the shared set ({wrong} are not)"
+                )
 
     @classmethod
     def same_vocabulary(cls, size: int) -> VocabMap:
@@ -90,6 +124,28 @@ class VocabMap:
             d2v[d], v2d[v] = v, d
             self._cache[key] = MapTables(d, v, d2v, v2d)
         return self._cache[key]
+
+    def fold_ends(self, t: torch.Tensor) -> torch.Tensor:
+        """The verifier's logits t [.., Vv] with its end aliases folded into its answer end: that column becomes
+        logsumexp(t[answer end], t[aliases]) and the aliases -inf, so every softmax of t is unchanged except that
+        the verifier's whole end mass sits at the one end the map pairs. A position whose answer end is -inf (a
+        grammar, min_tokens or a ban excludes it) is left as it is: nothing revives an excluded end. Idempotent;
+        float32 when there are aliases (the rules' dtype), t itself when there are none (no copy)."""
+        if not self.end_aliases:
+            return t
+        key = ("fold", str(t.device))
+        if key not in self._cache:
+            self._cache[key] = torch.tensor(
+                [self.specials["answer_end"][1], *self.end_aliases], device=t.device
+            )
+        ids = self._cache[key]  # [1 + A]: the answer end, then its aliases
+        cols = t[..., ids].float()  # [.., 1 + A]
+        end = cols[..., 0]  # [..]
+        live = end > float("-inf")
+        out = t.to(torch.float32, copy=True)
+        out[..., ids[0]] = torch.where(live, cols.logsumexp(-1), end)
+        out[..., ids[1:]] = cols[..., 1:].masked_fill(live.unsqueeze(-1), float("-inf"))
+        return out
 
     def to_drafter_ids(self, ids: torch.Tensor) -> torch.Tensor:
         """Verifier ids (all in the shared set) -> drafter ids, same shape."""
@@ -241,6 +297,10 @@ def shared_scores(
     """The raw scores of distribution `name` (core/logprobs.py's names) at a step's first `width` positions
     across the map, [B, width, Vv] float32, -inf off the shared set: a token's logprob across a map is under
     its distribution restricted to the tokens the pair can commit (for a one-vocabulary pair, every token)."""
+    if (
+        "t" in logits
+    ):  # the verifier's end aliases folded into its answer end, as the rules read t
+        logits = {**logits, "t": vmap.fold_ends(logits["t"][:, :width])}
     if name == "q":  # the drafter alone: no verifier logits
         x = vmap.to_verifier_space(logits["q"][:, :width].float())
     elif name == "t":
@@ -336,15 +396,15 @@ def decide(
     vmap: VocabMap,
 ) -> gate.StepOutcome:
     """The greedy rule of method `name` across the map (logits by name as in methods.py: a, b, q in drafter
-    space, t in verifier space; drafts [B, K] verifier ids)."""
+    space, t in verifier space; drafts [B, K] verifier ids). t is read with the verifier's end aliases folded into
+    its answer end (VocabMap.fold_ends)."""
+    t = vmap.fold_ends(logits["t"]) if "t" in logits else None
     if name == "asymspec":
-        return asymspec_step(
-            logits["a"], logits["b"], logits["t"], drafts, cfg, vmap, banned
-        )
+        return asymspec_step(logits["a"], logits["b"], t, drafts, cfg, vmap, banned)
     if name in ("sd", "floor"):
-        return decide_sd(logits["t"], drafts, vmap, banned)
+        return decide_sd(t, drafts, vmap, banned)
     if name == "scd":
-        return decide_scd(logits["b"], logits["t"], drafts, cfg, vmap, banned)
+        return decide_scd(logits["b"], t, drafts, cfg, vmap, banned)
     if name == "drafter":
         return decide_drafter(logits["q"], vmap, banned)
     raise ConfigError(f"method {name!r} has no rule across a vocabulary map")

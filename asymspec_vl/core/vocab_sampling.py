@@ -22,6 +22,7 @@ With x|S a distribution's scores at the shared tokens (its other tokens excluded
                sampling.sample_asymspec keeps Algorithm 1's gate); at the first rejection the token ~
                filtered(fused|S) (t + beta * delta, delta moved through the map), the bonus ~ filtered(t|S)
                (filtered(fused|S) with bonus="fused").
+t is read with the verifier's end aliases folded into its answer end (VocabMap.fold_ends, once per step).
 Banned tokens (structural, min_tokens' held stop tokens) are given in verifier ids [Vv] and excluded with the
 unshared ones (VocabMap.drafter_banned). Drafts and tokens in and out are verifier ids, as in vocab_align.py.
 """
@@ -62,8 +63,10 @@ def sample(
 ) -> StepOutcome:
     """The sampled rule of method `name` across the map (logits by name as in methods.py: a, b, q, sd and DRAFTED
     in drafter space [B, n, Vd], t in verifier space [B, K+1, Vv]; drafts [B, K] verifier ids in the shared
-    set). The emitted token is a verifier id in the shared set."""
+    set). The emitted token is a verifier id in the shared set; t is read with the verifier's end aliases folded
+    into its answer end (VocabMap.fold_ends, as vocab_align.decide reads it)."""
     t = logits.get("t")
+    t = vmap.fold_ends(t) if t is not None else None
     device = (t if t is not None else logits["q"]).device
     _, _, d2v, v2d = vmap.to(device)
     out = vmap.drafter_banned(banned, device)  # [Vd] columns never drawn

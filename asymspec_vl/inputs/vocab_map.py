@@ -1,12 +1,32 @@
-"""The vocabulary map of a drafter + verifier pair: string-identical tokens and special tokens paired by role.
+"""The vocabulary map of a drafter + verifier pair: string-identical tokens, answer ends read from chat templates.
 
 Ordinary tokens are compared by their decoded byte strings, after each tokenizer's own normalisation:
 byte-level BPE (Qwen, Llama-3, gpt-oss) maps its symbols back through GPT-2's byte table; SentencePiece
-(Gemma, Llama-2) turns "▁" into a space and "<0xNN>" into that byte. Special tokens never match by string:
-they are paired by name when both tokenizers have the same one (one family's specials, e.g. <|image_pad|>,
-which stays banned), and by role (EOS, chat turn start / end, pad), so Qwen's <|im_end|> pairs with Llama-3's
-<|eot_id|>. Same-family pairs (one vocabulary) get VocabMap.same_vocabulary and keep the unmapped path.
-The rules that use the map are in core/vocab_align.py; docs/cross-family.md says what a user checks.
+(Gemma, Llama-2) turns "▁" into a space and "<0xNN>" into that byte. Special tokens never match by string.
+
+The answer's end: each tokenizer's own chat template renders a user + assistant exchange (answer_end) and the
+special token right after the assistant's text is the one that closes the assistant's turn: Qwen <|im_end|>,
+Llama-3 <|eot_id|>, Mistral (Tekken and SentencePiece) and Llama-2 </s>, Gemma <end_of_turn>. The two answer
+ends pair first (VocabMap.specials["answer_end"]). A tokenizer without a chat template, or whose template cannot
+render that exchange, takes its end from the role table ANSWER_END, then its EOS (the map's notes say why); a
+template that renders no special token after the answer is a VocabularyMismatchError naming it.
+
+Several EOS ids against one answer end (Llama-3's generation config ends on <|end_of_text|>, <|eom_id|> and
+<|eot_id|>; Gemma's on <eos> and <end_of_turn>; Qwen's on <|im_end|> and <|endoftext|>): the map stays one-to-one
+(its rules draw over the drafter's columns, vocab_sampling.py) and the verifier's other EOS ids are its end
+aliases (VocabMap.end_aliases): off the shared set, their logits folded into its answer-end column
+(VocabMap.fold_ends: logsumexp, so the verifier's whole end mass counts, in the gate, the fused and bonus picks,
+SD's target and the logprobs) wherever core reads t across the map, one function both backends' rules call. The
+drafter's other EOS ids stay off the map, unfolded: the drafter drafts its answer end (the verifier decides what
+ends), and its logits are read outside core where they are picked (the draft picks on both backends, vLLM's own
+sampler for the drafter alone), so a fold there would need a logits processor in vLLM's sampler.
+
+Ids a model has no logit row for (a tokenizer longer than its embedding: a pad token added without resizing)
+never enter the map, by string, by name or by role; an answer end without a row is a VocabularyMismatchError
+naming the id. Other specials pair by name when both tokenizers have the same one (one family's specials, e.g.
+<|image_pad|>, which stays banned), then by role (turn start, pad). Same-family pairs (one vocabulary) get
+VocabMap.same_vocabulary and keep the unmapped path. The rules that use the map are in core/vocab_align.py;
+docs/cross-family.md says what a user checks.
 """
 
 from __future__ import annotations
@@ -16,7 +36,16 @@ import torch
 from ..core.errors import VocabularyMismatchError
 from ..core.vocab_align import VocabMap
 
-# Chat-template markers by role, across families (the first one a tokenizer has is its marker of that role).
+# The fallback for a tokenizer without a usable chat template: the assistant turn's end by family (the first one a
+# tokenizer has), else its EOS. Mistral's [/INST] closes the USER's turn: it is no answer end.
+ANSWER_END = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<｜end▁of▁sentence｜>",
+)
+# Chat turn openers by family, paired by role (the first one a tokenizer has).
 TURN_START = (
     "<|im_start|>",
     "<|start_header_id|>",
@@ -25,14 +54,9 @@ TURN_START = (
     "[INST]",
     "<｜User｜>",
 )
-TURN_END = (
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<end_of_turn>",
-    "<|end|>",
-    "[/INST]",
-    "<｜end▁of▁sentence｜>",
-)
+# The one-turn exchange answer_end renders: plain words every template keeps verbatim (trimmed or not).
+PROBE_QUESTION, PROBE_ANSWER = "asymspecProbeQuestion", "asymspecProbeAnswer"
+
 # The shared set must hold at least this share of the verifier's most frequent tokens (the lowest ordinary
 # ids: BPE numbers its merges by frequency), else answers in the verifier's words cannot be committed.
 MIN_FREQUENT_SHARE = 0.5
@@ -64,11 +88,15 @@ def _is_byte_level(tok) -> bool:
     return backend is not None and "ByteLevel" in repr(backend.decoder)
 
 
-def token_bytes(tok) -> dict[int, bytes]:
-    """Every ordinary (non-special) token id -> its decoded byte string."""
-    special = set(tok.all_special_ids) | {
+def _special_ids(tok) -> set[int]:
+    return set(tok.all_special_ids) | {
         i for i, t in tok.added_tokens_decoder.items() if t.special
     }
+
+
+def token_bytes(tok) -> dict[int, bytes]:
+    """Every ordinary (non-special) token id -> its decoded byte string."""
+    special = _special_ids(tok)
     out: dict[int, bytes] = {}
     if _is_byte_level(tok):
         table = _byte_decoder()
@@ -92,24 +120,109 @@ def token_bytes(tok) -> dict[int, bytes]:
 
 def special_names(tok) -> dict[str, int]:
     """Special token content -> id."""
-    special = set(tok.all_special_ids) | {
-        i for i, t in tok.added_tokens_decoder.items() if t.special
-    }
-    return {tok.convert_ids_to_tokens(i): i for i in special}
+    return {tok.convert_ids_to_tokens(i): i for i in _special_ids(tok)}
 
 
-def special_roles(tok, eos_ids: set[int] | None = None) -> dict[str, int]:
-    """Role -> id of the tokenizer's special tokens: eos, turn_start, turn_end, pad (the roles it has)."""
+def _label(tok, i: int) -> str:
+    return f"{tok.convert_ids_to_tokens(int(i))} {int(i)}"
+
+
+def _as_set(x) -> set[int]:
+    if x is None:
+        return set()
+    return {int(i) for i in x} if isinstance(x, (list, tuple, set)) else {int(x)}
+
+
+def _rendered(tok) -> tuple[str | None, str | None]:
+    """(the one-turn exchange in tok's chat template, None), or (None, why it cannot be rendered)."""
+    if not getattr(tok, "chat_template", None):
+        return None, "has no chat template"
+    from jinja2 import TemplateError  # lazy: transformers' template engine
+
+    exchange = [
+        {"role": "user", "content": PROBE_QUESTION},
+        {"role": "assistant", "content": PROBE_ANSWER},
+    ]
+    try:
+        return tok.apply_chat_template(exchange, tokenize=False), None
+    except TemplateError as e:
+        return (
+            None,
+            f"has a chat template that cannot render a user + assistant exchange ({e})",
+        )
+
+
+def _end_after_answer(text: str, specials: dict[str, int], name: str) -> int:
+    """The id of the special token right after the assistant's text in `text` (whitespace between allowed)."""
+    at = text.find(PROBE_ANSWER)
+    if at < 0:
+        raise VocabularyMismatchError(
+            f"the chat template of {name} drops the assistant's message (it renders {text!r}): the answer's "
+            "end cannot be read from it; give the model a template that renders assistant turns"
+        )
+    tail = text[at + len(PROBE_ANSWER) :].lstrip()
+    found = max(
+        (s for s in specials if s and tail.startswith(s)), key=len, default=None
+    )
+    if found is None:
+        raise VocabularyMismatchError(
+            f"the chat template of {name} closes the assistant's turn with no special token (after the "
+            f"answer it renders {tail[:40]!r}): the pair could never tell an answer's end; give the model a "
+            "template that ends each assistant turn with its end token"
+        )
+    return specials[found]
+
+
+def _table_end(
+    tok, eos_ids: set[int] | None, size: int
+) -> tuple[int | None, list[int]]:
+    """(the role table's answer end: the first ANSWER_END name, else the EOS, with a logit row; the candidates
+    that had none)."""
     vocab = tok.get_vocab()
-    roles: dict[str, int] = {}
-    if tok.eos_token_id is not None:
-        roles["eos"] = int(tok.eos_token_id)
-    elif eos_ids:
-        roles["eos"] = min(eos_ids)
-    for role, names in (("turn_start", TURN_START), ("turn_end", TURN_END)):
-        found = next((vocab[n] for n in names if n in vocab), None)
-        if found is not None:
-            roles[role] = found
+    candidates = [vocab[n] for n in ANSWER_END if n in vocab]
+    candidates += sorted(_as_set(tok.eos_token_id)) + sorted(_as_set(eos_ids))
+    rowless = [i for i in candidates if i >= size]
+    return next((i for i in candidates if i < size), None), rowless
+
+
+def answer_end(
+    tok, name: str, size: int, eos_ids: set[int] | None = None
+) -> tuple[int, str | None]:
+    """(id, note) of the special token that closes the assistant's turn in `tok`'s chat template (size: the
+    model's logit rows). note is None when the template gave it, else says why the role table did.
+    VocabularyMismatchError when the template renders no special token after the answer, or the end found has
+    no logit row."""
+    text, why = _rendered(tok)
+    if text is not None:
+        end = _end_after_answer(text, special_names(tok), name)
+        if end >= size:
+            raise VocabularyMismatchError(
+                f"{name} closes the assistant's turn with {_label(tok, end)}, but the model has {size} logit "
+                f"rows (ids 0..{size - 1}): it could never end an answer; resize its embedding to the tokenizer "
+                "(model.resize_token_embeddings(len(tokenizer)))"
+            )
+        return end, None
+    end, rowless = _table_end(tok, eos_ids, size)
+    if end is None:
+        rows = (
+            f" (ids {rowless} have no logit row: the model has {size})"
+            if rowless
+            else ""
+        )
+        raise VocabularyMismatchError(
+            f"{name} {why} and no answer end in the role table ({', '.join(ANSWER_END)}) nor an EOS with a "
+            f"logit row{rows}: the pair could never end an answer; give the model its chat template"
+        )
+    return end, f"{name} {why}: its answer end {_label(tok, end)} is the role table's"
+
+
+def _turn_roles(tok) -> dict[str, int]:
+    """Role -> id of the tokenizer's chat-turn opener and pad (the roles it has)."""
+    vocab = tok.get_vocab()
+    roles = {}
+    start = next((vocab[n] for n in TURN_START if n in vocab), None)
+    if start is not None:
+        roles["turn_start"] = start
     if tok.pad_token_id is not None:
         roles["pad"] = int(tok.pad_token_id)
     return roles
@@ -135,6 +248,25 @@ def _preferred(tok):
     return key
 
 
+def _ordinary_pairs(drafter_tok, verifier_tok, Vd: int, Vv: int):
+    """({verifier id: drafter id} of the string-identical ordinary tokens with a logit row in both, the verifier's
+    ordinary bytes with a row)."""
+    d_bytes = {i: s for i, s in token_bytes(drafter_tok).items() if i < Vd}
+    v_bytes = {j: s for j, s in token_bytes(verifier_tok).items() if j < Vv}
+    by_bytes = {}
+    for i, s in sorted(d_bytes.items(), key=_preferred(drafter_tok)):
+        # one string twice: the ordinary piece, else the lowest id
+        by_bytes.setdefault(s, i)
+    pairs: dict[int, int] = {}  # verifier id -> drafter id
+    paired: set[int] = set()  # the drafter ids in pairs
+    for j, s in sorted(v_bytes.items(), key=_preferred(verifier_tok)):
+        i = by_bytes.get(s)
+        if i is not None and i not in paired:
+            pairs[j] = i
+            paired.add(i)
+    return pairs, v_bytes
+
+
 def build_vocab_map(
     drafter_tok,
     verifier_tok,
@@ -145,66 +277,59 @@ def build_vocab_map(
     drafter_eos: set[int] | None = None,
     verifier_eos: set[int] | None = None,
 ) -> VocabMap:
-    """The pair's map (sizes: the models' logit rows, default the tokenizers' lengths). One vocabulary ->
-    VocabMap.same_vocabulary. VocabularyMismatchError naming the numbers when the shared set holds under
-    MIN_FREQUENT_SHARE of the verifier's most frequent tokens or the EOS tokens cannot be paired."""
+    """The pair's map (sizes: the models' logit rows, default the tokenizers' lengths; eos: each model's generation
+    config EOS ids). One vocabulary -> VocabMap.same_vocabulary. VocabularyMismatchError naming the numbers when
+    the shared set holds under MIN_FREQUENT_SHARE of the verifier's most frequent tokens, or naming the model
+    whose answer end cannot be read or has no logit row."""
     Vd = drafter_size or len(drafter_tok)
     Vv = verifier_size or len(verifier_tok)
     if drafter_tok.get_vocab() == verifier_tok.get_vocab() and Vd == Vv:
         return VocabMap.same_vocabulary(Vv)
-    d_bytes, v_bytes = token_bytes(drafter_tok), token_bytes(verifier_tok)
-    by_bytes = {}
-    for i, s in sorted(d_bytes.items(), key=_preferred(drafter_tok)):
-        by_bytes.setdefault(
-            s, i
-        )  # one string twice: the ordinary piece, else the lowest id
-    pairs: dict[int, int] = {}  # verifier id -> drafter id
-    paired: set[int] = set()  # the drafter ids in pairs
-    for j, s in sorted(v_bytes.items(), key=_preferred(verifier_tok)):
-        i = by_bytes.get(s)
-        if i is not None and i not in paired and j < Vv and i < Vd:
-            pairs[j] = i
-            paired.add(i)
-    d_roles, v_roles = (
-        special_roles(drafter_tok, drafter_eos),
-        special_roles(verifier_tok, verifier_eos),
-    )
-    specials: dict[str, tuple[int, int]] = {}
+    pairs, v_bytes = _ordinary_pairs(drafter_tok, verifier_tok, Vd, Vv)
+    # the answer's end first: it is what stops (a special, so no ordinary pair holds it)
+    d_end, d_note = answer_end(drafter_tok, drafter, Vd, drafter_eos)
+    v_end, v_note = answer_end(verifier_tok, verifier, Vv, verifier_eos)
+    pairs = {j: i for j, i in pairs.items() if j != v_end and i != d_end}
+    pairs[v_end] = d_end
+    specials: dict[str, tuple[int, int]] = {"answer_end": (d_end, v_end)}
     used_d = set(pairs.values())
-    d_special, v_special = special_names(drafter_tok), special_names(verifier_tok)
-    for name, vi in sorted(
-        v_special.items(), key=lambda kv: kv[1]
-    ):  # the same special in both (one family's)
+    d_special = {n: i for n, i in special_names(drafter_tok).items() if i < Vd}
+    v_special = {n: j for n, j in special_names(verifier_tok).items() if j < Vv}
+    # the same special in both (one family's)
+    for name, vi in sorted(v_special.items(), key=lambda kv: kv[1]):
         di = d_special.get(name)
-        if (
-            di is not None
-            and di not in used_d
-            and vi not in pairs
-            and vi < Vv
-            and di < Vd
-        ):
+        if di is not None and di not in used_d and vi not in pairs:
             pairs[vi] = di
             used_d.add(di)
-    for role in (
-        "turn_end",
-        "eos",
-        "turn_start",
-        "pad",
-    ):  # the chat answer's end first: it is what stops
-        if role in d_roles and role in v_roles:
-            di, vi = d_roles[role], v_roles[role]
-            if pairs.get(vi) == di:
-                specials[role] = (di, vi)  # paired by name already
-            if vi in pairs or di in used_d:
-                continue  # already paired (by name, or under another role: EOS = the turn end)
+    d_roles, v_roles = _turn_roles(drafter_tok), _turn_roles(verifier_tok)
+    for role in ("turn_start", "pad"):
+        di, vi = d_roles.get(role), v_roles.get(role)
+        if di is None or vi is None or di >= Vd or vi >= Vv:
+            continue  # an id without a logit row never enters the map
+        if pairs.get(vi) == di:
+            specials[role] = (di, vi)  # paired by name already
+        elif vi not in pairs and di not in used_d:
             pairs[vi], specials[role] = di, (di, vi)
             used_d.add(di)
-    if not any(role in specials for role in ("turn_end", "eos")):
-        raise VocabularyMismatchError(
-            f"the special tokens of {drafter} and {verifier} cannot be paired: end of turn / EOS are "
-            f"{d_roles.get('turn_end')} / {d_roles.get('eos')} in the drafter and {v_roles.get('turn_end')} / "
-            f"{v_roles.get('eos')} in the verifier; one of them must exist in both to end an answer"
+    # every other EOS of the verifier ends its answer too: its logits fold into the answer end's column
+    v_eos = _as_set(verifier_eos) | _as_set(verifier_tok.eos_token_id)
+    aliases = tuple(sorted(j for j in v_eos if j < Vv and j not in pairs))
+    d_eos = _as_set(drafter_eos) | _as_set(drafter_tok.eos_token_id)
+    d_off = sorted(i for i in d_eos if i not in used_d)
+    notes = [
+        f"answer end {_label(drafter_tok, d_end)} -> {_label(verifier_tok, v_end)}"
+    ]
+    if aliases:
+        notes.append(
+            f"the verifier's EOS {', '.join(_label(verifier_tok, j) for j in aliases)} end its answer as "
+            f"{_label(verifier_tok, v_end)} (their logits fold into it)"
         )
+    if d_off:
+        notes.append(
+            f"the drafter's EOS {', '.join(_label(drafter_tok, i) for i in d_off)} stay off the map (it drafts "
+            f"{_label(drafter_tok, d_end)})"
+        )
+    notes += [n for n in (d_note, v_note) if n]
     _check_frequent(pairs, v_bytes, Vv, Vd, drafter, verifier)
     vids = sorted(pairs)
     return VocabMap(
@@ -214,6 +339,8 @@ def build_vocab_map(
         Vv,
         identity=False,
         specials=specials,
+        end_aliases=aliases,
+        notes=tuple(notes),
     )
 
 
@@ -237,12 +364,19 @@ def _check_frequent(
 
 
 def describe(vmap: VocabMap) -> str:
-    """One line: the shared set's size and the share of each vocabulary it covers."""
+    """One line: the shared set's size, the share of each vocabulary it covers, the answer-end pair and the
+    specials paired by role, and why any end came from the role table."""
     if vmap.identity:
         return f"one vocabulary ({vmap.verifier_size} tokens)"
     sd, sv = vmap.share()
-    roles = ", ".join(f"{r} {d}->{v}" for r, (d, v) in vmap.specials.items())
-    return (
-        f"{vmap.size} shared tokens: {sd:.1%} of the drafter's {vmap.drafter_size}, {sv:.1%} of the "
-        f"verifier's {vmap.verifier_size}; specials paired by role: {roles or 'none beyond strings'}"
+    roles = ", ".join(
+        f"{r} {d}->{v}" for r, (d, v) in vmap.specials.items() if r != "answer_end"
+    )
+    return "; ".join(
+        [
+            f"{vmap.size} shared tokens: {sd:.1%} of the drafter's {vmap.drafter_size}, {sv:.1%} of the "
+            f"verifier's {vmap.verifier_size}",
+            *vmap.notes,
+            f"specials paired by role: {roles or 'none beyond the answer end'}",
+        ]
     )

@@ -194,3 +194,84 @@ def test_ids_outside_the_shared_set_are_refused():
     outside = next(j for j in range(vmap.verifier_size) if j not in pairs)
     with pytest.raises(Exception, match="outside the shared set"):
         vmap.to_drafter_ids(torch.tensor([outside]))
+
+
+def ended_world(seed: int):
+    """pair_world with a shared answer end and two of the verifier's padding rows as its end aliases, each end id
+    0.3 below the best shared token at every position (together they beat it), the first position of row 0
+    excluding the end (-inf), and half the rows drafting the end first.
+    -> (a, b, t, drafts, the map with aliases, the same map without, answer end, aliases)."""
+    a, b, t, drafts, vmap, pairs = pair_world(seed)
+    end = sorted(pairs)[2]
+    aliases = (vmap.verifier_size - 3, vmap.verifier_size - 1)
+    best = t.masked_fill(vmap.verifier_banned(None, "cpu"), float("-inf")).amax(-1)
+    for j in (end, *aliases):
+        t[..., j] = best - 0.3
+    t[0, 0, end] = float("-inf")
+    drafts[::2, 0] = end
+    ended = VocabMap(
+        vmap.drafter_ids,
+        vmap.verifier_ids,
+        vmap.drafter_size,
+        vmap.verifier_size,
+        specials={"answer_end": (pairs[end], end)},
+        end_aliases=aliases,
+    )
+    return a, b, t, drafts, ended, vmap, end, aliases
+
+
+def merged(t, end, aliases):
+    """The oracle of fold_ends, written out: the aliases' probability moved to the end where the end is not -inf."""
+    out = t.clone()
+    for idx in torch.nonzero(t[..., end] > float("-inf")).tolist():
+        cols = t[(*idx, [end, *aliases])]
+        out[(*idx, end)] = torch.logsumexp(cols, 0)
+        out[(*idx, list(aliases))] = float("-inf")
+    return out
+
+
+def test_fold_ends_moves_the_aliases_mass_to_the_answer_end_and_nothing_else():
+    _, _, t, _, ended, plain, end, aliases = ended_world(0)
+    folded = ended.fold_ends(t)
+    assert torch.allclose(folded, merged(t, end, aliases), atol=1e-6)
+    # every softmax is the same distribution with the end's mass gathered: the totals agree
+    assert torch.allclose(folded.logsumexp(-1), t.logsumexp(-1), atol=1e-5)
+    # an excluded end stays excluded, its aliases untouched (off the shared set: never emitted)
+    assert folded[0, 0, end] == float("-inf")
+    assert torch.equal(folded[0, 0, list(aliases)], t[0, 0, list(aliases)])
+    assert torch.equal(ended.fold_ends(folded), folded)  # idempotent
+    assert plain.fold_ends(t) is t  # no aliases: t itself, no copy
+
+
+@pytest.mark.parametrize("name", ["asymspec", "sd", "floor", "scd"])
+@pytest.mark.parametrize(
+    "cfg", CFGS, ids=lambda c: f"{c.gate}-{c.delta_source}-{c.bonus}"
+)
+def test_every_rule_reads_t_with_the_end_aliases_folded(name, cfg):
+    """decide across a map with end aliases is decide on the merged t (the oracle) across the map without: the
+    gate, the fused and bonus picks, SD's and SCD's targets all see the verifier's whole end mass. And the fold
+    matters: without it the rows end less often."""
+    a, b, t, drafts, ended, plain, end, aliases = ended_world(1)
+    x = {"a": a[:, :3], "b": b, "t": t}
+    k = drafts if name != "floor" else drafts[:, :0]
+    got = vocab_align.decide(name, cfg, x, k, None, ended)
+    want = vocab_align.decide(
+        name, cfg, {**x, "t": merged(t, end, aliases)}, k, None, plain
+    )
+    assert torch.equal(got.num_accepted, want.num_accepted)
+    assert torch.equal(got.token, want.token)
+    unfolded = vocab_align.decide(name, cfg, x, k, None, plain)
+    ends = lambda o: sum(end in row for row in o.committed(k))  # noqa: E731
+    assert ends(got) > ends(unfolded)
+
+
+def test_logprobs_read_t_with_the_end_aliases_folded():
+    a, b, t, drafts, ended, plain, end, aliases = ended_world(2)
+    cfg = AsymSpecConfig(K=3)
+    x = {"a": a[:, :3], "b": b, "t": t}
+    for name in ("t", "fused", "contrastive"):
+        got = vocab_align.shared_scores(name, cfg, x, 4, ended)
+        want = vocab_align.shared_scores(
+            name, cfg, {**x, "t": merged(t, end, aliases)}, 4, plain
+        )
+        assert torch.allclose(got, want, atol=1e-5), name

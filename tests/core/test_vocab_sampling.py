@@ -148,3 +148,17 @@ def test_a_method_without_a_rule_is_a_typed_error():
             vmap,
             gens(CFGS[0], 6),
         )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_sampled_rule_reads_t_with_the_end_aliases_folded(name):
+    """Across a map with end aliases a seeded step draws what the map without draws on the merged t."""
+    from .test_vocab_align import ended_world, merged
+
+    a, b, t, drafts, ended, plain, end, aliases = ended_world(3)
+    cfg = CFGS[0]
+    x = logits_by_name(a, b, t, cfg.K)
+    got = run_rule(name, cfg, x, drafts, None, ended)
+    want = run_rule(name, cfg, {**x, "t": merged(t, end, aliases)}, drafts, None, plain)
+    assert torch.equal(got.num_accepted, want.num_accepted)
+    assert torch.equal(got.token, want.token)

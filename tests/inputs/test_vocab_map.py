@@ -58,7 +58,7 @@ def test_shared_tokens_have_the_same_bytes_and_specials_pair_by_role(two_bpe):
     assert pairs[v.convert_tokens_to_ids("<|image_pad|>")] == d.convert_tokens_to_ids(
         "<|image_pad|>"
     )
-    assert vmap.specials["turn_end"] == (
+    assert vmap.specials["answer_end"] == (
         d.convert_tokens_to_ids("<|im_end|>"),
         v.convert_tokens_to_ids("<|im_end|>"),
     )
@@ -90,7 +90,8 @@ def test_unpairable_end_tokens_are_a_typed_error():
     d = word_level(words)
     v = word_level(words, eos=None, specials=("<pad>",))
     with pytest.raises(
-        VocabularyMismatchError, match="cannot be paired: end of turn / EOS"
+        VocabularyMismatchError,
+        match="verifier has no chat template and no answer end in the role table",
     ):
         build_vocab_map(d, v)
 

@@ -68,7 +68,7 @@ def test_the_vocabularies_share_only_part_digits_and_words_included(tokenizers, 
     assert (
         "▁circle?" in unshared
     )  # Llama-2-style pieces keep punctuation on the word: no Qwen counterpart
-    assert vmap.specials["turn_end"] == (
+    assert vmap.specials["answer_end"] == (
         d_tok.convert_tokens_to_ids("<|im_end|>"),
         v_tok.convert_tokens_to_ids("<|eot_id|>"),
     )
