@@ -15,7 +15,9 @@ from ..core.errors import (
     HeadSizeError,
     ModelFilesError,
     UnsupportedModelError,
+    VocabularyMismatchError,
 )
+from ..inputs import vocab_map
 from ..inputs.user_text import SENTINEL, template_pieces
 
 # config.json model_type -> the family name of each drafter the toolkit drafts with
@@ -99,32 +101,12 @@ def check_tokenizers(
 
 def answer_end(tokenizer, name: str = "verifier") -> int:
     """The special token the chat template closes an assistant turn with (Qwen <|im_end|>, Llama-3 <|eot_id|>,
-    Mistral </s>, Gemma <end_of_turn>): the first special token rendered after an assistant message.
+    Mistral </s>, Gemma <end_of_turn>), read as the vocabulary map reads it (vocab_map.answer_end).
     ChatTemplateError when there is none (the answer could never end at the turn's end)."""
-    messages = [
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": SENTINEL},
-    ]
     try:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
-    except Exception as e:  # the template refuses an assistant turn
-        raise ChatTemplateError(
-            f"the chat template of {name!r} cannot render an assistant turn ({type(e).__name__}: {e}), so "
-            f"its answer end cannot be read: use the template of the model's instruct release ({MODELS_DOC})"
-        ) from None
-    after = rendered.split(SENTINEL, 1)[1] if SENTINEL in rendered else ""
-    special = set(tokenizer.all_special_ids) | {
-        i for i, t in tokenizer.added_tokens_decoder.items() if t.special
-    }
-    ids = tokenizer(after, add_special_tokens=False)["input_ids"]
-    end = next((i for i in ids if i in special), None)
-    if end is None:
-        raise ChatTemplateError(
-            f"the chat template of {name!r} closes an assistant turn with no special token (after the "
-            f"answer it writes {after[:40]!r}), so an answer cannot end at its turn's end: use a template "
-            f"that closes it as the model was trained to (Qwen <|im_end|>, Llama-3 <|eot_id|>, Mistral </s>; "
-            f"{MODELS_DOC})"
-        )
+        end, _ = vocab_map.answer_end(tokenizer, repr(name), len(tokenizer))
+    except VocabularyMismatchError as e:
+        raise ChatTemplateError(f"{e} ({MODELS_DOC})") from None
     return end
 
 

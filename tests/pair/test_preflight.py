@@ -87,7 +87,7 @@ def test_a_template_that_closes_no_answer_is_refused_before_the_weights(
     )
     with pytest.raises(ChatTemplateError) as e:
         load(models["drafter"], folder)
-    assert "closes an assistant turn with no special token" in str(e.value)
+    assert "closes the assistant's turn with no special token" in str(e.value)
 
 
 @pytest.mark.parametrize("role", ["verifier", "verifier-llama"])
