@@ -51,11 +51,9 @@ class ModelPair:
         self.eos_ids = eos_ids
         # the drafter -> verifier map; identity for one vocabulary (core/vocab_align.py for the rules across it)
         self.vmap = vmap if vmap is not None else VocabMap.same_vocabulary(vocab_size)
-        self.pad_id = (
-            verifier_tokenizer.pad_token_id
-            if verifier_tokenizer.pad_token_id is not None
-            else 0
-        )
+        # a pad token added past the model's rows (add_special_tokens without resizing) has no embedding: 0 pads
+        pad = verifier_tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None and pad < vocab_size else 0
         self._banned: list[int] | None = (
             None  # banned_ids, read from the tokenizer once
         )
@@ -142,6 +140,12 @@ class ModelPair:
         else:  # y is in verifier ids: the verifier's end tokens, and the drafter's that the map pairs
             d2v = dict(zip(vmap.drafter_ids.tolist(), vmap.verifier_ids.tolist()))
             eos = eos_of[verifier] | {d2v[i] for i in eos_of[drafter] if i in d2v}
+            # the verifier's answer end, read from its chat template, ends an answer whatever its config says
+            eos |= (
+                {vmap.specials["answer_end"][1]}
+                if "answer_end" in vmap.specials
+                else set()
+            )
         eos |= _as_set(tok.eos_token_id)
         return cls(proc, tok, dims[verifier], eos, vmap)
 
