@@ -3,16 +3,20 @@ its rows decided in chunks (core/row_chunks.py) and in one call (the sampler bef
 
     python -m asymspec_vl.evals.benchmarks.bench_sampler_memory [--B 64] [--K 4] [--logprobs 20]
                                                                 [--families same,cross] [--device cpu]
+                                                                [--vocab 151936] [--vocab-v 128256]
+                                                                [--shared 109566] [--budget ENTRIES]
 
 Each rule runs through vllm_patches.sampler.sample on dummy rows (vllm_patches/sampler_profile.py, the rows vLLM's
 memory profile runs): asymspec, sd, scd and floor (no drafts), greedy and sampled (temperature 0.7 with min_p,
-top_k and top_p on, min_tokens holding a stop token, a fused bonus), without and with logprobs. The families: one
-vocabulary of Qwen's 151,936 tokens; a cross-family pair of Qwen3 (Vd = 151,936) and Llama-3 (Vv = 128,256) sharing
-109,566 tokens (a random map of those sizes). The verifier's logits [B * (n + 1), Vv] float32 exist before the call
-(vLLM's); everything the call allocates counts, the drafter's logits it reads included (the x_comp pass and the
-stored a hand it new tensors). The peak is the most bytes live at once during the call above the bytes live before
-it: on the CPU summed from the torch profiler's memory events (deterministic, no timing), on CUDA the caching
-allocator's peak. Printed in bytes and in [B, V] float32 blocks (V = 151,936, the wider vocabulary).
+top_k and top_p on), min_tokens holding a stop token, without and with logprobs. The families: one vocabulary of
+Qwen's 151,936 tokens; a cross-family pair of Qwen3 (Vd = 151,936) and Llama-3 (Vv = 128,256) sharing 109,566
+tokens (a random map of those sizes; --vocab, --vocab-v and --shared change them, --budget a chunk's entries).
+The verifier's logits [B * (n + 1), Vv] float32 exist before the call (vLLM's); everything the call allocates
+counts, the drafter's logits it reads included (float32; the x_comp pass and the stored a hand it new tensors).
+The peak is the most bytes live at once during the call above the bytes live before it: on the CPU summed from
+the torch profiler's memory events (deterministic, no timing; greedy AsymSpec there is the torch path, on CUDA
+the fused kernel), on CUDA the caching allocator's peak. Printed in MiB and in [B, V] float32 blocks (V the
+wider vocabulary).
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ COLUMNS = [
     "rule",
     "logprobs",
     "before blocks",
-    "before MB",
+    "before MiB",
     "after blocks",
-    "after MB",
+    "after MiB",
     "rows per chunk",
 ]
 
@@ -111,8 +115,12 @@ def measure(
 def rows(args) -> list[dict]:
     out = []
     families = {
-        "same": (V_QWEN, V_QWEN, None),
-        "cross": (V_LLAMA3, V_QWEN, random_map(V_QWEN, V_LLAMA3, SHARED)),
+        "same": (args.vocab, args.vocab, None),
+        "cross": (
+            args.vocab_v,
+            args.vocab,
+            random_map(args.vocab, args.vocab_v, args.shared),
+        ),
     }
     for family in args.families:
         vocab_v, vocab_d, vmap = families[family]
@@ -133,21 +141,20 @@ def rows(args) -> list[dict]:
                             budget,
                             args.device,
                         )
-                        for budget in (UNCHUNKED, None)
+                        for budget in (UNCHUNKED, args.budget)
                     ]
                     n = args.K if method != "floor" else 0
-                    positions = n + 1 if k is None else n + 1
                     out.append(
                         {
                             "family": family,
                             "rule": f"{method} {'sampled' if samples else 'greedy'}",
                             "logprobs": k if k is not None else "-",
                             "before blocks": round(peaks[0] / block, 1),
-                            "before MB": round(peaks[0] / 2**20, 1),
+                            "before MiB": round(peaks[0] / 2**20, 1),
                             "after blocks": round(peaks[1] / block, 1),
-                            "after MB": round(peaks[1] / 2**20, 1),
+                            "after MiB": round(peaks[1] / 2**20, 1),
                             "rows per chunk": row_chunks.rows_per_chunk(
-                                positions, max(vocab_v, vocab_d)
+                                n + 1, max(vocab_v, vocab_d), args.budget
                             ),
                         }
                     )
@@ -168,19 +175,25 @@ def main(argv: list[str] | None = None) -> None:
         default=["same", "cross"],
         help="comma-separated: same, cross",
     )
+    ap.add_argument("--vocab", type=positive_int, default=V_QWEN)
+    ap.add_argument("--vocab-v", type=positive_int, default=V_LLAMA3)
+    ap.add_argument("--shared", type=positive_int, default=SHARED)
+    ap.add_argument("--budget", type=positive_int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=positive_int, default=1)
     args = ap.parse_args(argv)
     bad = set(args.families) - {"same", "cross"}
     if bad:
         ap.error(f"--families: unknown {sorted(bad)} (same, cross)")
+    if args.shared > min(args.vocab, args.vocab_v):
+        ap.error("--shared: at most the smaller vocabulary")
     torch.set_num_threads(args.threads)
     print(markdown_table([], COLUMNS), flush=True)
     table = rows(args)
     worst = max(table, key=lambda r: r["after blocks"])
     print(
         f"\nworst after chunking: {worst['rule']} ({worst['family']}, logprobs {worst['logprobs']}): "
-        f"{worst['after blocks']} [B, V] float32 blocks, {worst['after MB']} MB"
+        f"{worst['after blocks']} [B, V] float32 blocks, {worst['after MiB']} MiB"
     )
 
 
