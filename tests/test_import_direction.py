@@ -34,9 +34,8 @@ FLOORS = [
     ("vllm_patches.drafter",),  # the proposer and its two views
     ("vllm_patches.sampler_logprobs",),  # a step's logprobs, a chunk of rows at a time
     ("vllm_patches.sampler",),  # each request's method rule in vLLM's sampler
-    (
-        "vllm_patches.sampler_profile",
-    ),  # the sampler's worst case on dummy rows, for vLLM's profile
+    # the sampler's worst case on dummy rows, for vLLM's profile
+    ("vllm_patches.sampler_profile",),
     ("vllm_patches.hooks",),  # thin adapters onto vLLM's classes
     ("vllm_patches",),  # apply() / register(): installs the hooks
     ("asymspec_vl.backends",),  # the interface both backends implement
