@@ -32,7 +32,10 @@ FLOORS = [
     ("vllm_patches.requests",),  # per-request state of an asymspec engine
     ("vllm_patches.probes",),  # looking inside a running engine
     ("vllm_patches.drafter",),  # the proposer and its two views
+    ("vllm_patches.sampler_logprobs",),  # a step's logprobs, a chunk of rows at a time
     ("vllm_patches.sampler",),  # each request's method rule in vLLM's sampler
+    # the sampler's worst case on dummy rows, for vLLM's profile
+    ("vllm_patches.sampler_profile",),
     ("vllm_patches.hooks",),  # thin adapters onto vLLM's classes
     ("vllm_patches",),  # apply() / register(): installs the hooks
     ("asymspec_vl.backends",),  # the interface both backends implement

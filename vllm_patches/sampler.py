@@ -47,14 +47,14 @@ from dataclasses import dataclass
 
 import torch
 
-from asymspec_vl.core import vocab_align, vocab_sampling
-from asymspec_vl.core.logprobs import step_scores
+from asymspec_vl.core import row_chunks, vocab_align, vocab_sampling
 from asymspec_vl.core.methods import DRAFTED, PLAIN_SPECULATIVE
 from asymspec_vl.core.min_tokens import hold_stops
 
 from .grammar_dead_end import cut_dead_ends
 from .requests import hidden_tokens
 from .requests.request_args import RequestArgsError, decodes_greedily
+from .sampler_logprobs import StepLogprobs
 from .version import is_cpu_build
 
 PLACEHOLDER = -1  # vLLM's padding of sampled_token_ids past the committed tokens
@@ -116,7 +116,7 @@ def sample(
     out = torch.full(
         (batch.num_reqs, max(num_drafts) + 1), PLACEHOLDER, dtype=torch.int32
     )
-    groups, stock_rows, offset, decided = defaultdict(list), [], 0, []
+    groups, stock_rows, offset = defaultdict(list), [], 0
     for i, req_id in enumerate(batch.req_ids):
         n, state = num_drafts[i], proposer.row(req_id)
         drafts, offset = draft_ids[offset : offset + n], offset + n
@@ -139,76 +139,116 @@ def sample(
             groups[
                 (method, n, state.rule_cfg, state.banned_ids, state.request.stop_ids)
             ].append((i, drafts))
+    logprobs = (
+        StepLogprobs(batch, vllm_sampler, logits, first, out.shape[1])
+        if batch.max_num_logprobs is not None
+        else None
+    )
+    # a group's rows a chunk at a time: its transient memory bounded independent of batch (core/row_chunks.py)
+    positions = out.shape[1] if logprobs is not None else None
     for (method, n, cfg, _, stop_ids), rows in groups.items():
-        index = [i for i, _ in rows]
-        drafts = torch.tensor(
-            [d for _, d in rows], dtype=torch.long, device=logits.device
-        ).view(len(index), n)
-        states = [proposer.row(batch.req_ids[i]) for i in index]
-        step_logits = _logits(
-            method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
-        )
-        if (
-            cfg is not None and cfg.min_tokens
-        ):  # every logits of the step, from output position len(y) on
-            produced = [
-                s.num_committed(batch.outputs[i]) for s, i in zip(states, index)
-            ]
-            stops = {  # across a map the drafter's logits hold its own ids of the stop tokens
-                k: stop_ids
-                if k == "t" or states[0].stop_ids_d is None
-                else states[0].stop_ids_d
-                for k in step_logits
-            }
-            step_logits = {
-                k: hold_stops(x, produced, 0, cfg.min_tokens, stops[k])
-                for k, x in step_logits.items()
-            }
-        # a cross-family engine: the rules across the map (vocab_sampling.py sampled, vocab_align.py greedy: the
-        # transformers loop's Plan.decide)
-        if proposer.vmap is not None and cfg is not None and cfg.samples:
-            outcome = vocab_sampling.sample(
-                method.name,
-                cfg,
-                step_logits,
-                drafts,
-                states[0].banned_v,
-                proposer.vmap,
-                [s.generator for s in states],
+        size = row_chunks.rows_per_chunk(positions or n + 1, _vocab(proposer, logits))
+        for part in row_chunks.spans(len(rows), size):
+            _decide(
+                proposer,
+                batch,
+                (method, n, cfg, stop_ids),
+                rows[part],
+                (logits, logits_indices, first),
+                out,
+                logprobs,
             )
-        elif proposer.vmap is not None:
-            outcome = vocab_align.decide(
-                method.name, cfg, step_logits, drafts, states[0].banned_v, proposer.vmap
-            )
-        elif cfg is not None and cfg.samples:
-            outcome = method.sample(
-                cfg,
-                step_logits,
-                drafts,
-                states[0].banned,
-                [s.generator for s in states],
-            )
-        else:
-            outcome = method.decide(cfg, step_logits, drafts, states[0].banned)
-        decided.append((method, cfg, index, step_logits, outcome, n))
-        committed = cut_dead_ends(
-            proposer,
-            batch,
-            index,
-            step_logits["t"],
-            outcome,
-            states[0].banned_v if proposer.vmap is not None else states[0].banned,
-            outcome.committed(drafts),
-        )  # a structured output's dead end: no committable token the grammar allows
-        _put_rows(out, index, committed)
     if stock_rows:
         _stock(stock_rows, out, logits, spec_meta, stock_sample)
     return SamplerOutput(
         sampled_token_ids=out.to(logits.device),
-        logprobs_tensors=_logprobs(
-            batch, vllm_sampler, out, logits, first, decided, proposer.vmap
-        ),
+        logprobs_tensors=logprobs.tensors(out) if logprobs is not None else None,
     )
+
+
+def _vocab(proposer, logits: torch.Tensor) -> int:
+    """The widest vocabulary a rule reads: the verifier's, or across a map the wider of the two."""
+    vmap = proposer.vmap
+    return max(logits.shape[-1], vmap.drafter_size if vmap is not None else 0)
+
+
+def _decide(proposer, batch, key, rows, step, out, logprobs) -> None:
+    """One chunk of a group: its rows' logits, min_tokens' hold, the method's rule, a structured output's dead ends,
+    their tokens in out [B, W] and their logprobs (logprobs: the step's StepLogprobs, or None). key: the group's
+    (method, number of drafts, rule config, stop ids); rows: (batch row, drafts) of the chunk; step: (the
+    verifier's logits [num_tokens, V], their token indices, each row's first logits row)."""
+    method, n, cfg, stop_ids = key
+    logits, logits_indices, first = step
+    index = [i for i, _ in rows]
+    drafts = torch.tensor(
+        [d for _, d in rows], dtype=torch.long, device=logits.device
+    ).view(len(index), n)
+    states = [proposer.row(batch.req_ids[i]) for i in index]
+    step_logits = _logits(
+        method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
+    )
+    if (
+        cfg is not None and cfg.min_tokens
+    ):  # every logits of the step, from output position len(y) on
+        produced = [s.num_committed(batch.outputs[i]) for s, i in zip(states, index)]
+        stops = {  # across a map the drafter's logits hold its own ids of the stop tokens
+            k: stop_ids
+            if k == "t" or states[0].stop_ids_d is None
+            else states[0].stop_ids_d
+            for k in step_logits
+        }
+        step_logits = {
+            k: hold_stops(x, produced, 0, cfg.min_tokens, stops[k])
+            for k, x in step_logits.items()
+        }
+    outcome = _rule(proposer, method, cfg, step_logits, drafts, states)
+    committed = cut_dead_ends(
+        proposer,
+        batch,
+        index,
+        step_logits["t"],
+        outcome,
+        states[0].banned_v if proposer.vmap is not None else states[0].banned,
+        outcome.committed(drafts),
+    )  # a structured output's dead end: no committable token the grammar allows
+    _put_rows(out, index, committed)
+    if logprobs is not None:
+        # plain speculative decoding (no config: SD's rule, the verifier's greedy token) reads t
+        decided = (
+            (method, cfg, step_logits, outcome, n, proposer.vmap)
+            if cfg is not None
+            else None
+        )
+        logprobs.add(index, out, decided)
+
+
+def _rule(proposer, method, cfg, step_logits, drafts, states):
+    """The method's rule on a chunk's logits by name and drafts [G, n] -> its StepOutcome."""
+    # a cross-family engine: the rules across the map (vocab_sampling.py sampled, vocab_align.py greedy: the
+    # transformers loop's Plan.decide)
+    if proposer.vmap is not None and cfg is not None and cfg.samples:
+        return vocab_sampling.sample(
+            method.name,
+            cfg,
+            step_logits,
+            drafts,
+            states[0].banned_v,
+            proposer.vmap,
+            [s.generator for s in states],
+        )
+    if proposer.vmap is not None:
+        return vocab_align.decide(
+            method.name, cfg, step_logits, drafts, states[0].banned_v, proposer.vmap
+        )
+    if cfg is not None and cfg.samples:
+        return method.sample(
+            cfg,
+            step_logits,
+            drafts,
+            states[0].banned,
+            [s.generator for s in states],
+        )
+    return method.decide(cfg, step_logits, drafts, states[0].banned)
 
 
 def _put_rows(out: torch.Tensor, index: list[int], committed: list[list[int]]) -> None:
@@ -250,60 +290,6 @@ def _logits(
         )
         out[name] = proposer.step_logits(name, req_ids, n)  # [G, n, V]
     return out
-
-
-def _logprobs(
-    batch: StepBatch,
-    vllm_sampler,
-    out: torch.Tensor,
-    logits: torch.Tensor,
-    first: list[int],
-    decided: list,
-    vmap=None,
-):
-    """vLLM's LogprobsTensors of this step's tokens `out` [B, W] (-1 past a row's tokens), or None when no row
-    asks for them: position j of row i reads the raw scores its token was chosen from (core/logprobs.py's
-    step_scores: t, or for a decided row of a method with a config a, the fused scores or SCD's contrastive target),
-    at logits row first[i] + j (clamped to the row's last). decided: (method, cfg, rows, logits by name, outcome,
-    number of drafts) of each group the rules decided; vllm_sampler: vLLM's Sampler (logprobs_mode, and its
-    compute_logprobs and gather_logprobs); vmap: a cross-family engine's map (step_scores reads it)."""
-    k = batch.max_num_logprobs
-    if k is None:
-        return None
-    width = out.shape[1]
-    last = torch.tensor(first[1:]) - 1  # [B] each row's last logits row
-    index = torch.minimum(
-        torch.tensor(first[:-1])[:, None] + torch.arange(width), last[:, None]
-    ).flatten()
-    tokens = (
-        out.flatten().long().clamp(min=0).to(logits.device)
-    )  # [B * W] placeholders read token 0, as vLLM's
-    raw = logits[index.to(logits.device)].float()  # [B * W, V] t
-    for method, cfg, rows, step_logits, outcome, n in decided:
-        asking = [
-            g for g, i in enumerate(rows) if batch.req_ids[i] in batch.num_logprobs
-        ]  # the others' are dropped
-        if (
-            cfg is None or not asking
-        ):  # plain speculative decoding (SD's rule, the verifier's greedy token): t
-            continue
-        sel = torch.tensor(asking, device=logits.device)
-        chosen, _ = step_scores(
-            method.name,
-            cfg,
-            {name: x[sel] for name, x in step_logits.items()},
-            outcome.num_accepted[sel.to(outcome.num_accepted.device)],
-            n,
-            vmap,
-        )  # [G', n + 1, V]
-        at = torch.tensor(
-            [rows[g] * width + j for g in asking for j in range(n + 1)],
-            device=logits.device,
-        )
-        raw[at] = chosen.reshape(len(asking) * (n + 1), -1).to(raw.device)
-    mode = getattr(vllm_sampler, "logprobs_mode", "raw_logprobs")
-    scores = raw if mode == "raw_logits" else vllm_sampler.compute_logprobs(raw)
-    return vllm_sampler.gather_logprobs(scores, k, tokens)
 
 
 def _refuse_sampling(proposer, req_id, state) -> bool:

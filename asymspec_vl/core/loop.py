@@ -3,7 +3,8 @@
 One step for a batch of rows:
   1. the drafting source reads its pending tokens and drafts d_1..d_K greedily (K one-token forwards);
   2. each scoring source reads pending + d_1..d_K in one forward: logits at the K+1 positions;
-  3. the method's rule (gate.py) returns how many drafts each row keeps and the token after;
+  3. the method's rule (gate.py) returns how many drafts each row keeps and the token after (a chunk of rows at a
+     time, row_chunks.py: its transient memory bounded independent of batch);
   4. the committed tokens are appended to y, and every source keeps what y confirms (rollback of the rest).
 Every method is this one loop with the sources and rule of its row in methods.py: AsymSpec drafts with the
 drafter on x_full and scores with the drafter on x_comp (b) and the verifier (t); SD and SCD draft on x_comp;
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import sampling, vocab_align, vocab_sampling
+from . import row_chunks, sampling, vocab_align, vocab_sampling
 from . import trace as T
 from .config import AsymSpecConfig
 from .gate import StepOutcome, greedy
@@ -79,7 +80,17 @@ class Plan:
     def decide(
         self, logits: dict[str, torch.Tensor], drafts: torch.Tensor
     ) -> StepOutcome:
-        """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K]."""
+        """The method's rule on the step's logits by name (Plan.logits) and drafts [B, K], a chunk of rows at a
+        time (row_chunks.py: the rule's transient memory bounded independent of batch, the same outcome)."""
+        size = row_chunks.rows_per_chunk(
+            drafts.shape[1] + 1, row_chunks.vocab_of(logits)
+        )
+        return row_chunks.decide(self.rule, logits, drafts, self.gens, size)
+
+    def rule(
+        self, logits: dict[str, torch.Tensor], drafts: torch.Tensor, gens: list | None
+    ) -> StepOutcome:
+        """The method's rule on rows' logits by name and drafts, gens their generators (at temperature > 0)."""
         if self.vmap is not None and self.cfg.samples:
             return vocab_sampling.sample(
                 self.method.name,
@@ -88,15 +99,40 @@ class Plan:
                 drafts,
                 self.banned,
                 self.vmap,
-                self.gens,
+                gens,
             )
         if self.vmap is not None:
             return vocab_align.decide(
                 self.method.name, self.cfg, logits, drafts, self.banned, self.vmap
             )
         if self.cfg.samples:
-            return self.method.sample(self.cfg, logits, drafts, self.banned, self.gens)
+            return self.method.sample(self.cfg, logits, drafts, self.banned, gens)
         return self.method.decide(self.cfg, logits, drafts, self.banned)
+
+    def logprobs(
+        self,
+        logits: dict[str, torch.Tensor],
+        outcome: StepOutcome,
+        drafts: torch.Tensor,
+    ) -> list[list[TokenLogprob]]:
+        """Per row, the TokenLogprob of each token the step commits (logprobs.step_logprobs), a chunk of rows at a
+        time as decide."""
+        size = row_chunks.rows_per_chunk(
+            drafts.shape[1] + 1, row_chunks.vocab_of(logits)
+        )
+        return [
+            row
+            for rows in row_chunks.spans(drafts.shape[0], size)
+            for row in step_logprobs(
+                self.method.name,
+                self.cfg,
+                row_chunks.logits_rows(logits, rows),
+                row_chunks.rows_of(outcome, rows),
+                drafts[rows],
+                self.cfg.logprobs,
+                self.vmap,
+            )
+        ]
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
         """The drafts of one position [B, V] -> [B]: greedy, or drawn from the filtered distribution. Across a
@@ -225,11 +261,7 @@ def run(
         outcome = plan.decide(logits, drafts)
         accepted = outcome.num_accepted.tolist()
         lps = (
-            step_logprobs(
-                plan.method.name, cfg, logits, outcome, drafts, cfg.logprobs, plan.vmap
-            )
-            if cfg.logprobs is not None
-            else None
+            plan.logprobs(logits, outcome, drafts) if cfg.logprobs is not None else None
         )
         for r, new in enumerate(outcome.committed(drafts)):
             if active[r]:

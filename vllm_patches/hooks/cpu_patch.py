@@ -7,7 +7,9 @@ Three narrow changes, only for the "asymspec" method (other methods keep the sto
      (GPUModelRunner.profile_run: `self._dummy_run(self.max_num_tokens, is_profile=True)`), so that the
      compiled verifier and drafter are first traced at the shapes a GPU engine first traces them at (the CPU
      warm-up alone traces at min(max(16, max_num_seqs), budget) tokens, a shape under which a buffer laid out
-     wrongly for the whole budget goes unseen: issue 32, finding 1).
+     wrongly for the whole budget goes unseen: issue 32, finding 1), then, as the profile run's
+     _dummy_sampler_run, this engine's sampler at its largest step (runner_patch.profile_sampler; vLLM's
+     rejection sampler, which that run calls first, needs the GPU build's kernels).
 Nothing else on this path needs CUDA or triton: the proposer and the sampler are torch code, and the
 proposer hands its drafts back as host lists, which skips the runner's CUDA-stream copy.
 """
@@ -18,6 +20,7 @@ import torch
 
 from ._patching import install
 from .config_patch import is_asymspec
+from .runner_patch import profile_sampler
 
 
 def patch_cpu_runner() -> None:
@@ -55,7 +58,9 @@ def warming_up_model(original, runner) -> None:
         )  # lazy: loads vLLM
 
         with _set_global_compilation_settings(runner.vllm_config):
-            runner._dummy_run(
+            # the GPU profile run's pass, traced first
+            _, last_hidden_states = runner._dummy_run(
                 runner.max_num_tokens, is_profile=True
-            )  # the GPU profile run's pass, traced first
+            )
+        profile_sampler(runner, last_hidden_states)
     original(runner)

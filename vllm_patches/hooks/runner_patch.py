@@ -23,13 +23,20 @@ AsymSpecProposer, which owns the step's state) or the sampler, in step order:
                              alone, plain_dead_ends.py / plain_sampler_patch.py)
   profile_run                proposer.profile_vision_tower: the drafter's vision tower on the largest image,
                              inside vLLM's memory profile
+  _dummy_sampler_run         after vLLM's own sampler and rejection sampler, this engine's sampler on
+                             max_num_seqs dummy rows at the engine's K (sampler_profile.py, profile_sampler): in the
+                             profile run, so that vLLM's memory profile, which sizes the KV cache, counts the peak of
+                             its rules (vLLM's profile never runs them); vLLM calls it again to warm its sampler up
+                             once the KV cache is allocated
 """
 
 from __future__ import annotations
 
 import copy
 
-from .. import sampler
+import torch
+
+from .. import sampler, sampler_profile
 from ..probes.phase_timing import timed
 from ..requests import logprob_support, plain_dead_ends
 from ..requests.faults import stop_rank_on_error
@@ -60,6 +67,7 @@ def patch_model_runner() -> None:
         ("propose_draft_token_ids", propose),
         ("sample_tokens", sample_tokens),
         ("profile_run", profile_run),
+        ("_dummy_sampler_run", dummy_sampler_run),
     ):
         install(GPUModelRunner, name, hook)
 
@@ -213,3 +221,45 @@ def profile_run(original, runner):
     if is_asymspec(runner.vllm_config):
         runner.drafter.profile_vision_tower()  # its activations peak before the decoder's dummy run
     return original(runner)
+
+
+def dummy_sampler_run(original, runner, hidden_states):
+    output = original(runner, hidden_states)
+    if is_asymspec(runner.vllm_config):
+        profile_sampler(runner, hidden_states)
+    return output
+
+
+def profile_sampler(runner, hidden_states: torch.Tensor) -> None:
+    """This engine's sampler at its largest step, on dummy rows (sampler_profile.py): max_num_seqs rows with the
+    engine's K drafts each (fewer where the token budget cannot hold K + 1 tokens a row), the verifier's logits
+    from its own compute_logits on random hidden states (of hidden_states' width and dtype) as a step's, the
+    drafter's vocabulary and dtype those of its stored logits a, every row asking for vLLM's max_logprobs, each
+    rule of sampler_profile.PROFILED in turn. No request is read or changed."""
+    drafter = runner.drafter
+    rows = min(runner.max_num_reqs, runner.max_num_tokens)
+    n = max(0, min(drafter.K, runner.max_num_tokens // rows - 1))
+    hidden = torch.rand(
+        rows * (n + 1),
+        hidden_states.shape[-1],
+        dtype=hidden_states.dtype,
+        device=hidden_states.device,
+    )
+    logits = runner.model.compute_logits(hidden)  # [rows * (n + 1), Vv]
+    del hidden
+    stored = drafter.full.draft_logits.logits  # [S, K + 1, Vd]
+    max_logprobs = runner.model_config.max_logprobs
+    num_logprobs = logits.shape[-1] if max_logprobs < 0 else max_logprobs
+    for method, samples, bonus in sampler_profile.PROFILED:
+        sampler_profile.dummy_step(
+            method,
+            samples,
+            logits,
+            n,
+            stored.shape[-1],
+            stored.dtype,
+            runner.sampler,
+            num_logprobs,
+            drafter.vmap,
+            bonus,
+        )

@@ -1,7 +1,8 @@
 """The vLLM path as GPU users run it, checked on the CPU build where vLLM's code allows: attention metadata
 planned for the drafter's own heads, a bounded engine cache with one speculative engine for every K, named
 worker RPCs under multiprocessing, compiled mode, tensor-parallel fault agreement, the x_full pool laid out
-once the KV cache config is final, memory bounds (chunked x_full prefill, the vision tower profiled)."""
+once the KV cache config is final, memory bounds (chunked x_full prefill, the vision tower and the sampler
+profiled)."""
 
 import json
 import os
@@ -422,6 +423,78 @@ def test_the_cpu_warm_up_first_traces_the_whole_budget_as_the_gpu_profile_run(
     assert sizes[:2] == [96, 16], (
         sizes
     )  # the profile run's whole budget first, then the CPU warm-up's size
+
+
+def test_the_profile_run_executes_our_sampler_at_max_num_seqs_rows(
+    tiny_models, tiny_vl, monkeypatch
+):
+    """vLLM sizes the KV cache from the peak of its profile run, which samples with vLLM's own sampler only: the
+    run executes this engine's sampler too (runner_patch.dummy_sampler_run) at max_num_seqs dummy rows with the
+    engine's K drafts each, the verifier's vocabulary and the drafter's, every rule of sampler_profile.PROFILED.
+    Checked twice: at start-up (the CPU warm-up's profile pass, cpu_patch.py) and through GPUModelRunner.profile_run
+    itself on the CPU runner (vLLM's rejection-sampler kernel, which needs the GPU build, stubbed): after the dummy
+    forward at the whole token budget, in the profile run's order. No request state is left, and the engine then
+    serves the transformers backend's tokens."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+    from vllm_patches import sampler_profile
+
+    events = []
+    dummy_step, dummy_run = sampler_profile.dummy_step, GPUModelRunner._dummy_run
+
+    def recorded_step(method, samples, logits, n, vocab_d, *args):
+        out = dummy_step(method, samples, logits, n, vocab_d, *args)
+        events.append(
+            ("ours", method, samples, tuple(logits.shape), n, vocab_d, args[2])
+            + (tuple(out.sampled_token_ids.shape), out.logprobs_tensors is not None)
+        )
+        return out
+
+    def recorded_run(runner, num_tokens, *args, **kwargs):
+        events.append(("forward", num_tokens, kwargs.get("is_profile", False)))
+        return dummy_run(runner, num_tokens, *args, **kwargs)
+
+    monkeypatch.setattr(sampler_profile, "dummy_step", recorded_step)
+    monkeypatch.setattr(GPUModelRunner, "_dummy_run", recorded_run)
+    seqs, budget, K = 5, 64, 2
+    vl = AsymSpecVL.from_pretrained(
+        drafter=str(tiny_models["vl_drafter"]),
+        verifier=str(tiny_models["verifier"]),
+        backend="vllm",
+        max_num_seqs=seqs,
+        max_num_batched_tokens=budget,
+    )
+    try:
+        llm = vl.backend.engine(vl.backend.engine_for("asymspec", K)[0])
+        runner = runner_of(llm)
+        vocab_v = runner.model_config.get_vocab_size()
+        vocab_d = runner.drafter.full.draft_logits.logits.shape[-1]
+        engine_K = runner.speculative_config.num_speculative_tokens  # serves every K
+        assert engine_K >= K and budget >= seqs * (engine_K + 1)
+        ours = [
+            ("ours", m, s, (seqs * (engine_K + 1), vocab_v), engine_K, vocab_d)
+            + (runner.model_config.max_logprobs, (seqs, engine_K + 1), True)
+            for m, s, _ in sampler_profile.PROFILED
+        ]
+        assert events[: 1 + len(ours)] == [("forward", budget, True), *ours], events
+        events.clear()
+        monkeypatch.setattr(runner, "rejection_sampler", lambda *a, **k: None)
+        runner.profile_run()  # vLLM's, as the GPU worker calls it before sizing the KV cache
+        assert events == [("forward", budget, True), *ours], events
+        assert not runner.requests and runner.input_batch.num_reqs == 0
+        assert not runner.drafter.registry.rows
+        assert not runner.drafter.full.draft_logits.slots
+        reqs = [random_request(s) for s in range(3)]
+        for cfg in (
+            AsymSpecConfig(K=K, max_new_tokens=8),
+            AsymSpecConfig(K=K, max_new_tokens=8, temperature=0.8, seed=3),
+        ):
+            assert summary(vl.generate_batch(reqs, "asymspec", cfg)) == summary(
+                tiny_vl.generate_batch(reqs, "asymspec", cfg)
+            )
+    finally:
+        vl.backend.close()
 
 
 # -- 5. tensor-parallel faults: ranks agree or the engine stops -----------------------------------

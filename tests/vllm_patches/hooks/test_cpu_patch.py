@@ -87,7 +87,11 @@ def test_the_drafter_loads_with_the_verifier_on_asymspec_engines_only():
         assert calls == expected
 
 
-def test_an_asymspec_engine_is_first_traced_at_the_whole_token_budget(monkeypatch):
+def test_an_asymspec_engine_is_first_traced_at_the_whole_token_budget_then_runs_its_sampler(
+    monkeypatch,
+):
+    """The GPU profile run's order: the dummy forward at the whole token budget, then (its _dummy_sampler_run) this
+    engine's sampler on the forward's last hidden states (runner_patch.profile_sampler), then the CPU warm-up."""
     events = []
 
     @contextlib.contextmanager
@@ -97,12 +101,19 @@ def test_an_asymspec_engine_is_first_traced_at_the_whole_token_budget(monkeypatc
         events.append("settings done")
 
     monkeypatch.setattr(cpu_model_runner, "_set_global_compilation_settings", settings)
+    monkeypatch.setattr(
+        cpu_patch,
+        "profile_sampler",
+        lambda runner, hidden: events.append(("our sampler", runner, hidden)),
+    )
     for method in ("asymspec", "eagle"):
         events.clear()
         runner = types.SimpleNamespace(
             vllm_config=config(method),
             max_num_tokens=2048,
-            _dummy_run=lambda n, **kw: events.append(("dummy", n, kw)),
+            _dummy_run=lambda n, **kw: (
+                events.append(("dummy", n, kw)) or ("hidden", "last hidden")
+            ),
         )
         cpu_patch.warming_up_model(lambda r: events.append(("warm-up", r)), runner)
         first = (
@@ -110,6 +121,7 @@ def test_an_asymspec_engine_is_first_traced_at_the_whole_token_budget(monkeypatc
                 ("settings", runner.vllm_config),
                 ("dummy", 2048, {"is_profile": True}),
                 "settings done",
+                ("our sampler", runner, "last hidden"),
             ]
             if method == "asymspec"
             else []

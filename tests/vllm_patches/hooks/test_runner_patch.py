@@ -78,3 +78,61 @@ def test_the_runners_asymspec_state_is_one_object_the_worker_rpcs_and_hooks_shar
     assert worker.asymspec_timing()["seconds"]["gate"] >= 0
     worker.asymspec_set_timing(False)
     assert runner.asymspec.timer is None and worker.asymspec_timing() is None
+
+
+def test_the_profile_runs_our_sampler_after_vllms_at_max_num_seqs_rows(monkeypatch):
+    """_dummy_sampler_run (vLLM's profile run and sampler warm-up): on an asymspec engine, after vLLM's own
+    samplers, this engine's sampler on max_num_seqs dummy rows with K drafts each (fewer where the token budget
+    cannot hold K + 1 tokens a row), the verifier's logits from its compute_logits, the drafter's vocabulary and
+    dtype from its stored logits, vLLM's max_logprobs, each PROFILED rule; every other engine: vLLM's alone."""
+    from vllm_patches import sampler_profile
+
+    calls = []
+    monkeypatch.setattr(
+        sampler_profile,
+        "dummy_step",
+        lambda method, samples, logits, n, vocab_d, dtype_d, vllm_sampler, k, vmap, bonus: (
+            calls.append(
+                (method, samples, bonus, tuple(logits.shape), n, vocab_d, dtype_d, k)
+            )
+        ),
+    )
+    hidden = torch.zeros(3, 8, dtype=torch.bfloat16)
+    for method, budget, drafts in (
+        ("asymspec", 100, 4),
+        ("asymspec", 16, 1),
+        ("eagle", 100, 0),
+    ):
+        calls.clear()
+        runner = types.SimpleNamespace(
+            vllm_config=types.SimpleNamespace(
+                speculative_config=types.SimpleNamespace(method=method)
+            ),
+            max_num_reqs=8,
+            max_num_tokens=budget,
+            model=types.SimpleNamespace(
+                compute_logits=lambda h: torch.zeros(h.shape[0], 30, dtype=h.dtype)
+            ),
+            model_config=types.SimpleNamespace(max_logprobs=20),
+            drafter=types.SimpleNamespace(
+                K=4,
+                vmap=None,
+                full=types.SimpleNamespace(
+                    draft_logits=types.SimpleNamespace(
+                        logits=torch.zeros(8, 5, 32, dtype=torch.float16)
+                    )
+                ),
+            ),
+            sampler="vLLM's Sampler",
+        )
+        out = runner_patch.dummy_sampler_run(
+            lambda r, h: calls.append(("vLLM's", h.shape)) or "output", runner, hidden
+        )
+        assert out == "output"
+        ours = [
+            (m, s, b, (8 * (drafts + 1), 30), drafts, 32, torch.float16, 20)
+            for m, s, b in sampler_profile.PROFILED
+        ]
+        assert calls == [("vLLM's", hidden.shape)] + (
+            ours if method == "asymspec" else []
+        )
