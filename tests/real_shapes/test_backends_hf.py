@@ -1,7 +1,7 @@
 """The permuted-verifier oracle at real scale on the transformers backend: the real Qwen3 verifier (151,936 rows)
 with its 151,643 BPE ids permuted (same strings; embedding and output rows permuted alike, tests/xfamily_models.py)
 beside the real Qwen3-VL drafter runs across a 151,669-token vocabulary map, and must answer exactly as the
-one-vocabulary pair real-qwen3, under the permutation: every method, greedy and seeded sampling, batched."""
+one-vocabulary pair real-qwen3, under the permutation: every method greedy, AsymSpec seeded sampling too, batched."""
 
 import pytest
 from helpers import random_request, summary
@@ -33,7 +33,7 @@ def test_a_permuted_real_verifier_answers_as_the_one_vocabulary_pair(pipes, meth
     assert one.pair.vmap.identity and not two.pair.vmap.identity
     assert two.pair.vmap.size == 151669  # every string shared, under other ids
     reqs = [random_request(s) for s in range(4)]
-    for cfg in (GREEDY, SAMPLED):
+    for cfg in (GREEDY, SAMPLED) if method == "asymspec" else (GREEDY,):
         want = one.generate_batch(reqs, method, cfg)
         got = two.generate_batch(reqs, method, cfg)
         assert [r.token_ids for r in got] == [

@@ -1,10 +1,10 @@
 """Real shapes on the vLLM engine (tests/real_shapes_support.py: the real tokenizers, rows, special ids and chat
 templates in tiny random models): vLLM gives exactly the transformers backend's answers, traces and statistics on
 real-qwen3 (one family, 151,936 rows) and across the map on real-llama3 (151,936 drafter logits, 128,256 verifier
-logits): every method, greedy and seeded sampling, six rows through an engine of max_num_seqs 4, logprobs, a stop
-string; a grammar is followed in allowed ids; the Mistral verifiers (Tekken 131,072 and SentencePiece 32,768 rows)
-greedy AsymSpec. One pair's engines live at a time (a module fixture parametrized by pair: pytest
-runs each pair's tests together)."""
+logits): every method, greedy and seeded sampling, five rows through an engine of max_num_seqs 4, logprobs, a stop
+string; a grammar is followed in allowed ids; the SentencePiece v3 Mistral verifier (32,768 rows) greedy AsymSpec.
+One pair's engines live at a time (a module fixture parametrized by pair: pytest runs each pair's tests together;
+the drafter alone's plain engine last)."""
 
 import re
 
@@ -22,7 +22,9 @@ ROWS_PER_BATCH = 5  # more rows than the engine's max_num_seqs: some wait for a 
 GREEDY = AsymSpecConfig(K=2, gamma=0.02, max_new_tokens=6)
 SAMPLED = GREEDY.replace(temperature=1.0, top_p=0.95, seed=11)
 FULL = ["real-qwen3", "real-llama3"]
-MISTRAL = ["real-tekken", "real-mistral-sp"]
+# SentencePiece's Metaspace tokenizer on the engine (Tekken is byte-level BPE as the Qwen and Llama ones; its pair
+# equals transformers too, every method: left out for CI time)
+MISTRAL = ["real-mistral-sp"]
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +66,6 @@ def same_on_both(name, hf, vl, method, cfg, reqs=None):
     assert summary(got) == summary(want)
     check_ids(name, vl, got)
     return got
-
-
-@pytest.mark.parametrize("pipes", FULL, indirect=True)
-@pytest.mark.parametrize("method", METHODS)
-def test_every_method_greedy_and_sampled_equals_transformers(pipes, method):
-    name, hf, vl = pipes
-    greedy = same_on_both(name, hf, vl, method, GREEDY)
-    sampled = same_on_both(name, hf, vl, method, SAMPLED)
-    assert [r.token_ids for r in sampled] != [r.token_ids for r in greedy]  # it sampled
-    if method in ("asymspec", "sd", "scd"):
-        assert sum(r.stats.drafted for r in greedy) > 0
 
 
 @pytest.mark.parametrize("pipes", MISTRAL, indirect=True)
@@ -126,3 +117,14 @@ def test_a_grammar_is_followed_in_allowed_ids(pipes):
         for r in got:
             assert re.fullmatch("(yes|no|[0-9]{1,6})", r.text), r.text
             assert r.finish_reason == "stop", r.text
+
+
+@pytest.mark.parametrize("pipes", FULL, indirect=True)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_greedy_and_sampled_equals_transformers(pipes, method):
+    name, hf, vl = pipes
+    greedy = same_on_both(name, hf, vl, method, GREEDY)
+    sampled = same_on_both(name, hf, vl, method, SAMPLED)
+    assert [r.token_ids for r in sampled] != [r.token_ids for r in greedy]  # it sampled
+    if method in ("asymspec", "sd", "scd"):
+        assert sum(r.stats.drafted for r in greedy) > 0
