@@ -74,8 +74,10 @@ def write_other_vocabulary(
     }.values():
         w.data = w.data[order].clone()  # in place: tied rows stay one tensor
     model.config.vocab_size = len(order)
-    model.config.eos_token_id = new_of[model.config.eos_token_id]
-    model.config.pad_token_id = new_of[model.config.pad_token_id]
+    for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        # a real Qwen3 config has no pad id
+        if getattr(model.config, key, None) is not None:
+            setattr(model.config, key, new_of[getattr(model.config, key)])
     if model.generation_config is not None:
         for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
             v = getattr(model.generation_config, key, None)

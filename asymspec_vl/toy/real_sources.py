@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import json
 import struct
 from pathlib import Path
 
@@ -148,11 +149,8 @@ def mistral_sp_file() -> Path:
 def tekken_ranks() -> tuple[dict[bytes, int], list[str], str]:
     """Tekken v3 (Mistral-Nemo): its first 130,072 ranks (131,072 rows less 1,000 specials), the 1,000 special
     names (mistral_common's defaults, then <SPECIAL_i>) and its split pattern."""
-    import json
-
-    from mistral_common.tokens.tokenizers.tekken import (
-        Tekkenizer,
-    )  # lazy: mistral_common
+    # lazy: loads mistral_common
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
     data = json.loads(tekken_file().read_text())
     cfg = data["config"]
@@ -170,9 +168,8 @@ def tekken_ranks() -> tuple[dict[bytes, int], list[str], str]:
 
 
 def _bytes_to_unicode() -> dict[int, str]:
-    from transformers.convert_slow_tokenizer import (
-        bytes_to_unicode,
-    )  # lazy: transformers
+    # lazy: loads transformers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     return bytes_to_unicode()
 
@@ -206,7 +203,8 @@ def vocab_and_merges(
 def byte_level_bpe(ranks: dict[bytes, int], pattern: str, offset: int = 0, leading=()):
     """A tokenizers.Tokenizer: byte-level BPE over `ranks` (ids rank + offset) pre-tokenized by `pattern`;
     `leading`: names of the `offset` ids before the ranks (Tekken's specials), in the model's vocabulary."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers  # lazy
+    # lazy: loads tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab, merges = vocab_and_merges(ranks, offset)
     vocab.update({name: i for i, name in enumerate(leading)})

@@ -183,9 +183,8 @@ def _build_tokenizer(family: str):
             single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
         )
         return tok
-    from transformers import (
-        LlamaTokenizerFast,
-    )  # lazy: loads transformers (and sentencepiece's converter)
+    # lazy: loads transformers (and sentencepiece's converter)
+    from transformers import LlamaTokenizerFast
 
     # SentencePiece v3 through LlamaTokenizerFast (legacy=False, "▁" prepended to the first word, as
     # Mistral-7B-Instruct-v0.3's tokenizer.json does)
@@ -233,7 +232,7 @@ def real_tokenizer(family: str, cache: Path):
 
 
 def _sizes():
-    from .tiny import TinySizes
+    from .tiny import TinySizes  # lazy: tiny.py's sizes only when a model is written
 
     # head_dim 32 (vLLM's CPU attention runs it); narrow: a real vocabulary is most of the weights
     return TinySizes(
@@ -332,6 +331,7 @@ def real_model_dir(family: str, role: str, cache: Path, seed: int = 0) -> Path:
         return out
     from transformers import AutoTokenizer  # lazy: loads transformers
 
+    # lazy: beside transformers, as tiny.py's writers
     from .tiny import _init_weights, write_vl_model
 
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
@@ -355,7 +355,9 @@ def real_model_dir(family: str, role: str, cache: Path, seed: int = 0) -> Path:
         for f in tok_dir.iterdir():
             shutil.copy(f, tmp / f.name)
     config = json.loads((tmp / "config.json").read_text())
-    config["transformers_version"] = SAVED_BY["qwen3-vl" if role == "drafter" else family]
+    config["transformers_version"] = SAVED_BY[
+        "qwen3-vl" if role == "drafter" else family
+    ]
     (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp / "real_model.json").write_text(json.dumps(stamp, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
