@@ -46,9 +46,9 @@ REAL_ROTATION = REAL
 
 
 def real_cache(paths: dict) -> Path:
-    """Where a run's real-shape models are written once (and read by its worker-process cases): the models folder's
-    real/."""
-    return Path(paths["root"]) / "real"
+    """Where a run's real-shape models are written once (and read by its worker-process cases): paths["real"] if
+    given (a test session's real-shape folder), else the models folder's real/."""
+    return Path(paths.get("real") or Path(paths["root"]) / "real")
 
 
 def pair_paths(paths: dict, pair: str) -> dict:
@@ -61,10 +61,12 @@ def pair_paths(paths: dict, pair: str) -> dict:
         from asymspec_vl.toy.real_vocab import REAL_PAIRS, real_model_dir
 
         drafter, verifier = REAL_PAIRS[pair]
+        cache = real_cache(paths)
+        # seeds 0 and 1, as the tests' real_shapes.pair builds them (one folder each per cache)
         return {
             **paths,
-            "verifier": Path(real_model_dir(verifier, "verifier", real_cache(paths))),
-            "vl_drafter": Path(real_model_dir(drafter, "drafter", real_cache(paths))),
+            "verifier": Path(real_model_dir(verifier, "verifier", cache, seed=1)),
+            "vl_drafter": Path(real_model_dir(drafter, "drafter", cache, seed=0)),
         }
     if pair != "cross":
         raise ValueError(f"unknown pair {pair!r}: one of {PAIRS}")
