@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random Qwen3 / Qwen3-VL models written once per session, and stand-in images."""
+"""Shared fixtures: tiny random Qwen3 / Qwen3-VL models written once per session, the real-shape folders, and
+stand-in images."""
 
 import os
 import shutil
@@ -20,6 +21,16 @@ def tiny_models(tmp_path_factory):
     from asymspec_vl.toy.tiny import write_tiny_models
 
     return write_tiny_models(tmp_path_factory.mktemp("tiny-models"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def real_shapes(tmp_path_factory):
+    """The real-shape folders (real tokenizers, rows, special ids, chat templates; tiny random weights):
+    real_shapes.pair("real-llama3") -> (drafter, verifier), .model_dir(family, role), .tokenizer_dir(family),
+    .tokenizer(family); each built on first ask, once per run (tests/real_shapes_support.py)."""
+    from real_shapes_support import RealShapes
+
+    return RealShapes(tmp_path_factory.mktemp("real-shapes"))
 
 
 @pytest.fixture(scope="session")

@@ -148,9 +148,11 @@ def default_corpus() -> list[str]:
     return lines
 
 
-def _text_config(tokenizer, s: TinySizes, **extra) -> dict:
+def _text_config(
+    tokenizer, s: TinySizes, vocab_size: int | None = None, **extra
+) -> dict:
     return dict(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=s.hidden,
         intermediate_size=s.intermediate,
         num_hidden_layers=s.layers,
@@ -197,9 +199,14 @@ def write_text_model(
 
 
 def vl_model(
-    tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, wide_init: bool = True
+    tokenizer,
+    sizes: TinySizes = TinySizes(),
+    seed: int = 0,
+    wide_init: bool = True,
+    vocab_size: int | None = None,
 ):
-    """A random Qwen3VLForConditionalGeneration (wide_init=False: transformers' own initialisation)."""
+    """A random Qwen3VLForConditionalGeneration (wide_init=False: transformers' own initialisation; vocab_size:
+    its rows, default one per token)."""
     import torch  # lazy: loads torch
     from transformers import (
         Qwen3VLConfig,
@@ -214,6 +221,7 @@ def vl_model(
     text = _text_config(
         tokenizer,
         sizes,
+        vocab_size,
         rope_scaling={
             "rope_type": "default",
             "mrope_section": section,
@@ -250,9 +258,16 @@ def vl_model(
 
 
 def write_vl_model(
-    out: Path, tokenizer, sizes: TinySizes = TinySizes(), seed: int = 0, model=None
+    out: Path,
+    tokenizer,
+    sizes: TinySizes = TinySizes(),
+    seed: int = 0,
+    model=None,
+    vocab_size: int | None = None,
+    chat_template: str = VL_CHAT_TEMPLATE,
 ) -> Path:
-    """A Qwen3VLForConditionalGeneration folder with processor files (the drafter): random, or `model`."""
+    """A Qwen3VLForConditionalGeneration folder with processor files (the drafter): random, or `model`
+    (vocab_size: its rows, default one per token; chat_template: the processor's)."""
     # lazy: loads transformers
     from transformers import (
         Qwen2VLImageProcessorFast,
@@ -260,7 +275,8 @@ def write_vl_model(
         Qwen3VLVideoProcessor,
     )
 
-    model = model if model is not None else vl_model(tokenizer, sizes, seed)
+    if model is None:
+        model = vl_model(tokenizer, sizes, seed, vocab_size=vocab_size)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
 
@@ -288,11 +304,11 @@ def write_vl_model(
         image_processor=image_processor,
         tokenizer=tokenizer,
         video_processor=video_processor,
-        chat_template=VL_CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
     processor.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "chat_template.jinja").write_text(VL_CHAT_TEMPLATE)
+    (out / "chat_template.jinja").write_text(chat_template)
     return out
 
 
