@@ -1,6 +1,6 @@
 """`asymspec-vl serve` on real-shape pairs (issue 43: tiny random models with the real tokenizers, rows, special ids
 and chat templates; conftest.py's real_shapes), vLLM backend, no new flags: the cross-family `real-llama3` (a
-Qwen3-VL drafter of 151,936 rows, a Llama-3 verifier of 128,256) and the same-family `real-qwen3`. A greedy chat
+Qwen3-VL drafter of 151,936 rows, a Llama-3 verifier of 128,256; the same-family `real-qwen3` by hand). A greedy chat
 completion equals the library's answer on the transformers backend (token ids, text, logprobs), and the same request
 streamed equals it (the text's pieces joined, each token's logprob): random weights over a real byte-level
 vocabulary emit byte pieces of split UTF-8 characters, which a stream must hold back and join as the whole answer
@@ -21,7 +21,8 @@ TOY = next(
 MAX_TOKENS = 16
 
 
-@pytest.fixture(scope="module", params=["real-llama3", "real-qwen3"])
+# real-qwen3 passes too (one more server: ~110 s of CPU, past the CI budget): add it here to run it
+@pytest.fixture(scope="module", params=["real-llama3"])
 def real_server(request, real_shapes, tmp_path_factory):
     drafter, verifier = real_shapes.pair(request.param)
     log = tmp_path_factory.mktemp(f"serve-{request.param}") / "server.log"
