@@ -21,7 +21,7 @@ TOY = next(
 MAX_TOKENS = 16
 
 
-# real-qwen3 passes too (one more server: ~110 s of CPU, past the CI budget): add it here to run it
+# real-qwen3 ran by hand too: one more server (~110 s of CPU) is past the CI budget
 @pytest.fixture(scope="module", params=["real-llama3"])
 def real_server(request, real_shapes, tmp_path_factory):
     drafter, verifier = real_shapes.pair(request.param)
