@@ -30,7 +30,9 @@ def real_shapes(tmp_path_factory):
     .tokenizer(family); each built on first ask, once per run (tests/real_shapes_support.py)."""
     from real_shapes_support import RealShapes
 
-    return RealShapes(tmp_path_factory.mktemp("real-shapes"))
+    # ASYMSPEC_REAL_SHAPES_CACHE: a folder kept between runs (each folder is checked before reuse)
+    kept = os.environ.get("ASYMSPEC_REAL_SHAPES_CACHE")
+    return RealShapes(kept or tmp_path_factory.mktemp("real-shapes"))
 
 
 @pytest.fixture(scope="session")

@@ -178,9 +178,7 @@ def framed_segments(
         messages.append({"role": t.role, "content": content})
         texts.append(text)
     segments = template_segments(owner, messages, len(texts))
-    for k, text in enumerate(texts):
-        segments[2 * k + 1] = text
-    return segments
+    return [texts[s] if k % 2 else s for k, s in enumerate(segments)]
 
 
 def encode_conversation(conv: Conversation, processor, tokenizer, drafter_comp=None):

@@ -65,6 +65,17 @@ GENERATION = {
 }
 
 
+# config.json's transformers_version of those real models (transformers 4.57.3+ warns of "an incorrect regex
+# pattern" for any local folder over 100,000 tokens that a 4.57.3+ saved: kept as the real folders have it).
+SAVED_BY = {
+    "qwen3": "4.51.0",
+    "qwen3-vl": "4.57.0.dev0",
+    "llama3": "4.43.0.dev0",
+    "mistral-tekken": "4.43.0.dev0",
+    "mistral-sp": "4.42.0.dev0",
+}
+
+
 def _check_family(family: str) -> None:
     if family not in FAMILIES:
         raise ConfigError(
@@ -343,6 +354,9 @@ def real_model_dir(family: str, role: str, cache: Path, seed: int = 0) -> Path:
         model.save_pretrained(tmp)
         for f in tok_dir.iterdir():
             shutil.copy(f, tmp / f.name)
+    config = json.loads((tmp / "config.json").read_text())
+    config["transformers_version"] = SAVED_BY["qwen3-vl" if role == "drafter" else family]
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp / "real_model.json").write_text(json.dumps(stamp, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
