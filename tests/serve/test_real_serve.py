@@ -31,16 +31,25 @@ def real_server(request, real_shapes, tmp_path_factory):
         yield request.param, drafter, verifier, server
 
 
-@pytest.mark.parametrize("method", ["asymspec", "floor"])
-def test_a_real_pair_served_answers_as_the_library_plain_and_streamed(
-    real_server, method
-):
-    from asymspec_vl import AsymSpecConfig, AsymSpecVL
+@pytest.fixture(scope="module")
+def library(real_server):
+    """The library on the server's pair (transformers backend, float32), loaded once."""
+    from asymspec_vl import AsymSpecVL
 
-    name, drafter, verifier, server = real_server
-    vl = AsymSpecVL.from_pretrained(
+    _, drafter, verifier, _ = real_server
+    return AsymSpecVL.from_pretrained(
         drafter=str(drafter), verifier=str(verifier), device="cpu", dtype="float32"
     )
+
+
+@pytest.mark.parametrize("method", ["asymspec", "floor"])
+def test_a_real_pair_served_answers_as_the_library_plain_and_streamed(
+    real_server, library, method
+):
+    from asymspec_vl import AsymSpecConfig
+
+    name, _, _, server = real_server
+    vl = library
     assert vl.pair.vmap.identity == (name == "real-qwen3")
     image = EXAMPLES / TOY["image"]
     ask = dict(
