@@ -74,17 +74,15 @@ def write_other_vocabulary(
     }.values():
         w.data = w.data[order].clone()  # in place: tied rows stay one tensor
     model.config.vocab_size = len(order)
-    for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
-        # a real Qwen3 config has no pad id
-        if getattr(model.config, key, None) is not None:
-            setattr(model.config, key, new_of[getattr(model.config, key)])
-    if model.generation_config is not None:
+    # the special ids of the config and the generation config, where set (a real Qwen3 config has no pad id; an
+    # EOS may be a list)
+    for config in filter(None, (model.config, model.generation_config)):
         for key in ("eos_token_id", "pad_token_id", "bos_token_id"):
-            v = getattr(model.generation_config, key, None)
+            v = getattr(config, key, None)
             if isinstance(v, int):
-                setattr(model.generation_config, key, new_of[v])
+                setattr(config, key, new_of[v])
             elif isinstance(v, list):
-                setattr(model.generation_config, key, [new_of[x] for x in v])
+                setattr(config, key, [new_of[x] for x in v])
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     wrapped.save_pretrained(out)
@@ -105,3 +103,17 @@ def write_renamed_token(src: Path, out: Path, old: str, new: str) -> Path:
     vocab[new] = vocab.pop(old)
     (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
     return out
+
+
+def permuted_real_qwen3(real_shapes, seed: int = 5) -> tuple[Path, dict[int, int]]:
+    """The real-shape Qwen3 verifier (real_shapes.pair("real-qwen3")'s: Qwen's real tokenizer, 151,936 rows) with its
+    ids permuted by write_other_vocabulary -> (folder, {old id: new id}); written once per session folder (the
+    rows past the tokenizer, 151,669 to 151,935, are banned in the original pair and left out of the permuted
+    one)."""
+    out = Path(real_shapes.cache) / f"permuted-qwen3-{seed}"
+    index = out / "new_of.json"
+    if not index.is_file():
+        _, verifier = real_shapes.pair("real-qwen3")
+        _, new_of = write_other_vocabulary(verifier, out, seed)
+        index.write_text(json.dumps(new_of))
+    return out, {int(k): v for k, v in json.loads(index.read_text()).items()}

@@ -1,7 +1,7 @@
 """The long differential stress run of the vLLM path against the transformers backend (tiny models, CPU build).
 
     python -m asymspec_vl.evals.stress [--seconds 600] [--seed 0] [--cases N] [--no-tp] [--gpu-shaped MODE]
-        [--pairs same|cross|mix] [--out FILE]
+        [--pairs same|cross|mix|real] [--out FILE]
     python -m asymspec_vl.evals.stress --shrink (--seed S | --workload JSON)
 
 Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) until --seconds have passed or
@@ -9,8 +9,11 @@ Draws workload after workload (seeds --seed, --seed + 1, ...; see workload.py) u
 seeded sampled rows; see workload.py; by default every third one cross-family: the embedded pair `embedded-llama`,
 two vocabularies, on the engine and the transformers side alike, its sampled rows compared as one vocabulary's
 are, the rows the engine refuses across the map skipped and counted by reason, a, b, q compared in the drafter's
-ids and t in the verifier's, see hf_side.py; in half the seeds the drafter alone's rows too, on its plain engine
-after the speculative one's, their tokens and logprobs compared, see drafter_run.py), prints one line per case
+ids and t in the verifier's, see hf_side.py; `--pairs real`: every case on a real-shape pair, in turn by seed
+(hf_side.REAL_ROTATION: tiny random models with the real tokenizers, vocabulary rows, special ids and chat
+templates, written once under the models folder's real/; the case line names the pair and its shared set, the
+summary counts each pair); in half the seeds the drafter alone's rows too, on its plain engine after the
+speculative one's, their tokens and logprobs compared, see drafter_run.py), prints one line per case
 (with the process's resident memory after it) and at the end the cases run, requests compared (drafter rows;
 cross-family: sampled rows, skips) and every mismatch with the workload that reproduces it
 (`--seed S --cases 1`, or `--workload JSON`). Exit status 1 if any mismatch.
@@ -32,7 +35,7 @@ from asymspec_vl.cli import HelpFormatter
 from asymspec_vl.toy.tiny import write_tiny_models
 
 from .case import RESULT_PREFIX, CaseReport, run_case
-from .hf_side import Reference
+from .hf_side import REAL, REAL_ROTATION, Reference
 from .shrink import shrink
 from .workload import Workload, draw, unserved_across_map, with_pair
 
@@ -100,14 +103,37 @@ def drafter_alone(reports: list[CaseReport]) -> str:
     )
 
 
+def real_pairs(reports: list[CaseReport]) -> str:
+    """The run's totals per real-shape pair (a summary line; "" when no case ran on one)."""
+    by: dict[str, list[CaseReport]] = {}
+    for r in reports:
+        if r.vocabulary.get("pair") in REAL:
+            by.setdefault(r.vocabulary["pair"], []).append(r)
+    if not by:
+        return ""
+    return (
+        "real-shape pairs: "
+        + "; ".join(
+            f"{name} {len(rs)} case(s), {sum(r.compared for r in rs)} requests, "
+            f"{sum(r.logit_steps for r in rs)} logit checks, {sum(len(r.mismatches) for r in rs)} mismatch(es)"
+            for name, rs in sorted(by.items())
+        )
+        + "\n"
+    )
+
+
+def vocabularies(v: dict) -> str:
+    """The case line's head naming the pair's vocabularies: a real-shape pair by name and its shared set, any
+    cross-family pair's shared set ("" for the tiny same-family models)."""
+    name = f"{v['pair']} " if v and v.get("pair") in REAL else ""
+    if v and not v["identity"]:
+        return f"{name}cross-family ({v['shared']} shared of {v['drafter']} / {v['verifier']}), "
+    return f"{name}one vocabulary ({v['shared']} shared), " if name else ""
+
+
 def line(report: CaseReport) -> str:
     status = "OK" if not report.mismatches else f"{len(report.mismatches)} MISMATCH(ES)"
-    v = report.vocabulary
-    cross = (
-        f"cross-family ({v['shared']} shared of {v['drafter']} / {v['verifier']}), "
-        if v and not v["identity"]
-        else ""
-    )
+    cross = vocabularies(report.vocabulary)
     sampled = ", ".join(
         f"{n} {what}"
         for n, what in ((report.sampled, "sampled"), (report.drafter, "drafter alone"))
@@ -128,6 +154,8 @@ def draw_case(seed: int, args) -> Workload:
     )
     cross = args.pairs == "cross" or (args.pairs == "mix" and seed % 3 == 2)
     w = draw(seed, tp=not args.no_tp, gpu_shaped=gpu_shaped, drafter=True)
+    if args.pairs == "real":
+        return with_pair(w, REAL_ROTATION[seed % len(REAL_ROTATION)])
     return with_pair(w, "cross") if cross else w
 
 
@@ -182,10 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--pairs",
-        choices=("mix", "same", "cross"),
+        choices=("mix", "same", "cross", "real"),
         default="mix",
         help="the pair each case loads: the tiny same-family models, the embedded cross-family pair "
-        "(embedded-llama), or every third case cross-family (mix)",
+        "(embedded-llama), every third case cross-family (mix), or the real-shape pairs in turn by seed (real: "
+        "real tokenizers, vocabularies and chat templates on tiny random models; "
+        + ", ".join(REAL_ROTATION)
+        + ")",
     )
     ap.add_argument(
         "--out",
@@ -259,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\ncases run: {len(reports)}, requests compared: {sum(r.compared for r in reports)}, logit checks: "
         f"{sum(r.logit_steps for r in reports)}, mismatches: {sum(len(r.mismatches) for r in reports)} in "
         f"{len(bad)} case(s), seconds: {time.time() - start:.0f}\n{drafter_alone(reports)}"
-        f"{across_map(reports)}",
+        f"{across_map(reports)}{real_pairs(reports)}",
         end="",
     )
     for r in bad:

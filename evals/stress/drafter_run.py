@@ -54,23 +54,29 @@ def run_drafter(
 
 
 def run_engines(
-    workload: Workload, pair, paths: dict, encs: list[EncodedRequest]
+    workload: Workload,
+    pair,
+    paths: dict,
+    encs: list[EncodedRequest],
+    keep: int | None = None,
 ) -> EngineRun:
-    """The case's rows on their engines: the speculative engine's (engine_run.run_on_engine) first, closed, then the
-    drafter rows on the drafter's (run_drafter); one EngineRun in the workload's row order, an engine's failure
-    named. An engine with no rows of the workload is not started."""
+    """The case's rows on their engines: the speculative engine's (engine_run.run_on_engine, its step logits held
+    for `keep` steps a request) first, closed, then the drafter rows on the drafter's (run_drafter); one EngineRun
+    in the workload's row order, an engine's failure named. An engine with no rows of the workload is not
+    started."""
     own = [i for i, r in enumerate(workload.rows) if r.mode == DRAFTER]
     rest = [i for i in range(len(workload.rows)) if i not in own]
     out = EngineRun([None] * len(workload.rows), [[] for _ in workload.rows])
     errors = []
-    for indices, runner, name in (
-        (rest, run_on_engine, None),  # its failure reads as before the drafter rows
-        (own, run_drafter, "drafter engine"),
+    for indices, runner, kw, name in (
+        # its failure reads as before the drafter rows
+        (rest, run_on_engine, {"keep": keep}, None),
+        (own, run_drafter, {}, "drafter engine"),
     ):
         if not indices:
             continue
         part = replace(workload, rows=tuple(workload.rows[i] for i in indices))
-        run = runner(part, pair, paths, [encs[i] for i in indices])
+        run = runner(part, pair, paths, [encs[i] for i in indices], **kw)
         for j, i in enumerate(indices):
             out.rows[i], out.steps[i] = run.rows[j], run.steps[j]
         out.resumptions += run.resumptions

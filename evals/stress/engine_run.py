@@ -108,9 +108,15 @@ def load_backend(
 
 
 def run_on_engine(
-    workload: Workload, pair, paths: dict, encs: list[EncodedRequest]
+    workload: Workload,
+    pair,
+    paths: dict,
+    encs: list[EncodedRequest],
+    keep: int | None = None,
 ) -> EngineRun:
-    """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised."""
+    """Start the workload's engine, serve its rows, shut it down. An engine failure is returned, not raised. keep:
+    the verification steps whose logits are held per request (evenly spread, first and last among them; None:
+    every step; 0: none recorded)."""
 
     e = workload.engine
     backend = load_backend(workload, pair, paths, encs)
@@ -121,7 +127,8 @@ def run_on_engine(
         with _env("ASYMSPEC_FULL_VIEW_TOKENS", str(tokens) if tokens else None):
             llm = backend.engine(spec)
         resumed = probe.counters(llm)["resumptions"]
-        probe.capture_step_logits(llm)
+        if keep != 0:
+            probe.capture_step_logits(llm, keep=keep)
         items = [
             (r.arrival, f"stress-{i}", *_request(backend, r, enc))
             for i, (r, enc) in enumerate(zip(workload.rows, encs))
@@ -140,13 +147,15 @@ def run_on_engine(
             return run
         for i, (_, rid, _, _, plan) in enumerate(items):
             run.rows[i] = VLLMBackend.row(finals[rid], plan, 0.0)
-        for req_id, entries in probe.captured_step_logits(llm).items():
+        captured = probe.captured_step_logits(llm) if keep != 0 else {}
+        for req_id, entries in captured.items():
             rid = req_id.rsplit("-", 1)[
                 0
             ]  # vLLM appends a suffix to the client's request id
             run.steps[int(rid.removeprefix("stress-"))] = entries
         run.resumptions = probe.counters(llm)["resumptions"] - resumed
-        probe.capture_step_logits(llm, on=False)
+        if keep != 0:
+            probe.capture_step_logits(llm, on=False)
         return run
     finally:
         # nothing here may hold the engine while it closes: the close's collection would miss it and its model and

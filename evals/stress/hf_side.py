@@ -2,7 +2,11 @@
 each request decoded alone, and the logits an engine step read recomputed from scratch on its tokens.
 
 Pairs (PAIRS): "same" the tiny same-family models; "cross" the embedded cross-family pair (`embedded-llama`: the toy
-Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by its shipped paths). Across the map
+Qwen3-VL drafter with the toy Llama verifier of another vocabulary, loaded by its shipped paths); the real-shape pairs
+(REAL: "real-qwen3", "real-llama3", "real-tekken", "real-mistral-sp", asymspec_vl.toy.real_vocab.REAL_PAIRS): tiny
+random models carrying the real tokenizers, vocabulary rows, special ids and chat templates (a Qwen3-VL drafter of
+Qwen's 151,936 rows; a Qwen3, Llama-3, Mistral Tekken or SentencePiece verifier), built once per models folder
+under its real/ (real_cache). Across the map
 an engine step's y and drafts are verifier ids, t verifier-space logits and a, b, q drafter-space ones: the
 reference drafter reads y and the drafts moved to its ids (VocabMap.to_drafter_ids), b and q after its own x_comp
 (EncodedRequest.drafter_comp).
@@ -34,14 +38,36 @@ from asymspec_vl.pair.model_source import EMBEDDED_LLAMA
 from .workload import RowSpec
 
 LOGIT_TOLERANCE = 1e-4
-PAIRS = ("same", "cross")
+# the real-shape pairs (asymspec_vl.toy.real_vocab.REAL_PAIRS's names; checked equal in tests/evals/stress)
+REAL = ("real-qwen3", "real-llama3", "real-tekken", "real-mistral-sp")
+PAIRS = ("same", "cross", *REAL)
+# the pairs `--pairs real` draws in turn (by seed)
+REAL_ROTATION = REAL
+
+
+def real_cache(paths: dict) -> Path:
+    """Where a run's real-shape models are written once (and read by its worker-process cases): paths["real"] if
+    given (a test session's real-shape folder), else the models folder's real/."""
+    return Path(paths.get("real") or Path(paths["root"]) / "real")
 
 
 def pair_paths(paths: dict, pair: str) -> dict:
-    """The drafter / verifier folders of a case's pair: the tiny models of `paths` ("same") or the embedded
-    cross-family pair ("cross"); "root" stays the tiny models' folder (a worker-process case's --models)."""
+    """The drafter / verifier folders of a case's pair: the tiny models of `paths` ("same"), the embedded
+    cross-family pair ("cross") or a real-shape pair (REAL: written under real_cache(paths) if missing); "root" stays
+    the tiny models' folder (a worker-process case's --models)."""
     if pair == "same":
         return paths
+    if pair in REAL:
+        from asymspec_vl.toy.real_vocab import REAL_PAIRS, real_model_dir
+
+        drafter, verifier = REAL_PAIRS[pair]
+        cache = real_cache(paths)
+        # seeds 0 and 1, as the tests' real_shapes.pair builds them (one folder each per cache)
+        return {
+            **paths,
+            "verifier": Path(real_model_dir(verifier, "verifier", cache, seed=1)),
+            "vl_drafter": Path(real_model_dir(drafter, "drafter", cache, seed=0)),
+        }
     if pair != "cross":
         raise ValueError(f"unknown pair {pair!r}: one of {PAIRS}")
     models = embedded_models(EMBEDDED_LLAMA)
@@ -82,9 +108,10 @@ class Reference:
         self.vmap = self.pair.vmap
 
     def vocabulary(self) -> dict:
-        """The pair's vocabularies as a case reports them (identity: one vocabulary, a same-family pair)."""
+        """The pair's name and vocabularies as a case reports them (identity: one vocabulary, a same-family pair)."""
         m = self.vmap
         return {
+            "pair": self.name,
             "drafter": m.drafter_size,
             "verifier": m.verifier_size,
             "shared": m.size,

@@ -6,8 +6,9 @@ A workload is plain data (JSON round trip), so every mismatch prints the workloa
               for the batch (vLLM preempts and recomputes), a small x_full pool (admission control waits),
               tensor parallelism and worker processes, and compilation (vLLM's CPU default, torch.compile traced
               once: on the CPU build its first trace is the whole token budget, as a GPU's profile run), and
-              the pair it loads: "same" (the tiny same-family models) or "cross" (the embedded cross-family
-              pair `embedded-llama`, two vocabularies; see hf_side.py)
+              the pair it loads: "same" (the tiny same-family models), "cross" (the embedded cross-family
+              pair `embedded-llama`, two vocabularies) or a real-shape pair ("real-qwen3", "real-llama3",
+              "real-tekken", "real-mistral-sp": real tokenizers and vocabulary rows; see hf_side.py)
   RowSpec     one request: its method on that one engine (asymspec, sd, scd, floor, or plain speculative
               decoding without extra_args), its own K (at most the engine's) and config, its answer budget and
               stop tokens, an image or text-only request, and the engine step it arrives at (rows finish and
@@ -98,7 +99,8 @@ class EngineCase:
     tp: int = 1
     processes: bool = False  # VLLM_ENABLE_V1_MULTIPROCESSING=1 (engine core and workers in their own processes)
     compiled: bool = False  # enforce_eager=False: vLLM's CPU compilation, first traced at the whole budget
-    pair: str = "same"  # "same": the tiny same-family models; "cross": the embedded cross-family pair
+    # "same": the tiny same-family models; "cross": the embedded cross-family pair; hf_side.REAL: a real-shape pair
+    pair: str = "same"
 
     @property
     def in_subprocess(self) -> bool:
@@ -301,7 +303,7 @@ def _gpu_shaped(w: Workload, tp: bool, fixed_engine: bool) -> Workload:
 
 
 def with_pair(w: Workload, pair: str) -> Workload:
-    """w on the pair `pair` ("same" or "cross"), its draws unchanged."""
+    """w on the pair `pair` (one of hf_side.PAIRS), its draws unchanged."""
     return dataclasses.replace(w, engine=dataclasses.replace(w.engine, pair=pair))
 
 

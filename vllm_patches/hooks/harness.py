@@ -16,6 +16,9 @@ carries no capture code. Two recordings:
              x_comp + y + d_1..d_j, j = 0..n), a [m, V] (x_full + y + d_1..d_{j-1}, j = 1..m; m = n, or n+1 for a
              fused bonus), q [n, V] (a sampling sd / scd row: the x_comp drafting logits its drafts were drawn
              from, x_comp + y + d_1..d_{j-1}, j = 1..n)
+             `keep` (record's) bounds the entries held per request: evenly spread steps, the first and the
+             latest always among them (thin_steps). At real vocabularies each entry is several [n+1, V] float32
+             rows (about 9 MB at K = 4, V = 151,936): every step of a 64-request batch would be gigabytes.
 The copies to the host wait for the device: never on outside a test.
 """
 
@@ -39,6 +42,8 @@ class Recording:
     def __init__(self):
         self.proposals: dict[str, dict] | None = None
         self.steps: dict[str, list[dict]] | None = None
+        # at most this many step entries held per request (None: every step); see thin_steps
+        self.keep: int | None = None
 
     @property
     def on(self) -> bool:
@@ -97,7 +102,26 @@ class Recording:
             y = proposer.row(req_id).committed(requests[req_id].output_token_ids)
             entry = {"y": [int(t) for t in y], "drafts": [int(d) for d in row_drafts]}
             entry.update({name: host[name][j].clone() for name in read})
-            self.steps.setdefault(req_id, []).append(entry)
+            held = self.steps.setdefault(req_id, [])
+            entry["step"] = held[-1]["step"] + 1 if held else 0
+            held.append(entry)
+            if self.keep is not None:
+                held[:] = thin_steps(held, self.keep)
+
+
+def thin_steps(held: list[dict], keep: int) -> list[dict]:
+    """A request's step entries (their "step" indices ascending, the latest last) cut to at most `keep`: the latest
+    always, and before it the steps at multiples of the smallest power-of-two stride that leaves at most keep - 1
+    of them (step 0 always among them): evenly spread over the request however long it runs."""
+    if len(held) <= keep:
+        return held
+    *before, latest = held
+    if keep == 1:
+        return [latest]
+    stride = 1
+    while sum(e["step"] % stride == 0 for e in before) > keep - 1:
+        stride *= 2
+    return [e for e in before if e["step"] % stride == 0] + [latest]
 
 
 def _discarded(runner) -> set[str]:
@@ -119,12 +143,19 @@ def recording(proposer) -> Recording:
     return _recordings.get(proposer) or Recording()
 
 
-def record(proposer, kind: str, on: bool = True) -> None:
-    """Start (clearing) or stop one kind of recording on this proposer; the hooks are on while any is."""
+def record(proposer, kind: str, on: bool = True, keep: int | None = None) -> None:
+    """Start (clearing) or stop one kind of recording on this proposer; the hooks are on while any is. keep: the
+    step entries held per request (the steps recording; None: all)."""
     if kind not in KINDS:
         raise ValueError(f"unknown recording {kind!r}: one of {KINDS}")
+    if keep is not None and keep < 1:
+        raise ValueError(
+            f"keep {keep}: at least 1 step entry per request, or None for all"
+        )
     rec = _recordings.get(proposer) or Recording()
     setattr(rec, kind, {} if on else None)
+    if kind == "steps":
+        rec.keep = keep
     if rec.on:
         _recordings[proposer] = rec
         _install(proposer)

@@ -73,9 +73,9 @@ class AsymSpecWorkerExtension:
             for req_id, row in proposals.items()
         }  # msgpack carries no tensors: packed
 
-    def asymspec_set_step_capture(self, on: bool) -> None:
+    def asymspec_set_step_capture(self, on: bool, keep: int | None = None) -> None:
 
-        harness.record(self._asymspec_proposer(), "steps", on)
+        harness.record(self._asymspec_proposer(), "steps", on, keep)
 
     def asymspec_step_captured(self) -> dict:
 

@@ -70,14 +70,16 @@ def captured_full_view_logits(llm) -> dict[str, dict]:
     }
 
 
-def capture_step_logits(llm, on: bool = True) -> None:
+def capture_step_logits(llm, on: bool = True, keep: int | None = None) -> None:
     """Start (clearing) or stop recording, at every verification step, the drafter logits a and b the rule read
-    (harness.py)."""
-    llm.collective_rpc("asymspec_set_step_capture", args=(on,))
+    (harness.py); keep: at most this many steps held per request, evenly spread, the first and the latest among
+    them (None: every step)."""
+    llm.collective_rpc("asymspec_set_step_capture", args=(on, keep))
 
 
 def captured_step_logits(llm) -> dict[str, list[dict]]:
-    """req_id -> per verification step {"y": committed output before it, "drafts": d_1..d_n, "t": [n+1, Vv],
+    """req_id -> per verification step held {"step": its index, "y": committed output before it, "drafts": d_1..d_n,
+    "t": [n+1, Vv],
     "b": [n+1, V], "a": [m, V], "q": [n, V]} (float32; t always, a, b where the request's rule reads them, q for a
     sampling sd / scd row: harness.py) since capture_step_logits."""
 

@@ -93,7 +93,7 @@ def stand_ins(monkeypatch):
         return _row(tokens, [_lp(t, [t, 9], shift) for t in tokens])
 
     def engine(name):
-        def run(w, pair, paths, encs):
+        def run(w, pair, paths, encs, **kw):
             given[name] = (w.rows, encs)
             rows = [answer(r, enc, True) for r, enc in zip(w.rows, encs)]
             return EngineRun(rows, [[] for _ in rows])

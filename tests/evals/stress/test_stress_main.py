@@ -43,8 +43,9 @@ def ran(monkeypatch, tmp_path):
             r.compared, r.logit_steps = (2, 5) if w.seed in bad else (3, 4)
             if w.seed in bad:
                 r.mismatches.append(Mismatch("tokens", 1, "transformers [1] vllm [2]"))
-            r.vocabulary = {"drafter": 9, "verifier": 8, "shared": 7}
-            r.vocabulary["identity"] = w.engine.pair == "same"
+            r.vocabulary = {"pair": w.engine.pair, "drafter": 9, "verifier": 8}
+            r.vocabulary["shared"] = 7
+            r.vocabulary["identity"] = w.engine.pair in ("same", "real-qwen3")
             if w.engine.pair == "cross":
                 r.sampled, r.skipped = 1, {"plain": w.seed % 3, "sampled floor": 1}
             return r
@@ -147,6 +148,7 @@ def test_a_mismatch_is_counted_reproduced_and_ends_with_status_1(ran, capsys, tm
         ("same", ["same"] * 3),
         ("cross", ["cross"] * 3),
         ("mix", ["same", "same", "cross"]),
+        ("real", ["real-qwen3", "real-llama3", "real-tekken"]),
     ],
 )
 def test_pairs_same_cross_and_every_third_case_cross_family(
@@ -157,6 +159,31 @@ def test_pairs_same_cross_and_every_third_case_cross_family(
     assert [dataclasses.replace(w.engine, pair="same") for w, _, _ in seen] == [
         draw(s, tp=True, gpu_shaped=s % 2 == 1).engine for s in range(3)
     ]  # the pair changes nothing else of the draw
+
+
+def test_real_pairs_run_in_turn_and_the_summary_counts_each(ran, capsys):
+    """--pairs real: seed s runs REAL_ROTATION[s % 4] (its draw otherwise unchanged); each case line names the pair
+    and its shared set, the summary each pair's cases, requests, checks and mismatches."""
+    from asymspec_vl.evals.stress.hf_side import REAL_ROTATION
+
+    code, out, seen = ran(
+        ["--seed", "3", "--cases", "5", "--pairs", "real"], capsys, bad=(4,)
+    )
+    assert code == 1
+    assert [w.engine.pair for w, _, _ in seen] == [
+        REAL_ROTATION[s % 4] for s in range(3, 8)
+    ]
+    assert "  real-mistral-sp cross-family (7 shared of 9 / 8), 3/" in out
+    assert "  real-qwen3 one vocabulary (7 shared), 2/" in out
+    assert (
+        "real-shape pairs: real-llama3 1 case(s), 3 requests, 4 logit checks, 0 mismatch(es); "
+        "real-mistral-sp 2 case(s), 6 requests, 8 logit checks, 0 mismatch(es); "
+        "real-qwen3 1 case(s), 2 requests, 5 logit checks, 1 mismatch(es); "
+        "real-tekken 1 case(s), 3 requests, 4 logit checks, 0 mismatch(es)\n"
+    ) in out
+    assert "--seed 4 --cases 1 --gpu-shaped mix --pairs real" in out
+    _, out, _ = ran(["--seed", "0", "--cases", "2", "--pairs", "mix"], capsys)
+    assert "real-shape pairs" not in out
 
 
 def test_a_cross_family_case_line_names_its_skipped_rows_and_its_vocabularies():

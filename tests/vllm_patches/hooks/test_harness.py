@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from asymspec_vl.core.methods import DRAFTED
@@ -153,7 +154,7 @@ def test_a_step_records_t_always_and_a_sampling_rows_drafting_logits_as_q():
         steps = harness.recording(drafter).steps
     finally:
         harness.record(drafter, "steps", on=False)
-    assert set(steps["r1"][0]) == {"y", "drafts", "t", "q"}
+    assert set(steps["r1"][0]) == {"step", "y", "drafts", "t", "q"}
     assert torch.equal(steps["r0"][0]["t"], t[0]) and torch.equal(
         steps["r1"][0]["q"], q[1]
     )
@@ -176,3 +177,32 @@ def test_a_prefill_chunk_vllm_discards_is_no_step():
     finally:
         harness.record(drafter, "steps", on=False)
     assert list(steps) == ["r1"] and steps["r1"][0]["drafts"] == []
+
+
+@pytest.mark.parametrize(
+    "keep, held",
+    [(None, list(range(10))), (1, [9]), (3, [0, 8, 9]), (6, [0, 2, 4, 6, 8, 9])],
+)
+def test_a_steps_recording_holds_at_most_keep_steps_a_request_the_first_and_the_latest(
+    keep, held
+):
+    """At real vocabularies an entry is megabytes: `keep` bounds the entries held per request to the latest and,
+    before it, the steps at multiples of the smallest power-of-two stride leaving at most keep - 1 (step 0 among
+    them); each entry names its step, and its logits are that step's."""
+    drafter = FakeProposer()
+    harness.record(drafter, "steps", keep=keep)
+    try:
+        for n in range(10):
+            harness.recording(drafter).record_step(
+                drafter,
+                ["r0"],
+                torch.tensor([[3, 4]]),
+                {"t": torch.full((1, 3, V), float(n))},
+            )
+        steps = harness.recording(drafter).steps["r0"]
+    finally:
+        harness.record(drafter, "steps", on=False)
+    assert [e["step"] for e in steps] == held
+    assert [int(e["t"][0, 0]) for e in steps] == held
+    with pytest.raises(ValueError, match="keep 0"):
+        harness.record(drafter, "steps", keep=0)
