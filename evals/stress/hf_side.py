@@ -58,6 +58,7 @@ def pair_paths(paths: dict, pair: str) -> dict:
     if pair == "same":
         return paths
     if pair in REAL:
+        # lazy: the real-shape builders load transformers and the tokenizer sources
         from asymspec_vl.toy.real_vocab import REAL_PAIRS, real_model_dir
 
         drafter, verifier = REAL_PAIRS[pair]
