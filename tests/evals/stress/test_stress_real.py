@@ -59,6 +59,7 @@ def test_the_real_pairs_are_the_fixtures_pairs_and_their_folders(
 ):
     """--pairs real draws REAL_PAIRS' names; a real pair's folders are the session's (real_shapes.pair)."""
     from asymspec_vl.evals.stress.hf_side import REAL, REAL_ROTATION, pair_paths
+
     from asymspec_vl.toy.real_vocab import REAL_PAIRS
 
     assert set(REAL) == set(REAL_PAIRS) and set(REAL_ROTATION) <= set(REAL)
