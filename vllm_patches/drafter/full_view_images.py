@@ -4,8 +4,9 @@ image_pad tokens, made as the x_full prefill reaches each row and dropped once i
 A step's rows are prefilled in chunks of at most max_num_batched_tokens tokens (full_view.first_pass). A row's
 images run through the vision tower (mm_cache.ImageCache.embeddings, once per request) when the row's feed enters
 a chunk (`admit`), and its embeddings leave once the chunk holding its last image token has read them (`take`): the
-step holds the embeddings of the rows of one chunk, never of every image row at once (at the default pool size and
-Qwen3-VL-2B's 4 x 2,048 columns of bf16 a step's images were about 2 GiB at once). The chunks and what each reads
+step holds the embeddings of the rows of one chunk, never of every image row at once (a step's image rows fill at
+most the x_full pool, 65,536 tokens by default: with Qwen3-VL-2B's 4 x 2,048 bf16 columns a token, 1 GiB of
+embeddings, and as much again for their concatenation). The chunks and what each reads
 are those of embedding every row first: a row whose vision tower fails leaves the plan before its first token is
 placed, as it left it before the chunking.
 """
