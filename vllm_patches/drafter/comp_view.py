@@ -82,11 +82,16 @@ class CompView:
         CachedRequestState."""
         drafter = self.drafter
         table = input_batch.block_table[drafter.kv_cache_gid]
-        blocks = allocated_blocks(
-            table, input_batch.num_reqs
-        )  # [B, W] this step's, on the host
         requests = {req_id: requests[req_id] for _, req_id, _ in rows}
         starts = {req_id: r.num_tokens - 1 for req_id, r in requests.items()}
+        # the columns the K passes read: every row's own blocks and each drafting row's last draft slot's block
+        # (the null block past a row's own), not the table's full width (max_model_len / block_size)
+        reach = max(
+            (starts[req_id] + s.K - 1) // table.block_size for _, req_id, s in rows
+        )
+        blocks = allocated_blocks(
+            table, input_batch.num_reqs, reach + 1
+        )  # [B, w] this step's, on the host
         fits = [
             bool(blocks[i, (starts[req_id] + state.K - 1) // table.block_size] > 0)
             for i, req_id, state in rows
@@ -149,10 +154,13 @@ class CompView:
         return drafts
 
 
-def allocated_blocks(table, num_reqs: int) -> torch.Tensor:
-    """The rows' block ids in the kernel's block size, 0 (vLLM's null block) past each row's own blocks.
+def allocated_blocks(table, num_reqs: int, reach: int = 0) -> torch.Tensor:
+    """The rows' block ids in the kernel's block size, 0 (vLLM's null block) past each row's own blocks, in
+    the allocated width w: the widest row's own blocks, at least `reach` columns, at most the table's width W
+    (the x_comp passes copy this table to the device once a pass; at W, max_model_len / block_size columns).
     vLLM resets only the count of a reused or moved row (block_table.py add_row / move_row), not its tail, so
-    the ids there may belong to another live request. table: a vLLM BlockTable. -> [num_reqs, W] int32."""
-    blocks = table.get_cpu_tensor()[:num_reqs]  # [B, W]
+    the ids there may belong to another live request. table: a vLLM BlockTable. -> [num_reqs, w] int32."""
     owned = torch.as_tensor(table.num_blocks_per_row[:num_reqs]).long()  # [B]
-    return blocks * (torch.arange(blocks.shape[1]) < owned[:, None])
+    width = min(table.max_num_blocks_per_req, max(int(owned.max()), reach))
+    blocks = table.get_cpu_tensor()[:num_reqs, :width]  # [B, w]
+    return blocks * (torch.arange(width) < owned[:, None])

@@ -13,6 +13,7 @@ on the verifier's block table).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -58,22 +59,27 @@ def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return x.pin_memory().to(device, non_blocking=True)
 
 
-def chunk_feeds(lengths: list[int], budget: int) -> list[list[tuple[int, int, int]]]:
+def chunk_feeds(
+    lengths: list[int], budget: int, admit: Callable[[int], bool] | None = None
+) -> Iterator[list[tuple[int, int, int]]]:
     """Split row feeds into passes of at most `budget` tokens: each pass a list of (row, lo, hi), rows in
-    order, a long feed continuing in the next pass (chunked prefill)."""
-    chunks, current, room = [], [], budget
+    order, a long feed continuing in the next pass (chunked prefill). Lazily: admit(row), where given, is asked
+    as a row's feed enters a pass (after the passes before it were taken); a row it refuses is left out, the
+    passes then those of the feeds without it."""
+    current, room = [], budget
     for row, n in enumerate(lengths):
+        if admit is not None and not admit(row):
+            continue
         lo = 0
         while lo < n:
             take = min(n - lo, room)
             current.append((row, lo, lo + take))
             lo, room = lo + take, room - take
             if room == 0:
-                chunks.append(current)
+                yield current
                 current, room = [], budget
     if current:
-        chunks.append(current)
-    return chunks
+        yield current
 
 
 @contextmanager

@@ -26,6 +26,7 @@ from ..requests.mrope import prompt_positions, view_positions
 from .draft_logits import DraftLogits
 from .draft_pick import pick
 from .drafter_pass import DrafterHandle, PassRow, chunk_feeds, run_pass, to_device
+from .full_view_images import FullViewImages
 from .full_view_pool import FullViewPool
 from .mm_cache import ImageCache
 
@@ -47,18 +48,6 @@ class FullRow:
     def next_slot(self) -> int:
         """The cache index of the next token fed."""
         return self.ledger.n_cached + len(self.ledger.speculative)
-
-
-@dataclass
-class FullViewImages:
-    """Patch (4) input of one step: the image embeddings of the rows whose feed holds image_pad tokens."""
-
-    embeddings: (
-        torch.Tensor
-    )  # [M, hidden * (1 + DeepStack levels)], in row and token order
-    masks: list[
-        torch.Tensor
-    ]  # per full row: [len(feed)] bool, True at image_pad tokens
 
 
 class FullView:
@@ -147,33 +136,26 @@ class FullView:
         return self.draft_logits.gather(req_ids, n)
 
     def images_for(self, plan, fail: Callable) -> FullViewImages | None:
-        """Patch (4) input: the cached image embeddings of rows whose x_full feed holds image_pad tokens
-        (their first step), and where those tokens are. A row whose vision tower fails is failed alone
-        (fail(req_id, state, err); without tensor parallelism, see faults.py) and leaves the plan."""
+        """Patch (4) input: where the image_pad tokens of the x_full rows whose feed holds them (their first
+        step) lie; their cached images run through the vision tower as the prefill reaches each row, in bounded
+        bursts (full_view_images.py). A row whose vision tower fails is failed alone (fail(req_id, state, err);
+        without tensor parallelism, see faults.py) and leaves the step before its first token is fed. None: no
+        row reads image embeddings this step."""
         drafter = self.drafter
-        embeds, masks, kept = [], [], []
-        for req_id, state, feed in plan.full_rows:
-            mask = None  # no image token: all False (built only for a step that reads embeddings)
-            if self.rows[req_id].sees_image and drafter.facts.image_token_id in feed:
-                try:
-                    embeds.extend(
-                        self.images.embeddings(req_id)
-                    )  # patch (2): once per request
-                except drafter.request_errors as e:
-                    fail(req_id, state, e)
-                    continue
-                mask = torch.tensor(feed) == drafter.facts.image_token_id
-            masks.append(mask)
-            kept.append((req_id, state, feed))
-        plan.full_rows = kept
-        if not embeds:
+        masks = [
+            torch.tensor(feed) == drafter.facts.image_token_id
+            if self.rows[req_id].sees_image and drafter.facts.image_token_id in feed
+            else None
+            for req_id, _, feed in plan.full_rows
+        ]
+        if all(m is None for m in masks):
             return None
         return FullViewImages(
-            torch.cat(embeds),
-            [
-                m if m is not None else torch.zeros(len(feed), dtype=torch.bool)
-                for m, (_, _, feed) in zip(masks, kept)
-            ],
+            plan.full_rows,
+            masks,
+            self.images.embeddings,
+            fail,
+            drafter.request_errors,
         )
 
     def draft(self, rows, images: FullViewImages | None) -> dict[str, list[int]]:
@@ -182,11 +164,18 @@ class FullView:
         is constant over the step's passes is built once: each row's block table (plan reserved its blocks for
         the feed and the drafts), its cache indices and rope positions; a goes to the buffer in one copy."""
         drafter = self.drafter
+        last = self.first_pass(rows, images)
+        # a row whose vision tower failed left the step (images.admit)
+        rows = [row for row, a_1 in zip(rows, last) if a_1 is not None]
+        if not rows:
+            return {}
+        first = torch.stack(
+            [a_1 for a_1 in last if a_1 is not None]
+        )  # [R, V] a_1 per row
         passes = [
             state.request.num_draft_logits for _, state, _ in rows
         ]  # a_1..a_K (a_{K+1} if the rule reads it)
         banned = torch.stack([state.banned for _, state, _ in rows])  # [R, V]
-        first = torch.stack(self.first_pass(rows, images))  # [R, V] a_1 per row
         a = first.new_empty(
             len(rows), max(passes), first.shape[-1]
         )  # [R, max passes, V]
@@ -254,12 +243,14 @@ class FullView:
     def first_pass(self, rows, images: FullViewImages | None) -> list[torch.Tensor]:
         """Each row's feed (its whole x_full prompt on the first step) through the drafter, in chunks of at
         most max_num_batched_tokens tokens (the activations vLLM's profile sized); the logits after each
-        row's last feed token, a_1 (each [V])."""
+        row's last feed token, a_1 (each [V]; None for a row whose vision tower failed: it left the step)."""
         drafter = self.drafter
         feeds = [feed for _, _, feed in rows]
         last: list[torch.Tensor | None] = [None] * len(rows)
-        image_rows = 0  # embeddings consumed by earlier chunks
-        for chunk in chunk_feeds([len(f) for f in feeds], drafter.max_batched_tokens):
+        admit = images.admit if images is not None else None
+        for chunk in chunk_feeds(
+            [len(f) for f in feeds], drafter.max_batched_tokens, admit
+        ):
             batch = []
             for r, lo, hi in chunk:
                 req_id, _, feed = rows[r]
@@ -273,17 +264,13 @@ class FullView:
             )
             embeds = None
             if images is not None:
-                mask = torch.cat([images.masks[r][lo:hi] for r, lo, hi in chunk])
-                n_image = int(mask.sum())
-                if n_image:  # patch (4): the image tokens read the vision tower's output, DeepStack included
+                mask, parts = images.take(chunk)  # [N], each row's [n_r, D]
+                if parts:  # patch (4): the image tokens read the vision tower's output, DeepStack included
                     embeds = drafter.model.embed_input_ids(
                         ids,
-                        multimodal_embeddings=[
-                            images.embeddings[image_rows : image_rows + n_image]
-                        ],
+                        multimodal_embeddings=parts,
                         is_multimodal=to_device(mask, drafter.device),
                     )
-                    image_rows += n_image
             hidden, ends = run_pass(
                 drafter,
                 batch,

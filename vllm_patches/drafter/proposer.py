@@ -319,8 +319,9 @@ class AsymSpecProposer(DraftModelProposer):
 
     def draft(self, req_ids: list[str], sampled: list[list[int]]) -> list[list[int]]:
         """This step's drafts for the batch `req_ids` (vLLM's order) after it committed `sampled`: commit and plan
-        (plan), the cached image embeddings of the x_full rows whose feed holds the image (patch 4; with the
-        switch off, x_full's prefill embeds the image_pad tokens as text), then the K passes (propose). Host
+        (plan), the image inputs of the x_full rows whose feed holds the image (patch 4: embedded as the prefill
+        reaches each row; with the switch off, x_full's prefill embeds the image_pad tokens as text), then the K
+        passes (propose). Host
         lists, in batch order."""
         with stop_rank_on_error(self.world_size, "drafting"):
             plan = self.plan(req_ids, sampled)

@@ -28,7 +28,7 @@ import hashlib
 
 from asymspec_vl.core.parallelism import refuse_pipeline_parallelism
 
-from ..version import DRAFTER_TRACE_LAYOUT, asymspec_vl_version
+from ..version import DRAFTER_TRACE_LAYOUT, asymspec_vl_version, is_cpu_build
 from ._patching import install
 
 METHOD = "asymspec"
@@ -115,15 +115,28 @@ def verify_equal_vocab_size(original, spec) -> None:
 def validate_spec_decode(original, params, speculative_config) -> None:
     """vLLM refuses min_p with speculative decoding (its rejection sampler has none); an asymspec request's
     min_p is its method's sampled rule's (vllm_patches/sampler.py), so it passes (logit_bias stays vLLM's
-    refusal)."""
-    from ..requests.request_args import has_request_args  # lazy: loads torch
+    refusal). A plain request (no asymspec args) that does not decode greedily goes to vLLM's rejection sampler,
+    which the CPU build lacks (Triton kernels): refused here, where the input processor checks a request (a
+    server's 400 naming the fix), not failed by the workers (a server's bare 500)."""
+    from ..requests.request_args import (  # lazy: loads torch
+        decodes_greedily,
+        has_request_args,
+    )
 
-    if (
-        getattr(speculative_config, "method", None) == METHOD
-        and has_request_args(params.extra_args)
-        and not params.logit_bias
-    ):
-        return None
+    if getattr(speculative_config, "method", None) == METHOD:
+        if has_request_args(params.extra_args):
+            if not params.logit_bias:
+                return None
+        elif not decodes_greedily(params) and is_cpu_build():
+            from ..requests.request_args import RequestArgsError  # lazy: loads torch
+
+            raise RequestArgsError(
+                f"speculative method {METHOD!r} on vLLM's CPU build: a request without asymspec arguments "
+                "goes to vLLM's rejection sampler, which needs a GPU. Send temperature=0 with no penalties, "
+                "logit_bias, bad_words, allowed_token_ids or min_tokens; or sample through an asymspec "
+                'request (extra_args["asymspec"]; a server\'s vllm_xargs, docs/gpu-and-vllm.md), whose '
+                "methods sample on the CPU build"
+            )
     return original(params, speculative_config)
 
 

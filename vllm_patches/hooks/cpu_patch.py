@@ -1,6 +1,6 @@
 """CPU support for the asymspec path: vLLM 0.19's CPU runner refuses speculative decoding outright.
 
-Three narrow changes, only for the "asymspec" method (other methods keep the stock refusal):
+Four narrow changes, only for the "asymspec" method (other methods keep the stock refusal):
   1. CPUModelRunner.__init__ without its `spec decode is not supported` assertion (same steps otherwise);
   2. CPUModelRunner.load_model also loads the drafter (the GPU runner's load_model does);
   3. CPUModelRunner.warming_up_model first runs the GPU's profile-run pass: the whole token budget
@@ -10,6 +10,16 @@ Three narrow changes, only for the "asymspec" method (other methods keep the sto
      wrongly for the whole budget goes unseen: issue 32, finding 1), then, as the profile run's
      _dummy_sampler_run, this engine's sampler at its largest step (runner_patch.profile_sampler; vLLM's
      rejection sampler, which that run calls first, needs the GPU build's kernels).
+  4. CPUModelRunner.__init__ compiles without inductor's indirect-indexing bounds checks unless the engine's
+     compilation config sets `assert_indirect_indexing` itself (vLLM's own server and LLM(...) users alike): the
+     CPU platform compiles the drafter with inductor's C++ backend, and torch 2.10's C++ code for the check of an
+     indirect load under a mask of a non-vectorised loop index does not compile (`CppCompileError: no matching
+     function for call to VecMask<long int, 4>::VecMask(int&)`). The drafter's interleaved M-RoPE traces exactly
+     that: MRotaryEmbedding.forward_native (the CPU's) reads cos_sin_cache[positions] and
+     apply_interleaved_rope's `x_t[..., 2:3 * s:3] = x[2, ..., 2:3 * s:3]` keeps positions[2]'s read only at
+     every third frequency, a mask of the frequency loop in a kernel vectorised over tokens. Positions stay
+     within the cache (vLLM bounds them by max_model_len). CUDA engines never run this patch: inductor's Triton
+     code keeps its device asserts there.
 Nothing else on this path needs CUDA or triton: the proposer and the sampler are torch code, and the
 proposer hands its drafts back as host lists, which skips the runner's CUDA-stream copy.
 """
@@ -36,6 +46,8 @@ def init(original, runner, vllm_config, device) -> None:
         return original(runner, vllm_config, device)
     from vllm.v1.worker import cpu_model_runner  # lazy: loads vLLM
 
+    # before the models (and the drafter's config, which shares it) are built: their compile wrappers read it
+    without_index_asserts(vllm_config.compilation_config)
     with cpu_model_runner._torch_cuda_wrapper():
         cpu_model_runner.GPUModelRunner.__init__(runner, vllm_config, device)
     assert device == torch.device("cpu")
@@ -43,6 +55,13 @@ def init(original, runner, vllm_config, device) -> None:
     runner.cascade_attn_enabled = False
     runner._postprocess_tensors()
     runner._postprocess_triton()
+
+
+def without_index_asserts(compilation_config) -> None:
+    """Inductor's indirect-indexing asserts off (4. above), unless the engine's compilation config sets them."""
+    compilation_config.inductor_compile_config.setdefault(
+        "assert_indirect_indexing", False
+    )
 
 
 def load_model(original, runner, load_dummy_weights: bool = False) -> None:

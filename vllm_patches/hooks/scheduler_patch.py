@@ -22,6 +22,7 @@ for every other configuration (update_from_output also fails a plain engine's de
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass, field
 
 from asymspec_vl.core.errors import AsymSpecError
@@ -48,6 +49,7 @@ from .config_patch import is_asymspec
 from .grammar_patch import hidden_tokens_skip_grammar
 from .runner_patch import CUT_ATTR, ERRORS_ATTR
 
+logger = logging.getLogger(__name__)
 STATE_ATTR = "asymspec_state"  # Request attribute holding its RequestState
 SCHEDULER_ATTR = (
     "asymspec"  # Scheduler attribute holding its SchedulerState (asymspec engines only)
@@ -147,6 +149,8 @@ def add_request(original, scheduler, request):
         )
     if error is not None:  # fail it now, alone
         from vllm.v1.request import RequestStatus  # lazy: loads vLLM
+
+        logger.warning("asymspec: request %s failed: %s", request.request_id, error)
 
         side.rejected.append(
             (
@@ -354,6 +358,8 @@ def finish_failed(scheduler, errors: dict[str, str]) -> list:
         stats = state.stats.to_dict() if state is not None else {}
         failed.append((request.client_index, req_id, {**stats, "error": message}))
         scheduler.finish_requests(req_id, RequestStatus.FINISHED_ERROR)
+        # vLLM's server answers finish_reason "error" with a bare 500 and reads no kv_transfer_params: the log says why
+        logger.warning("asymspec: request %s failed: %s", req_id, message)
     return failed
 
 

@@ -543,15 +543,14 @@ def test_a_vision_tower_error_fails_the_request_alone_only_without_tensor_parall
                 RowLedger(prompt=feed), torch.arange(4), 0, sees_image=True
             )
         plan = DraftPlan(list(rows), [])
+        # the vision tower runs as the x_full prefill reaches each row (full_view_images.py, admit)
+        images = proposer.full.images_for(plan, proposer.fail)
         if world_size == 1:
-            images = proposer.full.images_for(plan, proposer.fail)
-            assert [r for r, _, _ in plan.full_rows] == [
-                "ok",
-                "ok2",
-            ] and images.embeddings.shape == (4, 4)
+            assert [images.admit(r) for r in range(3)] == [True, False, True]
+            assert sorted(images.held) == [0, 2] and images.peak == 4
         else:
             with pytest.raises(torch.OutOfMemoryError):
-                proposer.full.images_for(plan, proposer.fail)
+                [images.admit(r) for r in range(3)]
     assert failed == {1: ["oom"]}
 
 

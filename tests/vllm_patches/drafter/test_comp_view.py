@@ -12,14 +12,15 @@ BLOCK = 4
 V = 11
 
 
-def block_table(rows: list[list[int]]):
-    """vLLM's own BlockTable (CPU) with these rows, added as the runner adds them."""
+def block_table(rows: list[list[int]], width: int = 6):
+    """vLLM's own BlockTable (CPU) with these rows, added as the runner adds them; `width` columns
+    (max_model_len / block size)."""
     from vllm.v1.worker.block_table import BlockTable
 
     table = BlockTable(
         BLOCK,
         max_num_reqs=4,
-        max_num_blocks_per_req=6,
+        max_num_blocks_per_req=width,
         max_num_batched_tokens=64,
         pin_memory=False,
         device=torch.device("cpu"),
@@ -107,10 +108,40 @@ def test_a_reused_rows_stale_block_ids_are_never_written(monkeypatch):
 def test_allocated_blocks_zero_what_a_row_does_not_own():
     table = block_table([[5, 6, 7], [1, 2]])
     table.add_row([9], 0)
-    assert comp_view.allocated_blocks(table, 2)[:, :4].tolist() == [
+    assert comp_view.allocated_blocks(table, 2, reach=4).tolist() == [
         [9, 0, 0, 0],
         [1, 2, 0, 0],
     ]
+    # the allocated width: the widest row's own blocks (2), at most the table's (6)
+    assert comp_view.allocated_blocks(table, 2).tolist() == [[9, 0], [1, 2]]
+    assert comp_view.allocated_blocks(table, 2, reach=9).shape == (2, 6)
+
+
+def test_drafting_passes_read_the_allocated_width_not_the_tables(monkeypatch):
+    """A table 4,096 columns wide (a 16k context in 4-token blocks) whose rows own 2 and 1 blocks: every drafting
+    pass gets 2 columns (the widest row's), or 3 where a row's last draft slot lies past every row's blocks
+    (it writes through the null block there), never 4,096 (copied to the device K times a step)."""
+    widths = []
+
+    def record(proposer_, batch, block_size, token_ids=None, decode=False):
+        widths.append({len(row.block_table) for row in batch})
+        proposer_.pass_req_ids = [
+            "a" if row.block_table[0] == 5 else "b" for row in batch
+        ]
+        return run_pass(proposer_, batch, block_size, token_ids)
+
+    monkeypatch.setattr(comp_view, "run_pass", record)
+    table = block_table([[5, 6], [7]], width=4096)
+    for num_tokens, K, width in (({"a": 6, "b": 2}, 2, 2), ({"a": 8, "b": 2}, 2, 3)):
+        widths.clear()
+        proposer, run_pass, written = proposer_on(table, num_tokens)
+        rows = [(0, "a", RowState(None, K)), (1, "b", RowState(None, K))]
+        comp_view.CompView(proposer, None).draft(
+            rows, proposer.runner.input_batch, proposer.runner.requests
+        )
+        assert widths and all(w == {width} for w in widths), (num_tokens, widths)
+    # a's drafts at slots 7, 8: slot 8 past its blocks, through the null block
+    assert [b for rid, b in written if rid == "a"] == [6, 0]
 
 
 def test_rows_whose_last_draft_slot_is_unallocated_draft_alone(monkeypatch):

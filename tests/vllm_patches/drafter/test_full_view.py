@@ -7,7 +7,7 @@ import torch
 
 from asymspec_vl.core.sources import RowLedger
 from vllm_patches.drafter import full_view
-from vllm_patches.drafter.full_view import FullViewImages
+from vllm_patches.drafter.full_view_images import FullViewImages
 from vllm_patches.requests.rows import RowState
 
 IMAGE = 7  # image_pad token id
@@ -22,7 +22,13 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     embeddings = (
         torch.arange(6.0).repeat_interleave(H).view(6, H)
     )  # embedding j is all j
-    images = FullViewImages(embeddings, [torch.tensor(feed) == IMAGE])
+    images = FullViewImages(
+        [("r", state, feed)],
+        [torch.tensor(feed) == IMAGE],
+        lambda req_id: (embeddings,),
+        None,
+        (),
+    )
     read = []
 
     def embed_input_ids(ids, multimodal_embeddings, is_multimodal):
@@ -52,6 +58,82 @@ def test_each_chunk_of_a_chunked_prefill_reads_its_own_image_embeddings(monkeypa
     last = view.first_pass([("r", state, feed)], images)
     assert read == [[0.0, 1.0], [2.0, 3.0, 4.0, 5.0]]
     assert last[0].shape == (V,)
+
+
+def test_a_steps_images_are_embedded_as_the_prefill_reaches_each_row(monkeypatch):
+    """Three image rows (1 text + 4 image tokens each) prefilled in chunks of 5 tokens: each row's vision tower
+    runs when its chunk comes and its embeddings are gone once read (one row's held at a time), not all three
+    up front; every chunk reads the same embeddings as before (row j's token i reads 10 * j + i). A row whose
+    vision tower fails is failed alone before any of its tokens is fed, and the others' chunks are unchanged."""
+    events = []
+
+    class Images:
+        def embeddings(self, req_id):
+            events.append(("tower", req_id))
+            if req_id == "bad":
+                raise RuntimeError("vision tower out of memory (simulated)")
+            j = float("abc".index(req_id))
+            return (
+                (10 * j + torch.arange(2.0)).repeat_interleave(H).view(2, H),
+                (10 * j + torch.arange(2.0, 4.0)).repeat_interleave(H).view(2, H),
+            )
+
+    def embed_input_ids(ids, multimodal_embeddings, is_multimodal):
+        events.append(("read", torch.cat(multimodal_embeddings)[:, 0].tolist()))
+        return torch.zeros(len(ids), H)
+
+    fed = []
+
+    def run_pass(drafter, batch, block_size, kv, token_ids=None, inputs_embeds=None):
+        fed.append([row.block_table[0].item() for row in batch])
+        n = sum(row.length for row in batch)
+        return torch.zeros(n, H), torch.tensor([n - 1])
+
+    failed = []
+    view = full_view.FullView(Images(), None)
+    view.drafter = types.SimpleNamespace(
+        max_batched_tokens=5,
+        device=torch.device("cpu"),
+        uses_mrope=False,
+        facts=types.SimpleNamespace(image_token_id=IMAGE),
+        request_errors=(RuntimeError,),
+        model=types.SimpleNamespace(
+            embed_input_ids=embed_input_ids,
+            compute_logits=lambda h: torch.zeros(len(h), V),
+        ),
+    )
+    monkeypatch.setattr(full_view, "run_pass", run_pass)
+    feed = [1] + [IMAGE] * 4
+    for names in (["a", "b", "c"], ["a", "bad", "c"]):
+        events.clear(), fed.clear()
+        view.pool = types.SimpleNamespace(
+            block_size=8, tensors={}, blocks={r: [i] for i, r in enumerate(names)}
+        )
+        rows = [(r, RowState(None, 2), list(feed)) for r in names]
+        for r in names:
+            view.rows[r] = full_view.FullRow(
+                RowLedger(prompt=list(feed)), torch.arange(5), 0, True
+            )
+        plan = types.SimpleNamespace(full_rows=list(rows))
+        images = view.images_for(plan, lambda req_id, state, err: failed.append(req_id))
+        last = view.first_pass(plan.full_rows, images)
+        reads = {
+            r: ("read", [10.0 * "abc".index(r) + i for i in range(4)]) for r in "ac"
+        }
+        if names[1] == "b":
+            reads["b"] = ("read", [10.0, 11.0, 12.0, 13.0])
+            assert events == [e for r in names for e in (("tower", r), reads[r])]
+            assert fed == [[0], [1], [2]] and all(a.shape == (V,) for a in last)
+            assert images.peak == 4 and images.held == {}
+        else:
+            assert events == [
+                ("tower", "a"),
+                reads["a"],
+                ("tower", "bad"),
+                ("tower", "c"),
+                reads["c"],
+            ]
+            assert fed == [[0], [2]] and failed == ["bad"] and last[1] is None
 
 
 def test_score_never_computes_logits_of_a_chunk_that_reads_none(monkeypatch):

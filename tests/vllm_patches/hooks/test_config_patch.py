@@ -132,6 +132,45 @@ def test_the_key_holds_the_method_and_the_drafters_traced_call_layout(
     assert ours["verifier"] != ours["drafter"]
 
 
+# -- requests vLLM's input processor checks ----------------------------------------------------------------------
+@pytest.mark.vllm
+@pytest.mark.parametrize("cpu_build", [True, False])
+def test_a_plain_sampling_request_is_refused_by_name_on_the_cpu_build_only(
+    monkeypatch, cpu_build
+):
+    """A request without asymspec args that samples goes to vLLM's rejection sampler, which the CPU build lacks:
+    refused where vLLM checks a request (SamplingParams.verify), naming the fix, instead of failed by the
+    workers (a server's bare 500). Greedy plain requests and sampling asymspec requests pass; other methods keep
+    vLLM's checks."""
+    from vllm.sampling_params import SamplingParams
+
+    from vllm_patches.requests.request_args import RequestArgsError
+
+    monkeypatch.setattr(config_patch, "is_cpu_build", lambda: cpu_build)
+    stock = []
+    spec = types.SimpleNamespace(method="asymspec")
+
+    def check(params, speculative_config=spec):
+        return config_patch.validate_spec_decode(
+            lambda p, s: stock.append(p), params, speculative_config
+        )
+
+    sampled = SamplingParams(temperature=1.0)
+    if cpu_build:
+        with pytest.raises(RequestArgsError, match="rejection sampler.*temperature=0"):
+            check(sampled)
+    else:
+        check(sampled)
+        assert stock == [sampled]
+    stock.clear()
+    greedy = SamplingParams(temperature=0.0)
+    check(greedy)
+    asym = SamplingParams(temperature=1.0, min_p=0.1, extra_args={"asymspec": {}})
+    check(asym)
+    check(sampled, types.SimpleNamespace(method="eagle"))
+    assert stock == [greedy, sampled]
+
+
 # -- pipeline parallelism ------------------------------------------------------------------------------------------
 @pytest.mark.vllm
 def test_llm_users_asking_for_pipeline_parallelism_are_refused_by_name(tiny_models):

@@ -40,3 +40,27 @@ def test_admission_reserves_the_whole_view_and_the_k_plus_1_lookahead():
     assert blocks(request(10, 6, 5)) == 5
     assert blocks(request(6, 10, 5)) == 5  # x_comp longer: its length
     assert blocks(request(10, 6, 5, "sd")) == 0  # no x_full view
+
+
+def test_a_request_the_workers_failed_is_finished_and_its_error_logged(caplog):
+    """vLLM's server answers finish_reason "error" with a bare 500 and never reads kv_transfer_params: the
+    engine's log names the request and its error."""
+    import logging
+
+    from vllm.v1.request import RequestStatus
+
+    from vllm_patches.hooks import scheduler_patch
+
+    finished = []
+    live = types.SimpleNamespace(client_index=0, is_finished=lambda: False)
+    scheduler = types.SimpleNamespace(
+        requests={"r1": live},
+        finish_requests=lambda req_id, status: finished.append((req_id, status)),
+    )
+    with caplog.at_level(logging.WARNING, logger=scheduler_patch.__name__):
+        failed = scheduler_patch.finish_failed(
+            scheduler, {"r1": "RequestArgsError: bad", "gone": "X: y"}
+        )
+    assert failed == [(0, "r1", {"error": "RequestArgsError: bad"})]
+    assert finished == [("r1", RequestStatus.FINISHED_ERROR)]
+    assert "request r1 failed: RequestArgsError: bad" in caplog.text
