@@ -18,9 +18,13 @@ import torch
 
 
 def main() -> None:
-    from vllm.v1.worker.block_table import BlockTable  # lazy: loads vLLM
+    # lazy: loads vLLM
+    from vllm.v1.worker.block_table import BlockTable
 
+    # lazy: the patches load vLLM
     from vllm_patches.drafter.comp_view import allocated_blocks
+
+    # lazy: the patches load vLLM
     from vllm_patches.drafter.drafter_pass import PassRow, common_metadata
 
     ap = argparse.ArgumentParser()
