@@ -17,9 +17,13 @@ def engine_vocab_map(vllm_config) -> VocabMap | None:
 
     draft = vllm_config.speculative_config.draft_model_config
     target = vllm_config.model_config
-    # the drafter's own folder: vLLM gives the draft ModelConfig the target's tokenizer (speculative.py)
+    # the drafter's own folder: vLLM gives the draft ModelConfig the target's tokenizer (speculative.py); the
+    # engine's drafter may be SD's text drafter (images=False: a text-only drafter passes the preflight)
     vmap = ModelPair.load(
-        draft.model, target.tokenizer, trust_remote_code=target.trust_remote_code
+        draft.model,
+        target.tokenizer,
+        trust_remote_code=target.trust_remote_code,
+        images=False,
     ).vmap
     return None if vmap.identity else vmap
 
