@@ -9,7 +9,8 @@ Four narrow changes, only for the "asymspec" method (other methods keep the stoc
      warm-up alone traces at min(max(16, max_num_seqs), budget) tokens, a shape under which a buffer laid out
      wrongly for the whole budget goes unseen: issue 32, finding 1), then, as the profile run's
      _dummy_sampler_run, this engine's sampler at its largest step (runner_patch.profile_sampler; vLLM's
-     rejection sampler, which that run calls first, needs the GPU build's kernels).
+     rejection sampler, which that run calls first, needs the GPU build's kernels) when
+     ASYMSPEC_VL_CPU_PROFILE_SAMPLER=1 (it sizes nothing on the CPU build).
   4. CPUModelRunner.__init__ compiles without inductor's indirect-indexing bounds checks unless the engine's
      compilation config sets `assert_indirect_indexing` itself (vLLM's own server and LLM(...) users alike): the
      CPU platform compiles the drafter with inductor's C++ backend, and torch 2.10's C++ code for the check of an
@@ -26,11 +27,18 @@ proposer hands its drafts back as host lists, which skips the runner's CUDA-stre
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ._patching import install
 from .config_patch import is_asymspec
 from .runner_patch import profile_sampler
+
+# The CPU build sizes its KV cache by VLLM_CPU_KVCACHE_SPACE, not by a memory profile, so the profile run's
+# sampler pass only costs start-up time there (~28 s on 2 cores): run it when this is "1" (the tests that hold
+# the GPU's profile-run order set it). GPUModelRunner.profile_run always runs it (runner_patch).
+CPU_PROFILE_SAMPLER = "ASYMSPEC_VL_CPU_PROFILE_SAMPLER"
 
 
 def patch_cpu_runner() -> None:
@@ -81,5 +89,6 @@ def warming_up_model(original, runner) -> None:
             _, last_hidden_states = runner._dummy_run(
                 runner.max_num_tokens, is_profile=True
             )
-        profile_sampler(runner, last_hidden_states)
+        if os.environ.get(CPU_PROFILE_SAMPLER) == "1":
+            profile_sampler(runner, last_hidden_states)
     original(runner)

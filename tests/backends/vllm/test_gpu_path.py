@@ -457,6 +457,8 @@ def test_the_profile_run_executes_our_sampler_at_max_num_seqs_rows(
 
     monkeypatch.setattr(sampler_profile, "dummy_step", recorded_step)
     monkeypatch.setattr(GPUModelRunner, "_dummy_run", recorded_run)
+    # the CPU warm-up's sampler pass, as the GPU's profile run always runs it
+    monkeypatch.setenv("ASYMSPEC_VL_CPU_PROFILE_SAMPLER", "1")
     seqs, budget, K = 5, 64, 2
     vl = AsymSpecVL.from_pretrained(
         drafter=str(tiny_models["vl_drafter"]),

@@ -135,6 +135,7 @@ def test_an_asymspec_engine_is_first_traced_at_the_whole_token_budget_then_runs_
         "profile_sampler",
         lambda runner, hidden: events.append(("our sampler", runner, hidden)),
     )
+    monkeypatch.setenv(cpu_patch.CPU_PROFILE_SAMPLER, "1")
     for method in ("asymspec", "eagle"):
         events.clear()
         runner = types.SimpleNamespace(
@@ -288,3 +289,30 @@ def test_vllms_own_server_with_the_plugin_serves_in_its_default_compiled_mode(tm
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def test_the_cpu_build_runs_our_profile_sampler_only_when_asked(monkeypatch):
+    """The CPU build's KV cache is not sized by a profile: without ASYMSPEC_VL_CPU_PROFILE_SAMPLER=1 its warm-up
+    skips the sampler pass (start-up time only), and still traces the whole budget first."""
+    events = []
+
+    @contextlib.contextmanager
+    def settings(vllm_config):
+        yield
+
+    monkeypatch.setattr(cpu_model_runner, "_set_global_compilation_settings", settings)
+    monkeypatch.setattr(
+        cpu_patch, "profile_sampler", lambda runner, hidden: events.append("ours")
+    )
+    monkeypatch.delenv(cpu_patch.CPU_PROFILE_SAMPLER, raising=False)
+    runner = types.SimpleNamespace(
+        vllm_config=config("asymspec"),
+        max_num_tokens=2048,
+        _dummy_run=lambda n, **kw: events.append(("dummy", n)) or ("h", "last"),
+    )
+    cpu_patch.warming_up_model(lambda r: events.append("warm-up"), runner)
+    assert events == [("dummy", 2048), "warm-up"]
+    events.clear()
+    monkeypatch.setenv(cpu_patch.CPU_PROFILE_SAMPLER, "1")
+    cpu_patch.warming_up_model(lambda r: events.append("warm-up"), runner)
+    assert events == [("dummy", 2048), "ours", "warm-up"]
