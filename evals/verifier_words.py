@@ -108,7 +108,10 @@ def _run(args) -> int:
         name, parts = args.corpus, {"texts": read_corpus(args.corpus, args.field)}
     drafter = resolve("drafter", args.drafter, Weights.RANDOM)
     verifier = resolve("verifier", args.verifier, Weights.RANDOM)
-    pair = ModelPair.load(drafter, verifier, trust_remote_code=args.trust_remote_code)
+    # the report reads the two vocabularies only: a text-only drafter of the same tokenizer will do
+    pair = ModelPair.load(
+        drafter, verifier, trust_remote_code=args.trust_remote_code, images=False
+    )
     every = [t for texts in parts.values() for t in texts]
     report = verifier_words(pair.vmap, pair.tokenizer, every, args.top)
     by_part = (

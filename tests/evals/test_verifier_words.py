@@ -27,6 +27,8 @@ def folders(tmp_path_factory):
         ("verifier", SHARED + ["126", "42", "dog"]),
     ):
         tok = word_level(words)
+        # each turn closed by </s>: the preflight wants a template with an answer end
+        tok.chat_template = "{% for m in messages %}{{ m['content'] }}</s>{% endfor %}"
         LlamaConfig(
             vocab_size=len(tok),
             hidden_size=8,
