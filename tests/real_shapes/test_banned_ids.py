@@ -21,10 +21,13 @@ def test_banned_ids_of_a_real_vocabulary_without_its_whole_dict(
         {vocab[t] for t in STRUCTURAL_TOKENS + THINK_MARKERS if t in vocab}
         | set(range(len(tok), ROWS[family]))
     )
+    pair = SimpleNamespace(tokenizer=tok, vocab_size=ROWS[family], _banned=None)
+    # the first call reads the vocabulary once; every later one (the hot path) never again
+    assert ModelPair.banned_ids(pair) == want
     monkeypatch.setattr(
         type(tok), "get_vocab", lambda self: pytest.fail("get_vocab() on the hot path")
     )
-    got = ModelPair.banned_ids(SimpleNamespace(tokenizer=tok, vocab_size=ROWS[family]))
+    got = ModelPair.banned_ids(pair)
     assert got == want
     if family == "qwen3":
         assert {151652, 151655, 151667, 151668, 151669, 151935} <= set(got)
