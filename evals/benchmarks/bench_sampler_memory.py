@@ -29,6 +29,7 @@ from asymspec_vl.evals.report import markdown_table
 
 from asymspec_vl.commands import positive_int
 from asymspec_vl.core import row_chunks
+from asymspec_vl.core.config import AsymSpecConfig
 from vllm_patches.sampler_profile import dummy_step
 
 V_QWEN, V_LLAMA3 = 151_936, 128_256
@@ -167,7 +168,7 @@ def rows(args) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=positive_int, default=64)
-    ap.add_argument("--K", type=positive_int, default=4)
+    ap.add_argument("--K", type=positive_int, default=AsymSpecConfig.K)
     ap.add_argument("--logprobs", type=positive_int, default=20)
     ap.add_argument(
         "--families",

@@ -45,7 +45,7 @@ def built(monkeypatch):
     monkeypatch.setattr(vllm_runner, "configure_environment", lambda: None)
     monkeypatch.setattr(vllm_runner, "resolve", lambda role, name: name)
     monkeypatch.setattr(
-        vllm_runner.ModelPair, "load", staticmethod(lambda d, v: FakePair())
+        vllm_runner.ModelPair, "load", staticmethod(lambda d, v, **kw: FakePair())
     )
     loop = asyncio.new_event_loop()
     settings = ServeSettings(
