@@ -174,6 +174,54 @@ def test_without_a_template_the_role_table_gives_the_end_and_says_so():
     )
 
 
+def llama3_base():
+    """Meta-Llama-3-8B (base)'s shape: no chat template, EOS <|end_of_text|> 1 (its generation config's only EOS),
+    the turn end <|eot_id|> 4 that its fine-tunes' templates (and Llama-3-Instruct's) close each answer with."""
+    specials = {
+        0: "<|begin_of_text|>",
+        1: "<|end_of_text|>",
+        2: "<|start_header_id|>",
+        3: "<|end_header_id|>",
+        4: "<|eot_id|>",
+    }
+    return tokenizer(
+        numbered(specials, 320),
+        list(specials.values()),
+        None,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|end_of_text|>",
+    )
+
+
+def test_without_a_template_the_turn_end_is_paired_before_an_eos_that_differs():
+    """A verifier whose EOS is not its turn end (base Llama-3 configs): the role table's <|eot_id|> is the answer
+    end, paired with the drafter's <|im_end|>, and the EOS folds into it; pairing the EOS instead would leave the
+    token that ends a chat answer off the map."""
+    vmap = build_vocab_map(qwen(), llama3_base(), "Qwen", "Llama-3", verifier_eos={1})
+    assert vmap.specials["answer_end"] == (2, 4)  # <|im_end|> -> <|eot_id|>
+    assert 4 in set(vmap.verifier_ids.tolist())
+    assert vmap.end_aliases == (1,)  # <|end_of_text|> ends the answer as <|eot_id|>
+    assert (
+        "Llama-3 has no chat template: its answer end <|eot_id|> 4 is the role table's"
+        in (describe(vmap))
+    )
+
+
+def test_one_tokenizer_with_two_row_counts_gets_a_map_not_the_identity():
+    """Qwen2.5-VL 3B and 7B share one tokenizer but have 151,936 and 152,064 logit rows (both past the tokenizer's
+    151,665 ids): the identity map would give the drafter rows it does not have. Here 336 and 384 rows over one
+    320-id tokenizer: every token id pairs with itself, each model keeps its own row count."""
+    tok = qwen()
+    vmap = build_vocab_map(tok, tok, drafter_size=336, verifier_size=384)
+    assert not vmap.identity
+    assert (vmap.drafter_size, vmap.verifier_size) == (336, 384)
+    assert torch.equal(vmap.drafter_ids, vmap.verifier_ids)
+    assert vmap.verifier_ids.tolist() == list(range(320))
+    assert vmap.specials["answer_end"] == (2, 2)  # <|im_end|>
+    _, _, d2v, v2d = vmap.to("cpu")
+    assert d2v.shape == (336,) and v2d.shape == (384,)
+
+
 def test_a_template_that_cannot_render_the_exchange_falls_back_with_its_reason():
     v = mistral(template="{{ raise_exception('system message required') }}")
     end, note = answer_end(v, "Mistral", len(v), {2})
