@@ -1,10 +1,12 @@
 """The rules across a vocabulary map (core/vocab_align.py) against the from-scratch oracle, the identity map against
 gate.py bit for bit, and the metamorphic oracle: permuting the verifier's ids changes no decision."""
 
+import math
+
 import pytest
 import torch
 
-from asymspec_vl.core import gate, vocab_align
+from asymspec_vl.core import gate, logprobs, vocab_align
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.vocab_align import VocabMap
 
@@ -275,3 +277,70 @@ def test_logprobs_read_t_with_the_end_aliases_folded():
             name, cfg, {**x, "t": merged(t, end, aliases)}, 4, plain
         )
         assert torch.allclose(got, want, atol=1e-5), name
+
+
+def shared_logprob(scores: dict[int, float], token: int) -> float:
+    """log softmax over the shared set, from scratch: scores {verifier id: raw score} of the shared tokens only."""
+    top = max(scores.values())
+    return (
+        scores[token] - top - math.log(sum(math.exp(x - top) for x in scores.values()))
+    )
+
+
+@pytest.mark.parametrize("method", ["asymspec", "floor", "sd"])
+def test_logprobs_across_a_map_are_over_the_shared_set_from_scratch(method):
+    """Each committed token's logprob is its distribution's log-softmax over the shared set only, computed here from
+    the raw logits (both backends read the same function, so comparing them cannot catch a lost restriction), and
+    every alternative is a shared token."""
+    a, b, t, drafts, vmap, pairs = pair_world(0)
+    cfg = AsymSpecConfig(
+        K=3, gamma=0.6
+    )  # rows 1 and 5 reject their first draft, the others take the bonus
+    assert cfg.delta_source == "contrastive" and cfg.bonus == "verifier"
+    x = {"a": a[:, :3], "b": b, "t": t}
+    k = drafts if method != "floor" else drafts[:, :0]
+    outcome = vocab_align.decide(method, cfg, x, k, None, vmap)
+    rows = logprobs.step_logprobs(method, cfg, x, outcome, k, 5, vmap)
+    seen = set()
+    for r, row in enumerate(rows):
+        for j, entry in enumerate(row):
+            raw = {
+                "t": {v: t[r, j, v].item() for v in pairs},
+                "a": {v: a[r, j, d].item() for v, d in pairs.items()},
+                "fused": {
+                    v: (t[r, j, v] + cfg.beta * (a[r, j, d] - b[r, j, d])).item()
+                    for v, d in pairs.items()
+                },
+            }[entry.distribution]
+            assert entry.logprob == pytest.approx(
+                shared_logprob(raw, entry.token_id), abs=1e-4
+            )
+            assert len(entry.top) == 5 and {i for i, _ in entry.top} <= set(pairs)
+            seen.add(entry.distribution)
+    assert seen == ({"a", "fused", "t"} if method == "asymspec" else {"t"})
+
+
+def test_the_drafter_alone_never_picks_an_unshared_token():
+    """q's best token is outside the shared set (a drafter-only string) in every row, and its best shared token is
+    banned in row 0: the drafter alone emits the best allowed shared token, as a verifier id."""
+    a, _, _, _, vmap, pairs = pair_world(2)
+    q = a[:, :1].clone()  # [B, 1, Vd]
+    unshared = next(i for i in range(vmap.drafter_size) if i not in pairs.values())
+    q[..., unshared] = q.max() + 10
+    best = {
+        r: max(pairs, key=lambda v: q[r, 0, pairs[v]].item()) for r in range(len(q))
+    }
+    banned = torch.zeros(vmap.verifier_size, dtype=torch.bool)
+    banned[best[0]] = True
+    out = vocab_align.decide(
+        "drafter",
+        AsymSpecConfig(K=3),
+        {"q": q},
+        torch.zeros(len(q), 0, dtype=torch.long),
+        banned,
+        vmap,
+    )
+    for r in range(len(q)):
+        allowed = {v: q[r, 0, d].item() for v, d in pairs.items() if not banned[v]}
+        assert int(out.token[r]) == max(allowed, key=allowed.get)
+    assert int(out.token[0]) != best[0]
