@@ -116,3 +116,72 @@ def test_is_engine_dead_follows_the_cause(error, dead):
     wrapped = RuntimeError("wrapped")
     wrapped.__cause__ = error
     assert is_engine_dead(error) is dead and is_engine_dead(wrapped) is dead
+
+
+def watch_over(checks, **kw):
+    """Run an EngineWatch (period 10 ms) over `checks` (one async callable per health check, the last repeated)
+    until it has made len(checks) + 2 checks or declared death; -> (watch, deaths, checks made). Fails (a timeout)
+    when the watch stops checking: a check that never returns must not stall it."""
+    import asyncio
+
+    from asymspec_vl.serve.engine_watch import EngineWatch
+
+    async def run():
+        watch, deaths, made = EngineWatch(period_s=0.01, **kw), [], []
+        watch.on_death = deaths.append
+        enough = asyncio.Event()
+
+        async def check():
+            made.append(1)
+            if len(made) >= len(checks) + 2:
+                enough.set()
+            await checks[min(len(made), len(checks)) - 1]()
+
+        task = asyncio.create_task(watch.run(check))
+        done = asyncio.create_task(enough.wait())
+        await asyncio.wait_for(
+            asyncio.wait([task, done], return_when="FIRST_COMPLETED"), 5
+        )
+        task.cancel()
+        done.cancel()
+        return watch, deaths, len(made)
+
+    return asyncio.run(run())
+
+
+async def hangs():
+    import asyncio
+
+    await asyncio.sleep(3600)
+
+
+async def fails():
+    raise RuntimeError("the transformers runner's thread has stopped")
+
+
+async def engine_dead():
+    raise EngineDeadError("core gone")
+
+
+def test_a_timed_out_health_check_is_not_death():
+    """One check that gives no answer (a timeout), then healthy ones: the engine lives and the count restarts."""
+    watch, deaths, made = watch_over([hangs, fails, healthy], timeout_s=0.05)
+    assert not deaths and watch.dead is None and watch.failures == 0 and made >= 5
+
+
+def test_failed_checks_are_death_only_when_dead_after_of_them_come_in_a_row():
+    watch, deaths, _ = watch_over(
+        [hangs, fails, healthy] * 3 + [healthy], timeout_s=0.05
+    )
+    assert not deaths  # never three in a row
+    watch, deaths, made = watch_over([hangs, fails, hangs], timeout_s=0.05)
+    assert len(deaths) == 1 and made == 3
+    assert type(deaths[0]).__name__ == "EngineUnresponsiveError"
+    assert str(deaths[0]) == (
+        "3 health checks failed in a row, the last: no answer within 0.05 s"
+    )
+
+
+def test_engine_dead_is_death_at_the_first_check():
+    watch, deaths, made = watch_over([engine_dead], timeout_s=0.05)
+    assert made == 1 and len(deaths) == 1 and isinstance(deaths[0], EngineDeadError)
