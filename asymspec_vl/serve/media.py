@@ -94,7 +94,7 @@ class ServerPixels:
                 entry[1].done() and not entry[1].cancelled()
             ):  # granted just before: give the pixels back
                 self.held -= pixels
-            else:
+            elif entry in self._waiting:  # _grant passes over a cancelled place
                 self._waiting.remove(entry)
             self._grant()
             raise

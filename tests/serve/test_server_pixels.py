@@ -176,3 +176,61 @@ def test_the_chat_service_holds_a_requests_pixels_until_it_is_encoded(monkeypatc
     ]  # never two 3 MP images at once
     assert service.pixels.held == 0
     assert [f((7900, 7900)) for f in fits] == [(128, 128)] * 2
+
+
+def test_a_waiting_request_of_the_whole_budget_gets_in_when_the_server_empties():
+    """A request of exactly --max-server-pixels that arrived while another held pixels waits, then gets in."""
+
+    async def run():
+        pixels, log, gate = ServerPixels(100), [], asyncio.Event()
+        first = asyncio.create_task(holder(pixels, 30, log, "a", gate))
+        whole = asyncio.create_task(holder(pixels, 100, log, "whole", gate))
+        await asyncio.sleep(0.01)
+        assert log == ["a in"] and pixels.held == 30
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, whole), 1.0)
+        assert log == ["a in", "a out", "whole in", "whole out"]
+        assert pixels.held == 0
+
+    asyncio.run(run())
+
+
+def test_a_request_cancelled_just_after_its_pixels_were_granted_gives_them_back():
+    """The pixels are granted (the holder leaves) and the waiting request is cancelled before it runs again (its
+    timeout, its client gone): they come back, and a request of the whole budget still gets in."""
+
+    async def run():
+        pixels, log = ServerPixels(100), []
+        async with pixels.hold(80):
+            late = asyncio.create_task(holder(pixels, 50, log, "late", asyncio.Event()))
+            await asyncio.sleep(0.01)
+            assert pixels.held == 80 and not log
+        # the 80 are back and the 50 granted; `late` has not run since
+        assert pixels.held == 50 and not late.done()
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert pixels.held == 0 and log == []
+        opened = asyncio.Event()
+        opened.set()
+        await asyncio.wait_for(holder(pixels, 100, log, "whole", opened), 1.0)
+        assert log == ["whole in", "whole out"] and pixels.held == 0
+
+    asyncio.run(run())
+
+
+def test_a_request_cancelled_while_its_place_is_taken_leaves_quietly():
+    """A waiting request is cancelled and, before it runs again, the holder leaves (the line passes over its
+    cancelled place): it ends cancelled, not with an error, and holds nothing."""
+
+    async def run():
+        pixels, log = ServerPixels(100), []
+        async with pixels.hold(80):
+            late = asyncio.create_task(holder(pixels, 50, log, "late", asyncio.Event()))
+            await asyncio.sleep(0.01)
+            late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert pixels.held == 0 and log == [] and not pixels._waiting
+
+    asyncio.run(run())
