@@ -694,12 +694,13 @@ def test_prompt_logprobs_equal_the_verifiers_over_x_comp(vl, tiny_vl, method):
     """prompt_logprobs=k: per x_comp token the verifier's logprob after the tokens before it, its rank and the k
     best, equal on both backends and to a from-scratch forward. On the speculative engine the prefill stops one
     token short (hidden_tokens.prime): that token's entry comes from the prime step's sample logprobs, and the
-    rows the engine computed for it are not returned where the request asked none (logprobs None) or fewer (1)."""
+    rows the engine computed for it are not returned where the request asked none (logprobs None) or fewer (1), and
+    a request that asks more sample alternatives than prompt ones (4 > 3) gets all it asked."""
     from asymspec_vl import AsymSpecConfig
     from asymspec_vl.backends.hf.reference import logits_after
     from asymspec_vl.inputs.prompts import encode_request
 
-    for seed, logprobs in ((3, None), (4, 1)):
+    for seed, logprobs in ((3, None), (4, 1), (5, 4)):
         r = random_request(seed)
         cfg = AsymSpecConfig(
             K=2, gamma=0.3, max_new_tokens=8, prompt_logprobs=3, logprobs=logprobs
@@ -737,7 +738,7 @@ def test_prompt_logprobs_equal_the_verifiers_over_x_comp(vl, tiny_vl, method):
             assert got.logprobs is None and want.logprobs is None
         else:
             assert len(got.logprobs) == len(got.token_ids) and all(
-                len(x.top) == 1 for x in got.logprobs
+                len(x.top) == logprobs for x in got.logprobs
             )
 
 
