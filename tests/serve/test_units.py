@@ -812,6 +812,30 @@ def test_local_file_paths_are_judged_where_they_lead_not_as_written(tmp_path):
     )
 
 
+def test_file_url_refusals_never_show_where_a_path_leads_on_the_server(tmp_path):
+    """Issue 47 item 2: the refusal names the URL as sent, not the resolved path (a symlink's target, where "../"
+    leads): the server's file layout is not the client's to read."""
+    from asymspec_vl.core.errors import AsymSpecError
+
+    secret, root = tmp_path / "secret", tmp_path / "allowed"
+    secret.mkdir(), root.mkdir()
+    (secret / "big.png").write_bytes(PNG)
+    (root / "out.png").symlink_to(secret / "big.png")
+    (root / "gone.png").symlink_to(root / "nothing.png")
+    (root / "in.png").symlink_to(root / "big.png")
+    (root / "big.png").write_bytes(PNG)
+    allowed = {"allowed_local_media_path": str(root), "max_image_bytes": 10}
+    said = []
+    for name in ("out.png", "gone.png", "in.png", "../secret/big.png"):
+        with pytest.raises(AsymSpecError) as e:
+            fetch(f"file://{root}/{name}", **allowed)
+        said.append(str(e.value))
+    assert "outside the allowed folder" in said[0] and "no image file" in said[1]
+    assert said[2].startswith("the image file is") and "outside" in said[3]
+    for hidden in (secret / "big.png", root / "nothing.png", root / "big.png"):
+        assert not any(str(hidden) in s for s in said), said
+
+
 def test_a_data_url_is_capped_by_the_bytes_it_decodes_to():
     from asymspec_vl.core.errors import ImageTooLargeError
 
