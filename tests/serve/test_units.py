@@ -665,18 +665,24 @@ IMAGE_PART = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
             "InvalidTextError",
             "got NoneType",
         ),
+        (  # issue 47 item 3: /invocations answered it with a 500 RecursionError
+            '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "MalformedRequestError",
+            "recursion limit exceeded",
+        ),
+        ("{not json", "MalformedRequestError", "Invalid JSON"),
     ],
 )
 def test_bodies_of_the_wrong_shape_get_a_400_error_object(app_client, raw, kind, says):
+    """The same 400 on /v1/chat/completions and on vLLM's SageMaker route /invocations."""
     import json
 
     content = raw if isinstance(raw, str) else json.dumps(raw)
-    reply = app_client.post(
-        "/v1/chat/completions",
-        content=content,
-        headers={"content-type": "application/json"},
-    )
-    openai_error(reply, 400, kind, says)
+    for route in ("/v1/chat/completions", "/invocations"):
+        reply = app_client.post(
+            route, content=content, headers={"content-type": "application/json"}
+        )
+        openai_error(reply, 400, kind, says)
 
 
 def test_unknown_routes_wrong_methods_and_the_docs_get_openai_error_objects(app_client):
