@@ -281,13 +281,13 @@ def _local_file(url: str, settings: ServeSettings) -> bytes:
     name = unquote(parsed.path)
     if "\0" in name:
         raise InvalidImageError("the file: URL's path holds a NUL byte (%00)")
-    # the refusals name the URL as the client sent it, never the resolved path or the allowed folder (the
-    # server's file layout is not the client's to read)
     root = Path(settings.allowed_local_media_path).resolve()
     try:
         path = (
             Path(name).resolve()
         )  # resolved first: "sub/../x" and symlinks are judged by where they lead
+        # the refusals name the URL as the client sent it, never the resolved path or the allowed folder (the
+        # server's file layout is not the client's to read)
         if not path.is_relative_to(root):
             raise InvalidImageError(
                 f"the file: URL {_shown(url)} leads outside the allowed folder "
