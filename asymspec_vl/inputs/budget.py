@@ -10,6 +10,7 @@ from collections.abc import Callable
 from ..core.config import AsymSpecConfig
 from ..core.errors import PromptTooLongError
 from ..core.methods import Method
+from .prompt_floor import prompt_floor
 from .prompts import EncodedRequest
 
 
@@ -39,5 +40,26 @@ def check_fits(
         if length + cfg.K + 2 > limit:
             raise PromptTooLongError(
                 f"the {s.model.replace('_', ' ')}'s prompt ({s.view}) has {length} tokens; "
+                f"its context is {limit} tokens (with K={cfg.K} look-ahead)"
+            )
+
+
+def check_floor_fits(
+    roles: list[str],
+    owners: tuple,
+    method: Method,
+    cfg: AsymSpecConfig,
+    context_of: Callable[[str], int],
+) -> None:
+    """PromptTooLongError when even the fewest tokens the conversation's views can have (prompt_floor.py: its
+    messages' template frames, for each tokenizer or processor in `owners`) leave no room for one step in a
+    context: linear in the messages, before any template renders them (check_fits counts the real prompt)."""
+    floor = min(prompt_floor(owner, roles) for owner in owners)
+    for s in method.sources:
+        limit = context_of(s.model)
+        if floor + cfg.K + 2 > limit:
+            raise PromptTooLongError(
+                f"the conversation has {len(roles)} messages: the {s.model.replace('_', ' ')}'s "
+                f"prompt ({s.view}) has at least {floor} tokens of its chat template's frames alone; "
                 f"its context is {limit} tokens (with K={cfg.K} look-ahead)"
             )

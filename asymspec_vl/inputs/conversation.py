@@ -36,6 +36,7 @@ from .prompts import (
     verifier_text,
     vision_inputs,
 )
+from .stop_signal import check_stop
 from .user_text import check_text, encode_segments, sentinel, template_segments
 
 ROLES = ("system", "user", "assistant")
@@ -70,7 +71,10 @@ def checked_turns(conv: Conversation, fit: Fit | None = None) -> list[Turn]:
             "a conversation needs a non-empty list of messages"
         )
     check_image_count(messages)  # before any image loads
-    turns = [_turn(i, m, fit) for i, m in enumerate(messages)]
+    turns = []
+    for i, m in enumerate(messages):
+        check_stop()  # a request given up stops here (stop_signal.py)
+        turns.append(_turn(i, m, fit))
     if turns[-1].role != "user":
         raise MalformedConversationError(
             f"the conversation must end with a user message (the answer follows it); "
@@ -166,6 +170,7 @@ def framed_segments(
     turns' texts read as ordinary text; image placeholders in place where `images`."""
     messages, texts = [], []
     for t in turns:
+        check_stop()  # a request given up stops here (stop_signal.py)
         text = (
             (view_text(t.text, t.views) if with_views else t.text.strip())
             if t.role == "user"

@@ -16,9 +16,11 @@ test_user_text.py checks it, tests/real_shapes/test_prompt_pieces.py on the real
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 
 from ..core.errors import ChatTemplateError, InvalidTextError
+from .stop_signal import check_stop
 
 SENTINEL = "\x00asymspec-user-text\x00"  # stands for the user's message while the template renders
 
@@ -69,26 +71,34 @@ def template_segments(
     rendered = template_owner.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, **kwargs
     )
-    marks = [sentinel(i) for i in range(n)]
+    # one pass over the rendered text (linear: a conversation of thousands of turns must not cost their square)
+    cuts = list(SENTINELS.finditer(rendered))
+    placed = [int(m.group(1)) for m in cuts]
     if (
-        any(rendered.count(m) != 1 for m in marks)
+        sorted(placed) != list(range(n))
         or rendered.count("\x00asymspec-user-text") != n
     ):
         raise ChatTemplateError(
             f"the chat template of {type(template_owner).__name__} does not place each "
             "message's text verbatim once; AsymSpec needs a template that does (as ChatML's)"
         )
-    segments, rest = [], rendered
-    for i in sorted(range(n), key=lambda i: rendered.find(marks[i])):
-        before, rest = rest.split(marks[i])
-        segments.append(before)
+    segments, start = [], 0
+    for m, i in zip(cuts, placed):
+        check_stop()
+        segments.append(rendered[start : m.start()])
         segments.append(i)  # filled by the caller with text i
-    return segments + [rest]
+        start = m.end()
+    return segments + [rendered[start:]]
 
 
 def sentinel(i: int) -> str:
     """The mark of text i of a conversation while its template renders."""
     return f"\x00asymspec-user-text-{i}\x00"
+
+
+SENTINELS = re.compile(
+    "\x00asymspec-user-text-([0-9]+)\x00"
+)  # sentinel(i), i in its group
 
 
 def encode_pieces(tokenizer, view) -> list[int]:
@@ -107,6 +117,7 @@ def encode_segments(tokenizer, segments) -> list[int]:
         [],
     )  # plain[n]: text and template text without added tokens; runs[n] after it
     for k, piece in enumerate(segments):
+        check_stop()  # once per message: a request given up stops here (stop_signal.py)
         span = None if k % 2 else _added_span(tokenizer, piece)
         if span is None:
             plain[-1] += piece

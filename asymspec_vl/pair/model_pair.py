@@ -177,7 +177,9 @@ class ModelPair:
 
     def check_stop_ids(self, cfg: AsymSpecConfig) -> None:
         """Refuse stop tokens decoding can never emit (generation would silently run to its budget): ids
-        outside the vocabulary, and banned ones (vision placeholders, thinking markers, padding rows)."""
+        outside the vocabulary, banned ones (vision placeholders, thinking markers, padding rows), and across a
+        vocabulary map the verifier ids off its shared set (only shared tokens are committed; the pair's own end
+        ids stay: an end alias folds into the answer end, which is shared)."""
         ids = cfg.stop_token_ids or ()
         outside = sorted(i for i in ids if i >= self.vocab_size)
         if outside:
@@ -192,6 +194,22 @@ class ModelPair:
                 f"AsymSpecConfig.stop_token_ids holds {never} ({names}): tokens decoding never emits "
                 "(vision placeholders, thinking markers, padding rows)"
             )
+        unshared = self.unshared_ids(ids)
+        if unshared:
+            names = [self.tokenizer.convert_ids_to_tokens(i) for i in unshared]
+            raise ConfigError(
+                f"AsymSpecConfig.stop_token_ids holds {unshared} ({names}): verifier tokens the drafter's "
+                f"vocabulary lacks; across this pair's vocabulary map only its {self.vmap.size} shared "
+                "tokens are ever committed, so these can never stop an answer"
+            )
+
+    def unshared_ids(self, ids) -> list[int]:
+        """The verifier ids among `ids` a cross-family pair never commits: off the map's shared set, and not one of
+        the pair's end ids. [] for one vocabulary."""
+        if self.vmap.identity:
+            return []
+        shared = set(self.vmap.verifier_ids.tolist()) | set(self.eos_ids)
+        return sorted(set(ids) - shared)
 
     def stop_ids(self, cfg: AsymSpecConfig) -> set[int]:
         if cfg.stop_token_ids is not None:

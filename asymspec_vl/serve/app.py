@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -17,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
+from pydantic_core import from_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -298,13 +298,15 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def _is_chat_body(body: bytes) -> bool:
-    """Whether a body is a JSON object with 'messages' (a chat completion request; /invocations routes by it)."""
-
+    """Whether /invocations reads a body as a chat completion: any body but a JSON object without 'messages' (a
+    completion, an embedding, ...). What is not a JSON object (unreadable, nested past the parser's depth limit, a
+    list) is refused by parse_chat_request then, with the 400 /v1/chat/completions gives. pydantic's parser, not
+    json.loads: a deeply nested body is its ValueError, where json.loads raised a RecursionError (a 500)."""
     try:
-        parsed = json.loads(body)
+        parsed = from_json(body)
     except ValueError:
-        return False
-    return isinstance(parsed, dict) and "messages" in parsed
+        return True
+    return not isinstance(parsed, dict) or "messages" in parsed
 
 
 def parse_chat_request(body: bytes):

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
@@ -25,6 +26,7 @@ from ..inputs import budget
 from ..inputs.conversation import Conversation, encode
 from ..inputs.image_fit import processor_fit
 from ..inputs.prompts import EncodedRequest
+from ..inputs.stop_signal import stoppable
 from . import responses as R
 from .captioning import View, ViewMaker
 from .http_errors import RequestTimeoutError, ServerShuttingDownError, error_body
@@ -134,6 +136,14 @@ class ChatService:
         job = with_model_stops(job, self.runner.vl.pair.eos_ids)
         self.runner.vl.pair.check_stop_ids(job.cfg)
         plan = self.runner.plan(METHODS[job.method], job.cfg)
+        pair = self.runner.vl.pair
+        budget.check_floor_fits(  # linear in the messages, before any image is fetched or template renders
+            [t.role for t in job.turns],
+            (pair.processor, pair.tokenizer),
+            plan.method,
+            plan.cfg,
+            self.runner.context_of(plan),
+        )
         late = f"preparing the request took over {self.settings.request_timeout_s} s"
         enc, views, warnings = await self._within(
             self._views(job, plan), deadline, late
@@ -168,9 +178,17 @@ class ChatService:
                     await self.views.view(im, c, o)
                     for im, c, o in zip(images, job.captions, job.ocrs)
                 ]
-                enc = await asyncio.to_thread(
-                    self._encode, conversation_request(job, images, views), plan
-                )
+                stop = threading.Event()
+                try:
+                    enc = await asyncio.to_thread(
+                        stoppable,
+                        stop,
+                        self._encode,
+                        conversation_request(job, images, views),
+                        plan,
+                    )
+                finally:  # given up (timeout, drain, client gone): the thread stops at its next message
+                    stop.set()
                 return enc, views, answer_warnings(self.toy, images)
             finally:
                 if (

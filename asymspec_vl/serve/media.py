@@ -286,20 +286,28 @@ def _local_file(url: str, settings: ServeSettings) -> bytes:
         path = (
             Path(name).resolve()
         )  # resolved first: "sub/../x" and symlinks are judged by where they lead
+        # the refusals name the URL as the client sent it, never the resolved path or the allowed folder (the
+        # server's file layout is not the client's to read)
         if not path.is_relative_to(root):
-            raise InvalidImageError(f"{path} is outside the allowed folder {root}")
+            raise InvalidImageError(
+                f"the file: URL {_shown(url)} leads outside the allowed folder "
+                "(--allowed-local-media-path)"
+            )
         if not path.is_file():
             raise InvalidImageError(
-                f"no image file at {path} (missing, or not a regular file)"
+                f"no image file at the file: URL {_shown(url)} (missing, or not a "
+                "regular file)"
             )
         size = path.stat().st_size
         if size > settings.max_image_bytes:
             raise ImageTooLargeError(
-                f"{path} is {size} bytes; the limit is {settings.max_image_bytes}"
+                f"the image file is {size} bytes; the limit is {settings.max_image_bytes}"
             )
         return path.read_bytes()
-    except OSError as e:  # a name too long, no permission, ...
-        raise InvalidImageError(f"cannot read {_shown(name)}: {e.strerror or e}") from e
+    except OSError as e:  # a name too long, no permission, ... (strerror: the reason without the path)
+        raise InvalidImageError(
+            f"cannot read the file: URL {_shown(url)}: {e.strerror or type(e).__name__}"
+        ) from e
 
 
 def _shown(url: str) -> str:

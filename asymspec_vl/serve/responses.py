@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from ..api import TokenPieces, trace_pieces
+from ..core.errors import GrammarDeadEndError
 from ..core.loop import RowOutput
 from ..core.methods import method as method_named
 from ..core.stop_strings import StreamedText
@@ -30,8 +31,19 @@ def answer_text(decode, row: RowOutput) -> str:
     return row.text if row.text is not None else decode(row.token_ids)
 
 
+DEAD_END = f"{GrammarDeadEndError.__name__}: "  # how a dead end's error travels in row.error (its class, then ": ")
+
+
 def finished_row(row: RowOutput) -> RowOutput:
-    """The row of a finished request; GenerationFailedError (500) with the engine's message when the run failed."""
+    """The row of a finished request; GenerationFailedError (500) with the engine's message when the run failed.
+    A structured output's dead end is the request's, not the server's: GrammarDeadEndError (400, which OpenAI
+    clients do not retry, where they retry a 500) naming the output position (docs/serve.md says why not vLLM's
+    way: it goes on generating past the grammar)."""
+    if row.finish_reason == "error" and DEAD_END in row.error:
+        detail = row.error.split(DEAD_END, 1)[1].split(" The answer so far", 1)[0]
+        raise GrammarDeadEndError(
+            f"{detail} (a streamed answer keeps the {len(row.token_ids)} tokens sent before it)"
+        )
     if row.finish_reason == "error":
         raise GenerationFailedError(
             f"the model run failed on this request: {row.error}"

@@ -71,3 +71,30 @@ def test_a_cross_family_pair_stops_at_the_verifiers_answer_end_whatever_its_conf
     pair = ModelPair.load(str(folders["drafter"]), str(folders["verifier"]))
     assert pair.vmap.specials["answer_end"][1] == 128009
     assert {128001, 128009} <= pair.eos_ids
+
+
+def test_stop_ids_off_a_vocabulary_maps_shared_set_are_refused_by_id():
+    """Issue 47 item 4: across a map only shared verifier ids are committed, so a stop id off the shared set could
+    never end an answer; the pair's own end ids stay (an end alias folds into the shared answer end)."""
+    import pytest
+    import torch
+
+    from asymspec_vl import AsymSpecConfig
+    from asymspec_vl.core.errors import ConfigError
+    from asymspec_vl.core.vocab_align import VocabMap
+
+    tok = CountingTokenizer()
+    tok.convert_ids_to_tokens = {v: k for k, v in tok.get_vocab().items()}.get
+    vmap = VocabMap(
+        torch.tensor([0, 1]), torch.tensor([0, 5]), 4, 8
+    )  # shared: verifier 0 and 5
+    pair = ModelPair(tok, tok, vocab_size=8, eos_ids={1, 5}, vmap=vmap)
+    for ok in ((0, 5), (1,)):  # shared, or the pair's own end id
+        pair.check_stop_ids(AsymSpecConfig(stop_token_ids=ok))
+    with pytest.raises(ConfigError, match=r"holds \[3\] \(\['c'\]\).*2 shared tokens"):
+        pair.check_stop_ids(AsymSpecConfig(stop_token_ids=(0, 3, 5)))
+    one = ModelPair(
+        tok, tok, vocab_size=8, eos_ids={5}
+    )  # one vocabulary: every id can be committed
+    one.check_stop_ids(AsymSpecConfig(stop_token_ids=(3,)))
+    assert one.unshared_ids((0, 1, 3)) == []

@@ -172,3 +172,39 @@ def test_the_vllm_server_answers_the_cross_family_pair_as_the_library(
     assert [(e.token, e.logprob) for e in streamed] == [
         (e.token, e.logprob) for e in choice.logprobs.content
     ]
+
+
+@pytest.fixture(scope="module")
+def never_committed() -> int:
+    """A verifier id of the embedded-llama pair off its map's shared set (not banned, not an end id)."""
+    from asymspec_vl.pair.defaults import embedded_models
+    from asymspec_vl.pair.model_pair import ModelPair
+
+    models = embedded_models("embedded-llama")
+    pair = ModelPair.load(models["drafter"], models["verifier"])
+    banned = set(pair.banned_ids())
+    return next(i for i in pair.unshared_ids(range(pair.vocab_size)) if i not in banned)
+
+
+@pytest.mark.parametrize(
+    "which", ["server", pytest.param("vllm_server", marks=pytest.mark.vllm)]
+)
+def test_stop_token_ids_the_pair_never_commits_are_refused_by_id(
+    request, which, never_committed
+):
+    """Issue 47 item 4: a stop id off the shared set could never end an answer (it was accepted silently)."""
+    import httpx
+
+    server = request.getfixturevalue(which)
+    body = chat_body("q?", data_url(EXAMPLES / TOY[0]["image"]), max_tokens=2)
+    reply = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={**body, "stop_token_ids": [never_committed], "caption": "c"},
+        timeout=120,
+    )
+    assert reply.status_code == 400, reply.text
+    error = reply.json()["error"]
+    assert (
+        error["type"] == "ConfigError"
+        and f"holds [{never_committed}]" in (error["message"])
+    )

@@ -665,18 +665,24 @@ IMAGE_PART = {"type": "image_url", "image_url": {"url": data_url(PNG)}}
             "InvalidTextError",
             "got NoneType",
         ),
+        (  # issue 47 item 3: /invocations answered it with a 500 RecursionError
+            '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "MalformedRequestError",
+            "recursion limit exceeded",
+        ),
+        ("{not json", "MalformedRequestError", "Invalid JSON"),
     ],
 )
 def test_bodies_of_the_wrong_shape_get_a_400_error_object(app_client, raw, kind, says):
+    """The same 400 on /v1/chat/completions and on vLLM's SageMaker route /invocations."""
     import json
 
     content = raw if isinstance(raw, str) else json.dumps(raw)
-    reply = app_client.post(
-        "/v1/chat/completions",
-        content=content,
-        headers={"content-type": "application/json"},
-    )
-    openai_error(reply, 400, kind, says)
+    for route in ("/v1/chat/completions", "/invocations"):
+        reply = app_client.post(
+            route, content=content, headers={"content-type": "application/json"}
+        )
+        openai_error(reply, 400, kind, says)
 
 
 def test_unknown_routes_wrong_methods_and_the_docs_get_openai_error_objects(app_client):
@@ -810,6 +816,30 @@ def test_local_file_paths_are_judged_where_they_lead_not_as_written(tmp_path):
         fetch(f"file://{root}/sub/../in.png", **allowed).size
         == Image.open(io.BytesIO(PNG)).size
     )
+
+
+def test_file_url_refusals_never_show_where_a_path_leads_on_the_server(tmp_path):
+    """Issue 47 item 2: the refusal names the URL as sent, not the resolved path (a symlink's target, where "../"
+    leads): the server's file layout is not the client's to read."""
+    from asymspec_vl.core.errors import AsymSpecError
+
+    secret, root = tmp_path / "secret", tmp_path / "allowed"
+    secret.mkdir(), root.mkdir()
+    (secret / "big.png").write_bytes(PNG)
+    (root / "out.png").symlink_to(secret / "big.png")
+    (root / "gone.png").symlink_to(root / "nothing.png")
+    (root / "in.png").symlink_to(root / "big.png")
+    (root / "big.png").write_bytes(PNG)
+    allowed = {"allowed_local_media_path": str(root), "max_image_bytes": 10}
+    said = []
+    for name in ("out.png", "gone.png", "in.png", "../secret/big.png"):
+        with pytest.raises(AsymSpecError) as e:
+            fetch(f"file://{root}/{name}", **allowed)
+        said.append(str(e.value))
+    assert "outside the allowed folder" in said[0] and "no image file" in said[1]
+    assert said[2].startswith("the image file is") and "outside" in said[3]
+    for hidden in (secret / "big.png", root / "nothing.png", root / "big.png"):
+        assert not any(str(hidden) in s for s in said), said
 
 
 def test_a_data_url_is_capped_by_the_bytes_it_decodes_to():
