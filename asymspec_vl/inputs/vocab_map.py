@@ -94,13 +94,14 @@ def _special_ids(tok) -> set[int]:
     }
 
 
-def token_bytes(tok) -> dict[int, bytes]:
-    """Every ordinary (non-special) token id -> its decoded byte string."""
+def token_bytes(tok, vocab: dict[str, int] | None = None) -> dict[int, bytes]:
+    """Every ordinary (non-special) token id -> its decoded byte string (vocab: tok.get_vocab(), when read)."""
     special = _special_ids(tok)
+    vocab = vocab if vocab is not None else tok.get_vocab()
     out: dict[int, bytes] = {}
     if _is_byte_level(tok):
         table = _byte_decoder()
-        for piece, i in tok.get_vocab().items():
+        for piece, i in vocab.items():
             if i in special:
                 continue
             if all(ch in table for ch in piece):
@@ -108,7 +109,7 @@ def token_bytes(tok) -> dict[int, bytes]:
             else:  # an added non-special token, stored as plain text
                 out[i] = piece.encode("utf-8")
         return out
-    for piece, i in tok.get_vocab().items():
+    for piece, i in vocab.items():
         if i in special:
             continue
         if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
@@ -174,11 +175,10 @@ def _end_after_answer(text: str, specials: dict[str, int], name: str) -> int:
 
 
 def _table_end(
-    tok, eos_ids: set[int] | None, size: int
+    tok, eos_ids: set[int] | None, size: int, vocab: dict[str, int]
 ) -> tuple[int | None, list[int]]:
     """(the role table's answer end: the first ANSWER_END name, else the EOS, with a logit row; the candidates
     that had none)."""
-    vocab = tok.get_vocab()
     candidates = [vocab[n] for n in ANSWER_END if n in vocab]
     candidates += sorted(_as_set(tok.eos_token_id)) + sorted(_as_set(eos_ids))
     rowless = [i for i in candidates if i >= size]
@@ -186,7 +186,11 @@ def _table_end(
 
 
 def answer_end(
-    tok, name: str, size: int, eos_ids: set[int] | None = None
+    tok,
+    name: str,
+    size: int,
+    eos_ids: set[int] | None = None,
+    vocab: dict[str, int] | None = None,
 ) -> tuple[int, str | None]:
     """(id, note) of the special token that closes the assistant's turn in `tok`'s chat template (size: the
     model's logit rows). note is None when the template gave it, else says why the role table did.
@@ -202,7 +206,8 @@ def answer_end(
                 "(model.resize_token_embeddings(len(tokenizer)))"
             )
         return end, None
-    end, rowless = _table_end(tok, eos_ids, size)
+    vocab = vocab if vocab is not None else tok.get_vocab()
+    end, rowless = _table_end(tok, eos_ids, size, vocab)
     if end is None:
         rows = (
             f" (ids {rowless} have no logit row: the model has {size})"
@@ -216,9 +221,8 @@ def answer_end(
     return end, f"{name} {why}: its answer end {_label(tok, end)} is the role table's"
 
 
-def _turn_roles(tok) -> dict[str, int]:
+def _turn_roles(tok, vocab: dict[str, int]) -> dict[str, int]:
     """Role -> id of the tokenizer's chat-turn opener and pad (the roles it has)."""
-    vocab = tok.get_vocab()
     roles = {}
     start = next((vocab[n] for n in TURN_START if n in vocab), None)
     if start is not None:
@@ -228,11 +232,11 @@ def _turn_roles(tok) -> dict[str, int]:
     return roles
 
 
-def _preferred(tok):
+def _preferred(tok, vocab: dict[str, int]):
     """Sort key of (id, bytes) items: a SentencePiece byte-fallback token (`<0x61>`) after the ordinary piece of the
     same string (`a`), whatever their ids (Llama-2 and Gemma number the byte tokens first): the pair then commits
     the piece the verifier writes itself. Ties by id."""
-    pieces = {i: piece for piece, i in tok.get_vocab().items()}
+    pieces = {i: piece for piece, i in vocab.items()}
     sentencepiece = not _is_byte_level(tok)
 
     def key(item: tuple[int, bytes]) -> tuple[bool, int]:
@@ -248,18 +252,19 @@ def _preferred(tok):
     return key
 
 
-def _ordinary_pairs(drafter_tok, verifier_tok, Vd: int, Vv: int):
+def _ordinary_pairs(drafter_tok, verifier_tok, Vd: int, Vv: int, vocabs: tuple):
     """({verifier id: drafter id} of the string-identical ordinary tokens with a logit row in both, the verifier's
-    ordinary bytes with a row)."""
-    d_bytes = {i: s for i, s in token_bytes(drafter_tok).items() if i < Vd}
-    v_bytes = {j: s for j, s in token_bytes(verifier_tok).items() if j < Vv}
+    ordinary bytes with a row). vocabs: (drafter_tok.get_vocab(), verifier_tok.get_vocab())."""
+    d_vocab, v_vocab = vocabs
+    d_bytes = {i: s for i, s in token_bytes(drafter_tok, d_vocab).items() if i < Vd}
+    v_bytes = {j: s for j, s in token_bytes(verifier_tok, v_vocab).items() if j < Vv}
     by_bytes = {}
-    for i, s in sorted(d_bytes.items(), key=_preferred(drafter_tok)):
+    for i, s in sorted(d_bytes.items(), key=_preferred(drafter_tok, d_vocab)):
         # one string twice: the ordinary piece, else the lowest id
         by_bytes.setdefault(s, i)
     pairs: dict[int, int] = {}  # verifier id -> drafter id
     paired: set[int] = set()  # the drafter ids in pairs
-    for j, s in sorted(v_bytes.items(), key=_preferred(verifier_tok)):
+    for j, s in sorted(v_bytes.items(), key=_preferred(verifier_tok, v_vocab)):
         i = by_bytes.get(s)
         if i is not None and i not in paired:
             pairs[j] = i
@@ -283,12 +288,16 @@ def build_vocab_map(
     whose answer end cannot be read or has no logit row."""
     Vd = drafter_size or len(drafter_tok)
     Vv = verifier_size or len(verifier_tok)
-    if drafter_tok.get_vocab() == verifier_tok.get_vocab() and Vd == Vv:
+    # each tokenizer's vocabulary read once: a fast tokenizer rebuilds the dict at every get_vocab (~0.3 s at 150k)
+    d_vocab, v_vocab = drafter_tok.get_vocab(), verifier_tok.get_vocab()
+    if d_vocab == v_vocab and Vd == Vv:
         return VocabMap.same_vocabulary(Vv)
-    pairs, v_bytes = _ordinary_pairs(drafter_tok, verifier_tok, Vd, Vv)
+    pairs, v_bytes = _ordinary_pairs(
+        drafter_tok, verifier_tok, Vd, Vv, (d_vocab, v_vocab)
+    )
     # the answer's end first: it is what stops (a special, so no ordinary pair holds it)
-    d_end, d_note = answer_end(drafter_tok, drafter, Vd, drafter_eos)
-    v_end, v_note = answer_end(verifier_tok, verifier, Vv, verifier_eos)
+    d_end, d_note = answer_end(drafter_tok, drafter, Vd, drafter_eos, d_vocab)
+    v_end, v_note = answer_end(verifier_tok, verifier, Vv, verifier_eos, v_vocab)
     pairs = {j: i for j, i in pairs.items() if j != v_end and i != d_end}
     pairs[v_end] = d_end
     specials: dict[str, tuple[int, int]] = {"answer_end": (d_end, v_end)}
@@ -301,7 +310,10 @@ def build_vocab_map(
         if di is not None and di not in used_d and vi not in pairs:
             pairs[vi] = di
             used_d.add(di)
-    d_roles, v_roles = _turn_roles(drafter_tok), _turn_roles(verifier_tok)
+    d_roles, v_roles = (
+        _turn_roles(drafter_tok, d_vocab),
+        _turn_roles(verifier_tok, v_vocab),
+    )
     for role in ("turn_start", "pad"):
         di, vi = d_roles.get(role), v_roles.get(role)
         if di is None or vi is None or di >= Vd or vi >= Vv:

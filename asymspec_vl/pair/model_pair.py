@@ -17,7 +17,7 @@ from ..inputs.vocab import (
     token_mask,
 )
 from ..inputs.vocab_map import build_vocab_map
-from . import preflight
+from . import map_cache, preflight
 from .shared_vocab import SharedVocabulary, shared_vocabulary
 
 
@@ -105,7 +105,8 @@ class ModelPair:
             )
             for path, cfg in ((drafter, d_cfg), (verifier, v_cfg))
         }
-        vmap = build_vocab_map(
+        cached = map_cache.key(drafter, verifier, trust_remote_code)
+        vmap = map_cache.recall(cached) or build_vocab_map(
             d_tok,
             tok,
             drafter,
@@ -115,6 +116,7 @@ class ModelPair:
             eos_of[drafter],
             eos_of[verifier],
         )
+        map_cache.remember(cached, vmap)
         if text_drafter:  # SD's text drafter drafts in the drafter's ids: one vocabulary with the drafter
             check_same_vocabulary(
                 AutoTokenizer.from_pretrained(text_drafter),

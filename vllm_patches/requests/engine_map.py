@@ -8,6 +8,7 @@ import torch
 
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.core.vocab_align import VocabMap
+from asymspec_vl.pair import map_cache
 
 
 def engine_vocab_map(vllm_config) -> VocabMap | None:
@@ -19,12 +20,17 @@ def engine_vocab_map(vllm_config) -> VocabMap | None:
     target = vllm_config.model_config
     # the drafter's own folder: vLLM gives the draft ModelConfig the target's tokenizer (speculative.py); the
     # engine's drafter may be SD's text drafter (images=False: a text-only drafter passes the preflight)
-    vmap = ModelPair.load(
-        draft.model,
-        target.tokenizer,
-        trust_remote_code=target.trust_remote_code,
-        images=False,
-    ).vmap
+    # the client's own map when the engine core runs in its process (map_cache.py), else read from the folders
+    vmap = map_cache.recall(
+        map_cache.key(draft.model, target.tokenizer, target.trust_remote_code)
+    )
+    if vmap is None:
+        vmap = ModelPair.load(
+            draft.model,
+            target.tokenizer,
+            trust_remote_code=target.trust_remote_code,
+            images=False,
+        ).vmap
     return None if vmap.identity else vmap
 
 
