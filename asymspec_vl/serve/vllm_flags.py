@@ -51,13 +51,14 @@ def _structured_outputs_config(text: str):
 @dataclass(frozen=True)
 class EngineFlag:
     """A `vllm serve` flag passed to the engines as the keyword `kwarg`. kind: a type, "switch" (store_true) or
-    "toggle" (--x / --no-x); hf: the transformers backend honours it too."""
+    "toggle" (--x / --no-x); hf: the transformers backend honours it too; alias: vLLM's short form."""
 
     flag: str
     kwarg: str
     kind: object
     help: str
     hf: bool = False
+    alias: str | None = None
 
 
 # values are checked by vLLM when the engine starts (EngineArgs), as `vllm serve` checks them
@@ -67,6 +68,7 @@ ENGINE_FLAGS = (
         "data_parallel_size",
         positive_int,
         "engine replicas, one per GPU group",
+        alias="-dp",
     ),
     EngineFlag(
         "--max-model-len",
@@ -108,6 +110,7 @@ ENGINE_FLAGS = (
         "quantization",
         str,
         "the verifier's weight quantization method (fp8, awq, gptq, ...)",
+        alias="-q",
     ),
     EngineFlag(
         "--kv-cache-dtype",
@@ -175,14 +178,19 @@ PYTHON_API = (
 def add_engine_flags(group) -> None:
     """ENGINE_FLAGS on an argparse group; each defaults to None (vLLM's default)."""
     for f in ENGINE_FLAGS:
+        names = [f.flag] + ([f.alias] if f.alias else [])
         if f.kind == "switch":
-            group.add_argument(f.flag, action="store_true", default=None, help=f.help)
+            group.add_argument(*names, action="store_true", default=None, help=f.help)
         elif f.kind == "toggle":
             group.add_argument(
-                f.flag, action=argparse.BooleanOptionalAction, default=None, help=f.help
+                *names, action=argparse.BooleanOptionalAction, default=None, help=f.help
             )
         else:
-            group.add_argument(f.flag, type=f.kind, default=None, help=f.help)
+            group.add_argument(*names, type=f.kind, default=None, help=f.help)
+    # vLLM's short form of --tensor-parallel-size (a model flag of every command: commands.add_model_args)
+    group.add_argument(
+        "-tp", dest="tensor_parallel_size", type=int, help=argparse.SUPPRESS
+    )
 
 
 def engine_kwargs(args, backend: str) -> dict:

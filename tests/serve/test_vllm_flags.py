@@ -49,6 +49,12 @@ def test_vllm_serve_engine_flags_pass_through_to_the_engine_keywords():
     from asymspec_vl.cli import build_parser
     from asymspec_vl.serve.cli import settings_from_args
 
+    short = build_parser().parse_args("serve -q awq -tp 2 -dp 3".split())
+    assert settings_from_args(short).engine_kwargs == {
+        "tensor_parallel_size": 2,
+        "quantization": "awq",
+        "data_parallel_size": 3,
+    }
     args = build_parser().parse_args(
         "serve --quantization fp8 --max-num-batched-tokens 4096 --enable-prefix-caching "
         "--no-enable-chunked-prefill --kv-cache-dtype fp8 --seed 7 --block-size 32 "
