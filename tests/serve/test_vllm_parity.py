@@ -8,7 +8,15 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from serve_support import EXAMPLES, chat_body, data_url, metric, served
+from serve_support import (
+    EXAMPLES,
+    chat_body,
+    check_completion_fields,
+    check_stream_shape,
+    data_url,
+    metric,
+    served,
+)
 
 TOY = {e["image"]: e for e in json.loads((EXAMPLES / "examples.json").read_text())}
 SCENE = TOY["toy-read.png"]
@@ -235,61 +243,15 @@ def test_prompt_logprobs_are_the_verifiers_over_its_prompt_in_vllms_form(server)
         assert all(isinstance(v["decoded_token"], str) for v in entry.values())
 
 
-STEP_KEYS = {"index", "delta", "logprobs", "finish_reason", "token_ids"}
-
-
 def test_a_stream_is_shaped_as_vllms_and_its_last_chunk_carries_the_last_text(
     server,
 ):
-    """vLLM's serving_chat: the role chunk (logprobs, finish_reason and prompt_token_ids null), then per step
-    {content} with logprobs and token_ids null, the last one with finish_reason and stop_reason and the last
-    step's text (vLLM's test_chat_streaming asserts the last delta has content); no usage key unless asked."""
-    events = streamed(server)
-    whole = post(server).json()["choices"][0]
-    first, steps = events[0], events[1:]
-    assert first["choices"] == [
-        {
-            "index": 0,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
-    ]
-    assert "prompt_token_ids" in first and first["prompt_token_ids"] is None
-    assert not any("usage" in e for e in events)
-    for e in steps[:-1]:
-        (c,) = e["choices"]
-        assert set(c) == STEP_KEYS and c["finish_reason"] is None, c
-        assert set(c["delta"]) == {"content"} and c["token_ids"] is None
-    (last,) = steps[-1]["choices"]
-    assert set(last) == STEP_KEYS | {"stop_reason"}, last
-    assert last["finish_reason"] == whole["finish_reason"] == "length"
-    assert last["delta"]["content"] and last["stop_reason"] is None
-    joined = "".join(e["choices"][0]["delta"]["content"] for e in steps)
-    assert joined == whole["message"]["content"]
+    check_stream_shape(streamed(server), post(server).json())
 
 
 def test_a_completion_sends_every_field_of_vllms_with_none_as_null(server):
-    """vLLM answers model_dump(): every field of its ChatCompletionResponse, None ones as null (clients index
-    prompt_logprobs, stop_reason, ... unguarded), on /v1/chat/completions and /invocations alike."""
-    from vllm.entrypoints.openai.chat_completion.protocol import (
-        ChatCompletionResponse,
-        ChatCompletionResponseChoice,
-        ChatMessage,
-    )
-    from vllm.entrypoints.openai.engine.protocol import UsageInfo
-
-    choice = ChatCompletionResponseChoice(index=0, message=ChatMessage(role="a"))
-    ref = ChatCompletionResponse(model="m", choices=[choice], usage=UsageInfo())
-    ref = ref.model_dump()
     for path in ("/v1/chat/completions", "/invocations"):
-        reply = post(server, path=path).json()
-        got = reply["choices"][0]
-        assert set(ref) <= set(reply), set(ref) - set(reply)
-        assert set(ref["choices"][0]) <= set(got), set(ref["choices"][0]) - set(got)
-        assert set(ref["choices"][0]["message"]) <= set(got["message"])
-        assert (reply["prompt_logprobs"], reply["prompt_token_ids"]) == (None, None)
-        assert (got["logprobs"], got["stop_reason"], got["token_ids"]) == (None,) * 3
+        check_completion_fields(post(server, path=path).json())
     ids = post(server, return_token_ids=True).json()
     assert len(ids["prompt_token_ids"]) == ids["usage"]["prompt_tokens"] > 10
     first = streamed(server, return_token_ids=True)[0]
