@@ -56,13 +56,13 @@ def test_the_histograms_have_vllms_names_and_buckets():
 
 
 def test_a_requests_steps_feed_vllms_counters_and_histograms():
-    """Arrival at 0; steps at 0.5 s (2 tokens), 0.5 s again (no new token), 0.7 s (5 tokens); done at 0.9 s."""
+    """Arrival at 0; steps at 0.5 s (2 tokens), 0.5 s again (no new token), 0.75 s (5), 1 s (6); done at 1.25 s."""
     from asymspec_vl.serve.metrics import ServeMetrics
 
     m = ServeMetrics("served")
-    times = iter([0.5, 0.7, 0.9])
+    times = iter([0.5, 0.75, 1.0, 1.25])
     clock = m.vllm_latency.clock(0.0, 12, now=lambda: next(times))
-    for tokens in (2, 2, 5):
+    for tokens in (2, 2, 5, 6):
         clock.step(tokens)
     clock.finished()
     text = m.render().decode()
@@ -71,16 +71,18 @@ def test_a_requests_steps_feed_vllms_counters_and_histograms():
         return metric(text, name, **LABELS, **labels)
 
     assert value("vllm:prompt_tokens_total") == 12
-    assert value("vllm:generation_tokens_total") == 5
-    for name, seconds, le in (
-        ("vllm:time_to_first_token_seconds", 0.5, "0.5"),
-        ("vllm:inter_token_latency_seconds", 0.2, "0.2"),
-        ("vllm:request_time_per_output_token_seconds", 0.05, "0.05"),
-        ("vllm:e2e_request_latency_seconds", 0.9, "1.0"),
+    assert value("vllm:generation_tokens_total") == 6
+    for name, count, seconds, le in (
+        ("vllm:time_to_first_token_seconds", 1, 0.5, "0.5"),
+        ("vllm:inter_token_latency_seconds", 2, 0.25 + 0.25, "0.3"),
+        ("vllm:request_time_per_output_token_seconds", 1, 0.5 / 5, "0.1"),
+        ("vllm:e2e_request_latency_seconds", 1, 1.25, "1.5"),
     ):
-        assert value(name + "_count") == 1, name
+        assert value(name + "_count") == count, name
         assert value(name + "_sum") == pytest.approx(seconds), name
-        assert value(name + "_bucket", le=le) == 1, name  # in the bucket vLLM puts it
+        assert value(name + "_bucket", le=le) == count, (
+            name
+        )  # in the bucket vLLM puts it
 
 
 def test_one_token_is_no_gap_and_zero_per_token_time():
