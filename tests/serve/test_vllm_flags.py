@@ -23,9 +23,13 @@ def dataclass_fields(path: Path, *classes: str) -> set[str]:
     }
 
 
-def run(argv: list[str], capsys) -> tuple[int, str]:
+def run(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    """main(argv)'s exit status and stderr; a serve that got past its flags fails here instead of serving."""
     from asymspec_vl.cli import main
 
+    monkeypatch.setattr(
+        "asymspec_vl.serve.cli._serve", lambda args: pytest.fail("serve started")
+    )
     code = main(argv)
     return code, capsys.readouterr().err
 
@@ -89,24 +93,29 @@ def test_vllm_serve_engine_flags_pass_through_to_the_engine_keywords():
         (["Qwen/Qwen3-8B"], "serve takes no positional arguments"),
     ],
 )
-def test_other_vllm_serve_flags_are_refused_by_name_with_exit_2(argv, says, capsys):
-    code, err = run(["serve", *argv], capsys)
+def test_other_vllm_serve_flags_are_refused_by_name_with_exit_2(
+    argv, says, capsys, monkeypatch
+):
+    code, err = run(["serve", *argv], capsys, monkeypatch)
     assert code == 2 and says in err, err
     if "not a flag" in says:
         assert "AsymSpecVL.from_pretrained" in err and "--quantization" in err
 
 
-def test_the_hf_backend_refuses_the_vllm_engine_flags_it_would_ignore(capsys):
+def test_the_hf_backend_refuses_the_vllm_engine_flags_it_would_ignore():
+    """Read from the flags (not through main, which would start a server were the check missing)."""
     from asymspec_vl.cli import build_parser
     from asymspec_vl.serve.cli import settings_from_args
+    from asymspec_vl.serve.vllm_flags import UnsupportedFlagError
 
-    code, err = run(
-        ["serve", "--backend", "hf", "--seed", "3", "--enforce-eager"], capsys
-    )
-    assert code == 2 and "--enforce-eager, --seed" in err and "hf backend" in err
-    args = build_parser().parse_args(
-        ["serve", "--backend", "hf", "--max-num-seqs", "4"]
-    )
+    hf = ["serve", "--backend", "hf"]
+    refused = build_parser().parse_args([*hf, "--seed", "3", "--enforce-eager"])
+    with pytest.raises(
+        UnsupportedFlagError, match="--enforce-eager, --seed: vLLM"
+    ) as e:
+        settings_from_args(refused)
+    assert "hf backend" in str(e.value)
+    args = build_parser().parse_args([*hf, "--max-num-seqs", "4"])
     assert settings_from_args(args).engine_kwargs["max_num_seqs"] == 4
 
 
