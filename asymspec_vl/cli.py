@@ -68,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     ):  # a bare `asymspec-vl`: the commands, not only a usage line
         parser.print_help(sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    # a command may explain the flags it does not take (serve: vLLM's); others get argparse's error
+    unknown = getattr(args, "unknown_flags", None)
+    if rest and unknown is None:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if rest:
+            unknown(rest)  # raises a typed error naming them
         with (
             results_only_stdout()
         ):  # stdout: the command's results; every library's log: stderr

@@ -157,3 +157,56 @@ def metric(text: str, name: str, **labels) -> float | None:
             ):
                 return sample.value
     return None
+
+
+STEP_KEYS = {"index", "delta", "logprobs", "finish_reason", "token_ids"}
+
+
+def check_stream_shape(events: list[dict], whole: dict) -> None:
+    """A stream as vLLM's serving_chat sends it (issue 47 item 7): the role chunk (logprobs, finish_reason and
+    prompt_token_ids null), then per step {content} with logprobs and token_ids null, the last one with finish_reason
+    and stop_reason and the last step's text (vLLM's test_chat_streaming asserts the last delta has content); no
+    usage key unless asked; the contents join to `whole`'s (the same request unstreamed) answer."""
+    first, steps = events[0], events[1:]
+    assert first["choices"] == [
+        {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+    ]
+    assert "prompt_token_ids" in first and first["prompt_token_ids"] is None
+    assert not any("usage" in e for e in events)
+    for e in steps[:-1]:
+        (c,) = e["choices"]
+        assert set(c) == STEP_KEYS and c["finish_reason"] is None, c
+        assert set(c["delta"]) == {"content"} and c["token_ids"] is None
+    (last,) = steps[-1]["choices"]
+    (answer,) = whole["choices"]
+    assert set(last) == STEP_KEYS | {"stop_reason"}, last
+    assert last["finish_reason"] == answer["finish_reason"] == "length"
+    assert last["delta"]["content"] and last["stop_reason"] is None
+    joined = "".join(e["choices"][0]["delta"]["content"] for e in steps)
+    assert joined == answer["message"]["content"]
+
+
+def check_completion_fields(reply: dict) -> None:
+    """vLLM answers model_dump(): every field of its ChatCompletionResponse, None ones as null (clients index
+    prompt_logprobs, stop_reason, ... unguarded)."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionResponse,
+        ChatCompletionResponseChoice,
+        ChatMessage,
+    )
+    from vllm.entrypoints.openai.engine.protocol import UsageInfo
+
+    choice = ChatCompletionResponseChoice(index=0, message=ChatMessage(role="a"))
+    ref = ChatCompletionResponse(model="m", choices=[choice], usage=UsageInfo())
+    ref = ref.model_dump()
+    got = reply["choices"][0]
+    assert set(ref) <= set(reply), set(ref) - set(reply)
+    assert set(ref["choices"][0]) <= set(got), set(ref["choices"][0]) - set(got)
+    assert set(ref["choices"][0]["message"]) <= set(got["message"])
+    assert (reply["prompt_logprobs"], reply["prompt_token_ids"]) == (None, None)
+    assert (got["logprobs"], got["stop_reason"], got["token_ids"]) == (None,) * 3

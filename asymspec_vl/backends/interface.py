@@ -30,7 +30,8 @@ class Backend(Protocol):
     ) -> list[RowOutput]:
         """Decode validated requests of one plan together; one the run fails comes back with finish_reason
         "error" beside the others' results; each row carries the plan back (RowOutput.plan). on_step(rows so
-        far) after every decoding step; an exception it raises stops the decoding and propagates."""
+        far) after every decoding step (a row's `done` set at its last); an exception it raises stops the
+        decoding and propagates."""
 
     def close(self) -> None:
         """Release what the backend holds (engines, device memory)."""

@@ -175,6 +175,7 @@ class RowOutput:
     # one per x_comp token when cfg.prompt_logprobs is set, None first (core/logprobs.py, prompt_logprobs)
     prompt_logprobs: list[PromptLogprob | None] | None = None
     plan: RequestPlan | None = None  # what ran: set by the backend that ran the row
+    done: bool = False  # the loop stopped the row: the step that set it was its last (on_step sees it)
 
 
 def plan(
@@ -287,6 +288,8 @@ def run(
                     )
         for src in _sources(plan):
             src.commit(y)
+        for o, on in zip(out, active):
+            o.done = not on
         if on_step:
             on_step(out)
     elapsed = time.perf_counter() - start

@@ -272,7 +272,8 @@ async def _respond(service: ChatService, job, raw_request: Request):
                 choices.events(service, prepared, model), media_type="text/event-stream"
             )
         response = await choices.answer(service, prepared, model)
-        return JSONResponse(response.model_dump(exclude_none=True))
+        # every field, None ones as null, as vLLM's model_dump() sends them
+        return JSONResponse(response.model_dump())
 
     return await respond(raw_request=raw_request)
 

@@ -207,12 +207,18 @@ class ChatService:
         """The runner's steps, each awaited against the request's deadline; leaving early aborts the request."""
         first = True
         late = f"the request ran over the server's timeout of {self.settings.request_timeout_s} s and was aborted"
+        clock = self.metrics.vllm_latency.clock(
+            p.started, len(R.prompt_ids(p.job, p.enc))
+        )
         async with aclosing(self.runner.stream(p.enc, p.plan)) as steps:
             while True:
                 try:
                     step = await self._within(anext(steps), p.deadline, late)
                 except StopAsyncIteration:
                     return
+                clock.step(len(step.token_ids))
+                if step.row is not None:
+                    clock.finished()
                 if first and step.token_ids:
                     self.metrics.first_token.observe(time.monotonic() - p.started)
                     first = False
@@ -246,7 +252,13 @@ class ChatService:
             asymspec,
             logprobs,
             R.prompt_logprobs(self.runner.vl.pair.tokenizer, row),
+            self.stop_reason(p.job, row),
+            R.prompt_ids(p.job, p.enc),
         )
+
+    def stop_reason(self, job: ChatJob, row) -> int | str | None:
+        eos = self.runner.vl.pair.tokenizer.eos_token_id
+        return R.stop_reason(job, row, self.decode(job), eos)
 
     def logprobs_content(self, job: ChatJob) -> R.LogprobsContent:
         return R.LogprobsContent(self.runner.vl.pair.tokenizer, job.skip_special_tokens)
@@ -272,9 +284,7 @@ class ChatService:
             if p.job.continuous_usage
             else (lambda n: None)
         )
-        yield R.chunk(
-            p.job, model, created, content="", role="assistant", usage_so_far=so_far(0)
-        )
+        yield R.role_chunk(p.job, model, created, R.prompt_ids(p.job, p.enc), so_far(0))
         try:
             async with self._counted(p), aclosing(self.progress(p)) as steps:
                 async for step in steps:
@@ -299,13 +309,14 @@ class ChatService:
                         content=deltas.end(R.answer_text(self.decode(p.job), row)),
                         token_ids=row.token_ids[sent:],
                         finish_reason=row.finish_reason,
+                        stop=self.stop_reason(p.job, row),
                         asymspec=asymspec,
                         metrics=R.extra_metrics(row),
                         logprobs=logprobs.push(R.checked_logprobs(p.job, row)),
                         usage_so_far=usage if p.job.continuous_usage else None,
                     )
                     if p.job.include_usage:
-                        yield R.chunk(p.job, model, created, usage_info=usage)
+                        yield R.usage_chunk(p.job, model, created, usage)
         except Exception as e:  # the status line is sent: the error travels as an event
             self.metrics.error(e)
             if not isinstance(e, AsymSpecError):

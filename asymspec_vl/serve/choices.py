@@ -89,7 +89,7 @@ async def events(service: ChatService, p: Prepared, model: str) -> AsyncIterator
                     completion[i] = usage["completion_tokens"]
         if p.job.include_usage:
             usage = R.usage(p.job, p.enc, sum(completion))
-            yield R.chunk(p.job, model, R.now(), usage_info=usage)
+            yield R.usage_chunk(p.job, model, R.now(), usage)
         yield DONE
     finally:
         for task in tasks:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ from asymspec_vl.demo.cli import (
 )
 
 from .settings import ServeSettings
+from .vllm_flags import add_engine_flags, engine_kwargs, refuse_unknown
 
 
 def _positive_float(text: str) -> float:
@@ -77,43 +77,10 @@ def register(sub) -> None:
         default=d.drafter_memory,
         help="the drafter engine's share of GPU memory (its gpu_memory_utilization)",
     )
-    g = p.add_argument_group("engine (as `vllm serve` takes them)")
-    g.add_argument(
-        "--data-parallel-size",
-        type=positive_int,
-        default=None,
-        help="engine replicas, one per GPU group (default: vLLM's, 1)",
-    )
-    g.add_argument(
-        "--max-model-len",
-        type=positive_int,
-        default=None,
-        help="context length in tokens (default: vLLM's, the model's own)",
-    )
-    g.add_argument(
-        "--gpu-memory-utilization",
-        type=_positive_float,
-        default=None,
-        help="share of GPU memory the engine may take (default: vLLM's, 0.9)",
-    )
-    g.add_argument(
-        "--max-num-seqs",
-        type=positive_int,
-        default=None,
-        help="requests decoded at once (default: vLLM's)",
-    )
-    g.add_argument(
-        "--enforce-eager",
-        action="store_true",
-        default=None,
-        help="no torch.compile / CUDA graphs (default: vLLM's)",
-    )
-    g.add_argument(
-        "--structured-outputs-config",
-        type=_structured_outputs_config,
-        default=None,
-        help='for response_format / structured_outputs, as JSON, e.g. \'{"backend": "xgrammar", '
-        "\"disable_any_whitespace\": true}' (default: vLLM's)",
+    add_engine_flags(
+        p.add_argument_group(
+            "engine (as `vllm serve` takes them; other `vllm serve` flags are refused by name)"
+        )
     )
     g = p.add_argument_group(
         "the verifier's view when a request sends no caption / OCR text"
@@ -233,7 +200,8 @@ def register(sub) -> None:
         default=d.media_fetch_timeout_s,
         help="seconds the whole download of an image URL may take",
     )
-    p.set_defaults(func=_serve)
+    # unknown_flags: what cli.main calls with the flags argparse left unread (vllm_flags.py)
+    p.set_defaults(func=_serve, unknown_flags=refuse_unknown)
 
 
 def settings_from_args(args):
@@ -252,19 +220,9 @@ def settings_from_args(args):
             "the API key is empty (--api-key '' or ASYMSPEC_VL_API_KEY=''): set a key, or unset "
             "ASYMSPEC_VL_API_KEY to serve without one"
         )
-    engine = {
-        k: v
-        for k, v in (
-            ("tensor_parallel_size", args.tensor_parallel_size),
-            ("data_parallel_size", args.data_parallel_size),
-            ("max_model_len", args.max_model_len),
-            ("gpu_memory_utilization", args.gpu_memory_utilization),
-            ("max_num_seqs", args.max_num_seqs),
-            ("enforce_eager", args.enforce_eager),
-            ("structured_outputs_config", args.structured_outputs_config),
-        )
-        if v is not None
-    }
+    engine = engine_kwargs(args, args.backend)
+    if args.tensor_parallel_size is not None:
+        engine = {"tensor_parallel_size": args.tensor_parallel_size, **engine}
     return ServeSettings(
         args.drafter,
         args.verifier,
@@ -329,15 +287,15 @@ def _log_to_stderr() -> None:
 
 def _serve(args) -> int:
 
+    check_caption_model(
+        args
+    )  # the toy drafter as captioner: refused before anything loads, as by the demo
+    settings = settings_from_args(args)
     from .app import create_app  # lazy: loads the web stack, torch
     from .hf_runner import HFRunner  # lazy: loads torch
     from .server import build_server  # lazy: loads the web stack
     from .vllm_runner import VLLMRunner  # lazy: loads torch
 
-    check_caption_model(
-        args
-    )  # the toy drafter as captioner: refused before anything loads, as by the demo
-    settings = settings_from_args(args)
     _log_to_stderr()
     warning = open_access_warning(args.host, settings.api_key)
     if warning:
@@ -363,22 +321,3 @@ def _serve(args) -> int:
         or app.state.serve.watch.dead is not None
         else 0
     )
-
-
-def _structured_outputs_config(text: str):
-    """vLLM's StructuredOutputsConfig from its JSON (as `vllm serve --structured-outputs-config` takes it)."""
-
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(
-            f"expected a JSON object, got {type(value).__name__}"
-        )
-    from vllm.config import StructuredOutputsConfig  # lazy: loads vLLM
-
-    try:
-        return StructuredOutputsConfig(**value)
-    except (TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-        raise argparse.ArgumentTypeError(" ".join(str(e).split())[:300]) from e

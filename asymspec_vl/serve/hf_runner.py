@@ -110,7 +110,10 @@ class HFRunner:
             if all(j.abandoned for j in batch):
                 raise _BatchLeft
             for job, row in zip(batch, rows):
-                job.send(Progress(list(row.token_ids), logprobs=_copied(row.logprobs)))
+                if not row.done:  # a finished row's last step goes out with its row (vLLM's last chunk)
+                    job.send(
+                        Progress(list(row.token_ids), logprobs=_copied(row.logprobs))
+                    )
 
         self.running = batch
         try:

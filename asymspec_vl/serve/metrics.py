@@ -8,7 +8,8 @@ first token and request latency.
 
 Beside them, vLLM's own spec-decode counters with vLLM's names and labels (vllm/v1/spec_decode/metrics.py,
 labels model_name and engine as vllm/v1/metrics/loggers.py sets them), so that dashboards built for `vllm serve`
-read this server: vllm:spec_decode_num_drafts_total (steps that drafted), ..._num_draft_tokens_total,
+read this server (and vLLM's token counters and latency histograms: vllm_latency.py):
+vllm:spec_decode_num_drafts_total (steps that drafted), ..._num_draft_tokens_total,
 ..._num_accepted_tokens_total and ..._num_accepted_tokens_per_pos_total{position}, over every speculative method
 (asymspec, sd, scd). vLLM counts them each step; here each request adds its own when it finishes."""
 
@@ -30,6 +31,7 @@ from ..core.limits import LIMITS
 from ..core.loop import RowOutput
 from ..core.trace import FUSED
 from .vllm_gauges import VLLMRequestCounter, gauge_families
+from .vllm_latency import VLLMLatency
 
 WINDOW_S = 60.0
 PREFIX = "asymspec_"
@@ -42,6 +44,7 @@ class ServeMetrics:
         self.registry = CollectorRegistry()
         r, p = self.registry, PREFIX
         self.vllm = VLLMSpecDecodeCounters(r, model_name, K)
+        self.vllm_latency = VLLMLatency(r, model_name)  # vllm_latency.py
         self.model_name, self.vllm_requests = (
             model_name,
             VLLMRequestCounter(r, model_name),

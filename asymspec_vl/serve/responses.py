@@ -51,11 +51,16 @@ def finished_row(row: RowOutput) -> RowOutput:
     return row
 
 
+def prompt_ids(job: ChatJob, enc: EncodedRequest) -> list[int]:
+    """The prompt the method's engine reads (x_comp; x_question for the drafter alone): usage's prompt tokens,
+    and vLLM's prompt_token_ids with return_token_ids."""
+    return list(enc.view(method_named(job.method).scoring[0].view).ids)
+
+
 def usage(job: ChatJob, enc: EncodedRequest, num_tokens: int):
-    """Prompt tokens: the view the method's engine reads (x_comp; x_question for the drafter alone)."""
     from vllm.entrypoints.openai.engine.protocol import UsageInfo  # lazy: loads vLLM
 
-    prompt = len(enc.view(method_named(job.method).scoring[0].view).ids)
+    prompt = len(prompt_ids(job, enc))
     return UsageInfo(
         prompt_tokens=prompt,
         completion_tokens=num_tokens,
@@ -232,6 +237,22 @@ def prompt_logprobs(tokenizer, row: RowOutput) -> list | None:
     return [None if x is None else entry(x) for x in row.prompt_logprobs]
 
 
+def stop_reason(job: ChatJob, row: RowOutput, decode, eos_id: int | None):
+    """vLLM's stop_reason of a finished row: the stop string that cut the answer, or the stop token that ended it;
+    None when the model's EOS (the tokenizer's eos_token_id) or the budget ended it."""
+    if row.finish_reason != "stop":
+        return None
+    if row.text is None:
+        last = row.token_ids[-1] if row.token_ids else None
+        return None if last == eos_id else last
+    cfg, text = job.cfg, row.text
+    after = decode(row.token_ids)[len(text) :]  # the text the cut left out
+    for s in cfg.stop:  # in the request's order, as vLLM's check_stop_strings looks
+        if text.endswith(s) if cfg.include_stop_str_in_output else after.startswith(s):
+            return s
+    return None
+
+
 def completion(
     job: ChatJob,
     model: str,
@@ -241,7 +262,11 @@ def completion(
     asymspec: dict,
     logprobs=None,
     prompt_logprobs=None,
+    stop: int | str | None = None,
+    prompt: list[int] | None = None,
 ):
+    """The chat.completion, every field vLLM's ChatCompletionResponse has (None ones sent as null, as vLLM's
+    model_dump() sends them); token_ids and prompt_token_ids with return_token_ids."""
     # lazy: loads vLLM
     from vllm.entrypoints.openai.chat_completion.protocol import (
         ChatCompletionResponse,
@@ -253,6 +278,7 @@ def completion(
         index=job.choice,
         message=ChatMessage(role="assistant", content=text),
         finish_reason=row.finish_reason,
+        stop_reason=stop,
         logprobs=logprobs,
         token_ids=row.token_ids if job.return_token_ids else None,
     )
@@ -263,63 +289,92 @@ def completion(
         usage=usage_info,
         asymspec=asymspec,
         prompt_logprobs=prompt_logprobs,
+        prompt_token_ids=prompt if job.return_token_ids else None,
         **extra_metrics(row),
     )
+
+
+def role_chunk(
+    job: ChatJob, model: str, created: int, prompt: list[int], usage_so_far=None
+) -> str:
+    """The first event of a streamed choice, as vLLM's serving_chat sends it: the role and "" (logprobs and
+    finish_reason null), prompt_token_ids (null unless return_token_ids), usage with continuous_usage_stats."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionResponseStreamChoice,
+    )  # lazy: loads vLLM
+    from vllm.entrypoints.openai.engine.protocol import DeltaMessage  # lazy: loads vLLM
+
+    choice = ChatCompletionResponseStreamChoice(
+        index=job.choice,
+        delta=DeltaMessage(role="assistant", content=""),
+        logprobs=None,
+        finish_reason=None,
+    )
+    ids = prompt if job.return_token_ids else None
+    return _event(job, model, created, [choice], usage_so_far, prompt_token_ids=ids)
 
 
 def chunk(
     job: ChatJob,
     model: str,
     created: int,
-    content: str | None = None,
-    role: str | None = None,
-    token_ids: list[int] | None = None,
+    content: str,
+    token_ids: list[int],
     finish_reason: str | None = None,
+    stop: int | str | None = None,
     asymspec: dict | None = None,
-    usage_info=None,
     metrics: dict | None = None,
     logprobs=None,
     usage_so_far=None,
 ) -> str:
-    """One server-sent event of a streamed completion. A chunk with usage (stream_options.include_usage) has no
-    choices, as OpenAI sends it; usage_so_far (continuous_usage_stats) rides on a chunk with its choice."""
+    """A step's event, as vLLM's serving_chat sends it: the text it added (the last event, the one with the
+    finish_reason and stop_reason, carries the last step's text), logprobs (null when not asked), token_ids (null
+    unless return_token_ids); usage_so_far (continuous_usage_stats) rides with it."""
     from vllm.entrypoints.openai.chat_completion.protocol import (
         ChatCompletionResponseStreamChoice,
-        ChatCompletionStreamResponse,
     )  # lazy: loads vLLM
     from vllm.entrypoints.openai.engine.protocol import DeltaMessage  # lazy: loads vLLM
 
-    ids = (
-        {"token_ids": token_ids}
-        if job.return_token_ids and token_ids is not None
-        else {}
-    )
-    if logprobs is not None:
-        ids["logprobs"] = logprobs
-    choices = (
-        []
-        if usage_info is not None
-        else [
-            ChatCompletionResponseStreamChoice(
-                index=job.choice,
-                delta=DeltaMessage(role=role, content=content),
-                finish_reason=finish_reason,
-                **ids,
-            )
-        ]
+    fields = {"stop_reason": stop} if finish_reason is not None else {}
+    choice = ChatCompletionResponseStreamChoice(
+        index=job.choice,
+        delta=DeltaMessage(content=content),
+        logprobs=logprobs,
+        finish_reason=finish_reason,
+        token_ids=token_ids if job.return_token_ids else None,
+        **fields,
     )
     extra = {"asymspec": asymspec} if asymspec is not None else {}
-    extra.update(metrics or {})
+    return _event(
+        job, model, created, [choice], usage_so_far, **extra, **(metrics or {})
+    )
+
+
+def usage_chunk(job: ChatJob, model: str, created: int, usage_info) -> str:
+    """The usage event (stream_options.include_usage): no choices, None fields left out, as vLLM sends it."""
+    return _event(job, model, created, [], usage_info, exclude_none=True)
+
+
+def _event(
+    job, model, created, choices, usage_info, exclude_none=False, **fields
+) -> str:
+    """One server-sent event: the fields vLLM sets (exclude_unset), usage only where there is one."""
+    from vllm.entrypoints.openai.chat_completion.protocol import (
+        ChatCompletionStreamResponse,
+    )  # lazy: loads vLLM
+
+    if usage_info is not None:
+        fields["usage"] = usage_info
     event = ChatCompletionStreamResponse(
         id=job.response_id,
         object="chat.completion.chunk",
         created=created,
         model=model,
         choices=choices,
-        usage=usage_info or usage_so_far,
-        **extra,
+        **fields,
     )
-    return f"data: {event.model_dump_json(exclude_unset=True)}\n\n"
+    body = event.model_dump_json(exclude_unset=True, exclude_none=exclude_none)
+    return f"data: {body}\n\n"
 
 
 def now() -> int:

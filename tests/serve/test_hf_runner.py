@@ -89,3 +89,26 @@ def test_a_request_past_the_server_K_is_refused(server):
         reply.status_code == 400
         and "over the server's K=2" in reply.json()["error"]["message"]
     )
+
+
+def test_the_loop_marks_each_row_done_at_its_last_step(tiny_vl):
+    """on_step sees a row's `done` set at the step after which it never grows (the hf runner sends that step
+    with the finished row: vLLM's last chunk carries the last text), every row done at the last call."""
+    from helpers import random_image
+
+    from asymspec_vl import AsymSpecConfig, Request
+
+    seen = []
+    results = tiny_vl.generate_batch(
+        [Request(random_image(1), "What?"), Request(random_image(2), "Why is it?")],
+        config=AsymSpecConfig(K=2, max_new_tokens=9),
+        on_step=lambda rows: seen.append([(len(r.token_ids), r.done) for r in rows]),
+    )
+    assert len(seen) > 1 and all(done for _, done in seen[-1])
+    for r, result in enumerate(results):
+        column = [step[r] for step in seen]
+        first_done = next(i for i, (_, done) in enumerate(column) if done)
+        assert all(done for _, done in column[first_done:])
+        assert column[first_done][0] == len(result.token_ids)  # its last tokens were in
+        if first_done:  # and not before them
+            assert column[first_done - 1][0] < len(result.token_ids)

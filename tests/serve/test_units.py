@@ -1036,10 +1036,11 @@ def stand_in_service(stream, **kw):
     )
     service = ChatService(settings(**kw), runner, ViewMaker(None), ServeMetrics())
     j = job(body(stream=True))
+    enc = SimpleNamespace(view=lambda name: SimpleNamespace(ids=[5, 6, 7]))
     return service, Prepared(
         j,
         RequestPlan(METHODS[j.method], j.cfg),
-        None,
+        enc,
         [View()],
         time.monotonic(),
         10**9,

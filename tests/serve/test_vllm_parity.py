@@ -8,7 +8,15 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from serve_support import EXAMPLES, chat_body, data_url, metric, served
+from serve_support import (
+    EXAMPLES,
+    chat_body,
+    check_completion_fields,
+    check_stream_shape,
+    data_url,
+    metric,
+    served,
+)
 
 TOY = {e["image"]: e for e in json.loads((EXAMPLES / "examples.json").read_text())}
 SCENE = TOY["toy-read.png"]
@@ -144,6 +152,33 @@ def test_metrics_carry_vllms_scheduler_gauges_and_request_counter(server):
     )
 
 
+def test_metrics_carry_vllms_token_counters_and_latency_histograms(server):
+    """A finished request moves vLLM's token counters by its usage and adds one observation to each histogram."""
+    labels = {"model_name": "asymspec-vl", "engine": "0"}
+    names = [
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_count",
+        "vllm:e2e_request_latency_seconds_count",
+        "vllm:request_time_per_output_token_seconds_count",
+    ]
+
+    def read():
+        text = httpx.get(server.url + "/metrics").text
+        return [metric(text, n, **labels) for n in names]
+
+    before = read()
+    usage = post(server).json()["usage"]
+    after = read()
+    assert [a - b for a, b in zip(after, before)] == [
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        1,
+        1,
+        1,
+    ]
+
+
 def test_a_seed_out_of_range_is_refused_in_vllms_words(server):
     for seed, kind in (
         (2**63, "less_than_equal"),
@@ -206,6 +241,51 @@ def test_prompt_logprobs_are_the_verifiers_over_its_prompt_in_vllms_form(server)
         ranked = sorted((v["rank"], int(i)) for i, v in entry.items() if v["rank"] <= 2)
         assert [i for _, i in ranked] == [i for i, _ in x.top]
         assert all(isinstance(v["decoded_token"], str) for v in entry.values())
+
+
+def test_a_stream_is_shaped_as_vllms_and_its_last_chunk_carries_the_last_text(
+    server,
+):
+    check_stream_shape(streamed(server), post(server).json())
+
+
+def test_a_completion_sends_every_field_of_vllms_with_none_as_null(server):
+    for path in ("/v1/chat/completions", "/invocations"):
+        check_completion_fields(post(server, path=path).json())
+    ids = post(server, return_token_ids=True).json()
+    assert len(ids["prompt_token_ids"]) == ids["usage"]["prompt_tokens"] > 10
+    first = streamed(server, return_token_ids=True)[0]
+    assert first["prompt_token_ids"] == ids["prompt_token_ids"]
+
+
+def test_stop_reason_is_the_stop_string_or_token_and_none_for_eos():
+    """vLLM's stop_reason: the stop string that cut the answer (with or without it in the text), the stop token
+    id that ended it, None for the tokenizer's EOS or a length finish."""
+    from asymspec_vl.core.config import AsymSpecConfig
+    from asymspec_vl.core.loop import RowOutput
+    from asymspec_vl.serve.responses import stop_reason
+
+    def job(**cfg):
+        return SimpleNamespace(cfg=AsymSpecConfig(**cfg))
+
+    def decode(ids):
+        return "".join(chr(96 + i) for i in ids)  # 1 -> "a", 2 -> "b", ...
+
+    eos = 9
+    stops = {"stop": ["x", "cd", "c"]}
+    cases = [
+        (job(), RowOutput([1, 2], finish_reason="length"), None),
+        (job(), RowOutput([1, eos], finish_reason="stop"), None),
+        (job(), RowOutput([1, 7], finish_reason="stop"), 7),
+        (job(**stops), RowOutput([1, 2, 3, 4], finish_reason="stop", text="ab"), "cd"),
+        (
+            job(**stops, include_stop_str_in_output=True),
+            RowOutput([1, 2, 3], finish_reason="stop", text="abc"),
+            "c",
+        ),
+    ]
+    for j, row, want in cases:
+        assert stop_reason(j, row, decode, eos) == want, (row, want)
 
 
 # -- units: no server -------------------------------------------------------------------------------------------

@@ -15,7 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serve_support import EXAMPLES, ROOT, chat_body, data_url, metric, served
+from serve_support import (
+    EXAMPLES,
+    ROOT,
+    chat_body,
+    check_completion_fields,
+    check_stream_shape,
+    data_url,
+    metric,
+    served,
+)
 from test_bad_input import bomb_png  # a PNG header declaring a huge image
 
 pytestmark = pytest.mark.vllm
@@ -672,6 +681,29 @@ def test_ignore_eos_runs_a_request_to_its_max_completion_tokens(client):
         "length",
     )
     assert reply.metrics["speculative_decoding"]["num_draft_tokens"] > 0
+
+
+def test_streams_and_answers_are_shaped_as_vllms(server):
+    """On the vLLM backend as on hf (test_vllm_parity.py): the last chunk carries the last step's text, and a
+    completion every field of vLLM's with None as null."""
+    example = TOY[0]
+    body = chat_body(
+        example["question"],
+        data_url(EXAMPLES / example["image"]),
+        caption=example["caption"],
+        ocr="",
+        max_tokens=6,
+        ignore_eos=True,
+    )
+    url, headers = server.url + "/v1/chat/completions", server.headers
+    whole = httpx.post(url, json=body, headers=headers, timeout=300).json()
+    check_completion_fields(whole)
+    with httpx.stream(
+        "POST", url, json={**body, "stream": True}, headers=headers, timeout=300
+    ) as reply:
+        lines = [ln[6:] for ln in reply.iter_lines() if ln.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    check_stream_shape([json.loads(ln) for ln in lines[:-1]], whole)
 
 
 def test_sigterm_drains_requests_in_flight_then_exits_zero(server):

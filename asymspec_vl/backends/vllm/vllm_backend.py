@@ -335,7 +335,7 @@ class VLLMBackend:
             rows[i].sources, rows[i].stats = streamed.step(
                 i, len(tokens) - len(rows[i].token_ids)
             )
-            rows[i].token_ids = tokens
+            rows[i].token_ids, rows[i].done = tokens, o.finished
         on_step(rows)
 
     @staticmethod

@@ -790,22 +790,26 @@ def test_on_step_streams_growing_rows_with_their_labels(vl, method):
 
     accepted_label = LABELS[method].accepted
     for s in range(4):
-        snaps = []
+        snaps, done = [], []
         res = vl.generate(
             **_kw(random_request(s)),
             method=method,
             config=AsymSpecConfig(K=2, max_new_tokens=20),
-            on_step=lambda rows, snaps=snaps: snaps.append(
-                (
-                    list(rows[0].token_ids),
-                    list(rows[0].sources),
-                    copy.deepcopy(rows[0].stats),
-                )
+            on_step=lambda rows, snaps=snaps, done=done: (
+                snaps.append(
+                    (
+                        list(rows[0].token_ids),
+                        list(rows[0].sources),
+                        copy.deepcopy(rows[0].stats),
+                    )
+                ),
+                done.append(rows[0].done),
             ),
         )
         assert len(snaps) > 2 and all(
             a[0] == b[0][: len(a[0])] for a, b in zip(snaps, snaps[1:])
         )
+        assert done == [False] * (len(done) - 1) + [True]  # as the hf loop marks it
         assert snaps[-1][0] == res.token_ids
         final = [t.source for t in res.trace]
         for ids, sources, stats in snaps[
