@@ -90,3 +90,18 @@ def test_an_answer_that_ends_inside_the_first_step_decodes_nothing_after_it():
     )
     spec = rows["asymspec-K2"]
     assert spec["tokens"] == 0 + 5 and spec["tokens_per_iteration"] == 5 / 2
+
+
+def test_c_v_of_k_plus_1_replaces_the_one_token_forward_by_the_k_plus_1_token_one():
+    # the Floor's step: 1.1 s over 11 iterations = 100 ms; the verifier's forward over 5 tokens a row costs 4 ms
+    # more than over one, so a K = 4 step's verification costs 104 ms and its bound is priced with it
+    batches = _batches((12, 3, 9), (1, 1, 4), (12, 12, 0), (1, 1, 0))
+    plain = summarize(batches)["asymspec-K4"]
+    assert "bound_wide" not in plain
+    spec = summarize(batches, forward_s={1: 0.010, 3: 0.012, 5: 0.014})["asymspec-K4"]
+    c_v, c_d = spec["c_v_ms"], spec["c_d_ms"]
+    assert c_v == pytest.approx(100.0) and spec["c_v_wide_ms"] == pytest.approx(104.0)
+    gain = spec["tokens_per_iteration"] / 1.0
+    assert spec["bound"] == pytest.approx(gain * c_v / (5 * c_d + c_v))
+    assert spec["bound_wide"] == pytest.approx(gain * c_v / (5 * c_d + 104.0))
+    assert spec["of_bound_wide"] == pytest.approx(spec["speedup"] / spec["bound_wide"])
