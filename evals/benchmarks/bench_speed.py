@@ -142,7 +142,7 @@ def measure(args) -> list[dict]:
         for R in args.ratios:
             verifier = write_heavy_verifier(Path(tmp) / f"verifier-R{R:g}", R)
             forwards = {  # the verifier's forward over 1 and K + 1 tokens a row, per batch size
-                batch: forward_seconds(verifier, batch, widths, args.repeats)
+                batch: forward_seconds(verifier, batch, widths)
                 for batch in args.batches
             }
             for backend in args.backends:

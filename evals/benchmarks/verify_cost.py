@@ -4,7 +4,7 @@ The bound (speed_measure.py) prices a speculative step's verification at c_v, th
 forward over K + 1 tokens cost what a forward over one does. On a GPU at small batch the two are close (the forward
 reads the weights once, whatever the few tokens); on a CPU the work grows with the tokens. Measured here on the
 verifier folder itself with transformers: a KV cache of CONTEXT tokens a row, then a forward over n new tokens a
-row, the cache cut back after each, fastest of `repeats` (one torch thread, as bench_speed runs). The step's other
+row, the cache cut back after each, fastest of REPEATS (one torch thread, as bench_speed runs). The step's other
 costs (the loop, the cache commits) do not grow with n, so the verification of a step of K drafts costs
 c_v(K + 1) = c_v + forward(K + 1) - forward(1).
 """
@@ -19,10 +19,13 @@ import torch
 CONTEXT = (
     96  # tokens a row before the timed forward: about a toy prompt and half its answer
 )
+# timed forwards per width, the fastest kept: one forward takes a few ms to 0.1 s, and 2 let a burst of load on a
+# shared machine through (262 ms at 3 tokens against 134 ms at 5 in one run)
+REPEATS = 10
 
 
 def forward_seconds(
-    folder: Path, batch: int, widths: list[int], repeats: int
+    folder: Path, batch: int, widths: list[int], repeats: int = REPEATS
 ) -> dict[int, float]:
     """{n: fastest seconds of the verifier's forward over n new tokens a row} at `batch` rows (CPU time)."""
     from transformers import AutoModelForCausalLM  # lazy: loads transformers
