@@ -14,13 +14,18 @@ API (shared by every eval: MathVista, the toy world, ...)
         off the file; a broken line anywhere else, or one missing its fields, raises ResultsFileError naming
         the file and the line, as do a torn fingerprint file and a folder where the file belongs.
         .done_keys() -> {(id, method)}: the same, read only (nothing is repaired).
-        .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL.
+        .append(record): one line, then flush + fsync, so a finished job survives a SIGKILL; a line that cannot
+        be written (a full disk) is cut back off and raises ResultsNotKeptError carrying the record.
+        .check_writable(): ResultsFileError unless the file can be appended to (a read-only file, a folder
+        without write permission); run_jobs calls it before the first job, and a CLI before it loads models.
     run_jobs(jobs, work, log, desc="eval", progress=True, base=None) -> [record, ...] in job order
         runs work(job) -> dict for every job whose key is not in the log yet, appending each record as
         soon as it is done; jobs already in the log are not recomputed. A record is "id", "method", then
         base(job) (fields known before the work runs, kept in error records too), then work's fields.
         Record fields it reads: "correct" (bool, or None when not scored) for the running accuracy and
         "stats" {"emitted", "elapsed_s", ...} for tokens/s, both shown per method on a tqdm bar.
+        A record the log cannot take (ResultsNotKeptError: a full disk) stops the run with that error, the
+        record written to stderr as its JSON line, so nothing computed is lost.
         A typed error (asymspec_vl.core.errors.AsymSpecError) raised by work() is recorded as
         {"error": {"type", "message"}, "correct": False} and the run goes on; any other exception stops
         the run (a bug) with every finished job already on disk. One process writes a log at a time
@@ -69,6 +74,15 @@ class OutputFolderError(AsymSpecError):
     """An output folder cannot be created or written in."""
 
 
+class ResultsNotKeptError(ResultsFileError):
+    """A finished job's record could not be appended to the results file (a full disk, an I/O error); `record`
+    is the record, whole."""
+
+    def __init__(self, message: str, record: dict):
+        super().__init__(message)
+        self.record = record
+
+
 def writable_folder(path: str | Path) -> Path:
     """The folder `path`, created with its parents if needed, after a probe file was written in it."""
     folder = Path(path)
@@ -86,16 +100,18 @@ def writable_folder(path: str | Path) -> Path:
             "choose another output folder"
         ) from e
     except OSError as e:
-        why = (
-            "the file system is read-only"
-            if e.errno == errno.EROFS
-            else (e.strerror or str(e)).lower()
-        )
         raise OutputFolderError(
-            f"cannot write in the output folder {folder}: {why}; choose a writable "
+            f"cannot write in the output folder {folder}: {_why(e)}; choose a writable "
             "output folder"
         ) from e
     return folder
+
+
+def _why(e: OSError) -> str:
+    """An OSError in a few words: "the file system is read-only", "no space left on device", ..."""
+    if e.errno == errno.EROFS:
+        return "the file system is read-only"
+    return (e.strerror or str(e)).lower()
 
 
 @dataclass(frozen=True)
@@ -147,10 +163,7 @@ class ResultsLog:
         elif data and not data.endswith(b"\n"):
             with self.path.open("ab") as f:
                 f.write(b"\n")
-        done: dict[tuple[str, str], dict] = {}
-        for rec in records:
-            done.setdefault((rec["id"], rec["method"]), rec)
-        return done
+        return {(rec["id"], rec["method"]): rec for rec in records}
 
     def done_keys(self) -> set[tuple[str, str]]:
         """Keys of the finished jobs, read without changing the file (the fingerprint is checked)."""
@@ -169,15 +182,42 @@ class ResultsLog:
         line = (
             json.dumps(record, allow_nan=False) + "\n"
         )  # ASCII: any text survives any file encoding
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        size = self.path.stat().st_size if self.path.is_file() else 0
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            with contextlib.suppress(OSError):  # a torn line would end the file
+                os.truncate(self.path, size)
+            raise ResultsNotKeptError(
+                f"cannot append to {self.path} ({_why(e)}): the results before this one are kept there; "
+                f"the result of id {record.get('id')!r}, method {record.get('method')!r} is printed above as "
+                "its line; free space or choose another output folder, then rerun the same command to resume",
+                record,
+            ) from e
+
+    def check_writable(self) -> None:
+        """ResultsFileError unless a line could be appended to the file (or the file made), before any work."""
+        require_file(self.path)
+        try:
+            if self.path.exists():
+                with self.path.open("ab"):
+                    pass
+            else:
+                writable_folder(self.path.parent)
+        except OSError as e:
+            raise ResultsFileError(
+                f"cannot append to {self.path} ({_why(e)}): no result could be kept; make it writable or "
+                "choose another output folder"
+            ) from e
 
     @contextlib.contextmanager
     def locked(self):
-        """Hold an exclusive lock on .<stem>.lock while this process writes the log."""
+        """Hold an exclusive lock on .<stem>.lock while this process writes the log (the file writable)."""
         writable_folder(self.path.parent)
+        self.check_writable()
         with self.path.with_name(f".{self.path.stem}.lock").open("w") as f:
             try:
                 fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -367,7 +407,14 @@ def run_jobs(
                     **(base(job) if base else {}),
                     **fields,
                 }
-                log.append(rec)
+                try:
+                    log.append(rec)
+                except (
+                    ResultsNotKeptError
+                ) as e:  # nothing computed is lost: the line goes to stderr
+                    bar.bar.close()
+                    print(json.dumps(e.record), file=sys.stderr)
+                    raise
                 records[job.key] = rec
                 bar.update(rec)
         except (

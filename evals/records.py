@@ -1,9 +1,11 @@
 """What a results line must hold, the fingerprint it carries, and the fingerprint file written whole or not at all.
 
 A record (one JSON line of results.jsonl) holds "id" and "method" (text); then either an error, {"error": {"type",
-"message"}, "correct": false}, or an outcome whose "correct", where present, is true, false or null (not scored)
-and whose "stats", where present, is an object whose counters emitted, elapsed_s, steps, drafted, accepted are
-numbers (an outcome without "stats", e.g. a line of only "id" and "method", is refused). What a benchmark's own
+"message"}, "correct": false}, or an outcome whose "correct" is true, false or null (not scored) and whose
+"stats" is an object whose counters emitted, elapsed_s, steps, drafted, accepted, where present, are numbers (an
+outcome without "correct" or without "stats", e.g. a line of only "id" and "method", is refused: adopted, it would
+move every table). A file holds one record per (id, method): a second line of the same pair is refused, naming
+both lines (read twice, it would be counted twice). What a benchmark's own
 re-scoring needs is checked by its scorer (e.g. mathvista/cli.check_record). Every line a ResultsLog with a
 fingerprint writes also carries "fingerprint": the digest of the settings that made it, so a results file copied
 from a run with other settings is refused line by line, not adopted. Lines written before records carried a digest
@@ -56,7 +58,7 @@ def problem(rec: dict) -> str | None:
                 f'its "error" is {_shown(rec, "error")}, expected {{"type", "message"}}'
             )
         return None
-    if "correct" in rec and not (
+    if "correct" not in rec or not (
         rec["correct"] is None or isinstance(rec["correct"], bool)
     ):
         return (
@@ -88,6 +90,7 @@ def parse_lines(
     """The complete records, and the byte length of the prefix they fill (a torn last line is left out).
     wanted: the digest of this run's fingerprint, which a line's own "fingerprint" must equal."""
     records, pos = [], 0
+    lines: dict[tuple[str, str], int] = {}  # (id, method) -> the line that holds it
     while pos < len(data):
         nl = data.find(b"\n", pos)
         end = len(data) if nl < 0 else nl + 1
@@ -108,6 +111,13 @@ def parse_lines(
                     "fix or remove that line"
                 ) from e
             _check_line(rec, path, line, wanted)
+            first = lines.setdefault((rec["id"], rec["method"]), line)
+            if first != line:
+                raise ResultsFileError(
+                    f"{path}: line {line} repeats the record of id {rec['id']!r}, method "
+                    f"{rec['method']!r} (line {first}); a results file holds one line per id and method: "
+                    "remove one of them"
+                )
             records.append(rec)
         pos = end
     return records, pos

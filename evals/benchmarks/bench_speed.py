@@ -1,7 +1,8 @@
 """Benchmark: speed in the real regime. Floor, SD, drafter alone and AsymSpec tokens/s on held-out toy questions
 with the heavy verifier (the embedded verifier's exact logits at R x its cost, asymspec_vl/toy/heavy.py), beside
 the measured per-forward costs c_d, c_v, the speedup bound MAL * c_v / ((K + 1) c_d + c_v) and the fraction of it
-reached (terms: speed_measure.py).
+reached, and beside them c_v(K + 1), the verifier's cost for a step's K + 1 tokens (verify_cost.py), with the bound
+MAL * c_v / ((K + 1) c_d + c_v(K + 1)) it gives (terms: speed_measure.py).
 
     python -m asymspec_vl.evals.benchmarks.bench_speed [--backends hf,vllm] [--ratios 1,4,16] [--batches 1,8]
         [--variants sd-K2,sd-K4,asymspec-K2,asymspec-K4] [--questions 16] [--tokens 48] [--repeats 3]
@@ -13,7 +14,7 @@ seconds of this process (wall clock beside it), the fastest of --repeats per bat
 the load average and each row's CPU share, CPU over wall seconds, tell how much a wall figure was disturbed).
 Prints one table; writes bench_speed.{md,csv,json} (settings, load, versions beside the rows) and bench_speed.png
 (speedup over the
-Floor against R, bounds dotted) under --out.
+Floor against R, bounds at c_v dotted, at c_v(K + 1) dashed) under --out.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from asymspec_vl.toy import world
 from asymspec_vl.toy.heavy import layer_count, write_heavy_verifier
 
 from .speed_measure import REFERENCES, VARIANTS, decode_batches, summarize
+from .verify_cost import forward_seconds
 
 COLUMNS = [
     "backend",
@@ -46,10 +48,14 @@ COLUMNS = [
     "wall_tokens_per_s",
     "speedup",
     "mean_accepted_length",
+    "tokens_per_iteration",
     "c_d_ms",
     "c_v_ms",
     "bound",
     "of_bound",
+    "c_v_wide_ms",
+    "bound_wide",
+    "of_bound_wide",
     "cpu_share",
     "load",
 ]
@@ -130,10 +136,15 @@ def measure(args) -> list[dict]:
 
     requests = [request_of(e) for e in world.heldout(args.questions)]
     variants = [VARIANTS[k] for k in (*REFERENCES, *args.variants)]
+    widths = sorted({v.K + 1 for v in variants if v.K})
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-speed-") as tmp:
         for R in args.ratios:
             verifier = write_heavy_verifier(Path(tmp) / f"verifier-R{R:g}", R)
+            forwards = {  # the verifier's forward over 1 and K + 1 tokens a row, per batch size
+                batch: forward_seconds(verifier, batch, widths)
+                for batch in args.batches
+            }
             for backend in args.backends:
                 vl = load_pipeline(backend, verifier)
                 for batch in args.batches:
@@ -141,7 +152,7 @@ def measure(args) -> list[dict]:
                     done = decode_batches(
                         vl, variants, requests, batch, args.tokens, args.repeats
                     )
-                    for row in summarize(done).values():
+                    for row in summarize(done, forwards[batch]).values():
                         rows.append(
                             {
                                 "backend": backend,
@@ -159,7 +170,9 @@ def measure(args) -> list[dict]:
 
 def _line(row: dict) -> str:
     bound = (
-        f", {100 * row['of_bound']:.0f}% of bound {row['bound']:.2f}"
+        f", {row['tokens_per_iteration']:.2f} tokens/iteration, {100 * row['of_bound']:.0f}% of bound "
+        f"{row['bound']:.2f} (c_v {row['c_v_ms']:.1f} ms), {100 * row['of_bound_wide']:.0f}% of bound "
+        f"{row['bound_wide']:.2f} (c_v(K+1) {row['c_v_wide_ms']:.1f} ms)"
         if "bound" in row
         else ""
     )
@@ -188,18 +201,22 @@ def plot(rows: list[dict], path: Path) -> Path:
         ]
         for n, variant in enumerate(dict.fromkeys(r["variant"] for r in mine)):
             line = sorted(
-                (r["R"], r["speedup"], r["bound"])
+                (r["R"], r["speedup"], r["bound"], r["bound_wide"])
                 for r in mine
                 if r["variant"] == variant
             )
-            Rs, speedups, bounds = zip(*line)
+            Rs, speedups, bounds, wide = zip(*line)
             ax.plot(Rs, speedups, marker="o", color=f"C{n}", label=variant)
             ax.plot(Rs, bounds, linestyle=":", color=f"C{n}")
+            ax.plot(Rs, wide, linestyle="--", linewidth=0.8, color=f"C{n}")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("verifier cost ratio R")
         ax.set_ylabel("speedup over the Floor")
-        ax.set_title(f"{backend}, batch {batch} (dotted: bound)", fontsize=9)
+        ax.set_title(
+            f"{backend}, batch {batch} (dotted: bound at c_v, dashed: at c_v(K+1))",
+            fontsize=8,
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)

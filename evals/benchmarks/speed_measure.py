@@ -2,9 +2,11 @@
 batch, derive the per-forward costs c_d, c_v and the speedup bound of a speculative method.
 
 Terms (one configuration: backend, verifier cost ratio R, batch size):
-  decoding   what follows each row's first token: every batch is decoded twice, to its answers and to one token
+  decoding   what follows each row's first step: every batch is decoded twice, to its answers and to one token
              per row, and the difference of the two is the decoding (prompt encoding, prefill and the first step
-             cancel out, on both backends alike)
+             cancel out, on both backends alike). The 1-token run still runs its whole first step (K drafts and the
+             verification: accepted + 1 tokens generated, all but one cut by the budget), so the decoded tokens are
+             the answer's less the tokens that first step generated, not less the one it kept
   time       CPU seconds of this process (one torch thread; vLLM's CPU engine runs in this process): on an idle
              core it equals wall time, on a shared one it leaves out the time other processes held the core;
              wall-clock figures are kept beside it
@@ -15,7 +17,12 @@ Terms (one configuration: backend, verifier cost ratio R, batch size):
   n_d        drafter forwards per step of a method: K drafting forwards (K + 1 when it also reads d_K) plus one
              per scoring pass of the drafter (AsymSpec's base pass on x_comp): K + 1 for AsymSpec, K for SD
   bound      speedup over the Floor if a step cost exactly n_d * c_d + c_v:
-             gain * c_v / (n_d * c_d + c_v), gain = tokens per iteration over the Floor's (MAL at batch 1)
+             gain * c_v / (n_d * c_d + c_v), gain = tokens per iteration over the Floor's (MAL at batch 1);
+             it prices the verification of K drafts at c_v, the cost of the verifier's forward over one token
+  c_v(K+1)   the Floor's c_v with its one-token forward replaced by the verifier's forward over K + 1 tokens a
+             row (verify_cost.py measures both forwards): what a step's verification costs where the forward's
+             work grows with its tokens (a CPU; a GPU at large batch)
+  bound_wide the bound with c_v(K + 1) in the step's cost: gain * c_v / (n_d * c_d + c_v(K + 1))
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from dataclasses import dataclass, field
 
 from asymspec_vl import AsymSpecConfig
 from asymspec_vl.core.methods import METHODS
+
+from .verify_cost import wide_verifier_cost
 
 BASE = AsymSpecConfig(
     max_new_tokens=48
@@ -73,6 +82,10 @@ class Timing:
     cpu_s: float = float("inf")
     wall_s: float = float("inf")
     emitted: int = 0
+    generated: list = field(
+        default_factory=list
+    )  # [rows]: tokens the row's steps generated (accepted + 1 a step), before the stop / budget cut
+    emitted_rows: list = field(default_factory=list)  # [rows]: tokens kept
     steps: int = 0  # summed over the rows
     iterations: int = 0  # the most steps of any row
     token_ids: list = field(default_factory=list)
@@ -89,6 +102,8 @@ class Timing:
             ids,
         )
         self.emitted = sum(r.stats.emitted for r in results)
+        self.emitted_rows = [r.stats.emitted for r in results]
+        self.generated = [r.stats.accepted + r.stats.steps for r in results]
         self.steps = sum(r.stats.steps for r in results)
         self.iterations = max(r.stats.steps for r in results)
 
@@ -99,6 +114,16 @@ class Batch:
 
     full: Timing = field(default_factory=Timing)
     first: Timing = field(default_factory=Timing)
+
+    @property
+    def decoded_tokens(self) -> int:
+        """Tokens of the answers after each row's first step: what the full run kept less what the 1-token run's
+        first step generated (the same step of the same deterministic decoding; an answer that ends inside it
+        decodes nothing after it)."""
+        return sum(
+            kept - min(first, kept)
+            for kept, first in zip(self.full.emitted_rows, self.first.generated)
+        )
 
 
 def timed(
@@ -133,9 +158,12 @@ def decode_batches(
     return best
 
 
-def summarize(batches: dict[str, list[Batch]]) -> dict[str, dict]:
+def summarize(
+    batches: dict[str, list[Batch]], forward_s: dict[int, float] | None = None
+) -> dict[str, dict]:
     """Per variant: decoding tokens/s (CPU and wall clock), MAL, and against the Floor and the drafter alone:
-    speedup, c_d, c_v, the bound and the fraction of it reached."""
+    speedup, c_d, c_v, the bound and the fraction of it reached; with forward_s (verify_cost.forward_seconds:
+    {tokens a row: seconds of the verifier's forward}) also c_v(K + 1) and the bound with it."""
     rows = {}
     for key, parts in batches.items():
 
@@ -145,7 +173,7 @@ def summarize(batches: dict[str, list[Batch]]) -> dict[str, dict]:
                 for b in parts
             )
 
-        tokens, iterations = decoded("emitted"), decoded("iterations")
+        tokens, iterations = sum(b.decoded_tokens for b in parts), decoded("iterations")
         rows[key] = {
             "variant": key,
             "tokens": tokens,
@@ -172,10 +200,23 @@ def summarize(batches: dict[str, list[Batch]]) -> dict[str, dict]:
             gain = row["tokens_per_iteration"] / rows["floor"]["tokens_per_iteration"]
             row["bound"] = bound(gain, c_d, c_v, n_d)
             row["of_bound"] = row["speedup"] / row["bound"]
+            if forward_s is not None:
+                c_v_wide = wide_verifier_cost(c_v, forward_s, VARIANTS[key].K + 1)
+                row["c_v_wide_ms"] = 1e3 * c_v_wide
+                row["bound_wide"] = bound(gain, c_d, c_v, n_d, c_v_wide)
+                row["of_bound_wide"] = row["speedup"] / row["bound_wide"]
     return rows
 
 
-def bound(gain: float, c_d: float, c_v: float, drafter_forwards: int) -> float:
-    """Speedup over the Floor of steps costing drafter_forwards * c_d + c_v that emit `gain` x the Floor's
-    tokens per iteration: MAL * c_v / ((K + 1) c_d + c_v) for AsymSpec at batch 1."""
-    return gain * c_v / (drafter_forwards * c_d + c_v)
+def bound(
+    gain: float,
+    c_d: float,
+    c_v: float,
+    drafter_forwards: int,
+    c_v_step: float | None = None,
+) -> float:
+    """Speedup over the Floor (c_v a token) of steps costing drafter_forwards * c_d + c_v_step that emit `gain` x
+    the Floor's tokens per iteration: MAL * c_v / ((K + 1) c_d + c_v) for AsymSpec at batch 1 (c_v_step = c_v, the
+    default), MAL * c_v / ((K + 1) c_d + c_v(K + 1)) with the verification's measured cost."""
+    step_verify = c_v if c_v_step is None else c_v_step
+    return gain * c_v / (drafter_forwards * c_d + step_verify)

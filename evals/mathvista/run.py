@@ -225,6 +225,7 @@ def run_eval(args, cfg, protocol: EvalProtocol) -> int:
         needs_images=any(m in IMAGE_METHODS for m in args.methods),
     )
     log = ResultsLog(out / RESULTS, fingerprint(args, cfg, protocol, setup))
+    log.check_writable()  # before the models load: a result that cannot be kept is never computed
     # method by method, grouped by engine: on a GPU, where one vLLM engine fits at a time, each starts once
     jobs = [
         Job(p.pid, m, p) for m in engine_order(args.methods) for p in setup.problems

@@ -85,6 +85,7 @@ def _run(args) -> int:
         "variants": {k: v.changes | {"method": v.method} for k, v in VARIANTS.items()},
     }
     log = ResultsLog(out / "results.jsonl", fingerprint)
+    log.check_writable()  # before the first request: a result that cannot be kept is never computed
     records = evaluate(
         vl,
         examples,

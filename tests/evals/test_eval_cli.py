@@ -22,7 +22,14 @@ MATHVISTA = dict(
 
 def record(method, id="1", benchmark="toy", **extra):
     base = MATHVISTA if benchmark == "mathvista" else {"benchmark": benchmark}
-    return {"id": id, "method": method, **base, "stats": {"emitted": 3}, **extra}
+    return {
+        "id": id,
+        "method": method,
+        **base,
+        "correct": None,
+        "stats": {"emitted": 3},
+        **extra,
+    }
 
 
 def write(path, records, methods=None):
@@ -102,7 +109,7 @@ def test_several_runs_are_labelled_by_folder_and_benchmarks_split_under_out(
 ):
     a = write(
         tmp_path / "a" / "results.jsonl",
-        [record("floor"), record("floor", benchmark="mathvista")],
+        [record("floor"), record("floor", id="2", benchmark="mathvista")],
     )
     b = write(
         tmp_path / "b" / "results.jsonl", [record("asymspec")], methods=["asymspec"]

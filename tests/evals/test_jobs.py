@@ -132,7 +132,8 @@ def test_complete_last_line_without_newline_is_kept(tmp_path):
 def test_corrupt_line_before_the_end_is_an_error(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(
-        '{"id": "0", "method": "a", "stats": {}}\nnot json\n{"id": "1", "method": "a", "stats": {}}\n'
+        '{"id": "0", "method": "a", "correct": true, "stats": {}}\nnot json\n'
+        '{"id": "1", "method": "a", "correct": true, "stats": {}}\n'
     )
     with pytest.raises(ResultsFileError, match="line 2"):
         ResultsLog(path).load()

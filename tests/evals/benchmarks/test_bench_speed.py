@@ -73,6 +73,24 @@ def test_one_configurations_rows_follow_the_cost_model(tmp_path, capsys):
         )
         assert spec["of_bound"] == pytest.approx(spec["speedup"] / spec["bound"])
         assert 1.0 <= spec["mean_accepted_length"] <= 3.0  # K = 2: 1 to K + 1 a step
+        # decoding after the first step: no iteration emits more than K + 1 tokens a row (the 1-token run's
+        # first step generated up to K + 1 tokens; counting them as decoded gave more)
+        assert 0 < spec["tokens_per_iteration"] <= batch * 3
+        assert floor["tokens_per_iteration"] <= batch
+        # c_v(K + 1) >= c_v less timing noise; the bound with it is the bound with that step cost
+        assert spec["c_v_wide_ms"] > 0.5 * spec["c_v_ms"]
+        assert spec["bound_wide"] == pytest.approx(
+            bound(
+                gain,
+                spec["c_d_ms"],
+                spec["c_v_ms"],
+                VARIANTS["asymspec-K2"].drafter_forwards,
+                spec["c_v_wide_ms"],
+            )
+        )
+        assert spec["of_bound_wide"] == pytest.approx(
+            spec["speedup"] / spec["bound_wide"]
+        )
 
 
 @pytest.mark.parametrize(
