@@ -7,11 +7,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from asymspec_vl import commands
 from asymspec_vl.commands import (
     add_model_args,
     add_threads_arg,
     comma_list,
-    load_from_args,
 )
 from asymspec_vl.core.errors import ConfigError
 from asymspec_vl.inputs.vocab_report import describe_words, verifier_words
@@ -74,7 +74,7 @@ def _run(args) -> int:
         )
     set_threads(args.threads, args.device)
     out = Path(args.out)
-    vl = load_from_args(args)
+    vl = commands.load_from_args(args)  # read at call time (tests stand in for it)
     examples = world.heldout(args.n)
     fingerprint = {
         "benchmark": BENCHMARK,
