@@ -9,6 +9,7 @@
 #   eval-toy    the embedded pairs' held-out tables on CUDA, to compare with the CPU's (README: 92.3 / 9.67), and
 #               the same-family pair in bfloat16
 #   bench-gate, bench-map   the gate step's and the vocabulary map's cost per decode step on this GPU
+#   doctor-quick  `asymspec-vl doctor --quick` (8 minutes at most; only where vLLM imports: skipped otherwise)
 # Wheels the machine lacks (this project's transformers 4.57 line, its tokenizers and hub client) may sit in .whl/:
 # they are installed under /tmp/site first. Usage: bash tests/on_gpu.sh [STEP ...] (default: every step).
 # DEV=cpu runs the same steps on the CPU (the kernels in triton's interpreter): a dry run of this script.
@@ -42,7 +43,7 @@ want() { [ $# -eq 0 ] || [[ " $* " == *" $STEP "* ]]; }
 
 PYTEST=($PY -m pytest -q -p no:cacheprovider -m "not vllm" -o timeout=300)
 STEPS=("$@")
-for STEP in hf-oracle kernels self-check eval-toy bench-gate bench-map; do
+for STEP in hf-oracle kernels self-check eval-toy bench-gate bench-map doctor-quick; do
   want "${STEPS[@]}" || continue
   case $STEP in
     hf-oracle) ASYMSPEC_TEST_DEVICE=$DEV step hf-oracle 240 "${PYTEST[@]}" tests/core/test_loop_equivalence.py \
@@ -65,6 +66,9 @@ for STEP in hf-oracle kernels self-check eval-toy bench-gate bench-map; do
     bench-gate) step bench-gate 90 $PY -m asymspec_vl.evals.benchmarks.bench_gate --device $DEV ;;
     bench-map) step bench-map 90 $PY -m asymspec_vl.evals.benchmarks.bench_vocab_map --device $DEV \
       --shapes 1x2,1x4,8x4,64x8 ;;
+    doctor-quick) if $PY -c "import vllm" 2>/dev/null; then
+        step doctor-quick 540 $PY -m asymspec_vl.cli doctor --quick --json "$OUT/doctor-quick.json"
+      else echo "[doctor-quick] skipped: vllm does not import here"; fi ;;
   esac
 done
 
@@ -72,6 +76,7 @@ done
 for f in "$LOGS"/*.log; do
   case $(basename "$f") in
     hf-oracle.log | kernels.log) grep -E "^(FAILED|ERROR)|passed|failed" "$f" | tail -25 ;;
+    doctor-quick.log) echo "== doctor-quick.log"; grep -E "^\||quick checks" "$f" | tail -30 ;;
     eval-toy-*.log | bench-*.log) echo "== $(basename "$f")"; grep -E "^\||shared|GB/s|median|building" "$f" | tail -30 ;;
   esac
 done

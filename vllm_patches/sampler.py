@@ -180,9 +180,12 @@ def _decide(proposer, batch, key, rows, step, out, logprobs) -> None:
     method, n, cfg, stop_ids = key
     logits, logits_indices, first = step
     index = [i for i, _ in rows]
-    drafts = torch.tensor(
-        [d for _, d in rows], dtype=torch.long, device=logits.device
-    ).view(len(index), n)
+    host_drafts = [d for _, d in rows]  # [G][n]
+    drafts = (  # [G, n]: a copy that does not block (the host lists are read below)
+        torch.tensor(host_drafts, dtype=torch.long)
+        .view(len(index), n)
+        .to(logits.device, non_blocking=True)
+    )
     states = [proposer.row(batch.req_ids[i]) for i in index]
     step_logits = _logits(
         method, proposer, batch, logits, logits_indices, first, index, drafts, cfg
@@ -209,7 +212,7 @@ def _decide(proposer, batch, key, rows, step, out, logprobs) -> None:
         step_logits["t"],
         outcome,
         states[0].banned_v if proposer.vmap is not None else states[0].banned,
-        outcome.committed(drafts),
+        outcome.committed(host_drafts),
     )  # a structured output's dead end: no committable token the grammar allows
     _put_rows(out, index, committed)
     if logprobs is not None:

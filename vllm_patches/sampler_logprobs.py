@@ -57,24 +57,34 @@ class StepLogprobs:
         device, W = self.logits.device, self.width
         rows = torch.tensor(index)
         positions = (rows[:, None] * W + torch.arange(W)).flatten()  # [c * W]
-        tokens = out[rows].flatten().long().clamp(min=0).to(device)  # [c * W]
-        raw = self.logits[self.index[rows].flatten().to(device)].float()  # [c * W, V]
+        # host tensors to the device by copies that do not block (issue 44 item 3)
+        tokens = out[rows].flatten().long().clamp(min=0).to(device, non_blocking=True)
+        at_rows = self.index[rows].flatten().to(device, non_blocking=True)  # [c * W]
+        raw = self.logits[at_rows].float()  # [c * W, V]
         asking = self.asking(index) if decided is not None else []
         if asking:
             method, cfg, step_logits, outcome, n, vmap = decided
-            sel = torch.tensor(asking, device=device)
+            sel = torch.tensor(asking).to(device, non_blocking=True)
             chosen, _ = step_scores(
                 method.name,
                 cfg,
                 {name: x[sel] for name, x in step_logits.items()},
-                outcome.num_accepted[sel.to(outcome.num_accepted.device)],
+                outcome.num_accepted[
+                    sel.to(outcome.num_accepted.device, non_blocking=True)
+                ],
                 n,
                 vmap,
             )  # [G', n + 1, V]
             # the positions that committed a token (vLLM drops the others; step_scores leaves them unspecified)
-            kept = out[rows[asking], : n + 1] >= 0  # [G', n + 1]
-            at = (torch.tensor(asking)[:, None] * W + torch.arange(n + 1))[kept]
-            raw[at.to(device)] = chosen[kept.to(chosen.device)].to(raw.device)
+            # (a host mask: its flat places index the device's chosen, never a device mask read on the host)
+            kept = (out[rows[asking], : n + 1] >= 0).flatten().nonzero()[:, 0]
+            at = (torch.tensor(asking)[:, None] * W + torch.arange(n + 1)).flatten()[
+                kept
+            ]
+            picked = chosen.flatten(0, 1)[kept.to(chosen.device, non_blocking=True)]
+            raw[at.to(device, non_blocking=True)] = picked.to(
+                raw.device, non_blocking=True
+            )
         mode = getattr(self.vllm_sampler, "logprobs_mode", "raw_logprobs")
         scores = (
             raw if mode == "raw_logits" else self.vllm_sampler.compute_logprobs(raw)
@@ -103,5 +113,5 @@ class StepLogprobs:
         ]
         for positions, piece in self.pieces:
             for x, part in zip(whole, piece[:3]):
-                x[positions.to(x.device)] = part
+                x[positions.to(x.device, non_blocking=True)] = part
         return LogprobsTensors(*whole)

@@ -40,9 +40,13 @@ class StepOutcome:
         None  # [B, K+1] float32: D_i of the gate (None for SD/SCD)
     )
 
-    def committed(self, drafts: torch.Tensor) -> list[list[int]]:
-        """Per request: the accepted drafts followed by the emitted token."""
-        n, tok, d = self.num_accepted.tolist(), self.token.tolist(), drafts.tolist()
+    def committed(self, drafts: torch.Tensor | list[list[int]]) -> list[list[int]]:
+        """Per request: the accepted drafts followed by the emitted token. drafts [B, n]: a tensor, or the host
+        lists it was made from (then the outcome is the one read from the device: one sync, not three)."""
+        n, tok = torch.stack(
+            [self.num_accepted, self.token.to(self.num_accepted.dtype)]
+        ).tolist()
+        d = drafts.tolist() if isinstance(drafts, torch.Tensor) else drafts
         return [row[:k] + [x] for row, k, x in zip(d, n, tok)]
 
 

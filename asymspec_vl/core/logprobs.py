@@ -128,8 +128,9 @@ def step_scores(
         if x is out:
             continue
         at = torch.tensor(
-            [[j < len(row) and row[j] == name for j in range(width)] for row in names],
-            device=out.device,
+            [[j < len(row) and row[j] == name for j in range(width)] for row in names]
+        ).to(
+            out.device, non_blocking=True
         )  # [B, K+1]: the positions chosen from `name`
         out = torch.where(at[..., None], x, out)
     return out, names

@@ -17,16 +17,17 @@ def hold_stops(
     stop_ids: Sequence[int],
 ) -> torch.Tensor:
     """x [B, n, V]: the logits of output positions produced[r] + first + j (j < n) of row r. -> x with the stop
-    tokens -inf at the positions below min_tokens (x itself when none is held)."""
-    out = torch.tensor([p + first for p in produced], device=x.device)[
-        :, None
-    ] + torch.arange(x.shape[1], device=x.device)  # [B, n]
-    held = out < min_tokens
-    if not stop_ids or not held.any():
+    tokens -inf at the positions below min_tokens (x itself when none is held). Which positions are held is known
+    on the host (produced, first, min_tokens are ints): nothing waits for the device, and the mask and the stop ids
+    reach it by copies that do not block (issue 44 item 3)."""
+    n = x.shape[1]
+    held = [[p + first + j < min_tokens for j in range(n)] for p in produced]  # [B, n]
+    if not stop_ids or not any(any(row) for row in held):
         return x
     x = x.clone()
-    stop = torch.tensor(sorted(stop_ids), device=x.device)
-    x[..., stop] = x[..., stop].masked_fill(held[..., None], float("-inf"))
+    mask = torch.tensor(held).to(x.device, non_blocking=True)  # [B, n]
+    stop = torch.tensor(sorted(stop_ids)).to(x.device, non_blocking=True)
+    x[..., stop] = x[..., stop].masked_fill(mask[..., None], float("-inf"))
     return x
 
 

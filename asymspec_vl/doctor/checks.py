@@ -177,9 +177,9 @@ def preemption_check(vl, hf, run: AttentionRun) -> Check:
     )
 
 
-def kernel_check(on_gpu: bool) -> Check:
+def kernel_check(on_gpu: bool, reference: str | None = None) -> Check:
     """The gate kernel against its reference, in a process of its own (the CPU needs triton's interpreter
-    switched on before triton is imported)."""
+    switched on before triton is imported); reference: the torch reference's dtype (None: the kernel's, bf16)."""
     vocab = 151_936 if on_gpu else 4096
     env = dict(os.environ)
     if not on_gpu:
@@ -194,7 +194,7 @@ def kernel_check(on_gpu: bool) -> Check:
         str(vocab),
         "--dtype",
         "bfloat16",
-    ]
+    ] + (["--reference", reference] if reference else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
@@ -210,5 +210,6 @@ def kernel_check(on_gpu: bool) -> Check:
         "gate kernel == torch reference",
         f"triton ({where}, {result['device']})",
         not result["mismatches"],
-        f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases, bf16, V={vocab}",
+        f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases, bf16, V={vocab}"
+        + (f", reference {reference}" if reference else ""),
     )

@@ -4,6 +4,11 @@ tensor parallelism, a served request, and the Triton gate kernel against its tor
 exits 0 unless a check failed (a check this machine cannot run is "skipped", with the reason).
 Duration: ~10-20 minutes on a 2-core CPU build, a few minutes per backend on a GPU (--speed adds minutes);
 progress lines go to stderr as it runs.
+--quick (quick.py): a first check in at most 8 minutes on one H100 / H200 (the CPU build: under 15 minutes), rows in
+this order, each printed as it finishes: the gate kernel against float64 (bf16, V = 151,936 on a GPU); the
+sampler's peak memory per rule (at most 16 [64, V] float32 blocks) and vLLM's Triton top-k / top-p against our
+filter; the compile-cache key (asymspec-vl version, drafter layout, method) and an engine compiled and first traced at
+its whole token budget on the exact attention backend, against transformers; one cross-family pair (embedded-llama).
 
 The tiny pair (random Qwen3 verifier + Qwen3-VL drafter, written to a temporary folder): head_dim 64, which every
 backend below takes; the verifier has 4 query heads and the drafter 2 (one KV head each), so attention planned
@@ -70,6 +75,7 @@ from .cases import say as _say
 from .checks import kernel_check, method_checks
 from .precision import describe as pinned_precision
 from .precision import exact_float32
+from .quick import run_quick
 from .serve_check import serve_check, tensor_parallel_check
 from .speed import speed_checks
 
@@ -286,7 +292,14 @@ def register(sub) -> None:
         metavar="FILE",
         help="also write the results as JSON",
     )
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group()  # --quick and --speed are separate runs
+    mode.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first check in at most 8 minutes on one GPU (quick.py): the gate kernel, the sampler's memory and "
+        "top-k / top-p, the compile-cache key and a compiled engine, one cross-family pair",
+    )
+    mode.add_argument(
         "--speed",
         action="store_true",
         help="also measure Floor and AsymSpec tokens/s and the per-step "
@@ -303,8 +316,12 @@ def register(sub) -> None:
         default=1,
         help="with --speed: requests decoded at once (batch)",
     )
-    p.set_defaults(
-        func=lambda args: run_doctor(
-            args.out, args.speed, args.speed_verifier_size, args.speed_requests
-        )
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    if args.quick:
+        return run_quick(args.out, environment)
+    return run_doctor(
+        args.out, args.speed, args.speed_verifier_size, args.speed_requests
     )

@@ -1,7 +1,7 @@
 """The gate kernel's checks from the command line (the doctor runs the self-check in a process of its own, where
 triton's interpreter can be switched on before triton is imported):
 
-    python -m asymspec_vl.doctor.kernels self-check [--vocab 151936] [--dtype bfloat16] [--json]
+    python -m asymspec_vl.doctor.kernels self-check [--vocab 151936] [--dtype bfloat16] [--reference float64] [--json]
     python -m asymspec_vl.doctor.kernels compile [--arch 90]
 
 self-check: the Triton kernel against the torch reference on this machine's device (core/kernels/self_check.py);
@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         "--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32")
     )
     p.add_argument(
+        "--reference",
+        default=None,
+        choices=("float64", "float32"),
+        help="the torch reference's dtype (default: the kernel's)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print the result as one JSON line"
     )
     p = sub.add_parser(
@@ -50,13 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ..core.kernels.self_check import self_check  # lazy: loads torch
 
-    result = self_check(dtype=args.dtype, vocab=args.vocab)
+    result = self_check(dtype=args.dtype, vocab=args.vocab, reference=args.reference)
     if args.json:
         print(json.dumps(result))
     else:
         print(
             f"{result['cases'] - len(result['mismatches'])}/{result['cases']} cases equal on {result['device']} "
-            f"({args.dtype}, V={args.vocab})"
+            f"({args.dtype}, V={args.vocab}, reference {result['reference']})"
             + "".join(f"\n  differs: {m}" for m in result["mismatches"])
         )
     return 1 if result["mismatches"] else 0

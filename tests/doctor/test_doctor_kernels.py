@@ -24,8 +24,37 @@ def test_the_real_kernel_passes_every_case(capsys, monkeypatch):
     out = capsys.readouterr().out
     cases = PER_GATE
     assert re.fullmatch(
-        rf"{cases}/{cases} cases equal on \w+ \(float32, V=64\)\n", out
+        rf"{cases}/{cases} cases equal on \w+ \(float32, V=64, reference float32\)\n",
+        out,
     ), out
+
+
+def test_the_reference_runs_in_float64_on_the_kernels_bf16_inputs(capsys, monkeypatch):
+    """doctor --quick's gate row: --reference float64 computes the torch reference in double precision."""
+    import torch
+
+    from asymspec_vl.core import gate
+
+    real, seen = gate.asymspec_step, []
+    monkeypatch.setattr(
+        gate,
+        "asymspec_step",
+        lambda a, *r, **k: seen.append(a.dtype) or real(a, *r, **k),
+    )
+    monkeypatch.setattr(self_check_module, "GATES", GATES[:1])  # one gate: time
+    args = [
+        "self-check",
+        "--vocab",
+        "64",
+        "--dtype",
+        "bfloat16",
+        "--reference",
+        "float64",
+    ]
+    assert kernels.main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["reference"] == "float64" and result["mismatches"] == []
+    assert seen and set(seen) == {torch.float64}
 
 
 def test_a_kernel_emitting_the_wrong_token_fails_every_case_by_name(
@@ -51,13 +80,16 @@ def test_the_text_form_counts_and_names_the_differing_cases(capsys, monkeypatch)
     found = {
         "device": "cpu",
         "cases": 5,
+        "reference": "float32",
         "mismatches": ["gate=cda delta=raw bonus=fused", "gate=kl delta=scd bonus=t"],
     }
-    monkeypatch.setattr(self_check_module, "self_check", lambda dtype, vocab: found)
+    monkeypatch.setattr(
+        self_check_module, "self_check", lambda dtype, vocab, reference: found
+    )
     assert kernels.main(ARGS) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "3/5 cases equal on cpu (float32, V=64)",
+        "3/5 cases equal on cpu (float32, V=64, reference float32)",
         "  differs: gate=cda delta=raw bonus=fused",
         "  differs: gate=kl delta=scd bonus=t",
     ]

@@ -116,3 +116,20 @@ def test_the_pin_reaches_the_engine_core_the_doctor_starts(tmp_path, monkeypatch
         "VLLM_FLOAT32_MATMUL_PRECISION": "highest",
     }, env
     assert precision == "highest" and fp32_default == "ieee", (precision, fp32_default)
+
+
+def test_the_pin_holds_cudnns_float32_convolutions_at_ieee_and_restores_a_users_tf32():
+    """cuDNN's float32 convolutions (the drafter's patch embedding in the transformers reference) default to TF32
+    on a GPU: the pin sets them to IEEE with torch's new API and puts the user's value back."""
+    from asymspec_vl.doctor.precision import CONV_PRECISION
+
+    conv = torch.backends.cudnn.conv
+    before = conv.fp32_precision
+    conv.fp32_precision = "tf32"
+    try:
+        with exact_float32():
+            assert conv.fp32_precision == CONV_PRECISION == "ieee"
+        assert conv.fp32_precision == "tf32"
+    finally:
+        conv.fp32_precision = before
+    assert "cuDNN conv fp32_precision=ieee" in describe()

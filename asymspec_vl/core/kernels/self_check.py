@@ -46,9 +46,11 @@ def self_check(
     vocab: int = 151_936,
     batch: int = 4,
     K: int = LIMITS.speculative_tokens,
+    reference: str | None = None,
 ) -> dict:
-    """{"device", "dtype", "vocab", "cases", "mismatches": [case names]}: a case mismatches when the kernel's
-    accepted counts or emitted tokens differ from the reference's."""
+    """{"device", "dtype", "vocab", "reference", "cases", "mismatches": [case names]}: a case mismatches when the
+    kernel's accepted counts or emitted tokens differ from the reference's. reference: the dtype the torch reference
+    computes in ("float64": the same rounded inputs in double precision; None: the kernel's dtype)."""
     from .triton_gate import run_gate  # lazy: loads triton
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -66,7 +68,10 @@ def self_check(
         cfg = AsymSpecConfig(
             K=K, gate=gate_name, delta_source=delta, bonus=bonus, beta=1.0, gamma=0.5
         )
-        ref = gate.asymspec_step(a, b, t, drafts, cfg, banned, n)
+        ref_dtype = getattr(torch, reference) if reference else a.dtype
+        ref = gate.asymspec_step(
+            a.to(ref_dtype), b.to(ref_dtype), t.to(ref_dtype), drafts, cfg, banned, n
+        )  # bf16 values are exact in float64: only the reference's arithmetic differs
         _, n_acc, token, _ = run_gate(
             a, b, t, drafts, n, cfg, banned, with_divergence=True
         )
@@ -80,6 +85,7 @@ def self_check(
         "device": device,
         "dtype": dtype,
         "vocab": vocab,
+        "reference": reference or dtype,
         "cases": cases,
         "mismatches": mismatches,
     }

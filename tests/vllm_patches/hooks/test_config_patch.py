@@ -4,6 +4,7 @@ import types
 
 import pytest
 
+from asymspec_vl.doctor.compile_key import keys_of
 from vllm_patches.hooks import config_patch
 
 
@@ -51,60 +52,16 @@ def test_the_drafters_vllm_config_is_built_once(monkeypatch):
 
 
 # -- the compile-cache key -----------------------------------------------------------------------------------------
-def engine_configs(tiny_models, method: str = "asymspec"):
-    """(the engine's VllmConfig, the drafter's) of a speculative engine on the tiny pair, built as vLLM builds them
-    (EngineArgs.create_engine_config; DraftModelProposer._create_draft_vllm_config), compiled (no engine starts)."""
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.spec_decode.draft_model import DraftModelProposer
-
-    import vllm_patches
-
-    vllm_patches.apply()
-    config = EngineArgs(
-        model=str(tiny_models["verifier"]),
-        max_model_len=1024,
-        enforce_eager=False,
-        speculative_config={
-            "method": method,
-            "model": str(tiny_models["vl_drafter"]),
-            "num_speculative_tokens": 2,
-        },
-    ).create_engine_config()
-    proposer = DraftModelProposer.__new__(DraftModelProposer)
-    proposer.vllm_config, proposer.speculative_config = (
-        config,
-        config.speculative_config,
-    )
-    return config, proposer._create_draft_vllm_config()
-
-
-def compile_keys(config) -> tuple[str, str]:
-    """The factors of `config` in vLLM's two compile-cache keys: the AOT artifacts' (compilation/decorators.py:
-    aot_compile_hash_factors, with the env's; the traced forward's name is the same for every engine here) and the
-    piecewise cache's config hash (compilation/backends.py VllmBackend.__call__)."""
-    import hashlib
-
-    from vllm.compilation.caching import aot_compile_hash_factors
-
-    aot = hashlib.sha256(str(aot_compile_hash_factors(config)).encode()).hexdigest()
-    return aot, config.compute_hash()
-
-
-def keys_of(configs) -> dict:
-    verifier, drafter = configs
-    return {"verifier": compile_keys(verifier), "drafter": compile_keys(drafter)}
-
-
 @pytest.mark.vllm
 def test_engines_of_two_asymspec_vl_versions_get_different_compile_cache_keys(
     tiny_models, monkeypatch
 ):
     """A graph compiled by one version is never loaded (guards dropped) by another: both keys of both models move."""
     monkeypatch.setattr(config_patch, "asymspec_vl_version", lambda: "0.1.0")
-    old = keys_of(engine_configs(tiny_models))
-    assert keys_of(engine_configs(tiny_models)) == old  # the key is stable
+    old = keys_of(tiny_models)
+    assert keys_of(tiny_models) == old  # the key is stable
     monkeypatch.setattr(config_patch, "asymspec_vl_version", lambda: "0.1.1")
-    new = keys_of(engine_configs(tiny_models))
+    new = keys_of(tiny_models)
     for model in ("verifier", "drafter"):
         assert old[model][0] != new[model][0] and old[model][1] != new[model][1], model
 
@@ -122,10 +79,10 @@ def test_the_key_holds_the_method_and_the_drafters_traced_call_layout(
         asymspec_vl_version(),
         f"drafter-trace-layout-{DRAFTER_TRACE_LAYOUT}",
     ]
-    ours = keys_of(engine_configs(tiny_models))
-    stock = keys_of(engine_configs(tiny_models, "draft_model"))
+    ours = keys_of(tiny_models)
+    stock = keys_of(tiny_models, "draft_model")
     monkeypatch.setattr(config_patch, "DRAFTER_TRACE_LAYOUT", DRAFTER_TRACE_LAYOUT + 1)
-    bumped = keys_of(engine_configs(tiny_models))
+    bumped = keys_of(tiny_models)
     for model in ("verifier", "drafter"):
         assert len({ours[model][0], stock[model][0], bumped[model][0]}) == 3, model
         assert len({ours[model][1], stock[model][1], bumped[model][1]}) == 3, model

@@ -4,41 +4,19 @@ rule (vLLM's PyTorch sort), not by vLLM's Triton pivot search, whose kept set is
 Without a GPU, vLLM's Triton kernel runs in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1): vLLM's own
 import of Triton is a placeholder there (no active driver), so the kernel's module is run once more with Triton."""
 
-import sys
-import types
-
 import pytest
 import torch
 
 from asymspec_vl.core.config import AsymSpecConfig
 from asymspec_vl.core.sampling import draw, filtered_logprobs
+from asymspec_vl.doctor.topk_filter import ROWS, TOP_P, vllm_triton_filter
+from asymspec_vl.doctor.topk_filter import bf16_logits as doctor_logits
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # the interpreter's
 ]
-ROWS, V, TOP_P = 8, 4096, 0.9
-
-
-def vllm_triton_filter():
-    """vLLM's apply_top_k_top_p_triton: as it is on a GPU; else its module run under Triton's interpreter."""
-    import vllm.v1.sample.ops.topk_topp_triton as kernel_module
-
-    if torch.cuda.is_available():
-        return kernel_module.apply_top_k_top_p_triton
-    source = open(kernel_module.__file__).read()
-    source = source.replace(
-        "from vllm.triton_utils import tl, triton",
-        "import triton\nimport triton.language as tl",
-    )
-    module = types.ModuleType("vllm_topk_topp_interpreted")
-    module.__file__ = kernel_module.__file__
-    sys.modules[module.__name__] = module
-    exec(compile(source, kernel_module.__file__, "exec"), module.__dict__)
-    module.num_compute_units = lambda index: (
-        132
-    )  # an H100's SMs (the CPU platform has none)
-    return module.apply_top_k_top_p_triton
+V = 4096
 
 
 @pytest.fixture
@@ -60,12 +38,6 @@ def gpu_dispatch(monkeypatch):
     return ops, calls
 
 
-def bf16_logits(device) -> torch.Tensor:
-    """[ROWS, V] float32 logits rounded through bf16 (a GPU engine's), ties among them."""
-    g = torch.Generator().manual_seed(0)
-    return (torch.randn(ROWS, V, generator=g) * 3).bfloat16().float().to(device)
-
-
 def kept(x: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(x)
 
@@ -75,7 +47,7 @@ def test_a_seeded_batch_of_8_rows_is_filtered_and_drawn_as_the_project_does(
 ):
     ops, calls = gpu_dispatch
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    logits = bf16_logits(device)
+    logits = doctor_logits(V, device)
     p = torch.full((ROWS,), TOP_P, device=device)
     cfg = AsymSpecConfig(temperature=1.0, top_p=TOP_P, seed=0)
     ours = filtered_logprobs(logits, cfg)
@@ -99,7 +71,7 @@ def test_a_seeded_batch_of_8_rows_is_filtered_and_drawn_as_the_project_does(
 def test_an_unseeded_batch_keeps_vllms_dispatch(gpu_dispatch):
     ops, calls = gpu_dispatch
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    logits = bf16_logits(device)
+    logits = doctor_logits(V, device)
     p = torch.full((ROWS,), TOP_P, device=device)
     sampler = ops.TopKTopPSampler(logprobs_mode="processed_logits")
     _, processed = sampler.forward_native(logits.clone(), {}, None, p)
