@@ -9,6 +9,15 @@ class ConfigError(AsymSpecError, ValueError):
     """A configuration field is out of its allowed range; the message names the field."""
 
 
+class UnenforcedSchemaError(ConfigError):
+    """A JSON schema holds keywords the engine's grammar (xgrammar) would compile but not enforce
+    (backends/vllm/schema_keywords.py). `keywords`: [(JSON pointer of the keyword, why)]."""
+
+    def __init__(self, message: str, keywords: list[tuple[str, str]]):
+        super().__init__(message)
+        self.keywords = list(keywords)
+
+
 class ParallelismError(ConfigError):
     """A parallel layout the pair cannot run on (pipeline parallelism); the message names the setting and what to
     use instead."""

@@ -26,6 +26,15 @@ class UnsupportedRequestError(_NamesItsField):
     """A field of the request the server does not serve (penalties, tools, n > 1, ...)."""
 
 
+class UnenforcedSchemaError(UnsupportedRequestError):
+    """A JSON schema holding keywords the engine's grammar would not enforce: the library's UnenforcedSchemaError,
+    naming the field; `keywords`: [(JSON pointer of the keyword, why)]."""
+
+    def __init__(self, message: str, param: str, keywords: list[tuple[str, str]]):
+        super().__init__(message, param)
+        self.keywords = list(keywords)
+
+
 class TooManyImagesError(_NamesItsField, errors.TooManyImagesError):
     """More images in a request than the server reads (--max-images): the library's TooManyImagesError, naming
     the field."""

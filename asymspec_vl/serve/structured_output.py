@@ -5,9 +5,10 @@ as vLLM's own server maps them (ChatCompletionRequest.to_sampling_params). The t
 from __future__ import annotations
 
 from ..backends.vllm.grammar import check_compiles
+from ..core import errors
 from ..core.errors import ConfigError
 from ..core.structured import KINDS, StructuredOutput, structured_output_of
-from .http_errors import UnsupportedRequestError
+from .http_errors import UnenforcedSchemaError, UnsupportedRequestError
 from .settings import ServeSettings
 
 FIELDS = ("response_format", "structured_outputs")
@@ -23,7 +24,8 @@ def structured_output_of_request(
     request, settings: ServeSettings
 ) -> StructuredOutput | None:
     """The StructuredOutput a ChatCompletionRequest asks for (None: none, or response_format "text");
-    UnsupportedRequestError naming the field for what is not served."""
+    UnsupportedRequestError naming the field for what is not served (UnenforcedSchemaError: a JSON schema whose
+    keywords the grammar would not enforce)."""
     sent = {}
     response_format = request.response_format
     if response_format is not None and getattr(response_format, "type", None) != "text":
@@ -50,6 +52,8 @@ def structured_output_of_request(
 
     try:
         check_compiles(constraint, field)
+    except errors.UnenforcedSchemaError as e:
+        raise UnenforcedSchemaError(str(e), field, e.keywords) from e
     except ConfigError as e:
         raise UnsupportedRequestError(str(e)) from e
     return constraint

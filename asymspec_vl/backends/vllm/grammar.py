@@ -8,7 +8,9 @@ other, among others) ends the engine core: EngineDeadError for that request and 
     xgrammar accepts anyway; a user's explicit other backend is kept;
   - a constraint is compiled to a grammar by xgrammar's own converter (vLLM's `validate_xgrammar_grammar`, the
     front-end check of that backend) before a request carrying it is built: a constraint it refuses is that
-    request's ConfigError (the server's 400 naming the field), never the engine's death.
+    request's ConfigError (the server's 400 naming the field), never the engine's death;
+  - a JSON schema whose keywords xgrammar would compile but not enforce is refused the same way, naming each
+    keyword (schema_keywords.py): every answer that stops matches the schema it was sent.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 
 from ...core.errors import ConfigError
 from ...core.structured import FIELD, StructuredOutput
+from .schema_keywords import check_enforced
 
 BACKEND = "xgrammar"
 
@@ -41,7 +44,11 @@ def pinned(config):
 
 def check_compiles(constraint: StructuredOutput, field: str = FIELD) -> None:
     """ConfigError naming `field` and xgrammar's message when xgrammar cannot turn the constraint into a
-    grammar."""
+    grammar; UnenforcedSchemaError (a ConfigError) when a JSON schema holds keywords it would not enforce."""
+    if (
+        constraint.kind == "json"
+    ):  # compiled is not enough: every keyword must be enforced
+        check_enforced(constraint.value, field)
     from vllm import SamplingParams  # lazy: loads vLLM
     from vllm.v1.structured_output.backend_xgrammar import (
         validate_xgrammar_grammar,
