@@ -45,9 +45,8 @@ def pinned(config):
 def check_compiles(constraint: StructuredOutput, field: str = FIELD) -> None:
     """ConfigError naming `field` and xgrammar's message when xgrammar cannot turn the constraint into a
     grammar; UnenforcedSchemaError (a ConfigError) when a JSON schema holds keywords it would not enforce."""
-    if (
-        constraint.kind == "json"
-    ):  # compiled is not enough: every keyword must be enforced
+    # compiled is not enough: every keyword of a JSON schema must be enforced
+    if constraint.kind == "json":
         check_enforced(constraint.value, field)
     from vllm import SamplingParams  # lazy: loads vLLM
     from vllm.v1.structured_output.backend_xgrammar import (
