@@ -351,3 +351,36 @@ def test_the_server_answers_a_400_naming_the_field_and_the_keyword():
     assert http_errors.status_of(error) == 400
     assert error.param == "response_format" and error.keywords[0][0] == "#/minLength"
     assert "response_format" in str(error) and "#/minLength" in str(error)
+
+
+def test_pydantic_models_pass_and_their_set_and_constrained_pattern_are_refused():
+    from typing import Literal  # lazy: only this test
+
+    from pydantic import BaseModel, Field  # lazy: only this test
+
+    class Cat(BaseModel):
+        kind: Literal["cat"]
+        lives: int
+
+    class Dog(BaseModel):
+        kind: Literal["dog"]
+        bark: str
+
+    class Answer(BaseModel):
+        n: int | None = Field(default=None, ge=0)
+        name: str = Field(max_length=10)
+        tags: list[str] = Field(max_length=3)
+        pet: Cat | Dog = Field(discriminator="kind")
+        word: str = Field(pattern=r"^[a-z]+$")
+        score: float = Field(gt=0.5)
+        counts: dict[str, int]
+
+    class Refused(BaseModel):
+        ids: set[int]
+        code: str = Field(pattern="^a", min_length=2)
+
+    assert unenforced(Answer.model_json_schema()) == []
+    assert [p for p, _ in unenforced(Refused.model_json_schema())] == [
+        "#/properties/ids/uniqueItems",
+        "#/properties/code/minLength",
+    ]
