@@ -32,6 +32,20 @@ pytestmark = pytest.mark.vllm
 KEY = "test-key-1234"
 EXAMPLE_TEXTS = json.loads((EXAMPLES / "examples.json").read_text())
 TOY = [e for e in EXAMPLE_TEXTS if e["image"].startswith("toy-")]
+
+
+def toy_body(**kw) -> dict:
+    """The chat body of the first toy scene (its caption, no OCR text), with chat_body's options."""
+    example = TOY[0]
+    return chat_body(
+        example["question"],
+        data_url(EXAMPLES / example["image"]),
+        caption=example["caption"],
+        ocr="",
+        **kw,
+    )
+
+
 TEST_FLAGS = [
     "--no-caption-cache",
     "--max-image-mb",
@@ -471,12 +485,7 @@ def test_a_client_that_disconnects_mid_stream_leaves_no_request_in_the_engine(se
             or 0,
         )
 
-    example = TOY[0]
-    body = chat_body(
-        example["question"],
-        data_url(EXAMPLES / example["image"]),
-        caption=example["caption"],
-        ocr="",
+    body = toy_body(
         max_tokens=1500,
         ignore_eos=True,
         stream=True,
@@ -514,12 +523,7 @@ def test_vllms_gauges_show_a_running_request_and_reset_after_its_abort(server):
             ),
         )
 
-    example = TOY[0]
-    body = chat_body(
-        example["question"],
-        data_url(EXAMPLES / example["image"]),
-        caption=example["caption"],
-        ocr="",
+    body = toy_body(
         max_tokens=1500,
         ignore_eos=True,
         stream=True,
@@ -686,12 +690,7 @@ def test_ignore_eos_runs_a_request_to_its_max_completion_tokens(client):
 def test_streams_and_answers_are_shaped_as_vllms(server):
     """On the vLLM backend as on hf (test_vllm_parity.py): the last chunk carries the last step's text, and a
     completion every field of vLLM's with None as null."""
-    example = TOY[0]
-    body = chat_body(
-        example["question"],
-        data_url(EXAMPLES / example["image"]),
-        caption=example["caption"],
-        ocr="",
+    body = toy_body(
         max_tokens=6,
         ignore_eos=True,
     )
@@ -708,12 +707,7 @@ def test_streams_and_answers_are_shaped_as_vllms(server):
 
 def test_sigterm_drains_requests_in_flight_then_exits_zero(server):
     """Last: it stops the module's server."""
-    example = TOY[0]
-    body = chat_body(
-        example["question"],
-        data_url(EXAMPLES / example["image"]),
-        caption=example["caption"],
-        ocr="",
+    body = toy_body(
         max_tokens=40,
         ignore_eos=True,
         stream=True,
